@@ -1,0 +1,366 @@
+//! Local filesystem backend: probing a bundle path for the planner, the destination lock,
+//! and the few write primitives the executor uses (stage, move aside, place, link, write
+//! state atomically, prune emptied directories).
+//!
+//! Safety rules enforced here, not by callers: paths are bundle-relative safe paths
+//! (SPEC §3.2); every ancestor between the bundle path and a touched path must be a real
+//! directory (never a symlink); nothing above or beside the bundle path is removed.
+
+use crate::error::{Error, IoContext, Result};
+use crate::hash::{hash_file, hex};
+use crate::plan::{Entry, Storage};
+use crate::state::{StateFile, STATE_FILE};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Name of the lock file at the bundle root.
+pub const LOCK_FILE: &str = ".distributor.lock";
+/// Name of the staging directory at the bundle root.
+pub const STAGING_DIR: &str = ".distributor-staging";
+
+/// What distributor recorded when it placed a file: proves content without rehashing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// Size.
+    pub size: u64,
+    /// mtime in nanoseconds since the epoch.
+    pub mtime_ns: i64,
+    /// Inode number.
+    pub ino: u64,
+    /// Content hash it had when placed.
+    pub sha256: String,
+}
+
+/// Size, mtime and inode of a placed file.
+pub fn fingerprint_of(md: &fs::Metadata, sha256: &str) -> Fingerprint {
+    Fingerprint {
+        size: md.len(),
+        mtime_ns: md.mtime() * 1_000_000_000 + md.mtime_nsec(),
+        ino: md.ino(),
+        sha256: sha256.to_string(),
+    }
+}
+
+/// Reads the state file at the bundle root, never through a symlink.
+pub fn read_state(bundle: &Path) -> Result<StateFile> {
+    let path = bundle.join(STATE_FILE);
+    match fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(StateFile::Absent),
+        Err(e) => Err(Error::io("stat", path, e)),
+        Ok(md) if !md.is_file() => Ok(StateFile::Invalid(format!("{} is not a regular file", path.display()))),
+        Ok(_) => Ok(StateFile::parse(&fs::read(&path).ctx("read", &path)?)),
+    }
+}
+
+/// Raw bytes of the state file, if it is a regular file.
+pub fn read_state_bytes(bundle: &Path) -> Result<Option<Vec<u8>>> {
+    let path = bundle.join(STATE_FILE);
+    match fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("stat", path, e)),
+        Ok(md) if !md.is_file() => Ok(None),
+        Ok(_) => Ok(Some(fs::read(&path).ctx("read", &path)?)),
+    }
+}
+
+/// Why the bundle path cannot be used, if it cannot: walks from the configured
+/// destination `base` down to `bundle`; `base` itself and everything below must be real
+/// directories (or not exist yet).
+pub fn bundle_unsafe(base: &Path, bundle: &Path) -> Option<String> {
+    let rel = bundle.strip_prefix(base).ok()?;
+    let mut cur = base.to_path_buf();
+    let mut steps = vec![cur.clone()];
+    for c in rel.components() {
+        cur.push(c);
+        steps.push(cur.clone());
+    }
+    for p in steps {
+        match fs::symlink_metadata(&p) {
+            Err(_) => return None,
+            Ok(md) if md.file_type().is_symlink() => {
+                return Some(format!("{} is a symlink; distributor never publishes through a symlink", p.display()));
+            }
+            Ok(md) if !md.is_dir() => return Some(format!("{} is not a directory", p.display())),
+            Ok(_) => {}
+        }
+    }
+    None
+}
+
+/// Probes the bundle path for the planner: every path in `paths` and their ancestors.
+/// Files listed in `confirm` (path → expected sha256) get their content proven, by the
+/// placement fingerprint when it still matches, or else by hashing them.
+pub fn probe(
+    base: &Path,
+    bundle: &Path,
+    paths: &[&str],
+    confirm: &HashMap<&str, &str>,
+    fingerprints: &HashMap<String, Fingerprint>,
+    dirs_wanted: &HashSet<&str>,
+) -> Result<Storage> {
+    let mut storage = Storage { bundle_unsafe: bundle_unsafe(base, bundle), entries: HashMap::new() };
+    if storage.bundle_unsafe.is_some() || fs::symlink_metadata(bundle).is_err() {
+        return Ok(storage);
+    }
+    for p in paths {
+        let mut blocked = false;
+        for (i, b) in p.bytes().enumerate().chain(std::iter::once((p.len(), b'/'))) {
+            if b != b'/' {
+                continue;
+            }
+            let rel = &p[..i];
+            if blocked {
+                break;
+            }
+            if let Some(e) = storage.entries.get(rel) {
+                blocked = !matches!(e, Entry::Dir { .. });
+                continue;
+            }
+            let entry = probe_one(bundle, rel, confirm.get(rel).copied(), fingerprints, dirs_wanted.contains(rel))?;
+            blocked = !matches!(entry, Entry::Dir { .. });
+            storage.entries.insert(rel.to_string(), entry);
+        }
+    }
+    Ok(storage)
+}
+
+fn probe_one(
+    bundle: &Path,
+    rel: &str,
+    confirm: Option<&str>,
+    fingerprints: &HashMap<String, Fingerprint>,
+    list_dir: bool,
+) -> Result<Entry> {
+    let path = bundle.join(rel);
+    let md = match fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Entry::Missing),
+        Err(e) if e.raw_os_error() == Some(20) => return Ok(Entry::Missing), // ENOTDIR
+        Err(e) => return Err(Error::io("stat", path, e)),
+        Ok(md) => md,
+    };
+    let ft = md.file_type();
+    Ok(if ft.is_symlink() {
+        let t = fs::read_link(&path).ctx("read link", &path)?;
+        Entry::Symlink { target: t.to_string_lossy().into_owned() }
+    } else if ft.is_dir() {
+        let mut contents = Vec::new();
+        if list_dir {
+            list_tree(bundle, rel, &mut contents)?;
+        }
+        Entry::Dir { contents }
+    } else if ft.is_file() {
+        let sha256 = match confirm {
+            Some(expected) => {
+                let fp = fingerprints.get(rel);
+                match fp {
+                    Some(fp) if *fp == fingerprint_of(&md, &fp.sha256) && fp.sha256 == expected => Some(fp.sha256.clone()),
+                    _ => Some(hash_file(&path)?.1),
+                }
+            }
+            None => None,
+        };
+        Entry::File { size: md.len(), sha256 }
+    } else {
+        Entry::Special
+    })
+}
+
+/// Every non-directory under `rel`, bundle-relative, recursively; symlinks not followed.
+pub fn list_tree(bundle: &Path, rel: &str, out: &mut Vec<String>) -> Result<()> {
+    let dir = if rel.is_empty() { bundle.to_path_buf() } else { bundle.join(rel) };
+    for e in fs::read_dir(&dir).ctx("list", &dir)? {
+        let e = e.ctx("list", &dir)?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+        if e.file_type().ctx("stat", e.path())?.is_dir() {
+            list_tree(bundle, &child, out)?;
+        } else {
+            out.push(child);
+        }
+    }
+    Ok(())
+}
+
+/// An exclusive `flock` on `<bundle>/.distributor.lock`, released on drop.
+pub struct DestinationLock {
+    _file: File,
+}
+
+/// Takes the destination lock, waiting up to `timeout`. Creates the bundle path
+/// (real directories only) when it does not exist yet.
+pub fn lock(base: &Path, bundle: &Path, timeout: Duration) -> Result<DestinationLock> {
+    if let Some(reason) = bundle_unsafe(base, bundle) {
+        return Err(Error::Unsafe(reason));
+    }
+    fs::create_dir_all(bundle).ctx("create", bundle)?;
+    if let Some(reason) = bundle_unsafe(base, bundle) {
+        return Err(Error::Unsafe(reason));
+    }
+    let path = bundle.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .custom_flags_nofollow()
+        .open(&path)
+        .ctx("open lock file", &path)?;
+    let start = Instant::now();
+    loop {
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(DestinationLock { _file: file }),
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {
+                if start.elapsed() >= timeout {
+                    return Err(Error::Lock(format!(
+                        "destination {} is locked by another distributor process; gave up after {}s (--lock-timeout)",
+                        bundle.display(),
+                        timeout.as_secs_f64()
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(Error::io("lock", path, e.into())),
+        }
+    }
+}
+
+trait NoFollow {
+    fn custom_flags_nofollow(&mut self) -> &mut Self;
+}
+
+impl NoFollow for OpenOptions {
+    fn custom_flags_nofollow(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+    }
+}
+
+/// Checks that every ancestor of `rel` below `root` is a real directory (missing is
+/// fine); refuses symlinks and files on the way.
+pub fn check_inside(root: &Path, rel: &str) -> Result<()> {
+    let mut cur = root.to_path_buf();
+    let segs: Vec<&str> = rel.split('/').collect();
+    for seg in &segs[..segs.len().saturating_sub(1)] {
+        cur.push(seg);
+        match fs::symlink_metadata(&cur) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io("stat", cur, e)),
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => return Err(Error::Unsafe(format!("{} is not a real directory; refusing to go through it", cur.display()))),
+        }
+    }
+    Ok(())
+}
+
+/// Creates the parent directories of `rel` under `root`, never through a symlink.
+/// Returns the directories it created, outermost first.
+pub fn make_parents(root: &Path, rel: &str) -> Result<Vec<PathBuf>> {
+    let mut created = Vec::new();
+    let mut cur = root.to_path_buf();
+    let segs: Vec<&str> = rel.split('/').collect();
+    for seg in &segs[..segs.len().saturating_sub(1)] {
+        cur.push(seg);
+        match fs::symlink_metadata(&cur) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => return Err(Error::Unsafe(format!("{} is not a real directory; refusing to go through it", cur.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fs::create_dir(&cur).ctx("create directory", &cur)?;
+                created.push(cur.clone());
+            }
+            Err(e) => return Err(Error::io("stat", cur, e)),
+        }
+    }
+    Ok(created)
+}
+
+/// Copies `src` to a new file `dst`, hashing the bytes as they are copied; returns size and
+/// hex sha256 of what was written. The destination must not exist. Not fsynced: the caller
+/// syncs the filesystem once before the commit point.
+pub fn copy_hashed(src: &Path, dst: &Path, buf: &mut [u8]) -> Result<(u64, String)> {
+    let mut input = OpenOptions::new().read(true).custom_flags_nofollow().open(src).ctx("open", src)?;
+    let mut output = OpenOptions::new().write(true).create_new(true).custom_flags_nofollow().open(dst).ctx("create", dst)?;
+    let mut h = Sha256::new();
+    let mut size = 0u64;
+    loop {
+        let n = input.read(buf).ctx("read", src)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        output.write_all(&buf[..n]).ctx("write", dst)?;
+        size += n as u64;
+    }
+    Ok((size, hex(&h.finalize())))
+}
+
+/// Renames `from` to `to` (both absolute, same filesystem), creating `to`'s parents below
+/// `to_root` first.
+pub fn rename_into(from: &Path, to_root: &Path, rel: &str) -> Result<Vec<PathBuf>> {
+    let created = make_parents(to_root, rel)?;
+    let to = to_root.join(rel);
+    fs::rename(from, &to).ctx("rename into place", &to)?;
+    Ok(created)
+}
+
+/// Flushes everything written on the filesystem holding `path` (one `syncfs`).
+pub fn sync_filesystem(path: &Path) -> Result<()> {
+    let f = File::open(path).ctx("open", path)?;
+    rustix::fs::syncfs(&f).map_err(|e| Error::io("sync filesystem of", path, e.into()))
+}
+
+/// fsyncs a directory.
+pub fn sync_dir(path: &Path) -> Result<()> {
+    File::open(path).ctx("open", path)?.sync_all().ctx("fsync", path)
+}
+
+/// The commit point: writes `bytes` to `tmp`, fsyncs, renames over
+/// `<bundle>/.distributor.json`, fsyncs the bundle directory.
+pub fn write_state_atomic(bundle: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = OpenOptions::new().write(true).create(true).truncate(true).custom_flags_nofollow().open(tmp).ctx("create", tmp)?;
+    f.write_all(bytes).ctx("write", tmp)?;
+    f.sync_all().ctx("fsync", tmp)?;
+    let dst = bundle.join(STATE_FILE);
+    fs::rename(tmp, &dst).ctx("rename state into place", &dst)?;
+    sync_dir(bundle)
+}
+
+/// Removes `dir` and its emptied ancestors up to, not including, `bundle`. Stops at the
+/// first directory that is not empty.
+pub fn prune_empty_dirs(bundle: &Path, rel_dir: &str) {
+    let mut rel = rel_dir.to_string();
+    while !rel.is_empty() {
+        if fs::remove_dir(bundle.join(&rel)).is_err() {
+            return;
+        }
+        match rel.rfind('/') {
+            Some(i) => rel.truncate(i),
+            None => return,
+        }
+    }
+}
+
+/// Removes a whole staging tree; only ever called on `<bundle>/.distributor-staging/<op>`.
+pub fn remove_staging(bundle: &Path, op: &str) -> Result<()> {
+    let staging = bundle.join(STAGING_DIR);
+    let dir = staging.join(op);
+    match fs::symlink_metadata(&dir) {
+        Ok(md) if md.is_dir() => fs::remove_dir_all(&dir).ctx("remove staging", &dir)?,
+        Ok(_) => return Err(Error::Unsafe(format!("{} is not a directory", dir.display()))),
+        Err(_) => {}
+    }
+    let _ = fs::remove_dir(&staging);
+    Ok(())
+}
+
+/// Entries of `<bundle>/.distributor-staging/`, if any.
+pub fn staging_entries(bundle: &Path) -> Vec<String> {
+    let staging = bundle.join(STAGING_DIR);
+    match fs::read_dir(&staging) {
+        Ok(rd) => rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
+        Err(_) => Vec::new(),
+    }
+}

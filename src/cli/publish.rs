@@ -1,0 +1,110 @@
+//! `distributor publish` and `distributor plan`.
+
+use super::{cli_actor, CommandOutput};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::publish::{publish, resolve_journal, PublishOptions};
+use crate::source::Source;
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Options shared by publish and plan.
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// Pipeline config file (YAML).
+    #[arg(long, value_name = "F")]
+    pub config: PathBuf,
+    /// Source bundle directory (holds distributor-manifest.json); default: source.path.
+    #[arg(long, value_name = "DIR", conflicts_with = "manifest")]
+    pub source: Option<PathBuf>,
+    /// Manifest file; the bundle directory is its directory.
+    #[arg(long, value_name = "FILE")]
+    pub manifest: Option<PathBuf>,
+    /// Only these destinations (repeatable); default: all.
+    #[arg(long = "destination", value_name = "ID")]
+    pub destinations: Vec<String>,
+    /// Replace forceable conflicts when transfer.on_conflict is replace.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
+    #[arg(long, value_name = "P")]
+    pub journal: Option<PathBuf>,
+    /// Seconds to wait for a destination lock.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub lock_timeout: f64,
+}
+
+/// Publish a source bundle to the pipeline's destinations.
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Plan only: write nothing anywhere (same as `distributor plan`).
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Show what publish would do, writing nothing anywhere (publish --dry-run).
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// Arguments resolved for [`run`].
+pub struct Resolved {
+    common: CommonArgs,
+    dry_run: bool,
+    command: &'static str,
+}
+
+impl PublishArgs {
+    /// Folds `--dry-run` in.
+    pub fn into_common(self, _plan: bool) -> Resolved {
+        Resolved { dry_run: self.dry_run, common: self.common, command: "publish" }
+    }
+}
+
+impl PlanArgs {
+    /// A plan is a dry-run publish.
+    pub fn into_common(self) -> Resolved {
+        Resolved { dry_run: true, common: self.common, command: "plan" }
+    }
+}
+
+/// Runs publish or plan.
+pub fn run(args: Resolved) -> Result<CommandOutput> {
+    let a = args.common;
+    if !(a.lock_timeout.is_finite() && a.lock_timeout >= 0.0) {
+        return Err(Error::Usage(format!("--lock-timeout {}: accepted is a number of seconds >= 0", a.lock_timeout)));
+    }
+    let config = Config::load(&a.config)?;
+    let source = match (&a.source, &a.manifest, &config.source_path) {
+        (Some(dir), _, _) => Source::open(dir)?,
+        (None, Some(file), _) => Source::open_manifest(file)?,
+        (None, None, Some(dir)) => Source::open(dir)?,
+        (None, None, None) => {
+            return Err(Error::Usage(format!(
+                "no source: pass --source DIR or --manifest FILE, or set source.path in {}",
+                config.file.display()
+            )))
+        }
+    };
+    let journal = resolve_journal(a.journal.as_deref(), Some(&config))?;
+    let opts = PublishOptions {
+        destinations: a.destinations,
+        dry_run: args.dry_run,
+        force: a.force,
+        journal,
+        lock_timeout: Duration::from_secs_f64(a.lock_timeout),
+        actor: cli_actor(),
+        command: args.command.to_string(),
+    };
+    let outcome = publish(&config, &source, &opts)?;
+    let stdout = if a.json { outcome.report.to_json() } else { outcome.report.to_text() };
+    Ok(CommandOutput { stdout, code: outcome.exit_code })
+}

@@ -1,0 +1,62 @@
+//! `distributor status --config F [--destination ID]... [--json]`.
+
+use super::CommandOutput;
+use crate::config::{Config, Destination};
+use crate::error::{Error, Result};
+use crate::inspect;
+use clap::Args;
+use std::fmt::Write;
+use std::path::PathBuf;
+
+/// Show what each destination holds according to its state.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Pipeline config file (YAML).
+    #[arg(long, value_name = "F")]
+    pub config: PathBuf,
+    /// Only these destinations (repeatable).
+    #[arg(long = "destination", value_name = "ID")]
+    pub destinations: Vec<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The selected destinations of a config.
+pub fn select<'c>(config: &'c Config, ids: &[String]) -> Result<Vec<&'c Destination>> {
+    if ids.is_empty() {
+        return Ok(config.destinations.iter().collect());
+    }
+    ids.iter()
+        .map(|id| config.destination(id).ok_or_else(|| Error::Usage(format!("--destination {id}: no such destination in {}", config.file.display()))))
+        .collect()
+}
+
+/// Runs the command.
+pub fn run(a: StatusArgs) -> Result<CommandOutput> {
+    let config = Config::load(&a.config)?;
+    let dests = select(&config, &a.destinations)?;
+    let st = inspect::status(&dests)?;
+    if a.json {
+        let v = serde_json::json!({"pipeline_id": config.pipeline_id, "destinations": st});
+        return Ok(CommandOutput { stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()), code: 0 });
+    }
+    let mut out = String::new();
+    for s in &st {
+        let _ = writeln!(out, "destination {} -> {}: state {}", s.destination_id, s.bundle_path, s.state);
+        if let Some(r) = &s.invalid_reason {
+            let _ = writeln!(out, "  invalid: {r}");
+        }
+        for o in &s.owners {
+            let _ = writeln!(
+                out,
+                "  owner {}: source {} created {}, {} outputs, {} links, published {} by operation {}",
+                o.owner, o.source.id, o.source.created_at, o.outputs, o.links, o.published_at, o.operation_id
+            );
+        }
+        if s.recovery_pending {
+            let _ = writeln!(out, "  recovery pending: run `distributor recover`");
+        }
+    }
+    Ok(CommandOutput { stdout: out, code: 0 })
+}

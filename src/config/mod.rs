@@ -1,0 +1,430 @@
+//! Pipeline configuration (SPEC §2): the YAML model, its defaults and its validation.
+//!
+//! Loading is all or nothing: a config with any unknown key, wrong type, bad enum value,
+//! bad id or bad path is refused with an error naming the file, the key path, the line and
+//! column where serde_yaml knows them, and what is accepted. Nothing here touches the
+//! filesystem beyond reading the config file itself.
+
+mod mapping;
+
+pub use mapping::{PathTemplate, TemplatePart};
+
+use crate::error::{Error, Result};
+use crate::model::{
+    is_valid_id, Backend, DestinationNewer, OnConflict, PathMappingMode, ReconciliationMode,
+    SameCreatedDigestMismatch, StateMode, TakeoverMode, ID_RULE,
+};
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::path::{Component, Path, PathBuf};
+
+/// A validated pipeline or destination id; invalid ids fail during deserialization so the
+/// error carries the YAML location.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct Id(pub String);
+
+impl TryFrom<String> for Id {
+    type Error = String;
+    fn try_from(s: String) -> std::result::Result<Self, String> {
+        if is_valid_id(&s) {
+            Ok(Id(s))
+        } else {
+            Err(format!("invalid id '{s}': accepted are {ID_RULE}"))
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    version: u32,
+    pipeline: RawPipeline,
+    #[serde(default)]
+    source: Option<RawSource>,
+    #[serde(default)]
+    journal: Option<RawJournal>,
+    #[serde(default)]
+    server: Option<RawServer>,
+    destinations: Vec<RawDestination>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPipeline {
+    id: Id,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    #[serde(default)]
+    path: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJournal {
+    #[serde(default)]
+    path: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    #[serde(default)]
+    upload_tokens: Vec<UploadToken>,
+}
+
+/// A bearer token accepted by `distributor serve` for this pipeline.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UploadToken {
+    /// Name used in logs and the journal; never the secret.
+    pub name: String,
+    /// Lowercase hex sha256 of the bearer token.
+    pub sha256: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDestination {
+    id: Id,
+    #[serde(default = "default_backend")]
+    backend: Backend,
+    path: String,
+    #[serde(default)]
+    path_mapping: RawMapping,
+    #[serde(default)]
+    state: RawState,
+    #[serde(default)]
+    reconciliation: RawReconciliation,
+    #[serde(default)]
+    transfer: Transfer,
+    #[serde(default)]
+    takeover: RawTakeover,
+}
+
+fn default_backend() -> Backend {
+    Backend::Local
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMapping {
+    #[serde(default = "default_mapping")]
+    mode: PathMappingMode,
+    #[serde(default)]
+    template: Option<String>,
+}
+
+fn default_mapping() -> PathMappingMode {
+    PathMappingMode::Fixed
+}
+
+impl Default for RawMapping {
+    fn default() -> Self {
+        RawMapping {
+            mode: PathMappingMode::Fixed,
+            template: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawState {
+    #[serde(default = "default_state_mode")]
+    mode: StateMode,
+}
+
+fn default_state_mode() -> StateMode {
+    StateMode::SingleOwner
+}
+
+impl Default for RawState {
+    fn default() -> Self {
+        RawState {
+            mode: StateMode::SingleOwner,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReconciliation {
+    #[serde(default = "default_reconciliation")]
+    mode: ReconciliationMode,
+}
+
+fn default_reconciliation() -> ReconciliationMode {
+    ReconciliationMode::Replace
+}
+
+impl Default for RawReconciliation {
+    fn default() -> Self {
+        RawReconciliation {
+            mode: ReconciliationMode::Replace,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTakeover {
+    #[serde(default = "default_takeover")]
+    mode: TakeoverMode,
+}
+
+fn default_takeover() -> TakeoverMode {
+    TakeoverMode::SamePipeline
+}
+
+impl Default for RawTakeover {
+    fn default() -> Self {
+        RawTakeover {
+            mode: TakeoverMode::SamePipeline,
+        }
+    }
+}
+
+/// Transfer policy of a destination (SPEC §2, §5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Transfer {
+    /// What to do when the destination holds a newer source.
+    #[serde(default = "default_destination_newer")]
+    pub destination_newer: DestinationNewer,
+    /// What to do when source id and time match but the digest does not.
+    #[serde(default = "default_same_created")]
+    pub same_created_digest_mismatch: SameCreatedDigestMismatch,
+    /// What `--force` may do.
+    #[serde(default = "default_on_conflict")]
+    pub on_conflict: OnConflict,
+}
+
+fn default_destination_newer() -> DestinationNewer {
+    DestinationNewer::Skip
+}
+fn default_same_created() -> SameCreatedDigestMismatch {
+    SameCreatedDigestMismatch::Conflict
+}
+fn default_on_conflict() -> OnConflict {
+    OnConflict::Replace
+}
+
+impl Default for Transfer {
+    fn default() -> Self {
+        Transfer {
+            destination_newer: DestinationNewer::Skip,
+            same_created_digest_mismatch: SameCreatedDigestMismatch::Conflict,
+            on_conflict: OnConflict::Replace,
+        }
+    }
+}
+
+/// How the bundle path is derived from the destination path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathMapping {
+    /// The destination path is the bundle path.
+    Fixed,
+    /// `<path>/<source id>`.
+    SourceId,
+    /// `<path>/<rendered template>`.
+    Template(PathTemplate),
+}
+
+impl PathMapping {
+    /// The `path_mapping.mode` value.
+    pub fn mode(&self) -> PathMappingMode {
+        match self {
+            PathMapping::Fixed => PathMappingMode::Fixed,
+            PathMapping::SourceId => PathMappingMode::SourceId,
+            PathMapping::Template(_) => PathMappingMode::Template,
+        }
+    }
+}
+
+/// One validated destination.
+#[derive(Debug, Clone)]
+pub struct Destination {
+    /// Destination id.
+    pub id: String,
+    /// Storage backend.
+    pub backend: Backend,
+    /// Absolute, lexically normalised destination path.
+    pub path: PathBuf,
+    /// Path mapping.
+    pub path_mapping: PathMapping,
+    /// `state.mode`.
+    pub state_mode: StateMode,
+    /// `reconciliation.mode`.
+    pub reconciliation: ReconciliationMode,
+    /// `transfer.*`.
+    pub transfer: Transfer,
+    /// `takeover.mode`.
+    pub takeover: TakeoverMode,
+}
+
+/// A validated pipeline configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was read from.
+    pub file: PathBuf,
+    /// Pipeline id.
+    pub pipeline_id: String,
+    /// `source.path`, resolved against the config file's directory.
+    pub source_path: Option<PathBuf>,
+    /// `journal.path`, resolved against the config file's directory.
+    pub journal_path: Option<PathBuf>,
+    /// `server.upload_tokens`.
+    pub upload_tokens: Vec<UploadToken>,
+    /// Destinations, in file order.
+    pub destinations: Vec<Destination>,
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(file: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| Error::Config(format!("config {}: cannot read: {e}", file.display())))?;
+        Config::parse(&text, file)
+    }
+
+    /// Parses and validates config text as if read from `file` (relative paths resolve
+    /// against `file`'s directory).
+    pub fn parse(text: &str, file: &Path) -> Result<Config> {
+        let err = |key: &str, msg: String| Error::Config(format!("config {}: {key}: {msg}", file.display()));
+        let de = serde_yaml::Deserializer::from_str(text);
+        let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let key = if path == "." { "(top level)".to_string() } else { path };
+            err(&key, e.into_inner().to_string())
+        })?;
+        if raw.version != 1 {
+            return Err(err("version", format!("unsupported version {}, accepted: 1", raw.version)));
+        }
+        let base = absolute_dir_of(file)?;
+        let resolve = |p: &str| normalize(&base.join(p));
+        let source_path = raw.source.and_then(|s| s.path).map(|p| resolve(&p));
+        let journal_path = raw.journal.and_then(|j| j.path).map(|p| resolve(&p));
+        let upload_tokens = raw.server.map(|s| s.upload_tokens).unwrap_or_default();
+        let mut token_names = BTreeSet::new();
+        for (i, t) in upload_tokens.iter().enumerate() {
+            let key = format!("server.upload_tokens[{i}]");
+            if t.name.is_empty() || t.name.len() > 128 || t.name.chars().any(|c| c.is_control()) {
+                return Err(err(&format!("{key}.name"), "a token name must be 1 to 128 printable characters".into()));
+            }
+            if !token_names.insert(t.name.clone()) {
+                return Err(err(&format!("{key}.name"), format!("duplicate token name '{}'", t.name)));
+            }
+            if t.sha256.len() != 64 || !t.sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+                return Err(err(&format!("{key}.sha256"), "accepted: 64 lowercase hex characters (sha256 of the bearer token)".into()));
+            }
+        }
+        if raw.destinations.is_empty() {
+            return Err(err("destinations", "at least one destination is required".into()));
+        }
+        let mut ids = BTreeSet::new();
+        let mut destinations = Vec::with_capacity(raw.destinations.len());
+        for (i, d) in raw.destinations.into_iter().enumerate() {
+            let key = format!("destinations[{i}]");
+            if !ids.insert(d.id.0.clone()) {
+                return Err(err(&format!("{key}.id"), format!("duplicate destination id '{}'", d.id.0)));
+            }
+            if d.backend != Backend::Local {
+                return Err(err(&format!("{key}.backend"), format!("backend '{}' is not supported by this build, accepted: local", d.backend)));
+            }
+            if d.path.is_empty() {
+                return Err(err(&format!("{key}.path"), "must not be empty".into()));
+            }
+            let path = resolve(&d.path);
+            if path.parent().is_none() {
+                return Err(err(&format!("{key}.path"), format!("'{}' resolves to '/', accepted: a directory below the root", d.path)));
+            }
+            let path_mapping = match (d.path_mapping.mode, d.path_mapping.template) {
+                (PathMappingMode::Template, Some(t)) => PathMapping::Template(
+                    PathTemplate::parse(&t).map_err(|m| err(&format!("{key}.path_mapping.template"), m))?,
+                ),
+                (PathMappingMode::Template, None) => {
+                    return Err(err(&format!("{key}.path_mapping.template"), "required when path_mapping.mode is template".into()));
+                }
+                (_, Some(_)) => {
+                    return Err(err(&format!("{key}.path_mapping.template"), "only allowed when path_mapping.mode is template".into()));
+                }
+                (PathMappingMode::Fixed, None) => PathMapping::Fixed,
+                (PathMappingMode::SourceId, None) => PathMapping::SourceId,
+            };
+            destinations.push(Destination {
+                id: d.id.0,
+                backend: d.backend,
+                path,
+                path_mapping,
+                state_mode: d.state.mode,
+                reconciliation: d.reconciliation.mode,
+                transfer: d.transfer,
+                takeover: d.takeover.mode,
+            });
+        }
+        for (i, a) in destinations.iter().enumerate() {
+            for b in &destinations[..i] {
+                let fixed = a.path_mapping == PathMapping::Fixed && b.path_mapping == PathMapping::Fixed;
+                let single = a.state_mode == StateMode::SingleOwner || b.state_mode == StateMode::SingleOwner;
+                if fixed && single && a.path == b.path {
+                    return Err(err(
+                        &format!("destinations[{i}].path"),
+                        format!(
+                            "destinations '{}' and '{}' resolve to the same fixed path {}; single_owner destinations need their own path (use state.mode: shared_root for both to share one)",
+                            b.id,
+                            a.id,
+                            a.path.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(Config {
+            file: file.to_path_buf(),
+            pipeline_id: raw.pipeline.id.0,
+            source_path,
+            journal_path,
+            upload_tokens,
+            destinations,
+        })
+    }
+
+    /// Finds a destination by id.
+    pub fn destination(&self, id: &str) -> Option<&Destination> {
+        self.destinations.iter().find(|d| d.id == id)
+    }
+}
+
+fn absolute_dir_of(file: &Path) -> Result<PathBuf> {
+    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let abs = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| Error::io("read current directory for", dir, e))?
+            .join(dir)
+    };
+    Ok(normalize(&abs))
+}
+
+/// Lexically normalises an absolute path: drops `.`, resolves `..` against the text.
+pub fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+//! Runs a writing [`DestinationPlan`] through the journal (SPEC §6 steps 3-8): append,
+//! stage with hash-while-copy, move aside, place, commit the state file, record the commit,
+//! clean up. On an error before the commit point the operation is undone from what staging
+//! holds (the same [`undo`] `recover` uses) and reported failed.
+//!
+//! The caller holds the destination lock and has planned under it.
+
+mod undo;
+
+pub use undo::{undo, StagedOperation};
+
+use crate::backend::local::{self, fingerprint_of, Fingerprint, STAGING_DIR};
+use crate::error::{Error, IoContext, Result};
+use crate::failpoint;
+use crate::hash::sha256_hex;
+use crate::journal::{event, now, ActionRecord, Journal, OperationRecord};
+use crate::model::FileOp;
+use crate::plan::DestinationPlan;
+use crate::source::{relative_link_target, Source};
+use std::fs;
+use std::path::Path;
+
+/// Who runs the operation, for the journal.
+#[derive(Debug, Clone)]
+pub struct ExecContext<'a> {
+    /// Pipeline id.
+    pub pipeline_id: &'a str,
+    /// `cli:<user>` or `token:<name>`.
+    pub actor: &'a str,
+}
+
+/// Executes `plan`; returns the operation id. `plan.new_state` must be set.
+pub fn execute(plan: &DestinationPlan, source: &Source, journal: &mut Journal, ctx: &ExecContext<'_>) -> Result<String> {
+    let bundle = plan.bundle_path.as_path();
+    let op_id = uuid::Uuid::new_v4().to_string();
+    let mut state = plan.new_state.clone().ok_or_else(|| Error::Failed("plan has no post-state".into()))?;
+    let published_at = now();
+    for r in state.owners.iter_mut() {
+        if r.operation_id.is_empty() {
+            r.operation_id = op_id.clone();
+            r.published_at = published_at.clone();
+        }
+    }
+    let post = state.render();
+    let pre = local::read_state_bytes(bundle)?;
+    let staged = StagedOperation::from_plan(plan, &op_id, pre.as_deref().map(sha256_hex), sha256_hex(&post))?;
+
+    journal.begin_operation(&operation_record(plan, source, ctx, &staged, &published_at)?, &action_records(plan))?;
+    failpoint::hit("after_journal_append");
+
+    let result = run_steps(plan, source, &staged, &post, journal);
+    match result {
+        Ok(placements) => {
+            journal.commit(&op_id, &bundle.to_string_lossy(), &placements)?;
+            failpoint::hit("after_journal_commit");
+            cleanup(bundle, &staged)?;
+            journal.event(&op_id, event::COMPLETED, None)?;
+            Ok(op_id)
+        }
+        Err(e) if committed(bundle, &staged) => {
+            // The error came after the commit point: the publication stands; recovery
+            // finishes the cleanup.
+            Err(Error::Failed(format!("operation {op_id} passed its commit point but could not finish ({e}); run `distributor recover`")))
+        }
+        Err(e) => match undo(bundle, &staged) {
+            Ok(()) => {
+                journal.event(&op_id, event::ROLLED_BACK, Some(&e.to_string()))?;
+                Err(e)
+            }
+            Err(u) => Err(Error::RecoveryRequired(format!(
+                "operation {op_id} failed ({e}) and could not be rolled back ({u}); run `distributor recover`"
+            ))),
+        },
+    }
+}
+
+fn committed(bundle: &Path, staged: &StagedOperation) -> bool {
+    matches!(local::read_state_bytes(bundle), Ok(Some(b)) if sha256_hex(&b) == staged.post_state_sha256)
+}
+
+/// Steps 4-7. Returns the placement fingerprints.
+fn run_steps(
+    plan: &DestinationPlan,
+    source: &Source,
+    staged: &StagedOperation,
+    post: &[u8],
+    journal: &Journal,
+) -> Result<Vec<(String, Fingerprint)>> {
+    let bundle = plan.bundle_path.as_path();
+    let op_dir = staged.dir(bundle);
+    let new_root = op_dir.join("new");
+    let old_root = op_dir.join("old");
+    fs::create_dir_all(&new_root).ctx("create staging", &new_root)?;
+    fs::create_dir_all(&old_root).ctx("create staging", &old_root)?;
+    staged.write(bundle)?;
+
+    // 4. Stage, hashing while copying.
+    let mut buf = vec![0u8; 1 << 20];
+    for f in plan.writes() {
+        failpoint::hit("during_staging");
+        local::make_parents(&new_root, &f.path)?;
+        let (size, sha) = local::copy_hashed(&source.file(&f.path), &new_root.join(&f.path), &mut buf)?;
+        if size != f.size || sha != f.sha256 {
+            return Err(Error::Source(format!(
+                "output '{}' changed: read {size} bytes with sha256 {sha}, the manifest says {} bytes with sha256 {}",
+                f.path, f.size, f.sha256
+            )));
+        }
+    }
+    journal.event(&staged.operation_id, event::STAGED, None)?;
+    failpoint::hit("after_staging");
+
+    // 5. Move aside what is overwritten or deleted.
+    for rel in staged.moves() {
+        let from = bundle.join(rel);
+        if fs::symlink_metadata(&from).is_err() {
+            continue;
+        }
+        failpoint::hit("during_move_aside");
+        local::check_inside(bundle, rel)?;
+        local::rename_into(&from, &old_root, rel)?;
+    }
+    // Directories standing where a file goes hold only moved-aside content now.
+    for rel in staged.writes() {
+        let p = bundle.join(rel);
+        if fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+            local::check_inside(bundle, rel)?;
+            fs::remove_dir(&p).ctx("remove emptied directory", &p)?;
+        }
+    }
+    journal.event(&staged.operation_id, event::MOVED_ASIDE, None)?;
+    failpoint::hit("after_move_aside");
+
+    // 6. Place files, then links.
+    let mut placements = Vec::new();
+    for f in plan.writes() {
+        failpoint::hit("during_placement");
+        local::check_inside(bundle, &f.path)?;
+        local::rename_into(&new_root.join(&f.path), bundle, &f.path)?;
+        let md = fs::symlink_metadata(bundle.join(&f.path)).ctx("stat", bundle.join(&f.path))?;
+        placements.push((f.path.clone(), fingerprint_of(&md, &f.sha256)));
+    }
+    failpoint::hit("after_placement");
+    for l in plan.links.iter().filter(|l| matches!(l.op, FileOp::Create | FileOp::Overwrite)) {
+        local::check_inside(bundle, &l.path)?;
+        local::make_parents(bundle, &l.path)?;
+        let dst = bundle.join(&l.path);
+        std::os::unix::fs::symlink(relative_link_target(&l.path, &l.target), &dst).ctx("create link", &dst)?;
+    }
+    journal.event(&staged.operation_id, event::PLACED, None)?;
+    failpoint::hit("after_links");
+
+    // 7. Commit point: everything above is made durable by one syncfs, then the state file
+    // is written to a temp file, fsynced, renamed into place and the directory fsynced.
+    local::sync_filesystem(bundle)?;
+    local::write_state_atomic(bundle, &op_dir.join("state.json"), post)?;
+    failpoint::hit("after_state_write");
+    Ok(placements)
+}
+
+/// Step 8's cleanup: drop moved-aside content and staging, prune emptied directories.
+pub fn cleanup(bundle: &Path, staged: &StagedOperation) -> Result<()> {
+    failpoint::hit("during_cleanup");
+    local::remove_staging(bundle, &staged.operation_id)?;
+    let mut dirs: Vec<&str> = staged
+        .actions
+        .iter()
+        .filter(|a| a.kind.ends_with("_delete"))
+        .filter_map(|a| a.path.rsplit_once('/').map(|(d, _)| d))
+        .collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.len()));
+    dirs.dedup();
+    for d in dirs {
+        local::prune_empty_dirs(bundle, d);
+    }
+    Ok(())
+}
+
+fn operation_record(
+    plan: &DestinationPlan,
+    source: &Source,
+    ctx: &ExecContext<'_>,
+    staged: &StagedOperation,
+    started_at: &str,
+) -> Result<OperationRecord> {
+    let src = source.source_ref();
+    Ok(OperationRecord {
+        operation_id: staged.operation_id.clone(),
+        started_at: started_at.to_string(),
+        command: "publish".into(),
+        actor: ctx.actor.to_string(),
+        pipeline_id: ctx.pipeline_id.to_string(),
+        destination_id: plan.destination_id.clone(),
+        bundle_path: plan.bundle_path.to_string_lossy().into_owned(),
+        state_mode: plan.state_mode.to_string(),
+        decision: plan.decision.to_string(),
+        takeover_mode: plan.takeover_mode.to_string(),
+        previous_owner: plan.previous.as_ref().map(|p| p.owner.to_string()),
+        previous_source: plan
+            .previous
+            .as_ref()
+            .map(|p| (p.source.id.clone(), p.source.created_at.clone(), p.source.digest.clone())),
+        source: (src.id, src.created_at, src.digest),
+        pre_state_sha256: staged.pre_state_sha256.clone(),
+        post_state_sha256: staged.post_state_sha256.clone(),
+        takeovers_json: serde_json::to_string(&plan.takeovers).map_err(|e| Error::Failed(e.to_string()))?,
+        plan_json: serde_json::to_string(staged).map_err(|e| Error::Failed(e.to_string()))?,
+    })
+}
+
+fn action_records(plan: &DestinationPlan) -> Vec<ActionRecord> {
+    let mut out = Vec::new();
+    for f in &plan.files {
+        let kind = match f.op {
+            FileOp::Create => "file_create",
+            FileOp::Overwrite => "file_overwrite",
+            FileOp::Delete => "file_delete",
+            _ => continue,
+        };
+        out.push(ActionRecord { kind: kind.into(), path: f.path.clone(), size: Some(f.size), sha256: Some(f.sha256.clone()), target: None });
+    }
+    for l in &plan.links {
+        let kind = match l.op {
+            FileOp::Create => "link_create",
+            FileOp::Overwrite => "link_overwrite",
+            FileOp::Delete => "link_delete",
+            _ => continue,
+        };
+        out.push(ActionRecord { kind: kind.into(), path: l.path.clone(), size: None, sha256: None, target: Some(l.target.clone()) });
+    }
+    out
+}
+
+/// `<bundle>/.distributor-staging/<op>`.
+pub fn staging_dir(bundle: &Path, op: &str) -> std::path::PathBuf {
+    bundle.join(STAGING_DIR).join(op)
+}

@@ -1,0 +1,296 @@
+//! The SQLite journal (SPEC §7): opened with WAL and a busy timeout, migrated on open,
+//! append-only. Every planned action is appended before it runs; statuses are derived from
+//! events, never updated.
+//!
+//! Never UPDATE or DELETE here: the schema's triggers refuse it, and recovery and audit
+//! depend on rows telling the truth about what was planned and done.
+
+mod migrate;
+
+pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
+
+use crate::backend::local::Fingerprint;
+use crate::error::{Error, Result};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Events an operation goes through.
+pub mod event {
+    /// New content is staged and verified.
+    pub const STAGED: &str = "staged";
+    /// Replaced and deleted paths are moved aside.
+    pub const MOVED_ASIDE: &str = "moved_aside";
+    /// New content is in place.
+    pub const PLACED: &str = "placed";
+    /// The state file was renamed into place (commit point).
+    pub const COMMITTED: &str = "committed";
+    /// Cleanup finished.
+    pub const COMPLETED: &str = "completed";
+    /// An error undid the operation in process.
+    pub const ROLLED_BACK: &str = "rolled_back";
+    /// `recover` finished the operation.
+    pub const RECOVERED_FORWARD: &str = "recovered_forward";
+    /// `recover` undid the operation.
+    pub const RECOVERED_BACK: &str = "recovered_back";
+    /// `recover` found neither pre- nor post-state.
+    pub const DIVERGED: &str = "diverged";
+}
+
+/// The operation row appended before anything runs.
+#[derive(Debug, Clone)]
+pub struct OperationRecord {
+    /// UUID.
+    pub operation_id: String,
+    /// RFC 3339 start time.
+    pub started_at: String,
+    /// `publish`.
+    pub command: String,
+    /// Who ran it (`cli:<user>` or `token:<name>`).
+    pub actor: String,
+    /// Pipeline id.
+    pub pipeline_id: String,
+    /// Destination id.
+    pub destination_id: String,
+    /// Bundle path.
+    pub bundle_path: String,
+    /// State mode.
+    pub state_mode: String,
+    /// Decision.
+    pub decision: String,
+    /// Takeover mode.
+    pub takeover_mode: String,
+    /// Previous owner.
+    pub previous_owner: Option<String>,
+    /// Previous source id, created_at, digest.
+    pub previous_source: Option<(String, String, String)>,
+    /// New source id, created_at, digest.
+    pub source: (String, String, String),
+    /// sha256 of the state file before (None when absent).
+    pub pre_state_sha256: Option<String>,
+    /// sha256 of the state file the operation writes.
+    pub post_state_sha256: String,
+    /// The report's `takeovers` array, as JSON.
+    pub takeovers_json: String,
+    /// The whole plan, as JSON, for recovery and `history show`.
+    pub plan_json: String,
+}
+
+/// One planned action.
+#[derive(Debug, Clone)]
+pub struct ActionRecord {
+    /// `file_create`, `file_overwrite`, `file_delete`, `link_create`, `link_overwrite`, `link_delete`.
+    pub kind: String,
+    /// Path.
+    pub path: String,
+    /// Size (files).
+    pub size: Option<u64>,
+    /// sha256 (files).
+    pub sha256: Option<String>,
+    /// Link target (links).
+    pub target: Option<String>,
+}
+
+/// An open, migrated journal.
+pub struct Journal {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Journal {
+    /// Opens (creating when absent) and migrates the journal at `path`.
+    pub fn open(path: &Path) -> Result<Journal> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::Journal {
+                path: path.to_path_buf(),
+                message: format!("cannot create directory {}: {e}", dir.display()),
+            })?;
+        }
+        let conn = Connection::open(path).map_err(|e| jerr(path, e))?;
+        let mut j = Journal { conn, path: path.to_path_buf() };
+        j.configure()?;
+        migrate::migrate(&mut j.conn).map_err(|m| Error::Journal { path: path.to_path_buf(), message: m })?;
+        Ok(j)
+    }
+
+    /// Opens an existing journal for reading; `None` when there is no file. Still migrates
+    /// (an older schema is brought up to date), refuses a newer one.
+    pub fn open_existing(path: &Path) -> Result<Option<Journal>> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE).map_err(|e| jerr(path, e))?;
+        let mut j = Journal { conn, path: path.to_path_buf() };
+        j.configure()?;
+        migrate::migrate(&mut j.conn).map_err(|m| Error::Journal { path: path.to_path_buf(), message: m })?;
+        Ok(Some(j))
+    }
+
+    fn configure(&mut self) -> Result<()> {
+        self.conn.busy_timeout(Duration::from_secs(30)).map_err(|e| jerr(&self.path, e))?;
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .map_err(|e| jerr(&self.path, e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::Journal { path: self.path.clone(), message: format!("cannot enable WAL (journal_mode is {mode})") });
+        }
+        self.conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;").map_err(|e| jerr(&self.path, e))
+    }
+
+    /// The journal file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The underlying connection, for queries in this module's siblings and tests.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Appends the operation and all its actions in one transaction.
+    pub fn begin_operation(&mut self, op: &OperationRecord, actions: &[ActionRecord]) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|e| jerr(&path, e))?;
+        tx.execute(
+            "INSERT INTO journal_operations (operation_id, started_at, command, actor, pipeline_id, destination_id,
+               bundle_path, state_mode, decision, takeover_mode, previous_owner, previous_source_id,
+               previous_source_created_at, previous_source_digest, source_id, source_created_at, source_digest,
+               pre_state_sha256, post_state_sha256, takeovers_json, plan_json)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+            params![
+                op.operation_id,
+                op.started_at,
+                op.command,
+                op.actor,
+                op.pipeline_id,
+                op.destination_id,
+                op.bundle_path,
+                op.state_mode,
+                op.decision,
+                op.takeover_mode,
+                op.previous_owner,
+                op.previous_source.as_ref().map(|s| &s.0),
+                op.previous_source.as_ref().map(|s| &s.1),
+                op.previous_source.as_ref().map(|s| &s.2),
+                op.source.0,
+                op.source.1,
+                op.source.2,
+                op.pre_state_sha256,
+                op.post_state_sha256,
+                op.takeovers_json,
+                op.plan_json,
+            ],
+        )
+        .map_err(|e| jerr(&path, e))?;
+        {
+            let mut stmt = tx
+                .prepare("INSERT INTO journal_actions (operation_id, seq, kind, path, size, sha256, target) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
+                .map_err(|e| jerr(&path, e))?;
+            for (i, a) in actions.iter().enumerate() {
+                stmt.execute(params![op.operation_id, i as i64, a.kind, a.path, a.size.map(|s| s as i64), a.sha256, a.target])
+                    .map_err(|e| jerr(&path, e))?;
+            }
+        }
+        tx.commit().map_err(|e| jerr(&path, e))
+    }
+
+    /// Appends one event.
+    pub fn event(&self, operation_id: &str, event: &str, detail: Option<&str>) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
+                params![operation_id, now(), event, detail],
+            )
+            .map(|_| ())
+            .map_err(|e| jerr(&self.path, e))
+    }
+
+    /// Appends the commit event and the placement fingerprints in one transaction.
+    pub fn commit(&mut self, operation_id: &str, bundle_path: &str, placements: &[(String, Fingerprint)]) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|e| jerr(&path, e))?;
+        {
+            let mut stmt = tx
+                .prepare(
+                    "INSERT INTO journal_placements (operation_id, bundle_path, path, size, mtime_ns, ino, sha256)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )
+                .map_err(|e| jerr(&path, e))?;
+            for (p, fp) in placements {
+                stmt.execute(params![operation_id, bundle_path, p, fp.size as i64, fp.mtime_ns, fp.ino as i64, fp.sha256])
+                    .map_err(|e| jerr(&path, e))?;
+            }
+        }
+        tx.execute(
+            "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, NULL)",
+            params![operation_id, now(), event::COMMITTED],
+        )
+        .map_err(|e| jerr(&path, e))?;
+        tx.commit().map_err(|e| jerr(&path, e))
+    }
+
+    /// Operations on `bundle_path` that are not finished (recovery is due).
+    pub fn unfinished_for(&self, bundle_path: &str) -> Result<Vec<String>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT operation_id FROM operations WHERE bundle_path = ?1 AND status IN ('in_progress', 'committed', 'diverged')
+                 ORDER BY started_at",
+            )
+            .map_err(|e| jerr(&self.path, e))?;
+        let rows = stmt
+            .query_map([bundle_path], |r| r.get::<_, String>(0))
+            .map_err(|e| jerr(&self.path, e))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| jerr(&self.path, e))
+    }
+
+    /// The latest placement fingerprint of every path distributor placed in `bundle_path`.
+    pub fn fingerprints(&self, bundle_path: &str) -> Result<HashMap<String, Fingerprint>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT path, size, mtime_ns, ino, sha256 FROM journal_placements
+                 WHERE id IN (SELECT max(id) FROM journal_placements WHERE bundle_path = ?1 GROUP BY path)",
+            )
+            .map_err(|e| jerr(&self.path, e))?;
+        let rows = stmt
+            .query_map([bundle_path], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    Fingerprint {
+                        size: r.get::<_, i64>(1)? as u64,
+                        mtime_ns: r.get(2)?,
+                        ino: r.get::<_, i64>(3)? as u64,
+                        sha256: r.get(4)?,
+                    },
+                ))
+            })
+            .map_err(|e| jerr(&self.path, e))?;
+        rows.collect::<rusqlite::Result<HashMap<_, _>>>().map_err(|e| jerr(&self.path, e))
+    }
+
+    /// The stored plan JSON of an operation.
+    pub fn plan_json(&self, operation_id: &str) -> Result<Option<String>> {
+        self.conn
+            .query_row("SELECT plan_json FROM journal_operations WHERE operation_id = ?1", [operation_id], |r| r.get(0))
+            .optional()
+            .map_err(|e| jerr(&self.path, e))
+    }
+}
+
+/// Current UTC time, RFC 3339 with milliseconds.
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+pub(crate) fn jerr(path: &Path, e: rusqlite::Error) -> Error {
+    let message = match &e {
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::NotADatabase => {
+            "is not a distributor journal (file is not an SQLite database, or it is corrupt)".to_string()
+        }
+        _ => e.to_string(),
+    };
+    Error::Journal { path: path.to_path_buf(), message }
+}

@@ -1,0 +1,38 @@
+//! distributor publishes producer bundles into configured destinations without ever
+//! claiming content it does not own.
+//!
+//! The pipeline, and where each step lives:
+//!
+//! 1. [`config`]: the pipeline's YAML, validated whole before anything else runs.
+//! 2. [`source`]: the bundle's manifest, safe paths, structure and size checks, digest.
+//! 3. [`backend::local`]: probes a bundle path into a [`plan::Storage`] listing, reads
+//!    [`state`]; it is the only code that writes to destinations.
+//! 4. [`plan`]: the pure planner: decisions, takeover policy, conflicts, reconciliation.
+//! 5. [`journal`]: the append-only SQLite journal every operation is written to first.
+//! 6. [`execute`]: runs a plan through the journal: stage, move aside, place, commit.
+//! 7. [`report`]: renders plans and outcomes as text or JSON.
+//!
+//! [`publish`] ties 1-7 together for the CLI ([`cli`]) and the HTTP server. [`inspect`]
+//! holds the read-only `status` and `verify`.
+
+#![forbid(unsafe_code)]
+#![deny(unused_must_use)]
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod execute;
+pub mod failpoint;
+pub mod hash;
+pub mod inspect;
+pub mod journal;
+pub mod model;
+pub mod plan;
+pub mod publish;
+pub mod report;
+pub mod source;
+pub mod state;
+
+pub use error::{Error, Result};

@@ -1,0 +1,175 @@
+//! The planner (SPEC §5): a pure function from (configuration, verified source, storage
+//! listing, parsed state, `--force`) to a [`DestinationPlan`].
+//!
+//! It never touches the filesystem, the clock or randomness; the storage it sees is a
+//! [`Storage`] listing gathered beforehand by the backend. Dry runs and real runs use it the
+//! same way, so their reports agree. The executor only carries out what a plan says.
+
+mod planner;
+mod takeover;
+
+pub use planner::{plan_destination, PlanInput};
+pub use takeover::takeover_permitted;
+
+use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef, StateMode, TakeoverMode};
+use crate::state::State;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// What storage holds at one bundle-relative path, as the backend saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// Nothing there.
+    Missing,
+    /// A regular file. `sha256` is its content hash when the backend proved it (by
+    /// hashing, or by distributor's own placement fingerprint); `None` when not examined.
+    File {
+        /// Size in bytes.
+        size: u64,
+        /// Proven content hash.
+        sha256: Option<String>,
+    },
+    /// A symlink and its text.
+    Symlink {
+        /// Link text.
+        target: String,
+    },
+    /// A directory and the non-directory paths under it (bundle-relative), recursively.
+    Dir {
+        /// Files, symlinks and special files below it.
+        contents: Vec<String>,
+    },
+    /// A socket, FIFO or device.
+    Special,
+}
+
+/// The backend's view of a bundle path: every planned path, every recorded path and all
+/// their ancestors.
+#[derive(Debug, Clone, Default)]
+pub struct Storage {
+    /// Set when the bundle path itself (or a mapped directory on the way to it) is a
+    /// symlink, a special file or a file: the reason.
+    pub bundle_unsafe: Option<String>,
+    /// Entries by bundle-relative path. A path not listed is treated as missing.
+    pub entries: HashMap<String, Entry>,
+}
+
+impl Storage {
+    /// The entry at `path` (missing when not listed).
+    pub fn get(&self, path: &str) -> &Entry {
+        self.entries.get(path).unwrap_or(&Entry::Missing)
+    }
+}
+
+/// The owner and source a destination held before this publication.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Previous {
+    /// Previous owner.
+    pub owner: Owner,
+    /// Previous source.
+    pub source: SourceRef,
+}
+
+/// Paths that changed hands in a takeover.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TakeoverEntry {
+    /// Owner the paths came from.
+    pub from_owner: Owner,
+    /// That owner's source id.
+    pub from_source_id: String,
+    /// Paths now owned by the current owner.
+    pub paths: Vec<String>,
+}
+
+/// One conflict (SPEC §5.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Conflict {
+    /// Kind.
+    pub kind: ConflictKind,
+    /// Path concerned, if any.
+    pub path: Option<String>,
+    /// Owner concerned, if any.
+    pub owner: Option<Owner>,
+    /// Whether `--force` may override it.
+    pub forceable: bool,
+    /// What it means.
+    pub message: String,
+}
+
+impl Conflict {
+    /// Builds a conflict; `forceable` follows the kind.
+    pub fn new(kind: ConflictKind, path: Option<&str>, owner: Option<&Owner>, message: impl Into<String>) -> Self {
+        Conflict {
+            kind,
+            path: path.map(str::to_string),
+            owner: owner.cloned(),
+            forceable: kind.forceable(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What happens to one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileAction {
+    /// Bundle-relative path.
+    pub path: String,
+    /// Operation.
+    pub op: FileOp,
+    /// Size (new size, or the recorded size for delete and retain).
+    pub size: u64,
+    /// sha256 (new, or recorded for delete and retain).
+    pub sha256: String,
+}
+
+/// What happens to one link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LinkAction {
+    /// Bundle-relative path.
+    pub path: String,
+    /// Bundle-relative target.
+    pub target: String,
+    /// Operation.
+    pub op: FileOp,
+}
+
+/// The plan for one destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestinationPlan {
+    /// Destination id.
+    pub destination_id: String,
+    /// Resolved bundle path.
+    pub bundle_path: PathBuf,
+    /// Configured state mode.
+    pub state_mode: StateMode,
+    /// Configured takeover mode.
+    pub takeover_mode: TakeoverMode,
+    /// Decision.
+    pub decision: Decision,
+    /// Previous owner and source (shared root: the current owner's own record).
+    pub previous: Option<Previous>,
+    /// What changed hands.
+    pub takeovers: Vec<TakeoverEntry>,
+    /// Conflicts.
+    pub conflicts: Vec<Conflict>,
+    /// File actions, sorted by path.
+    pub files: Vec<FileAction>,
+    /// Link actions, sorted by path.
+    pub links: Vec<LinkAction>,
+    /// One-line reason.
+    pub message: String,
+    /// State after the publication, for writing decisions. The current owner's
+    /// `published_at` and `operation_id` are filled in by the executor.
+    pub new_state: Option<State>,
+}
+
+impl DestinationPlan {
+    /// Files the plan writes (create or overwrite).
+    pub fn writes(&self) -> impl Iterator<Item = &FileAction> {
+        self.files.iter().filter(|f| matches!(f.op, FileOp::Create | FileOp::Overwrite))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,644 @@
+//! `plan_destination`: decisions, takeover, conflicts and reconciliation for one
+//! destination. Pure: inputs in, plan out.
+
+use super::{takeover_permitted, Conflict, DestinationPlan, Entry, FileAction, LinkAction, Previous, Storage, TakeoverEntry};
+use crate::config::Destination;
+use crate::model::{
+    ConflictKind, Decision, DestinationNewer, FileOp, OnConflict, Owner, ReconciliationMode, SameCreatedDigestMismatch,
+    SourceRef, StateMode, TakeoverMode,
+};
+use crate::source::{relative_link_target, Source};
+use crate::state::{OwnerRecord, RecordedLink, RecordedOutput, State, StateFile};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+/// Everything the planner looks at.
+pub struct PlanInput<'a> {
+    /// Current pipeline id.
+    pub pipeline_id: &'a str,
+    /// The destination's configuration.
+    pub destination: &'a Destination,
+    /// Resolved bundle path (for the report).
+    pub bundle_path: &'a Path,
+    /// Verified source.
+    pub source: &'a Source,
+    /// What `.distributor.json` held.
+    pub state: &'a StateFile,
+    /// What storage holds.
+    pub storage: &'a Storage,
+    /// `--force`.
+    pub force: bool,
+}
+
+/// What a recorded path looked like before: its owner and content.
+#[derive(Clone)]
+enum Recorded<'s> {
+    Output(&'s RecordedOutput),
+    Link(&'s RecordedLink),
+}
+
+impl Recorded<'_> {
+    fn owner(&self) -> &Owner {
+        match self {
+            Recorded::Output(o) => &o.owner,
+            Recorded::Link(l) => &l.owner,
+        }
+    }
+}
+
+/// Where identity comparison landed before reconciliation.
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Basis {
+    /// No previous record for this owner.
+    Fresh,
+    /// Same owner, same source id, same time, same digest.
+    Same,
+    /// Same owner and source id, older state.
+    Older,
+    /// Same owner, source id and time, other digest, transfer permits.
+    Changed,
+    /// Identity differs and takeover is permitted (or forced).
+    Takeover,
+}
+
+/// Plans one destination.
+pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
+    let d = input.destination;
+    let me = Owner::new(input.pipeline_id, d.id.clone());
+    let src = input.source.source_ref();
+    let mut plan = DestinationPlan {
+        destination_id: d.id.clone(),
+        bundle_path: input.bundle_path.to_path_buf(),
+        state_mode: d.state_mode,
+        takeover_mode: d.takeover,
+        decision: Decision::Conflict,
+        previous: None,
+        takeovers: Vec::new(),
+        conflicts: Vec::new(),
+        files: Vec::new(),
+        links: Vec::new(),
+        message: String::new(),
+        new_state: None,
+    };
+    if let Some(reason) = &input.storage.bundle_unsafe {
+        plan.conflicts.push(Conflict::new(ConflictKind::UnsafeStorage, None, None, reason.clone()));
+        return finish_conflict(plan);
+    }
+    let empty = State { mode: d.state_mode, owners: vec![], outputs: vec![], links: vec![] };
+    let (state, invalid) = match input.state {
+        StateFile::Absent => (&empty, None),
+        StateFile::Invalid(reason) => {
+            plan.conflicts.push(Conflict::new(
+                ConflictKind::InvalidState,
+                Some(crate::state::STATE_FILE),
+                None,
+                format!(".distributor.json is not valid state ({reason}); nothing in the bundle path is known to be managed"),
+            ));
+            (&empty, Some(reason.as_str()))
+        }
+        StateFile::Valid(s) if s.mode != d.state_mode => {
+            plan.conflicts.push(Conflict::new(
+                ConflictKind::StateModeMismatch,
+                Some(crate::state::STATE_FILE),
+                None,
+                format!("state is {} but the destination is configured as {}", s.mode, d.state_mode),
+            ));
+            return finish_conflict(plan);
+        }
+        StateFile::Valid(s) => (s, None),
+    };
+    Planner { input, me, src, state, invalid: invalid.is_some(), plan }.run()
+}
+
+struct Planner<'a, 's> {
+    input: &'a PlanInput<'a>,
+    me: Owner,
+    src: SourceRef,
+    state: &'s State,
+    invalid: bool,
+    plan: DestinationPlan,
+}
+
+impl<'a, 's> Planner<'a, 's> {
+    fn run(mut self) -> DestinationPlan {
+        let d = self.input.destination;
+        let manifest = &self.input.source.manifest;
+        let mut recorded: HashMap<&str, Recorded<'s>> = HashMap::new();
+        for o in &self.state.outputs {
+            recorded.insert(&o.path, Recorded::Output(o));
+        }
+        for l in &self.state.links {
+            recorded.insert(&l.path, Recorded::Link(l));
+        }
+        // The record whose content this publication replaces: the single owner (whoever it
+        // is), or the current owner's own record in a shared root.
+        let replaced: Option<&'s OwnerRecord> = match d.state_mode {
+            StateMode::SingleOwner => self.state.owners.first(),
+            StateMode::SharedRoot => self.state.owner(&self.me),
+        };
+        self.plan.previous = replaced.map(|r| Previous { owner: r.owner.clone(), source: r.source.clone() });
+
+        let mut newer: Vec<String> = Vec::new();
+        let mut basis = Basis::Fresh;
+        if let Some(r) = replaced {
+            basis = self.compare_identity(r, &mut newer);
+        }
+
+        // Paths recorded for other owners that this manifest claims (shared root).
+        let mut taken: BTreeMap<Owner, Vec<String>> = BTreeMap::new();
+        let new_paths: Vec<&str> = manifest
+            .outputs
+            .iter()
+            .map(|o| o.path.as_str())
+            .chain(manifest.links.iter().map(|l| l.path.as_str()))
+            .collect();
+        let new_set: HashSet<&str> = new_paths.iter().copied().collect();
+        let mut colliding_checked: HashSet<Owner> = HashSet::new();
+        for p in &new_paths {
+            if let Some(rec) = recorded.get(p) {
+                let owner = rec.owner();
+                if Some(owner) == replaced.map(|r| &r.owner) {
+                    continue;
+                }
+                let other = self.state.owner(owner).expect("valid state lists every owner");
+                if takeover_permitted(d.takeover, &self.me, &self.src.id, owner, &other.source.id) {
+                    taken.entry(owner.clone()).or_default().push(p.to_string());
+                    if colliding_checked.insert(owner.clone()) && newer_than(&other.source, &self.src) {
+                        newer.push(format!("{} holds source {} created {}", owner, other.source.id, other.source.created_at));
+                    }
+                } else {
+                    self.conflict(
+                        ConflictKind::OwnerConflict,
+                        Some(p),
+                        Some(owner),
+                        format!(
+                            "'{p}' is owned by {owner} (source {}); takeover.mode {} does not permit taking it over",
+                            other.source.id, d.takeover
+                        ),
+                    );
+                    taken.entry(owner.clone()).or_default().push(p.to_string());
+                }
+            }
+        }
+
+        // Old outputs of the replaced owner and whether omitted ones are retained.
+        let old_owner = replaced.map(|r| r.owner.clone());
+        let retain = d.reconciliation == ReconciliationMode::Merge
+            && matches!(basis, Basis::Same | Basis::Older | Basis::Changed)
+            && replaced.is_some_and(|r| r.source.id == self.src.id && r.owner == self.me);
+        let mut delete_set: HashSet<&str> = HashSet::new();
+        let owned_by_old = |path: &str| -> bool {
+            recorded.get(path).is_some_and(|r| Some(r.owner()) == old_owner.as_ref())
+        };
+        if !retain {
+            for o in &self.state.outputs {
+                if owned_by_old(&o.path) && !new_set.contains(o.path.as_str()) {
+                    delete_set.insert(&o.path);
+                }
+            }
+            for l in &self.state.links {
+                if owned_by_old(&l.path) && !new_set.contains(l.path.as_str()) {
+                    delete_set.insert(&l.path);
+                }
+            }
+        }
+        // Recorded paths that are replaced by new content are moved aside too.
+        let moved: HashSet<&str> = delete_set
+            .iter()
+            .copied()
+            .chain(new_paths.iter().copied().filter(|p| recorded.contains_key(p)))
+            .collect();
+
+        // Files.
+        let storage = self.input.storage;
+        let mut new_outputs: Vec<RecordedOutput> = Vec::new();
+        for o in &manifest.outputs {
+            let entry = storage.get(&o.path);
+            let op = match recorded.get(o.path.as_str()) {
+                Some(rec) => {
+                    let same = matches!(rec, Recorded::Output(r) if r.sha256 == o.sha256 && r.size == o.size)
+                        && matches!(entry, Entry::File { size, sha256: Some(h) } if *size == o.size && *h == o.sha256);
+                    match entry {
+                        _ if same => FileOp::Unchanged,
+                        Entry::Missing => FileOp::Create,
+                        Entry::Dir { contents } => self.dir_in_the_way(&o.path, contents, &moved),
+                        Entry::Special => {
+                            self.special(&o.path);
+                            FileOp::Overwrite
+                        }
+                        _ => FileOp::Overwrite,
+                    }
+                }
+                None => self.unrecorded(&o.path, entry, &moved),
+            };
+            self.check_ancestors(&o.path, &moved, &recorded);
+            self.plan.files.push(FileAction { path: o.path.clone(), op, size: o.size, sha256: o.sha256.clone() });
+            new_outputs.push(RecordedOutput { path: o.path.clone(), size: o.size, sha256: o.sha256.clone(), owner: self.me.clone() });
+        }
+        let mut new_links: Vec<RecordedLink> = Vec::new();
+        for l in &manifest.links {
+            let entry = storage.get(&l.path);
+            let text = relative_link_target(&l.path, &l.target);
+            let op = match recorded.get(l.path.as_str()) {
+                Some(rec) => {
+                    let same = matches!(rec, Recorded::Link(r) if r.target == l.target)
+                        && matches!(entry, Entry::Symlink { target } if *target == text);
+                    match entry {
+                        _ if same => FileOp::Unchanged,
+                        Entry::Missing => FileOp::Create,
+                        Entry::Dir { contents } => self.dir_in_the_way(&l.path, contents, &moved),
+                        Entry::Special => {
+                            self.special(&l.path);
+                            FileOp::Overwrite
+                        }
+                        _ => FileOp::Overwrite,
+                    }
+                }
+                None => self.unrecorded(&l.path, entry, &moved),
+            };
+            self.check_ancestors(&l.path, &moved, &recorded);
+            self.plan.links.push(LinkAction { path: l.path.clone(), target: l.target.clone(), op });
+            new_links.push(RecordedLink { path: l.path.clone(), target: l.target.clone(), owner: self.me.clone() });
+        }
+        // Old paths the manifest omits: delete or retain.
+        for o in &self.state.outputs {
+            if owned_by_old(&o.path) && !new_set.contains(o.path.as_str()) {
+                let op = if retain { FileOp::Retain } else { FileOp::Delete };
+                self.check_ancestors(&o.path, &moved, &recorded);
+                self.plan.files.push(FileAction { path: o.path.clone(), op, size: o.size, sha256: o.sha256.clone() });
+                if retain {
+                    new_outputs.push(RecordedOutput { owner: self.me.clone(), ..o.clone() });
+                }
+            }
+        }
+        for l in &self.state.links {
+            if owned_by_old(&l.path) && !new_set.contains(l.path.as_str()) {
+                let op = if retain { FileOp::Retain } else { FileOp::Delete };
+                self.plan.links.push(LinkAction { path: l.path.clone(), target: l.target.clone(), op });
+                if retain {
+                    new_links.push(RecordedLink { owner: self.me.clone(), ..l.clone() });
+                }
+            }
+        }
+        self.plan.files.sort_by(|a, b| a.path.cmp(&b.path));
+        self.plan.links.sort_by(|a, b| a.path.cmp(&b.path));
+
+        // Takeover entries: the replaced record when its identity differs, then other owners.
+        if let Some(r) = replaced {
+            if basis == Basis::Takeover {
+                let paths: Vec<String> = new_paths
+                    .iter()
+                    .filter(|p| recorded.get(*p).is_some_and(|rec| rec.owner() == &r.owner))
+                    .map(|p| p.to_string())
+                    .collect();
+                self.plan.takeovers.push(TakeoverEntry { from_owner: r.owner.clone(), from_source_id: r.source.id.clone(), paths: sorted(paths) });
+            }
+        }
+        for (owner, paths) in taken {
+            let rec = self.state.owner(&owner).expect("valid state lists every owner");
+            self.plan.takeovers.push(TakeoverEntry { from_owner: owner, from_source_id: rec.source.id.clone(), paths: sorted(paths) });
+        }
+
+        // Decide.
+        if !self.plan.conflicts.is_empty() {
+            // Newer content still counts when it is what transfer says to refuse.
+            if !newer.is_empty() && d.transfer.destination_newer == DestinationNewer::Conflict {
+                self.newer_conflicts(&newer);
+            }
+            return self.conflict_or_force(new_outputs, new_links, &moved);
+        }
+        if !newer.is_empty() {
+            match d.transfer.destination_newer {
+                DestinationNewer::Skip => {
+                    self.plan.decision = Decision::SkipDestinationNewer;
+                    self.plan.message = format!(
+                        "{}, newer than this source ({} created {}); transfer.destination_newer: skip leaves it in place",
+                        newer.join("; "),
+                        self.src.id,
+                        self.src.created_at
+                    );
+                    return self.clear_actions();
+                }
+                DestinationNewer::Conflict => {
+                    self.newer_conflicts(&newer);
+                    return self.conflict_or_force(new_outputs, new_links, &moved);
+                }
+            }
+        }
+        let takeover = !self.plan.takeovers.is_empty();
+        self.plan.decision = if takeover {
+            Decision::ReplaceTakeover
+        } else {
+            match basis {
+                Basis::Fresh => Decision::Create,
+                Basis::Same => {
+                    let drift = self.plan.files.iter().any(|f| f.op != FileOp::Unchanged)
+                        || self.plan.links.iter().any(|l| l.op != FileOp::Unchanged);
+                    if drift { Decision::Repair } else { Decision::Unchanged }
+                }
+                Basis::Older => Decision::ReplaceOlder,
+                Basis::Changed => Decision::ReplaceChanged,
+                Basis::Takeover => Decision::ReplaceTakeover,
+            }
+        };
+        self.plan.message = self.reason(replaced);
+        if self.plan.decision.writes() {
+            self.plan.new_state = Some(self.new_state(new_outputs, new_links, &moved));
+        }
+        self.plan
+    }
+
+    /// Compares the replaced record with the current owner and source.
+    fn compare_identity(&mut self, r: &OwnerRecord, newer: &mut Vec<String>) -> Basis {
+        let d = self.input.destination;
+        let same_owner = r.owner == self.me;
+        let same_id = r.source.id == self.src.id;
+        let is_newer = newer_than(&r.source, &self.src);
+        if is_newer {
+            newer.push(format!("{} holds source {} created {}", r.owner, r.source.id, r.source.created_at));
+        }
+        let same_created = r.source.created() == Some(self.input.source.created);
+        if same_id && same_created && r.source.digest != self.src.digest {
+            match d.transfer.same_created_digest_mismatch {
+                SameCreatedDigestMismatch::Conflict => {
+                    self.conflict(
+                        ConflictKind::SameCreatedDigestMismatch,
+                        None,
+                        Some(&r.owner),
+                        format!(
+                            "{} holds source {} created {} with digest {}, this source has the same id and time but digest {}; transfer.same_created_digest_mismatch: conflict",
+                            r.owner, r.source.id, r.source.created_at, r.source.digest, self.src.digest
+                        ),
+                    );
+                }
+                SameCreatedDigestMismatch::Replace => {}
+            }
+        }
+        if same_owner && same_id {
+            return if is_newer {
+                Basis::Older // not used: the newer guard decides first
+            } else if same_created && r.source.digest == self.src.digest {
+                Basis::Same
+            } else if same_created {
+                Basis::Changed
+            } else {
+                Basis::Older
+            };
+        }
+        let permitted = takeover_permitted(d.takeover, &self.me, &self.src.id, &r.owner, &r.source.id);
+        if !permitted {
+            let (kind, what) = if !same_owner && d.state_mode == StateMode::SingleOwner {
+                match d.takeover {
+                    TakeoverMode::SamePipeline => (ConflictKind::PipelineDiffers, "pipeline"),
+                    TakeoverMode::SameSource => (ConflictKind::SourceIdDiffers, "source id"),
+                    _ if r.owner.pipeline_id != self.me.pipeline_id => (ConflictKind::PipelineDiffers, "pipeline"),
+                    _ if r.owner.destination_id != self.me.destination_id => (ConflictKind::DestinationDiffers, "destination"),
+                    _ => (ConflictKind::SourceIdDiffers, "source id"),
+                }
+            } else {
+                (ConflictKind::SourceIdDiffers, "source id")
+            };
+            self.conflict(
+                kind,
+                None,
+                Some(&r.owner),
+                format!(
+                    "the {what} differs: {} holds source {} and this is {}/{} with source {}; takeover.mode {} does not permit replacing it",
+                    r.owner, r.source.id, self.me.pipeline_id, self.me.destination_id, self.src.id, d.takeover
+                ),
+            );
+        }
+        Basis::Takeover
+    }
+
+    fn conflict(&mut self, kind: ConflictKind, path: Option<&str>, owner: Option<&Owner>, message: String) {
+        self.plan.conflicts.push(Conflict::new(kind, path, owner, message));
+    }
+
+    fn newer_conflicts(&mut self, newer: &[String]) {
+        let msg = format!(
+            "{}, newer than this source ({} created {}); transfer.destination_newer: conflict",
+            newer.join("; "),
+            self.src.id,
+            self.src.created_at
+        );
+        self.conflict(ConflictKind::DestinationNewer, None, None, msg);
+    }
+
+    /// A planned path that no valid state records.
+    fn unrecorded(&mut self, path: &str, entry: &Entry, moved: &HashSet<&str>) -> FileOp {
+        match entry {
+            Entry::Missing => FileOp::Create,
+            Entry::File { .. } | Entry::Symlink { .. } => {
+                let what = if matches!(entry, Entry::File { .. }) { "a file" } else { "a symlink" };
+                self.conflict(
+                    ConflictKind::UnmanagedContent,
+                    Some(path),
+                    None,
+                    format!("'{path}' exists in storage as {what} that no valid state records; distributor does not adopt unmanaged content"),
+                );
+                FileOp::Overwrite
+            }
+            Entry::Dir { contents } => self.dir_in_the_way(path, contents, moved),
+            Entry::Special => {
+                self.special(path);
+                FileOp::Overwrite
+            }
+        }
+    }
+
+    /// A directory where a file or link goes: fine only when everything under it is being
+    /// moved aside by this plan (it is then removed as emptied).
+    fn dir_in_the_way(&mut self, path: &str, contents: &[String], moved: &HashSet<&str>) -> FileOp {
+        if contents.iter().all(|c| moved.contains(c.as_str())) {
+            return FileOp::Create;
+        }
+        self.conflict(
+            ConflictKind::UnmanagedDirectory,
+            Some(path),
+            None,
+            format!("a directory stands at '{path}' where a file goes, holding content this publication does not manage"),
+        );
+        FileOp::Overwrite
+    }
+
+    fn special(&mut self, path: &str) {
+        self.conflict(
+            ConflictKind::UnsafeStorage,
+            Some(path),
+            None,
+            format!("'{path}' is a socket, FIFO or device; distributor never replaces special files"),
+        );
+    }
+
+    /// Every ancestor of a touched path must be a directory, or a path this plan moves
+    /// aside; a symlink or special file on the way is unsafe.
+    fn check_ancestors(&mut self, path: &str, moved: &HashSet<&str>, recorded: &HashMap<&str, Recorded<'s>>) {
+        for (i, b) in path.bytes().enumerate() {
+            if b != b'/' {
+                continue;
+            }
+            let anc = &path[..i];
+            match self.input.storage.get(anc) {
+                Entry::Missing | Entry::Dir { .. } => {}
+                _ if moved.contains(anc) => {}
+                Entry::Symlink { .. } | Entry::Special => {
+                    self.conflict(
+                        ConflictKind::UnsafeStorage,
+                        Some(anc),
+                        None,
+                        format!("'{anc}' on the way to '{path}' is a symlink or special file; distributor never writes through it"),
+                    );
+                    return;
+                }
+                Entry::File { .. } => {
+                    let whose = recorded.get(anc).map(|r| format!(" (recorded for {})", r.owner())).unwrap_or_default();
+                    self.conflict(
+                        ConflictKind::UnsafeStorage,
+                        Some(anc),
+                        None,
+                        format!("'{anc}' on the way to '{path}' is a file{whose}, not a directory"),
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    fn clear_actions(mut self) -> DestinationPlan {
+        self.plan.files.clear();
+        self.plan.links.clear();
+        self.plan.takeovers.clear();
+        self.plan
+    }
+
+    fn conflict_or_force(mut self, outputs: Vec<RecordedOutput>, links: Vec<RecordedLink>, moved: &HashSet<&str>) -> DestinationPlan {
+        let d = self.input.destination;
+        let all_forceable = self.plan.conflicts.iter().all(|c| c.forceable);
+        let kinds = conflict_kinds(&self.plan.conflicts);
+        if self.input.force && all_forceable && d.transfer.on_conflict == OnConflict::Replace {
+            self.plan.decision = Decision::ForceReplace;
+            self.plan.message = format!("--force with transfer.on_conflict: replace overrides {kinds}");
+            if self.invalid {
+                self.plan.message.push_str("; invalid state is replaced by fresh state, nothing is deleted");
+            }
+            let state = self.new_state(outputs, links, moved);
+            self.plan.new_state = Some(state);
+            return self.plan;
+        }
+        self.plan.decision = Decision::Conflict;
+        self.plan.message = if !all_forceable {
+            format!("{kinds}: nothing written; not forceable")
+        } else if self.input.force {
+            format!("{kinds}: nothing written; transfer.on_conflict: refuse forbids --force")
+        } else {
+            format!("{kinds}: nothing written; --force would replace (transfer.on_conflict: {})", d.transfer.on_conflict)
+        };
+        self.clear_actions()
+    }
+
+    fn reason(&self, replaced: Option<&OwnerRecord>) -> String {
+        let d = self.input.destination;
+        let writes = self.plan.files.iter().filter(|f| matches!(f.op, FileOp::Create | FileOp::Overwrite)).count()
+            + self.plan.links.iter().filter(|l| matches!(l.op, FileOp::Create | FileOp::Overwrite)).count();
+        match self.plan.decision {
+            Decision::Create => match self.state.owners.is_empty() {
+                true => "no state at the bundle path; every path is new".to_string(),
+                false => format!("no record for {} in the shared root; its paths are new", self.me),
+            },
+            Decision::Unchanged => format!("source {} created {} is already published and storage matches", self.src.id, self.src.created_at),
+            Decision::Repair => format!(
+                "source {} is already published; {writes} recorded path(s) missing or modified in storage are rewritten",
+                self.src.id
+            ),
+            Decision::ReplaceOlder => {
+                let r = replaced.expect("replace_older has a previous record");
+                format!("state holds source {} created {}, older than {}", r.source.id, r.source.created_at, self.src.created_at)
+            }
+            Decision::ReplaceChanged => {
+                "same source id and created_at with another digest; transfer.same_created_digest_mismatch: replace permits".to_string()
+            }
+            Decision::ReplaceTakeover => {
+                let from: Vec<String> = self
+                    .plan
+                    .takeovers
+                    .iter()
+                    .map(|t| format!("{} (source {})", t.from_owner, t.from_source_id))
+                    .collect();
+                format!("takeover.mode {} permits replacing {}", d.takeover, from.join(", "))
+            }
+            _ => String::new(),
+        }
+    }
+
+    /// The state after this publication.
+    fn new_state(&self, outputs: Vec<RecordedOutput>, links: Vec<RecordedLink>, moved: &HashSet<&str>) -> State {
+        let d = self.input.destination;
+        let mine = OwnerRecord {
+            owner: self.me.clone(),
+            source: self.src.clone(),
+            reconciliation: d.reconciliation,
+            published_at: String::new(),
+            operation_id: String::new(),
+        };
+        let claimed: HashSet<String> = outputs.iter().map(|o| o.path.clone()).chain(links.iter().map(|l| l.path.clone())).collect();
+        let mut state = match d.state_mode {
+            StateMode::SingleOwner => State { mode: d.state_mode, owners: vec![mine], outputs, links },
+            StateMode::SharedRoot => {
+                let keep_out = self
+                    .state
+                    .outputs
+                    .iter()
+                    .filter(|o| o.owner != self.me && !claimed.contains(&o.path) && !moved.contains(o.path.as_str()))
+                    .cloned();
+                let keep_links = self
+                    .state
+                    .links
+                    .iter()
+                    .filter(|l| l.owner != self.me && !claimed.contains(&l.path) && !moved.contains(l.path.as_str()))
+                    .cloned();
+                let mut owners: Vec<OwnerRecord> = self.state.owners.iter().filter(|r| r.owner != self.me).cloned().collect();
+                owners.push(mine);
+                State {
+                    mode: d.state_mode,
+                    owners,
+                    outputs: keep_out.chain(outputs).collect(),
+                    links: keep_links.chain(links).collect(),
+                }
+            }
+        };
+        // Owner records with nothing left are removed.
+        let State { owners, outputs, links, .. } = &mut state;
+        owners.retain(|r| outputs.iter().any(|o| o.owner == r.owner) || links.iter().any(|l| l.owner == r.owner));
+        state.outputs.sort_by(|a, b| a.path.cmp(&b.path));
+        state.links.sort_by(|a, b| a.path.cmp(&b.path));
+        state
+    }
+}
+
+/// Ends a plan stopped by a non-forceable conflict found before reconciliation.
+fn finish_conflict(mut plan: DestinationPlan) -> DestinationPlan {
+    let kinds = conflict_kinds(&plan.conflicts);
+    plan.decision = Decision::Conflict;
+    plan.message = format!("{kinds}: nothing written; not forceable");
+    plan
+}
+
+fn conflict_kinds(conflicts: &[Conflict]) -> String {
+    let mut kinds: Vec<&str> = conflicts.iter().map(|c| c.kind.as_str()).collect();
+    kinds.dedup();
+    kinds.join(", ")
+}
+
+/// True when `state` comes from a source created after `current`.
+fn newer_than(state: &SourceRef, current: &SourceRef) -> bool {
+    match (state.created(), current.created()) {
+        (Some(a), Some(b)) => a > b,
+        _ => false,
+    }
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}

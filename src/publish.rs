@@ -1,0 +1,285 @@
+//! `publish` and `plan`: verify the source, then per destination resolve the bundle path,
+//! probe storage, plan, and (unless dry run) lock, re-plan under the lock, and execute
+//! through the journal. Shared by the CLI and the HTTP server.
+
+use crate::backend::local::{self, Fingerprint};
+use crate::config::{Config, Destination, PathMapping};
+use crate::error::{Error, Result};
+use crate::execute::{execute, ExecContext};
+use crate::hash::hash_file;
+use crate::journal::Journal;
+use crate::model::Decision;
+use crate::plan::{plan_destination, DestinationPlan, PlanInput, Storage};
+use crate::report::{DestinationReport, Report, Status, Summary};
+use crate::source::Source;
+use crate::state::StateFile;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What to publish and how.
+#[derive(Debug, Clone)]
+pub struct PublishOptions {
+    /// Destination ids to publish to; empty means all.
+    pub destinations: Vec<String>,
+    /// Plan only; write nothing anywhere.
+    pub dry_run: bool,
+    /// `--force`.
+    pub force: bool,
+    /// Journal file (already resolved).
+    pub journal: PathBuf,
+    /// How long to wait for a destination lock.
+    pub lock_timeout: Duration,
+    /// Who publishes (`cli:<user>` or `token:<name>`).
+    pub actor: String,
+    /// `publish` or `plan`, for the report.
+    pub command: String,
+}
+
+/// A report and the exit code it implies (SPEC §10).
+#[derive(Debug)]
+pub struct Outcome {
+    /// The report.
+    pub report: Report,
+    /// 0, 1, 3 or 4.
+    pub exit_code: u8,
+}
+
+/// Publishes (or plans) a verified source to the configured destinations.
+pub fn publish(config: &Config, source: &Source, opts: &PublishOptions) -> Result<Outcome> {
+    let selected = select_destinations(config, &opts.destinations)?;
+    let mut journal = if opts.dry_run { None } else { Some(Journal::open(&opts.journal)?) };
+    let mut reports = Vec::new();
+    let mut codes: Vec<u8> = Vec::new();
+    let mut invalid_source: Option<String> = None;
+    for dest in selected {
+        if let Some(why) = &invalid_source {
+            let mut r = failed_report(config, dest, source, why.clone());
+            r.message = format!("not attempted: {why}");
+            reports.push(r);
+            continue;
+        }
+        let (report, code) = match publish_one(config, dest, source, opts, journal.as_mut()) {
+            Ok(x) => x,
+            Err(e) => {
+                if matches!(e.root(), Error::Source(_)) {
+                    invalid_source = Some(e.to_string());
+                }
+                let code = e.exit_code();
+                let mut r = failed_report(config, dest, source, e.to_string());
+                if let Error::Planned { plan, .. } = &e {
+                    r = DestinationReport::from_plan(plan, Status::Failed, None);
+                }
+                r.message = e.to_string();
+                (r, code)
+            }
+        };
+        reports.push(report);
+        codes.push(code);
+    }
+    let exit_code = [1u8, 4, 3].into_iter().find(|c| codes.contains(c)).unwrap_or(0);
+    let summary = Summary::of(&reports);
+    Ok(Outcome {
+        report: Report {
+            report_version: 1,
+            command: opts.command.clone(),
+            dry_run: opts.dry_run,
+            pipeline_id: config.pipeline_id.clone(),
+            source: source.source_ref(),
+            destinations: reports,
+            summary,
+        },
+        exit_code,
+    })
+}
+
+fn select_destinations<'c>(config: &'c Config, ids: &[String]) -> Result<Vec<&'c Destination>> {
+    if ids.is_empty() {
+        return Ok(config.destinations.iter().collect());
+    }
+    ids.iter()
+        .map(|id| {
+            config.destination(id).ok_or_else(|| {
+                let known: Vec<&str> = config.destinations.iter().map(|d| d.id.as_str()).collect();
+                Error::Usage(format!("--destination {id}: no such destination in {}; configured: {}", config.file.display(), known.join(", ")))
+            })
+        })
+        .collect()
+}
+
+fn failed_report(config: &Config, dest: &Destination, source: &Source, message: String) -> DestinationReport {
+    DestinationReport {
+        destination_id: dest.id.clone(),
+        bundle_path: bundle_path(config, dest, source).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+        state_mode: dest.state_mode,
+        takeover_mode: dest.takeover,
+        decision: Decision::Conflict,
+        status: Status::Failed,
+        operation_id: None,
+        previous: None,
+        takeovers: vec![],
+        conflicts: vec![],
+        files: vec![],
+        links: vec![],
+        message,
+    }
+}
+
+/// The bundle path of `dest` for `source` (SPEC §2 path mapping).
+pub fn bundle_path(config: &Config, dest: &Destination, source: &Source) -> Result<PathBuf> {
+    Ok(match &dest.path_mapping {
+        PathMapping::Fixed => dest.path.clone(),
+        PathMapping::SourceId => dest.path.join(&source.manifest.id),
+        PathMapping::Template(t) => {
+            let rel = t
+                .render(&source.manifest.id, source.created, &config.pipeline_id, &dest.id)
+                .map_err(|m| Error::Config(format!("config {}: destinations[{}].path_mapping.template: {m}", config.file.display(), dest.id)))?;
+            dest.path.join(rel)
+        }
+    })
+}
+
+/// Plans one destination: probes storage and reads state (no writes).
+pub fn plan_one(
+    config: &Config,
+    dest: &Destination,
+    source: &Source,
+    force: bool,
+    fingerprints: &HashMap<String, Fingerprint>,
+) -> Result<DestinationPlan> {
+    let bundle = bundle_path(config, dest, source)?;
+    let unsafe_reason = local::bundle_unsafe(&dest.path, &bundle);
+    let state = if unsafe_reason.is_some() { StateFile::Absent } else { local::read_state(&bundle)? };
+    let storage = probe_for_plan(dest, &bundle, source, &state, fingerprints)?;
+    Ok(plan_destination(&PlanInput {
+        pipeline_id: &config.pipeline_id,
+        destination: dest,
+        bundle_path: &bundle,
+        source,
+        state: &state,
+        storage: &storage,
+        force,
+    }))
+}
+
+fn probe_for_plan(
+    dest: &Destination,
+    bundle: &Path,
+    source: &Source,
+    state: &StateFile,
+    fingerprints: &HashMap<String, Fingerprint>,
+) -> Result<Storage> {
+    let m = &source.manifest;
+    let mut paths: Vec<&str> = m.outputs.iter().map(|o| o.path.as_str()).chain(m.links.iter().map(|l| l.path.as_str())).collect();
+    let dirs_wanted: HashSet<&str> = paths.iter().copied().collect();
+    let mut confirm: HashMap<&str, &str> = HashMap::new();
+    if let StateFile::Valid(s) = state {
+        let new: HashMap<&str, (&str, u64)> = m.outputs.iter().map(|o| (o.path.as_str(), (o.sha256.as_str(), o.size))).collect();
+        for o in &s.outputs {
+            paths.push(&o.path);
+            if new.get(o.path.as_str()) == Some(&(o.sha256.as_str(), o.size)) {
+                confirm.insert(&o.path, &o.sha256);
+            }
+        }
+        paths.extend(s.links.iter().map(|l| l.path.as_str()));
+    }
+    local::probe(&dest.path, bundle, &paths, &confirm, fingerprints, &dirs_wanted)
+}
+
+fn publish_one(
+    config: &Config,
+    dest: &Destination,
+    source: &Source,
+    opts: &PublishOptions,
+    journal: Option<&mut Journal>,
+) -> Result<(DestinationReport, u8)> {
+    let Some(journal) = journal else {
+        // Dry run: plan, and read the files a real run would write so both reach the
+        // same verdict on the source.
+        let plan = plan_one(config, dest, source, opts.force, &HashMap::new())?;
+        for f in plan.writes() {
+            let (size, sha) = hash_file(&source.file(&f.path))?;
+            if size != f.size || sha != f.sha256 {
+                return Err(Error::Source(format!(
+                    "output '{}': read {size} bytes with sha256 {sha}, the manifest says {} bytes with sha256 {}",
+                    f.path, f.size, f.sha256
+                )));
+            }
+        }
+        let status = status_of(&plan, Status::Planned);
+        let code = code_of(&plan);
+        return Ok((DestinationReport::from_plan(&plan, status, None), code));
+    };
+    let bundle = bundle_path(config, dest, source)?;
+    let key = bundle.to_string_lossy().into_owned();
+    let fingerprints = journal.fingerprints(&key)?;
+    let preview = plan_one(config, dest, source, opts.force, &fingerprints)?;
+    if !preview.decision.writes() {
+        check_recovery(journal, &bundle)?;
+        return Ok((DestinationReport::from_plan(&preview, status_of(&preview, Status::Applied), None), code_of(&preview)));
+    }
+    let _lock = local::lock(&dest.path, &bundle, opts.lock_timeout)?;
+    check_recovery(journal, &bundle)?;
+    let plan = plan_one(config, dest, source, opts.force, &fingerprints)?;
+    if !plan.decision.writes() {
+        return Ok((DestinationReport::from_plan(&plan, status_of(&plan, Status::Applied), None), code_of(&plan)));
+    }
+    let ctx = ExecContext { pipeline_id: &config.pipeline_id, actor: &opts.actor };
+    match execute(&plan, source, journal, &ctx) {
+        Ok(op) => Ok((DestinationReport::from_plan(&plan, Status::Applied, Some(op)), 0)),
+        Err(e) => Err(Error::Planned { plan: Box::new(plan), source: Box::new(e) }),
+    }
+}
+
+/// Refuses (exit 4) when an operation on `bundle` is unfinished or staging holds anything.
+pub fn check_recovery(journal: &Journal, bundle: &Path) -> Result<()> {
+    let key = bundle.to_string_lossy();
+    let unfinished = journal.unfinished_for(&key)?;
+    let staging = local::staging_entries(bundle);
+    if unfinished.is_empty() && staging.is_empty() {
+        return Ok(());
+    }
+    let what = if let Some(op) = unfinished.first() {
+        format!("operation {op} on {key} is unfinished")
+    } else {
+        format!("{}/{} holds {}", key, local::STAGING_DIR, staging.join(", "))
+    };
+    Err(Error::RecoveryRequired(format!(
+        "recovery required: {what}; run `distributor recover` (with the same --config/--journal) before publishing again"
+    )))
+}
+
+fn status_of(plan: &DestinationPlan, writing: Status) -> Status {
+    match plan.decision {
+        Decision::Conflict => Status::Conflict,
+        Decision::Unchanged | Decision::SkipDestinationNewer => Status::Skipped,
+        _ => writing,
+    }
+}
+
+fn code_of(plan: &DestinationPlan) -> u8 {
+    if plan.decision == Decision::Conflict { 3 } else { 0 }
+}
+
+/// The journal location (SPEC §2): `--journal`, `DISTRIBUTOR_JOURNAL`, `journal.path`,
+/// `$XDG_STATE_HOME/distributor/journal.sqlite3`, `~/.local/state/distributor/journal.sqlite3`.
+pub fn resolve_journal(flag: Option<&Path>, config: Option<&Config>) -> Result<PathBuf> {
+    if let Some(p) = flag {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("DISTRIBUTOR_JOURNAL").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    if let Some(p) = config.and_then(|c| c.journal_path.clone()) {
+        return Ok(p);
+    }
+    if let Some(p) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(p).join("distributor").join("journal.sqlite3"));
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(h) => Ok(PathBuf::from(h).join(".local/state/distributor/journal.sqlite3")),
+        None => Err(Error::Usage(
+            "no journal location: set --journal, DISTRIBUTOR_JOURNAL, journal.path, XDG_STATE_HOME or HOME".into(),
+        )),
+    }
+}

@@ -1,0 +1,112 @@
+//! `distributor manifest DIR --id ID`: writes the manifest of every regular file under DIR.
+//!
+//! Symlinks to regular files inside DIR become links; any other symlink, and any special
+//! file, is an error, and then no manifest is written.
+
+use super::{LinkEntry, Manifest, OutputEntry, MANIFEST_FILE};
+use crate::error::{Error, IoContext, Result};
+use crate::hash::hash_file;
+use crate::model::{is_valid_source_id, parse_time};
+use std::path::{Component, Path, PathBuf};
+
+/// Builds and writes `<dir>/distributor-manifest.json`; returns the manifest.
+pub fn write_manifest(dir: &Path, id: &str, created_at: &str) -> Result<Manifest> {
+    if !is_valid_source_id(id) {
+        return Err(Error::Usage(format!(
+            "--id '{id}' is invalid: accepted are letters, digits, '.', '_', ':', '+' or '-', starting with a letter or digit, at most 128 characters"
+        )));
+    }
+    if parse_time(created_at).is_none() {
+        return Err(Error::Usage(format!("--created-at '{created_at}' is not RFC 3339 with an offset (e.g. 2026-12-02T06:00:00Z)")));
+    }
+    let md = std::fs::metadata(dir).ctx("read", dir)?;
+    if !md.is_dir() {
+        return Err(Error::Usage(format!("{} is not a directory", dir.display())));
+    }
+    let mut files = Vec::new();
+    let mut links = Vec::new();
+    walk(dir, "", &mut files, &mut links)?;
+    let mut outputs = Vec::with_capacity(files.len());
+    for rel in files {
+        let (size, sha256) = hash_file(&dir.join(&rel))?;
+        outputs.push(OutputEntry { path: rel, size, sha256 });
+    }
+    if outputs.is_empty() {
+        return Err(Error::Source(format!("{} holds no regular files to publish", dir.display())));
+    }
+    let mut link_entries = Vec::new();
+    for (rel, target) in links {
+        let target = resolve_inside(&rel, &target).ok_or_else(|| {
+            Error::Source(format!("symlink {rel} -> {} points outside {}", target.display(), dir.display()))
+        })?;
+        if !outputs.iter().any(|o| o.path == target) {
+            return Err(Error::Source(format!("symlink {rel} -> {target} does not point at a regular file of the bundle")));
+        }
+        link_entries.push(LinkEntry { path: rel, target });
+    }
+    outputs.sort_by(|a, b| a.path.cmp(&b.path));
+    link_entries.sort_by(|a, b| a.path.cmp(&b.path));
+    let manifest = Manifest {
+        manifest_version: 1,
+        id: id.to_string(),
+        created_at: created_at.to_string(),
+        outputs,
+        links: link_entries,
+    };
+    manifest
+        .validate()
+        .map_err(|e| Error::Source(format!("{}: {e}", dir.display())))?;
+    let mut text = serde_json::to_string_pretty(&manifest).map_err(|e| Error::Failed(e.to_string()))?;
+    text.push('\n');
+    let file = dir.join(MANIFEST_FILE);
+    std::fs::write(&file, text).ctx("write", &file)?;
+    Ok(manifest)
+}
+
+fn walk(root: &Path, rel: &str, files: &mut Vec<String>, links: &mut Vec<(String, PathBuf)>) -> Result<()> {
+    let dir = if rel.is_empty() { root.to_path_buf() } else { root.join(rel) };
+    for entry in std::fs::read_dir(&dir).ctx("list", &dir)? {
+        let entry = entry.ctx("list", &dir)?;
+        let name = entry.file_name();
+        let name = name
+            .to_str()
+            .ok_or_else(|| Error::Source(format!("{}: file name is not UTF-8", entry.path().display())))?;
+        let child = if rel.is_empty() { name.to_string() } else { format!("{rel}/{name}") };
+        if rel.is_empty() && name == MANIFEST_FILE {
+            continue;
+        }
+        let ft = entry.file_type().ctx("stat", entry.path())?;
+        if ft.is_symlink() {
+            let target = std::fs::read_link(entry.path()).ctx("read link", entry.path())?;
+            links.push((child, target));
+        } else if ft.is_dir() {
+            walk(root, &child, files, links)?;
+        } else if ft.is_file() {
+            files.push(child);
+        } else {
+            return Err(Error::Source(format!("{} is neither a regular file, a directory nor a symlink", entry.path().display())));
+        }
+    }
+    Ok(())
+}
+
+/// Resolves a symlink's text against the link's directory, lexically, staying inside the
+/// bundle; returns the bundle-relative target.
+fn resolve_inside(link: &str, target: &Path) -> Option<String> {
+    if target.is_absolute() {
+        return None;
+    }
+    let mut parts: Vec<String> = link.split('/').map(str::to_string).collect();
+    parts.pop();
+    for c in target.components() {
+        match c {
+            Component::Normal(s) => parts.push(s.to_str()?.to_string()),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            _ => return None,
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
+}

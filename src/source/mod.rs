@@ -1,0 +1,216 @@
+//! Source bundles (SPEC §3): the manifest model, its verification and the source digest.
+//!
+//! [`Source::open`] verifies structure and sizes before any planning; content hashes are
+//! verified later from the bytes actually copied (see `execute::stage`), or read by a dry
+//! run, so every published byte is checked exactly once.
+
+mod generate;
+mod paths;
+
+pub use generate::write_manifest;
+pub use paths::{check_path_set, check_safe_path, relative_link_target};
+
+use crate::error::{Error, Result};
+use crate::hash::{is_sha256_hex, sha256_hex};
+use crate::model::{is_valid_source_id, parse_time, SourceRef};
+use chrono::{DateTime, FixedOffset};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// File name of the manifest at the bundle root.
+pub const MANIFEST_FILE: &str = "distributor-manifest.json";
+
+/// One output file of a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputEntry {
+    /// Safe relative path.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Lowercase hex sha256.
+    pub sha256: String,
+}
+
+/// One link of a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkEntry {
+    /// Safe relative path of the link.
+    pub path: String,
+    /// An output path of the same manifest.
+    pub target: String,
+}
+
+/// `distributor-manifest.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Must be 1.
+    pub manifest_version: u32,
+    /// Source id.
+    pub id: String,
+    /// RFC 3339 with offset.
+    pub created_at: String,
+    /// Output files.
+    pub outputs: Vec<OutputEntry>,
+    /// Links (optional).
+    #[serde(default)]
+    pub links: Vec<LinkEntry>,
+}
+
+impl Manifest {
+    /// Checks every rule of §3.1 and §3.2 that needs no filesystem.
+    pub fn validate(&self) -> std::result::Result<DateTime<FixedOffset>, String> {
+        if self.manifest_version != 1 {
+            return Err(format!("manifest_version {} is not supported, accepted: 1", self.manifest_version));
+        }
+        if !is_valid_source_id(&self.id) {
+            return Err(format!(
+                "id '{}' is invalid: accepted are letters, digits, '.', '_', ':', '+' or '-', starting with a letter or digit, at most 128 characters",
+                self.id
+            ));
+        }
+        let created = parse_time(&self.created_at)
+            .ok_or_else(|| format!("created_at '{}' is not RFC 3339 with an offset (e.g. 2026-12-02T06:00:00Z)", self.created_at))?;
+        if self.outputs.is_empty() {
+            return Err("outputs: at least one output is required".into());
+        }
+        for (i, o) in self.outputs.iter().enumerate() {
+            check_safe_path(&o.path).map_err(|e| format!("outputs[{i}].path '{}': {e}", o.path.escape_debug()))?;
+            if !is_sha256_hex(&o.sha256) {
+                return Err(format!("outputs[{i}].sha256 for '{}': accepted is 64 lowercase hex characters", o.path));
+            }
+        }
+        for (i, l) in self.links.iter().enumerate() {
+            check_safe_path(&l.path).map_err(|e| format!("links[{i}].path '{}': {e}", l.path.escape_debug()))?;
+            if !self.outputs.iter().any(|o| o.path == l.target) {
+                return Err(format!("links[{i}].target '{}' is not an output path of this manifest", l.target));
+            }
+        }
+        check_path_set(self.outputs.iter().map(|o| o.path.as_str()).chain(self.links.iter().map(|l| l.path.as_str())))?;
+        Ok(created)
+    }
+
+    /// The source digest of §3.3.
+    pub fn digest(&self) -> String {
+        let mut outputs: Vec<&OutputEntry> = self.outputs.iter().collect();
+        outputs.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+        let mut links: Vec<&LinkEntry> = self.links.iter().collect();
+        links.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+        let mut text = String::new();
+        for o in outputs {
+            text.push_str(&format!("o\0{}\0{}\0{}\n", o.path, o.size, o.sha256));
+        }
+        for l in links {
+            text.push_str(&format!("l\0{}\0{}\n", l.path, l.target));
+        }
+        format!("sha256:{}", sha256_hex(text.as_bytes()))
+    }
+}
+
+/// A source whose manifest and structure are verified.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// Bundle directory.
+    pub dir: PathBuf,
+    /// The manifest.
+    pub manifest: Manifest,
+    /// Parsed `created_at`.
+    pub created: DateTime<FixedOffset>,
+    /// Source digest.
+    pub digest: String,
+}
+
+impl Source {
+    /// Reads `<dir>/distributor-manifest.json` and verifies it and the files' structure.
+    pub fn open(dir: &Path) -> Result<Source> {
+        Source::open_manifest(&dir.join(MANIFEST_FILE))
+    }
+
+    /// Reads a manifest file; the bundle directory is the file's directory.
+    pub fn open_manifest(file: &Path) -> Result<Source> {
+        let dir = file.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        let text = std::fs::read(file).map_err(|e| Error::Source(format!("cannot read manifest {}: {e}", file.display())))?;
+        let manifest: Manifest = serde_json::from_slice(&text)
+            .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;
+        let created = manifest
+            .validate()
+            .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;
+        for o in &manifest.outputs {
+            check_bundle_file(&dir, &o.path, o.size)?;
+        }
+        let digest = manifest.digest();
+        Ok(Source {
+            dir,
+            manifest,
+            created,
+            digest,
+        })
+    }
+
+    /// The identity recorded in state and reports.
+    pub fn source_ref(&self) -> SourceRef {
+        SourceRef {
+            id: self.manifest.id.clone(),
+            created_at: self.manifest.created_at.clone(),
+            digest: self.digest.clone(),
+        }
+    }
+
+    /// Path of an output inside the bundle directory.
+    pub fn file(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+}
+
+/// An output must be a regular file of the listed size, reached through real directories.
+fn check_bundle_file(dir: &Path, rel: &str, size: u64) -> Result<()> {
+    let mut cur = dir.to_path_buf();
+    let segs: Vec<&str> = rel.split('/').collect();
+    for (i, seg) in segs.iter().enumerate() {
+        cur.push(seg);
+        let md = std::fs::symlink_metadata(&cur)
+            .map_err(|e| Error::Source(format!("output '{rel}': {}: {e}", cur.display())))?;
+        let last = i + 1 == segs.len();
+        if md.file_type().is_symlink() {
+            return Err(Error::Source(format!("output '{rel}': {} is a symlink; outputs must be regular files", cur.display())));
+        }
+        if last && !md.is_file() {
+            return Err(Error::Source(format!("output '{rel}': {} is not a regular file", cur.display())));
+        }
+        if !last && !md.is_dir() {
+            return Err(Error::Source(format!("output '{rel}': {} is not a directory", cur.display())));
+        }
+        if last && md.len() != size {
+            return Err(Error::Source(format!("output '{rel}': size is {} bytes, the manifest says {size}", md.len())));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(path: &str, size: u64, sha: &str) -> OutputEntry {
+        OutputEntry { path: path.into(), size, sha256: sha.into() }
+    }
+
+    #[test]
+    fn digest_matches_spec_test_vector() {
+        let m = Manifest {
+            manifest_version: 1,
+            id: "x".into(),
+            created_at: "2026-12-02T06:00:00Z".into(),
+            outputs: vec![
+                out("maps/temp.png", 3, "8f8cbb7dcf46e0bc7d53265749a6c17d116093a6ba95e442764060c76fd4a86c"),
+                out("forecast.json", 2, "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"),
+            ],
+            links: vec![LinkEntry { path: "current.png".into(), target: "maps/temp.png".into() }],
+        };
+        assert_eq!(m.digest(), "sha256:88612630aea63ae33a81ed5e89fdda9cc31d58cb1fafd82c17070e2689d531d8");
+        assert_eq!(sha256_hex(b"{}"), "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a");
+        assert!(m.validate().is_ok());
+    }
+}

@@ -1,0 +1,115 @@
+//! Safe relative paths (SPEC §3.2), shared by manifests, state, templates and uploads.
+
+use std::collections::HashSet;
+
+/// Maximum length of a path, in bytes.
+pub const MAX_PATH: usize = 4096;
+/// Maximum length of a path segment, in bytes.
+pub const MAX_SEGMENT: usize = 255;
+
+/// Checks one path against §3.2 (all rules but uniqueness and prefixes, which need the
+/// whole set). The error says which rule it breaks.
+pub fn check_safe_path(p: &str) -> Result<(), String> {
+    if p.is_empty() {
+        return Err("empty path".into());
+    }
+    if p.len() > MAX_PATH {
+        return Err(format!("longer than {MAX_PATH} bytes"));
+    }
+    if p.starts_with('/') {
+        return Err("absolute path; accepted: a relative path".into());
+    }
+    if p.contains('\\') {
+        return Err("contains a backslash; accepted: '/'-separated segments".into());
+    }
+    if p.chars().any(|c| c.is_control()) {
+        return Err("contains NUL or a control character".into());
+    }
+    for seg in p.split('/') {
+        match seg {
+            "" => return Err("contains an empty segment ('//' or a trailing '/')".into()),
+            "." | ".." => return Err(format!("contains a '{seg}' segment")),
+            s if s.len() > MAX_SEGMENT => return Err(format!("a segment is longer than {MAX_SEGMENT} bytes")),
+            _ => {}
+        }
+    }
+    let top = p.split('/').next().unwrap_or(p);
+    if top.starts_with(".distributor") {
+        return Err(format!(
+            "top-level name '{top}' is reserved (names starting with .distributor: .distributor.json, .distributor.lock, .distributor-staging/)"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a set of paths for duplicates and directory prefixes (`a` and `a/b`).
+/// Returns the offending pair's description.
+pub fn check_path_set<'a>(paths: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let all: Vec<&str> = paths.into_iter().collect();
+    for p in &all {
+        if !seen.insert(p) {
+            return Err(format!("path '{p}' appears more than once"));
+        }
+    }
+    for p in &all {
+        for (i, b) in p.bytes().enumerate() {
+            if b == b'/' && seen.contains(&p[..i]) {
+                return Err(format!("path '{}' is a directory prefix of '{p}'", &p[..i]));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The relative symlink text that makes `link` (bundle-relative) point at `target`
+/// (bundle-relative), e.g. `a/b/l` → `a/c/t` gives `../c/t`.
+pub fn relative_link_target(link: &str, target: &str) -> String {
+    let link_dirs: Vec<&str> = link.split('/').collect();
+    let link_dirs = &link_dirs[..link_dirs.len() - 1];
+    let target_parts: Vec<&str> = target.split('/').collect();
+    let mut common = 0;
+    while common < link_dirs.len()
+        && common < target_parts.len() - 1
+        && link_dirs[common] == target_parts[common]
+    {
+        common += 1;
+    }
+    let mut out: Vec<&str> = std::iter::repeat_n("..", link_dirs.len() - common).collect();
+    out.extend_from_slice(&target_parts[common..]);
+    out.join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_each_unsafe_form() {
+        for bad in ["", "/abs", "a//b", "a/", "a\\b", "./a", "a/../b", "..", ".distributor.json",
+            ".distributor-staging/x", ".distributorx", "a\0b", "a\nb"] {
+            assert!(check_safe_path(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(check_safe_path(&"a".repeat(256)).is_err());
+        assert!(check_safe_path(&"a/".repeat(2100)).is_err());
+        for good in ["a", "a/b.c", "x/.distributor.json", ".hidden", "a b/c"] {
+            assert!(check_safe_path(good).is_ok(), "{good:?} refused");
+        }
+    }
+
+    #[test]
+    fn rejects_duplicates_and_prefixes() {
+        assert!(check_path_set(["a", "b", "a"]).is_err());
+        assert!(check_path_set(["a", "a/b"]).is_err());
+        assert!(check_path_set(["a/b/c", "a/b"]).is_err());
+        assert!(check_path_set(["a", "ab/c", "a.b"]).is_ok());
+    }
+
+    #[test]
+    fn relative_links() {
+        assert_eq!(relative_link_target("current.png", "maps/temp.png"), "maps/temp.png");
+        assert_eq!(relative_link_target("w/current.png", "w/f.json"), "f.json");
+        assert_eq!(relative_link_target("a/b/l", "a/c/t"), "../c/t");
+        assert_eq!(relative_link_target("a/l", "t"), "../t");
+    }
+}

@@ -1,0 +1,336 @@
+//! Destination state `.distributor.json` (SPEC §4): both on-disk forms, validity, and a
+//! unified in-memory model.
+//!
+//! In memory a single-owner state is a [`State`] with exactly one owner record that owns
+//! every path, so the planner reasons about both modes with one model. Rendering is stable:
+//! pretty-printed, keys in contract order, outputs and links sorted by path.
+
+use crate::hash::is_sha256_hex;
+use crate::model::{is_valid_id, is_valid_source_id, parse_time, Owner, ReconciliationMode, SourceRef, StateMode};
+use crate::source::{check_path_set, check_safe_path};
+use serde::{Deserialize, Serialize};
+
+/// File name of the state at the root of a bundle path.
+pub const STATE_FILE: &str = ".distributor.json";
+
+/// One owner's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerRecord {
+    /// The owner.
+    pub owner: Owner,
+    /// Source it last published.
+    pub source: SourceRef,
+    /// Reconciliation mode of that publication.
+    pub reconciliation: ReconciliationMode,
+    /// When it was published.
+    pub published_at: String,
+    /// The operation that published it.
+    pub operation_id: String,
+}
+
+/// A recorded output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedOutput {
+    /// Bundle-relative path.
+    pub path: String,
+    /// Size.
+    pub size: u64,
+    /// Hex sha256.
+    pub sha256: String,
+    /// Owner.
+    pub owner: Owner,
+}
+
+/// A recorded link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedLink {
+    /// Bundle-relative path.
+    pub path: String,
+    /// Bundle-relative target.
+    pub target: String,
+    /// Owner.
+    pub owner: Owner,
+}
+
+/// Valid destination state of either mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    /// On-disk form.
+    pub mode: StateMode,
+    /// Owner records (exactly one for single owner).
+    pub owners: Vec<OwnerRecord>,
+    /// Outputs, sorted by path.
+    pub outputs: Vec<RecordedOutput>,
+    /// Links, sorted by path.
+    pub links: Vec<RecordedLink>,
+}
+
+/// What was found at `.distributor.json`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateFile {
+    /// No state file.
+    Absent,
+    /// A file that is not valid state, with the reason.
+    Invalid(String),
+    /// Valid state.
+    Valid(State),
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SingleOwnerDoc {
+    state_version: u32,
+    state_mode: StateMode,
+    pipeline_id: String,
+    destination_id: String,
+    source: SourceRef,
+    reconciliation: ReconciliationMode,
+    published_at: String,
+    operation_id: String,
+    outputs: Vec<OutputDoc>,
+    links: Vec<LinkDoc>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SharedRootDoc {
+    state_version: u32,
+    state_mode: StateMode,
+    owners: Vec<OwnerDoc>,
+    outputs: Vec<OutputDoc>,
+    links: Vec<LinkDoc>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OwnerDoc {
+    owner: String,
+    pipeline_id: String,
+    destination_id: String,
+    source: SourceRef,
+    reconciliation: ReconciliationMode,
+    published_at: String,
+    operation_id: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputDoc {
+    path: String,
+    size: u64,
+    sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkDoc {
+    path: String,
+    target: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
+}
+
+impl StateFile {
+    /// Classifies the bytes of a state file.
+    pub fn parse(bytes: &[u8]) -> StateFile {
+        match parse_state(bytes) {
+            Ok(s) => StateFile::Valid(s),
+            Err(reason) => StateFile::Invalid(reason),
+        }
+    }
+}
+
+fn parse_state(bytes: &[u8]) -> Result<State, String> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let obj = value.as_object().ok_or("not a JSON object")?;
+    match obj.get("state_version").and_then(|v| v.as_u64()) {
+        Some(1) => {}
+        Some(v) if v > 1 => return Err(format!("state_version {v} was written by a newer distributor; this one reads state_version 1")),
+        _ => return Err("state_version is missing or not 1".into()),
+    }
+    let mode = match obj.get("state_mode").and_then(|v| v.as_str()) {
+        Some("single_owner") => StateMode::SingleOwner,
+        Some("shared_root") => StateMode::SharedRoot,
+        other => return Err(format!("state_mode {other:?} is unknown, accepted: single_owner, shared_root")),
+    };
+    let state = match mode {
+        StateMode::SingleOwner => {
+            let d: SingleOwnerDoc = serde_json::from_value(value).map_err(|e| format!("single_owner state: {e}"))?;
+            let owner = Owner::new(d.pipeline_id, d.destination_id);
+            let mut outputs = Vec::with_capacity(d.outputs.len());
+            for o in d.outputs {
+                if o.owner.is_some() {
+                    return Err(format!("output '{}': single_owner state has no per-path owner", o.path));
+                }
+                outputs.push(RecordedOutput { path: o.path, size: o.size, sha256: o.sha256, owner: owner.clone() });
+            }
+            let mut links = Vec::with_capacity(d.links.len());
+            for l in d.links {
+                if l.owner.is_some() {
+                    return Err(format!("link '{}': single_owner state has no per-path owner", l.path));
+                }
+                links.push(RecordedLink { path: l.path, target: l.target, owner: owner.clone() });
+            }
+            State {
+                mode,
+                owners: vec![OwnerRecord {
+                    owner,
+                    source: d.source,
+                    reconciliation: d.reconciliation,
+                    published_at: d.published_at,
+                    operation_id: d.operation_id,
+                }],
+                outputs,
+                links,
+            }
+        }
+        StateMode::SharedRoot => {
+            let d: SharedRootDoc = serde_json::from_value(value).map_err(|e| format!("shared_root state: {e}"))?;
+            let mut owners = Vec::with_capacity(d.owners.len());
+            for o in d.owners {
+                let owner = Owner::new(o.pipeline_id, o.destination_id);
+                if owner.to_string() != o.owner {
+                    return Err(format!("owner '{}' does not match its pipeline_id/destination_id '{owner}'", o.owner));
+                }
+                owners.push(OwnerRecord {
+                    owner,
+                    source: o.source,
+                    reconciliation: o.reconciliation,
+                    published_at: o.published_at,
+                    operation_id: o.operation_id,
+                });
+            }
+            let find = |name: Option<String>, path: &str| -> Result<Owner, String> {
+                let name = name.ok_or_else(|| format!("'{path}' names no owner"))?;
+                owners
+                    .iter()
+                    .find(|r| r.owner.to_string() == name)
+                    .map(|r| r.owner.clone())
+                    .ok_or_else(|| format!("'{path}' names owner '{name}', which is not listed in owners"))
+            };
+            let mut outputs = Vec::with_capacity(d.outputs.len());
+            for o in d.outputs {
+                let owner = find(o.owner, &o.path)?;
+                outputs.push(RecordedOutput { path: o.path, size: o.size, sha256: o.sha256, owner });
+            }
+            let mut links = Vec::with_capacity(d.links.len());
+            for l in d.links {
+                let owner = find(l.owner, &l.path)?;
+                links.push(RecordedLink { path: l.path, target: l.target, owner });
+            }
+            State { mode, owners, outputs, links }
+        }
+    };
+    validate(&state)?;
+    Ok(state)
+}
+
+fn validate(s: &State) -> Result<(), String> {
+    for (i, r) in s.owners.iter().enumerate() {
+        if !is_valid_id(&r.owner.pipeline_id) || !is_valid_id(&r.owner.destination_id) {
+            return Err(format!("owner '{}' has an invalid pipeline or destination id", r.owner));
+        }
+        if s.owners[..i].iter().any(|o| o.owner == r.owner) {
+            return Err(format!("owner '{}' is listed twice", r.owner));
+        }
+        if !is_valid_source_id(&r.source.id) {
+            return Err(format!("owner '{}': source id '{}' is invalid", r.owner, r.source.id));
+        }
+        if r.source.created().is_none() {
+            return Err(format!("owner '{}': source created_at '{}' is not RFC 3339", r.owner, r.source.created_at));
+        }
+        if !r.source.digest.strip_prefix("sha256:").is_some_and(is_sha256_hex) {
+            return Err(format!("owner '{}': source digest is not sha256:<64 hex>", r.owner));
+        }
+        if parse_time(&r.published_at).is_none() {
+            return Err(format!("owner '{}': published_at '{}' is not RFC 3339", r.owner, r.published_at));
+        }
+        if r.operation_id.is_empty() {
+            return Err(format!("owner '{}': operation_id is empty", r.owner));
+        }
+    }
+    for o in &s.outputs {
+        check_safe_path(&o.path).map_err(|e| format!("output '{}': {e}", o.path.escape_debug()))?;
+        if !is_sha256_hex(&o.sha256) {
+            return Err(format!("output '{}': sha256 is not 64 lowercase hex characters", o.path));
+        }
+    }
+    for l in &s.links {
+        check_safe_path(&l.path).map_err(|e| format!("link '{}': {e}", l.path.escape_debug()))?;
+        check_safe_path(&l.target).map_err(|e| format!("link '{}' target: {e}", l.path.escape_debug()))?;
+    }
+    check_path_set(s.outputs.iter().map(|o| o.path.as_str()).chain(s.links.iter().map(|l| l.path.as_str())))
+}
+
+impl State {
+    /// The record of `owner`, if any.
+    pub fn owner(&self, owner: &Owner) -> Option<&OwnerRecord> {
+        self.owners.iter().find(|r| &r.owner == owner)
+    }
+
+    /// Renders the state in its stable on-disk form (pretty JSON, trailing newline).
+    /// Outputs and links are sorted by path; owner records without paths are dropped.
+    pub fn render(&self) -> Vec<u8> {
+        let mut outputs = self.outputs.clone();
+        outputs.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut links = self.links.clone();
+        links.sort_by(|a, b| a.path.cmp(&b.path));
+        let text = match self.mode {
+            StateMode::SingleOwner => {
+                let r = &self.owners[0];
+                serde_json::to_string_pretty(&SingleOwnerDoc {
+                    state_version: 1,
+                    state_mode: StateMode::SingleOwner,
+                    pipeline_id: r.owner.pipeline_id.clone(),
+                    destination_id: r.owner.destination_id.clone(),
+                    source: r.source.clone(),
+                    reconciliation: r.reconciliation,
+                    published_at: r.published_at.clone(),
+                    operation_id: r.operation_id.clone(),
+                    outputs: outputs.into_iter().map(|o| OutputDoc { path: o.path, size: o.size, sha256: o.sha256, owner: None }).collect(),
+                    links: links.into_iter().map(|l| LinkDoc { path: l.path, target: l.target, owner: None }).collect(),
+                })
+            }
+            StateMode::SharedRoot => {
+                let mut owners: Vec<&OwnerRecord> = self
+                    .owners
+                    .iter()
+                    .filter(|r| outputs.iter().any(|o| o.owner == r.owner) || links.iter().any(|l| l.owner == r.owner))
+                    .collect();
+                owners.sort_by(|a, b| a.owner.cmp(&b.owner));
+                serde_json::to_string_pretty(&SharedRootDoc {
+                    state_version: 1,
+                    state_mode: StateMode::SharedRoot,
+                    owners: owners
+                        .into_iter()
+                        .map(|r| OwnerDoc {
+                            owner: r.owner.to_string(),
+                            pipeline_id: r.owner.pipeline_id.clone(),
+                            destination_id: r.owner.destination_id.clone(),
+                            source: r.source.clone(),
+                            reconciliation: r.reconciliation,
+                            published_at: r.published_at.clone(),
+                            operation_id: r.operation_id.clone(),
+                        })
+                        .collect(),
+                    outputs: outputs
+                        .into_iter()
+                        .map(|o| OutputDoc { path: o.path, size: o.size, sha256: o.sha256, owner: Some(o.owner.to_string()) })
+                        .collect(),
+                    links: links
+                        .into_iter()
+                        .map(|l| LinkDoc { path: l.path, target: l.target, owner: Some(l.owner.to_string()) })
+                        .collect(),
+                })
+            }
+        };
+        let mut bytes = text.expect("state serializes").into_bytes();
+        bytes.push(b'\n');
+        bytes
+    }
+}
+
+#[cfg(test)]
+mod tests;
