@@ -26,14 +26,20 @@ pub const ALL: &[&str] = &[
 pub fn hit(name: &str) {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNT: AtomicU64 = AtomicU64::new(0);
-    let Ok(spec) = std::env::var("DISTRIBUTOR_FAILPOINT") else { return };
+    let Ok(spec) = std::env::var("DISTRIBUTOR_FAILPOINT") else {
+        return;
+    };
     let (want, k) = match spec.split_once(':') {
         Some((n, k)) => (n.to_string(), k.parse::<u64>().unwrap_or(1)),
         None => (spec.clone(), 1),
     };
     if let Ok(log) = std::env::var("DISTRIBUTOR_FAILPOINT_LOG") {
         use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
             let _ = writeln!(f, "{name}");
         }
     }

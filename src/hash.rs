@@ -23,7 +23,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// True when `s` is 64 lowercase hex characters.
 pub fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Size and lowercase hex sha256 of a file, read once.

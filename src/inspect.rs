@@ -9,7 +9,7 @@ use crate::error::{IoContext, Result};
 use crate::hash::hash_file;
 use crate::model::{Owner, SourceRef, StateMode};
 use crate::source::relative_link_target;
-use crate::state::{StateFile, STATE_FILE};
+use crate::state::{STATE_FILE, StateFile};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::fs;
@@ -147,7 +147,10 @@ pub struct BundleDrift {
 impl BundleDrift {
     /// True when storage and state disagree (or state is invalid).
     pub fn drifted(&self) -> bool {
-        self.state == "invalid" || !self.missing.is_empty() || !self.modified.is_empty() || !self.unrecorded.is_empty()
+        self.state == "invalid"
+            || !self.missing.is_empty()
+            || !self.modified.is_empty()
+            || !self.unrecorded.is_empty()
     }
 }
 
@@ -179,7 +182,9 @@ pub fn verify(dests: &[&Destination]) -> Result<Vec<BundleDrift>> {
                         let p = bundle.join(&o.path);
                         match fs::symlink_metadata(&p) {
                             Err(_) => v.missing.push(o.path.clone()),
-                            Ok(md) if !md.is_file() || md.len() != o.size => v.modified.push(o.path.clone()),
+                            Ok(md) if !md.is_file() || md.len() != o.size => {
+                                v.modified.push(o.path.clone())
+                            }
                             Ok(_) => {
                                 if hash_file(&p)?.1 != o.sha256 {
                                     v.modified.push(o.path.clone());
@@ -190,9 +195,16 @@ pub fn verify(dests: &[&Destination]) -> Result<Vec<BundleDrift>> {
                     for l in &st.links {
                         recorded.insert(&l.path);
                         match fs::read_link(bundle.join(&l.path)) {
-                            Err(_) if fs::symlink_metadata(bundle.join(&l.path)).is_err() => v.missing.push(l.path.clone()),
+                            Err(_) if fs::symlink_metadata(bundle.join(&l.path)).is_err() => {
+                                v.missing.push(l.path.clone())
+                            }
                             Err(_) => v.modified.push(l.path.clone()),
-                            Ok(t) if t.to_string_lossy() != relative_link_target(&l.path, &l.target) => v.modified.push(l.path.clone()),
+                            Ok(t)
+                                if t.to_string_lossy()
+                                    != relative_link_target(&l.path, &l.target) =>
+                            {
+                                v.modified.push(l.path.clone())
+                            }
                             Ok(_) => {}
                         }
                     }
@@ -200,7 +212,11 @@ pub fn verify(dests: &[&Destination]) -> Result<Vec<BundleDrift>> {
                     local::list_tree(&bundle, "", &mut all)?;
                     for p in all {
                         let top = p.split('/').next().unwrap_or(&p);
-                        if top == STATE_FILE || top == LOCK_FILE || top == STAGING_DIR || recorded.contains(p.as_str()) {
+                        if top == STATE_FILE
+                            || top == LOCK_FILE
+                            || top == STAGING_DIR
+                            || recorded.contains(p.as_str())
+                        {
                             continue;
                         }
                         v.unrecorded.push(p);

@@ -13,8 +13,9 @@ pub fn is_valid_id(s: &str) -> bool {
     !b.is_empty()
         && b.len() <= 64
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'-'))
+        && b.iter().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'-')
+        })
 }
 
 /// True when `s` is a valid source id: `^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$`.
@@ -244,7 +245,9 @@ impl ConflictKind {
     pub fn forceable(self) -> bool {
         !matches!(
             self,
-            ConflictKind::UnmanagedDirectory | ConflictKind::StateModeMismatch | ConflictKind::UnsafeStorage
+            ConflictKind::UnmanagedDirectory
+                | ConflictKind::StateModeMismatch
+                | ConflictKind::UnsafeStorage
         )
     }
 }

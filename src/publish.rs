@@ -5,11 +5,11 @@
 use crate::backend::local::{self, Fingerprint};
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{Error, Result};
-use crate::execute::{execute, ExecContext};
+use crate::execute::{ExecContext, execute};
 use crate::hash::hash_file;
 use crate::journal::Journal;
 use crate::model::Decision;
-use crate::plan::{plan_destination, DestinationPlan, PlanInput, Storage};
+use crate::plan::{DestinationPlan, PlanInput, Storage, plan_destination};
 use crate::report::{DestinationReport, Report, Status, Summary};
 use crate::source::Source;
 use crate::state::StateFile;
@@ -48,7 +48,11 @@ pub struct Outcome {
 /// Publishes (or plans) a verified source to the configured destinations.
 pub fn publish(config: &Config, source: &Source, opts: &PublishOptions) -> Result<Outcome> {
     let selected = select_destinations(config, &opts.destinations)?;
-    let mut journal = if opts.dry_run { None } else { Some(Journal::open(&opts.journal)?) };
+    let mut journal = if opts.dry_run {
+        None
+    } else {
+        Some(Journal::open(&opts.journal)?)
+    };
     let mut reports = Vec::new();
     let mut codes: Vec<u8> = Vec::new();
     let mut invalid_source: Option<String> = None;
@@ -77,7 +81,10 @@ pub fn publish(config: &Config, source: &Source, opts: &PublishOptions) -> Resul
         reports.push(report);
         codes.push(code);
     }
-    let exit_code = [1u8, 4, 3].into_iter().find(|c| codes.contains(c)).unwrap_or(0);
+    let exit_code = [1u8, 4, 3]
+        .into_iter()
+        .find(|c| codes.contains(c))
+        .unwrap_or(0);
     let summary = Summary::of(&reports);
     Ok(Outcome {
         report: Report {
@@ -101,16 +108,27 @@ fn select_destinations<'c>(config: &'c Config, ids: &[String]) -> Result<Vec<&'c
         .map(|id| {
             config.destination(id).ok_or_else(|| {
                 let known: Vec<&str> = config.destinations.iter().map(|d| d.id.as_str()).collect();
-                Error::Usage(format!("--destination {id}: no such destination in {}; configured: {}", config.file.display(), known.join(", ")))
+                Error::Usage(format!(
+                    "--destination {id}: no such destination in {}; configured: {}",
+                    config.file.display(),
+                    known.join(", ")
+                ))
             })
         })
         .collect()
 }
 
-fn failed_report(config: &Config, dest: &Destination, source: &Source, message: String) -> DestinationReport {
+fn failed_report(
+    config: &Config,
+    dest: &Destination,
+    source: &Source,
+    message: String,
+) -> DestinationReport {
     DestinationReport {
         destination_id: dest.id.clone(),
-        bundle_path: bundle_path(config, dest, source).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+        bundle_path: bundle_path(config, dest, source)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         state_mode: dest.state_mode,
         takeover_mode: dest.takeover,
         decision: Decision::Conflict,
@@ -132,8 +150,19 @@ pub fn bundle_path(config: &Config, dest: &Destination, source: &Source) -> Resu
         PathMapping::SourceId => dest.path.join(&source.manifest.id),
         PathMapping::Template(t) => {
             let rel = t
-                .render(&source.manifest.id, source.created, &config.pipeline_id, &dest.id)
-                .map_err(|m| Error::Config(format!("config {}: destinations[{}].path_mapping.template: {m}", config.file.display(), dest.id)))?;
+                .render(
+                    &source.manifest.id,
+                    source.created,
+                    &config.pipeline_id,
+                    &dest.id,
+                )
+                .map_err(|m| {
+                    Error::Config(format!(
+                        "config {}: destinations[{}].path_mapping.template: {m}",
+                        config.file.display(),
+                        dest.id
+                    ))
+                })?;
             dest.path.join(rel)
         }
     })
@@ -149,7 +178,11 @@ pub fn plan_one(
 ) -> Result<DestinationPlan> {
     let bundle = bundle_path(config, dest, source)?;
     let unsafe_reason = local::bundle_unsafe(&dest.path, &bundle);
-    let state = if unsafe_reason.is_some() { StateFile::Absent } else { local::read_state(&bundle)? };
+    let state = if unsafe_reason.is_some() {
+        StateFile::Absent
+    } else {
+        local::read_state(&bundle)?
+    };
     let storage = probe_for_plan(dest, &bundle, source, &state, fingerprints)?;
     Ok(plan_destination(&PlanInput {
         pipeline_id: &config.pipeline_id,
@@ -170,11 +203,20 @@ fn probe_for_plan(
     fingerprints: &HashMap<String, Fingerprint>,
 ) -> Result<Storage> {
     let m = &source.manifest;
-    let mut paths: Vec<&str> = m.outputs.iter().map(|o| o.path.as_str()).chain(m.links.iter().map(|l| l.path.as_str())).collect();
+    let mut paths: Vec<&str> = m
+        .outputs
+        .iter()
+        .map(|o| o.path.as_str())
+        .chain(m.links.iter().map(|l| l.path.as_str()))
+        .collect();
     let dirs_wanted: HashSet<&str> = paths.iter().copied().collect();
     let mut confirm: HashMap<&str, &str> = HashMap::new();
     if let StateFile::Valid(s) = state {
-        let new: HashMap<&str, (&str, u64)> = m.outputs.iter().map(|o| (o.path.as_str(), (o.sha256.as_str(), o.size))).collect();
+        let new: HashMap<&str, (&str, u64)> = m
+            .outputs
+            .iter()
+            .map(|o| (o.path.as_str(), (o.sha256.as_str(), o.size)))
+            .collect();
         for o in &s.outputs {
             paths.push(&o.path);
             if new.get(o.path.as_str()) == Some(&(o.sha256.as_str(), o.size)) {
@@ -183,7 +225,14 @@ fn probe_for_plan(
         }
         paths.extend(s.links.iter().map(|l| l.path.as_str()));
     }
-    local::probe(&dest.path, bundle, &paths, &confirm, fingerprints, &dirs_wanted)
+    local::probe(
+        &dest.path,
+        bundle,
+        &paths,
+        &confirm,
+        fingerprints,
+        &dirs_wanted,
+    )
 }
 
 fn publish_one(
@@ -216,18 +265,33 @@ fn publish_one(
     let preview = plan_one(config, dest, source, opts.force, &fingerprints)?;
     if !preview.decision.writes() {
         check_recovery(journal, &bundle)?;
-        return Ok((DestinationReport::from_plan(&preview, status_of(&preview, Status::Applied), None), code_of(&preview)));
+        return Ok((
+            DestinationReport::from_plan(&preview, status_of(&preview, Status::Applied), None),
+            code_of(&preview),
+        ));
     }
     let _lock = local::lock(&dest.path, &bundle, opts.lock_timeout)?;
     check_recovery(journal, &bundle)?;
     let plan = plan_one(config, dest, source, opts.force, &fingerprints)?;
     if !plan.decision.writes() {
-        return Ok((DestinationReport::from_plan(&plan, status_of(&plan, Status::Applied), None), code_of(&plan)));
+        return Ok((
+            DestinationReport::from_plan(&plan, status_of(&plan, Status::Applied), None),
+            code_of(&plan),
+        ));
     }
-    let ctx = ExecContext { pipeline_id: &config.pipeline_id, actor: &opts.actor };
+    let ctx = ExecContext {
+        pipeline_id: &config.pipeline_id,
+        actor: &opts.actor,
+    };
     match execute(&plan, source, journal, &ctx) {
-        Ok(op) => Ok((DestinationReport::from_plan(&plan, Status::Applied, Some(op)), 0)),
-        Err(e) => Err(Error::Planned { plan: Box::new(plan), source: Box::new(e) }),
+        Ok(op) => Ok((
+            DestinationReport::from_plan(&plan, Status::Applied, Some(op)),
+            0,
+        )),
+        Err(e) => Err(Error::Planned {
+            plan: Box::new(plan),
+            source: Box::new(e),
+        }),
     }
 }
 
@@ -242,7 +306,12 @@ pub fn check_recovery(journal: &Journal, bundle: &Path) -> Result<()> {
     let what = if let Some(op) = unfinished.first() {
         format!("operation {op} on {key} is unfinished")
     } else {
-        format!("{}/{} holds {}", key, local::STAGING_DIR, staging.join(", "))
+        format!(
+            "{}/{} holds {}",
+            key,
+            local::STAGING_DIR,
+            staging.join(", ")
+        )
     };
     Err(Error::RecoveryRequired(format!(
         "recovery required: {what}; run `distributor recover` (with the same --config/--journal) before publishing again"
@@ -258,7 +327,11 @@ fn status_of(plan: &DestinationPlan, writing: Status) -> Status {
 }
 
 fn code_of(plan: &DestinationPlan) -> u8 {
-    if plan.decision == Decision::Conflict { 3 } else { 0 }
+    if plan.decision == Decision::Conflict {
+        3
+    } else {
+        0
+    }
 }
 
 /// The journal location (SPEC §2): `--journal`, `DISTRIBUTOR_JOURNAL`, `journal.path`,

@@ -118,7 +118,10 @@ pub struct Summary {
 impl Summary {
     /// Counts the destinations of a report.
     pub fn of(destinations: &[DestinationReport]) -> Summary {
-        let mut s = Summary { destinations: destinations.len() as u64, ..Default::default() };
+        let mut s = Summary {
+            destinations: destinations.len() as u64,
+            ..Default::default()
+        };
         for d in destinations {
             *match d.decision {
                 Decision::Create => &mut s.create,
@@ -168,18 +171,41 @@ impl Report {
             self.pipeline_id, self.source.id, self.source.created_at, self.source.digest
         );
         for d in &self.destinations {
-            let _ = writeln!(out, "\ndestination {} -> {}", d.destination_id, d.bundle_path);
-            let _ = writeln!(out, "  decision: {} [{}]", d.decision, status_word(d.status));
+            let _ = writeln!(
+                out,
+                "\ndestination {} -> {}",
+                d.destination_id, d.bundle_path
+            );
+            let _ = writeln!(
+                out,
+                "  decision: {} [{}]",
+                d.decision,
+                status_word(d.status)
+            );
             if !d.message.is_empty() {
                 let _ = writeln!(out, "  reason: {}", d.message);
             }
             for c in &d.conflicts {
-                let at = c.path.as_deref().map(|p| format!(" at {p}")).unwrap_or_default();
-                let force = if c.forceable { "forceable" } else { "not forceable" };
+                let at = c
+                    .path
+                    .as_deref()
+                    .map(|p| format!(" at {p}"))
+                    .unwrap_or_default();
+                let force = if c.forceable {
+                    "forceable"
+                } else {
+                    "not forceable"
+                };
                 let _ = writeln!(out, "  ! {}{at}: {} ({force})", c.kind, c.message);
             }
             for t in &d.takeovers {
-                let _ = writeln!(out, "  takeover from {} (source {}): {} path(s)", t.from_owner, t.from_source_id, t.paths.len());
+                let _ = writeln!(
+                    out,
+                    "  takeover from {} (source {}): {} path(s)",
+                    t.from_owner,
+                    t.from_source_id,
+                    t.paths.len()
+                );
             }
             for f in &d.files {
                 let _ = writeln!(out, "  {} {} ({} bytes)", f.op.sign(), f.path, f.size);
@@ -195,7 +221,14 @@ impl Report {
         let _ = writeln!(
             out,
             "\nsummary: {} destination(s); {} file(s) to write ({} bytes), {} to delete, {} unchanged, {} retained; {} conflict(s), {} failed",
-            s.destinations, s.files_written, s.bytes_written, s.files_deleted, s.files_unchanged, s.files_retained, s.conflict, s.failed
+            s.destinations,
+            s.files_written,
+            s.bytes_written,
+            s.files_deleted,
+            s.files_unchanged,
+            s.files_retained,
+            s.conflict,
+            s.failed
         );
         out
     }

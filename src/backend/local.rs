@@ -9,7 +9,7 @@
 use crate::error::{Error, IoContext, Result};
 use crate::hash::{hash_file, hex};
 use crate::plan::{Entry, Storage};
-use crate::state::{StateFile, STATE_FILE};
+use crate::state::{STATE_FILE, StateFile};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
@@ -52,7 +52,10 @@ pub fn read_state(bundle: &Path) -> Result<StateFile> {
     match fs::symlink_metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(StateFile::Absent),
         Err(e) => Err(Error::io("stat", path, e)),
-        Ok(md) if !md.is_file() => Ok(StateFile::Invalid(format!("{} is not a regular file", path.display()))),
+        Ok(md) if !md.is_file() => Ok(StateFile::Invalid(format!(
+            "{} is not a regular file",
+            path.display()
+        ))),
         Ok(_) => Ok(StateFile::parse(&fs::read(&path).ctx("read", &path)?)),
     }
 }
@@ -83,7 +86,10 @@ pub fn bundle_unsafe(base: &Path, bundle: &Path) -> Option<String> {
         match fs::symlink_metadata(&p) {
             Err(_) => return None,
             Ok(md) if md.file_type().is_symlink() => {
-                return Some(format!("{} is a symlink; distributor never publishes through a symlink", p.display()));
+                return Some(format!(
+                    "{} is a symlink; distributor never publishes through a symlink",
+                    p.display()
+                ));
             }
             Ok(md) if !md.is_dir() => return Some(format!("{} is not a directory", p.display())),
             Ok(_) => {}
@@ -103,13 +109,20 @@ pub fn probe(
     fingerprints: &HashMap<String, Fingerprint>,
     dirs_wanted: &HashSet<&str>,
 ) -> Result<Storage> {
-    let mut storage = Storage { bundle_unsafe: bundle_unsafe(base, bundle), entries: HashMap::new() };
+    let mut storage = Storage {
+        bundle_unsafe: bundle_unsafe(base, bundle),
+        entries: HashMap::new(),
+    };
     if storage.bundle_unsafe.is_some() || fs::symlink_metadata(bundle).is_err() {
         return Ok(storage);
     }
     for p in paths {
         let mut blocked = false;
-        for (i, b) in p.bytes().enumerate().chain(std::iter::once((p.len(), b'/'))) {
+        for (i, b) in p
+            .bytes()
+            .enumerate()
+            .chain(std::iter::once((p.len(), b'/')))
+        {
             if b != b'/' {
                 continue;
             }
@@ -121,7 +134,13 @@ pub fn probe(
                 blocked = !matches!(e, Entry::Dir { .. });
                 continue;
             }
-            let entry = probe_one(bundle, rel, confirm.get(rel).copied(), fingerprints, dirs_wanted.contains(rel))?;
+            let entry = probe_one(
+                bundle,
+                rel,
+                confirm.get(rel).copied(),
+                fingerprints,
+                dirs_wanted.contains(rel),
+            )?;
             blocked = !matches!(entry, Entry::Dir { .. });
             storage.entries.insert(rel.to_string(), entry);
         }
@@ -146,7 +165,9 @@ fn probe_one(
     let ft = md.file_type();
     Ok(if ft.is_symlink() {
         let t = fs::read_link(&path).ctx("read link", &path)?;
-        Entry::Symlink { target: t.to_string_lossy().into_owned() }
+        Entry::Symlink {
+            target: t.to_string_lossy().into_owned(),
+        }
     } else if ft.is_dir() {
         let mut contents = Vec::new();
         if list_dir {
@@ -158,13 +179,18 @@ fn probe_one(
             Some(expected) => {
                 let fp = fingerprints.get(rel);
                 match fp {
-                    Some(fp) if *fp == fingerprint_of(&md, &fp.sha256) && fp.sha256 == expected => Some(fp.sha256.clone()),
+                    Some(fp) if *fp == fingerprint_of(&md, &fp.sha256) && fp.sha256 == expected => {
+                        Some(fp.sha256.clone())
+                    }
                     _ => Some(hash_file(&path)?.1),
                 }
             }
             None => None,
         };
-        Entry::File { size: md.len(), sha256 }
+        Entry::File {
+            size: md.len(),
+            sha256,
+        }
     } else {
         Entry::Special
     })
@@ -172,11 +198,19 @@ fn probe_one(
 
 /// Every non-directory under `rel`, bundle-relative, recursively; symlinks not followed.
 pub fn list_tree(bundle: &Path, rel: &str, out: &mut Vec<String>) -> Result<()> {
-    let dir = if rel.is_empty() { bundle.to_path_buf() } else { bundle.join(rel) };
+    let dir = if rel.is_empty() {
+        bundle.to_path_buf()
+    } else {
+        bundle.join(rel)
+    };
     for e in fs::read_dir(&dir).ctx("list", &dir)? {
         let e = e.ctx("list", &dir)?;
         let name = e.file_name().to_string_lossy().into_owned();
-        let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+        let child = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
         if e.file_type().ctx("stat", e.path())?.is_dir() {
             list_tree(bundle, &child, out)?;
         } else {
@@ -250,7 +284,12 @@ pub fn check_inside(root: &Path, rel: &str) -> Result<()> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(Error::io("stat", cur, e)),
             Ok(md) if md.is_dir() => {}
-            Ok(_) => return Err(Error::Unsafe(format!("{} is not a real directory; refusing to go through it", cur.display()))),
+            Ok(_) => {
+                return Err(Error::Unsafe(format!(
+                    "{} is not a real directory; refusing to go through it",
+                    cur.display()
+                )));
+            }
         }
     }
     Ok(())
@@ -266,7 +305,12 @@ pub fn make_parents(root: &Path, rel: &str) -> Result<Vec<PathBuf>> {
         cur.push(seg);
         match fs::symlink_metadata(&cur) {
             Ok(md) if md.is_dir() => {}
-            Ok(_) => return Err(Error::Unsafe(format!("{} is not a real directory; refusing to go through it", cur.display()))),
+            Ok(_) => {
+                return Err(Error::Unsafe(format!(
+                    "{} is not a real directory; refusing to go through it",
+                    cur.display()
+                )));
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 fs::create_dir(&cur).ctx("create directory", &cur)?;
                 created.push(cur.clone());
@@ -281,8 +325,17 @@ pub fn make_parents(root: &Path, rel: &str) -> Result<Vec<PathBuf>> {
 /// hex sha256 of what was written. The destination must not exist. Not fsynced: the caller
 /// syncs the filesystem once before the commit point.
 pub fn copy_hashed(src: &Path, dst: &Path, buf: &mut [u8]) -> Result<(u64, String)> {
-    let mut input = OpenOptions::new().read(true).custom_flags_nofollow().open(src).ctx("open", src)?;
-    let mut output = OpenOptions::new().write(true).create_new(true).custom_flags_nofollow().open(dst).ctx("create", dst)?;
+    let mut input = OpenOptions::new()
+        .read(true)
+        .custom_flags_nofollow()
+        .open(src)
+        .ctx("open", src)?;
+    let mut output = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags_nofollow()
+        .open(dst)
+        .ctx("create", dst)?;
     let mut h = Sha256::new();
     let mut size = 0u64;
     loop {
@@ -314,13 +367,22 @@ pub fn sync_filesystem(path: &Path) -> Result<()> {
 
 /// fsyncs a directory.
 pub fn sync_dir(path: &Path) -> Result<()> {
-    File::open(path).ctx("open", path)?.sync_all().ctx("fsync", path)
+    File::open(path)
+        .ctx("open", path)?
+        .sync_all()
+        .ctx("fsync", path)
 }
 
 /// The commit point: writes `bytes` to `tmp`, fsyncs, renames over
 /// `<bundle>/.distributor.json`, fsyncs the bundle directory.
 pub fn write_state_atomic(bundle: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = OpenOptions::new().write(true).create(true).truncate(true).custom_flags_nofollow().open(tmp).ctx("create", tmp)?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags_nofollow()
+        .open(tmp)
+        .ctx("create", tmp)?;
     f.write_all(bytes).ctx("write", tmp)?;
     f.sync_all().ctx("fsync", tmp)?;
     let dst = bundle.join(STATE_FILE);
@@ -349,7 +411,12 @@ pub fn remove_staging(bundle: &Path, op: &str) -> Result<()> {
     let dir = staging.join(op);
     match fs::symlink_metadata(&dir) {
         Ok(md) if md.is_dir() => fs::remove_dir_all(&dir).ctx("remove staging", &dir)?,
-        Ok(_) => return Err(Error::Unsafe(format!("{} is not a directory", dir.display()))),
+        Ok(_) => {
+            return Err(Error::Unsafe(format!(
+                "{} is not a directory",
+                dir.display()
+            )));
+        }
         Err(_) => {}
     }
     let _ = fs::remove_dir(&staging);
@@ -360,7 +427,10 @@ pub fn remove_staging(bundle: &Path, op: &str) -> Result<()> {
 pub fn staging_entries(bundle: &Path) -> Vec<String> {
     let staging = bundle.join(STAGING_DIR);
     match fs::read_dir(&staging) {
-        Ok(rd) => rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
+        Ok(rd) => rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
         Err(_) => Vec::new(),
     }
 }

@@ -2,7 +2,7 @@
 
 use super::CommandOutput;
 use crate::error::Result;
-use crate::source::{write_manifest, MANIFEST_FILE};
+use crate::source::{MANIFEST_FILE, write_manifest};
 use clap::Args;
 use std::path::PathBuf;
 

@@ -1,9 +1,9 @@
 //! `distributor publish` and `distributor plan`.
 
-use super::{cli_actor, CommandOutput};
+use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::publish::{publish, resolve_journal, PublishOptions};
+use crate::publish::{PublishOptions, publish, resolve_journal};
 use crate::source::Source;
 use clap::Args;
 use std::path::PathBuf;
@@ -65,14 +65,22 @@ pub struct Resolved {
 impl PublishArgs {
     /// Folds `--dry-run` in.
     pub fn into_common(self, _plan: bool) -> Resolved {
-        Resolved { dry_run: self.dry_run, common: self.common, command: "publish" }
+        Resolved {
+            dry_run: self.dry_run,
+            common: self.common,
+            command: "publish",
+        }
     }
 }
 
 impl PlanArgs {
     /// A plan is a dry-run publish.
     pub fn into_common(self) -> Resolved {
-        Resolved { dry_run: true, common: self.common, command: "plan" }
+        Resolved {
+            dry_run: true,
+            common: self.common,
+            command: "plan",
+        }
     }
 }
 
@@ -80,7 +88,10 @@ impl PlanArgs {
 pub fn run(args: Resolved) -> Result<CommandOutput> {
     let a = args.common;
     if !(a.lock_timeout.is_finite() && a.lock_timeout >= 0.0) {
-        return Err(Error::Usage(format!("--lock-timeout {}: accepted is a number of seconds >= 0", a.lock_timeout)));
+        return Err(Error::Usage(format!(
+            "--lock-timeout {}: accepted is a number of seconds >= 0",
+            a.lock_timeout
+        )));
     }
     let config = Config::load(&a.config)?;
     let source = match (&a.source, &a.manifest, &config.source_path) {
@@ -91,7 +102,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
             return Err(Error::Usage(format!(
                 "no source: pass --source DIR or --manifest FILE, or set source.path in {}",
                 config.file.display()
-            )))
+            )));
         }
     };
     let journal = resolve_journal(a.journal.as_deref(), Some(&config))?;
@@ -105,6 +116,13 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         command: args.command.to_string(),
     };
     let outcome = publish(&config, &source, &opts)?;
-    let stdout = if a.json { outcome.report.to_json() } else { outcome.report.to_text() };
-    Ok(CommandOutput { stdout, code: outcome.exit_code })
+    let stdout = if a.json {
+        outcome.report.to_json()
+    } else {
+        outcome.report.to_text()
+    };
+    Ok(CommandOutput {
+        stdout,
+        code: outcome.exit_code,
+    })
 }

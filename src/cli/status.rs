@@ -28,7 +28,14 @@ pub fn select<'c>(config: &'c Config, ids: &[String]) -> Result<Vec<&'c Destinat
         return Ok(config.destinations.iter().collect());
     }
     ids.iter()
-        .map(|id| config.destination(id).ok_or_else(|| Error::Usage(format!("--destination {id}: no such destination in {}", config.file.display()))))
+        .map(|id| {
+            config.destination(id).ok_or_else(|| {
+                Error::Usage(format!(
+                    "--destination {id}: no such destination in {}",
+                    config.file.display()
+                ))
+            })
+        })
         .collect()
 }
 
@@ -39,11 +46,18 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
     let st = inspect::status(&dests)?;
     if a.json {
         let v = serde_json::json!({"pipeline_id": config.pipeline_id, "destinations": st});
-        return Ok(CommandOutput { stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()), code: 0 });
+        return Ok(CommandOutput {
+            stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
+            code: 0,
+        });
     }
     let mut out = String::new();
     for s in &st {
-        let _ = writeln!(out, "destination {} -> {}: state {}", s.destination_id, s.bundle_path, s.state);
+        let _ = writeln!(
+            out,
+            "destination {} -> {}: state {}",
+            s.destination_id, s.bundle_path, s.state
+        );
         if let Some(r) = &s.invalid_reason {
             let _ = writeln!(out, "  invalid: {r}");
         }
@@ -51,12 +65,21 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
             let _ = writeln!(
                 out,
                 "  owner {}: source {} created {}, {} outputs, {} links, published {} by operation {}",
-                o.owner, o.source.id, o.source.created_at, o.outputs, o.links, o.published_at, o.operation_id
+                o.owner,
+                o.source.id,
+                o.source.created_at,
+                o.outputs,
+                o.links,
+                o.published_at,
+                o.operation_id
             );
         }
         if s.recovery_pending {
             let _ = writeln!(out, "  recovery pending: run `distributor recover`");
         }
     }
-    Ok(CommandOutput { stdout: out, code: 0 })
+    Ok(CommandOutput {
+        stdout: out,
+        code: 0,
+    })
 }

@@ -22,7 +22,11 @@ pub struct ValidateArgs {
 /// Runs the command.
 pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
-    let mut out = format!("config {}: valid, pipeline {}\n", config.file.display(), config.pipeline_id);
+    let mut out = format!(
+        "config {}: valid, pipeline {}\n",
+        config.file.display(),
+        config.pipeline_id
+    );
     for d in &config.destinations {
         let _ = writeln!(
             out,
@@ -37,7 +41,17 @@ pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
     }
     if let Some(dir) = a.source {
         let s = Source::open(&dir)?;
-        let _ = writeln!(out, "source {}: valid, id {}, {} outputs, digest {}", dir.display(), s.manifest.id, s.manifest.outputs.len(), s.digest);
+        let _ = writeln!(
+            out,
+            "source {}: valid, id {}, {} outputs, digest {}",
+            dir.display(),
+            s.manifest.id,
+            s.manifest.outputs.len(),
+            s.digest
+        );
     }
-    Ok(CommandOutput { stdout: out, code: 0 })
+    Ok(CommandOutput {
+        stdout: out,
+        code: 0,
+    })
 }

@@ -1,7 +1,7 @@
 //! `distributor verify --config F [--destination ID]... [--json]`.
 
-use super::status::select;
 use super::CommandOutput;
+use super::status::select;
 use crate::config::Config;
 use crate::error::Result;
 use crate::inspect;
@@ -28,15 +28,26 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
     let dests = select(&config, &a.destinations)?;
     let drift = inspect::verify(&dests)?;
-    let code = if drift.iter().any(|d| d.drifted()) { 3 } else { 0 };
+    let code = if drift.iter().any(|d| d.drifted()) {
+        3
+    } else {
+        0
+    };
     if a.json {
         let v = serde_json::json!({"pipeline_id": config.pipeline_id, "drift": code == 3, "destinations": drift});
-        return Ok(CommandOutput { stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()), code });
+        return Ok(CommandOutput {
+            stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
+            code,
+        });
     }
     let mut out = String::new();
     for d in &drift {
         let verdict = if d.drifted() { "drift" } else { "ok" };
-        let _ = writeln!(out, "destination {} -> {}: state {}, {verdict}", d.destination_id, d.bundle_path, d.state);
+        let _ = writeln!(
+            out,
+            "destination {} -> {}: state {}, {verdict}",
+            d.destination_id, d.bundle_path, d.state
+        );
         if let Some(r) = &d.invalid_reason {
             let _ = writeln!(out, "  invalid state: {r}");
         }

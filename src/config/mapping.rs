@@ -30,7 +30,8 @@ pub struct PathTemplate {
     pub parts: Vec<TemplatePart>,
 }
 
-const ACCEPTED: &str = "accepted placeholders: {source_id}, {pipeline_id}, {destination_id}, {created:<strftime>}";
+const ACCEPTED: &str =
+    "accepted placeholders: {source_id}, {pipeline_id}, {destination_id}, {created:<strftime>}";
 
 impl PathTemplate {
     /// Parses a template; the error says what is accepted.
@@ -60,7 +61,11 @@ impl PathTemplate {
                         }
                         TemplatePart::Created(fmt.to_string())
                     }
-                    _ => return Err(format!("unknown placeholder '{{{name}}}' in '{text}'; {ACCEPTED}")),
+                    _ => {
+                        return Err(format!(
+                            "unknown placeholder '{{{name}}}' in '{text}'; {ACCEPTED}"
+                        ));
+                    }
                 },
             });
             rest = &rest[close + 1..];
@@ -94,12 +99,16 @@ impl PathTemplate {
                 TemplatePart::SourceId => out.push_str(source_id),
                 TemplatePart::PipelineId => out.push_str(pipeline_id),
                 TemplatePart::DestinationId => out.push_str(destination_id),
-                TemplatePart::Created(fmt) => {
-                    write!(out, "{}", utc.format(fmt)).map_err(|_| format!("cannot format created time with '{fmt}'"))?
-                }
+                TemplatePart::Created(fmt) => write!(out, "{}", utc.format(fmt))
+                    .map_err(|_| format!("cannot format created time with '{fmt}'"))?,
             }
         }
-        check_safe_path(&out).map_err(|e| format!("template '{}' rendered '{out}', which is not a safe relative path: {e}", self.text))?;
+        check_safe_path(&out).map_err(|e| {
+            format!(
+                "template '{}' rendered '{out}', which is not a safe relative path: {e}",
+                self.text
+            )
+        })?;
         Ok(out)
     }
 }

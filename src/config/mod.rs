@@ -11,8 +11,8 @@ pub use mapping::{PathTemplate, TemplatePart};
 
 use crate::error::{Error, Result};
 use crate::model::{
-    is_valid_id, Backend, DestinationNewer, OnConflict, PathMappingMode, ReconciliationMode,
-    SameCreatedDigestMismatch, StateMode, TakeoverMode, ID_RULE,
+    Backend, DestinationNewer, ID_RULE, OnConflict, PathMappingMode, ReconciliationMode,
+    SameCreatedDigestMismatch, StateMode, TakeoverMode, is_valid_id,
 };
 use serde::Deserialize;
 use std::collections::BTreeSet;
@@ -294,15 +294,24 @@ impl Config {
     /// Parses and validates config text as if read from `file` (relative paths resolve
     /// against `file`'s directory).
     pub fn parse(text: &str, file: &Path) -> Result<Config> {
-        let err = |key: &str, msg: String| Error::Config(format!("config {}: {key}: {msg}", file.display()));
+        let err = |key: &str, msg: String| {
+            Error::Config(format!("config {}: {key}: {msg}", file.display()))
+        };
         let de = serde_yaml::Deserializer::from_str(text);
         let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
-            let key = if path == "." { "(top level)".to_string() } else { path };
+            let key = if path == "." {
+                "(top level)".to_string()
+            } else {
+                path
+            };
             err(&key, e.into_inner().to_string())
         })?;
         if raw.version != 1 {
-            return Err(err("version", format!("unsupported version {}, accepted: 1", raw.version)));
+            return Err(err(
+                "version",
+                format!("unsupported version {}, accepted: 1", raw.version),
+            ));
         }
         let base = absolute_dir_of(file)?;
         let resolve = |p: &str| normalize(&base.join(p));
@@ -313,44 +322,83 @@ impl Config {
         for (i, t) in upload_tokens.iter().enumerate() {
             let key = format!("server.upload_tokens[{i}]");
             if t.name.is_empty() || t.name.len() > 128 || t.name.chars().any(|c| c.is_control()) {
-                return Err(err(&format!("{key}.name"), "a token name must be 1 to 128 printable characters".into()));
+                return Err(err(
+                    &format!("{key}.name"),
+                    "a token name must be 1 to 128 printable characters".into(),
+                ));
             }
             if !token_names.insert(t.name.clone()) {
-                return Err(err(&format!("{key}.name"), format!("duplicate token name '{}'", t.name)));
+                return Err(err(
+                    &format!("{key}.name"),
+                    format!("duplicate token name '{}'", t.name),
+                ));
             }
-            if t.sha256.len() != 64 || !t.sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-                return Err(err(&format!("{key}.sha256"), "accepted: 64 lowercase hex characters (sha256 of the bearer token)".into()));
+            if t.sha256.len() != 64
+                || !t
+                    .sha256
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            {
+                return Err(err(
+                    &format!("{key}.sha256"),
+                    "accepted: 64 lowercase hex characters (sha256 of the bearer token)".into(),
+                ));
             }
         }
         if raw.destinations.is_empty() {
-            return Err(err("destinations", "at least one destination is required".into()));
+            return Err(err(
+                "destinations",
+                "at least one destination is required".into(),
+            ));
         }
         let mut ids = BTreeSet::new();
         let mut destinations = Vec::with_capacity(raw.destinations.len());
         for (i, d) in raw.destinations.into_iter().enumerate() {
             let key = format!("destinations[{i}]");
             if !ids.insert(d.id.0.clone()) {
-                return Err(err(&format!("{key}.id"), format!("duplicate destination id '{}'", d.id.0)));
+                return Err(err(
+                    &format!("{key}.id"),
+                    format!("duplicate destination id '{}'", d.id.0),
+                ));
             }
             if d.backend != Backend::Local {
-                return Err(err(&format!("{key}.backend"), format!("backend '{}' is not supported by this build, accepted: local", d.backend)));
+                return Err(err(
+                    &format!("{key}.backend"),
+                    format!(
+                        "backend '{}' is not supported by this build, accepted: local",
+                        d.backend
+                    ),
+                ));
             }
             if d.path.is_empty() {
                 return Err(err(&format!("{key}.path"), "must not be empty".into()));
             }
             let path = resolve(&d.path);
             if path.parent().is_none() {
-                return Err(err(&format!("{key}.path"), format!("'{}' resolves to '/', accepted: a directory below the root", d.path)));
+                return Err(err(
+                    &format!("{key}.path"),
+                    format!(
+                        "'{}' resolves to '/', accepted: a directory below the root",
+                        d.path
+                    ),
+                ));
             }
             let path_mapping = match (d.path_mapping.mode, d.path_mapping.template) {
                 (PathMappingMode::Template, Some(t)) => PathMapping::Template(
-                    PathTemplate::parse(&t).map_err(|m| err(&format!("{key}.path_mapping.template"), m))?,
+                    PathTemplate::parse(&t)
+                        .map_err(|m| err(&format!("{key}.path_mapping.template"), m))?,
                 ),
                 (PathMappingMode::Template, None) => {
-                    return Err(err(&format!("{key}.path_mapping.template"), "required when path_mapping.mode is template".into()));
+                    return Err(err(
+                        &format!("{key}.path_mapping.template"),
+                        "required when path_mapping.mode is template".into(),
+                    ));
                 }
                 (_, Some(_)) => {
-                    return Err(err(&format!("{key}.path_mapping.template"), "only allowed when path_mapping.mode is template".into()));
+                    return Err(err(
+                        &format!("{key}.path_mapping.template"),
+                        "only allowed when path_mapping.mode is template".into(),
+                    ));
                 }
                 (PathMappingMode::Fixed, None) => PathMapping::Fixed,
                 (PathMappingMode::SourceId, None) => PathMapping::SourceId,
@@ -368,8 +416,10 @@ impl Config {
         }
         for (i, a) in destinations.iter().enumerate() {
             for b in &destinations[..i] {
-                let fixed = a.path_mapping == PathMapping::Fixed && b.path_mapping == PathMapping::Fixed;
-                let single = a.state_mode == StateMode::SingleOwner || b.state_mode == StateMode::SingleOwner;
+                let fixed =
+                    a.path_mapping == PathMapping::Fixed && b.path_mapping == PathMapping::Fixed;
+                let single = a.state_mode == StateMode::SingleOwner
+                    || b.state_mode == StateMode::SingleOwner;
                 if fixed && single && a.path == b.path {
                     return Err(err(
                         &format!("destinations[{i}].path"),
@@ -400,7 +450,10 @@ impl Config {
 }
 
 fn absolute_dir_of(file: &Path) -> Result<PathBuf> {
-    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let abs = if dir.is_absolute() {
         dir.to_path_buf()
     } else {

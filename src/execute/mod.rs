@@ -7,16 +7,16 @@
 
 mod undo;
 
-pub use undo::{undo, StagedOperation};
+pub use undo::{StagedOperation, undo};
 
-use crate::backend::local::{self, fingerprint_of, Fingerprint, STAGING_DIR};
+use crate::backend::local::{self, Fingerprint, STAGING_DIR, fingerprint_of};
 use crate::error::{Error, IoContext, Result};
 use crate::failpoint;
 use crate::hash::sha256_hex;
-use crate::journal::{event, now, ActionRecord, Journal, OperationRecord};
+use crate::journal::{ActionRecord, Journal, OperationRecord, event, now};
 use crate::model::FileOp;
 use crate::plan::DestinationPlan;
-use crate::source::{relative_link_target, Source};
+use crate::source::{Source, relative_link_target};
 use std::fs;
 use std::path::Path;
 
@@ -30,10 +30,18 @@ pub struct ExecContext<'a> {
 }
 
 /// Executes `plan`; returns the operation id. `plan.new_state` must be set.
-pub fn execute(plan: &DestinationPlan, source: &Source, journal: &mut Journal, ctx: &ExecContext<'_>) -> Result<String> {
+pub fn execute(
+    plan: &DestinationPlan,
+    source: &Source,
+    journal: &mut Journal,
+    ctx: &ExecContext<'_>,
+) -> Result<String> {
     let bundle = plan.bundle_path.as_path();
     let op_id = uuid::Uuid::new_v4().to_string();
-    let mut state = plan.new_state.clone().ok_or_else(|| Error::Failed("plan has no post-state".into()))?;
+    let mut state = plan
+        .new_state
+        .clone()
+        .ok_or_else(|| Error::Failed("plan has no post-state".into()))?;
     let published_at = now();
     for r in state.owners.iter_mut() {
         if r.operation_id.is_empty() {
@@ -43,9 +51,17 @@ pub fn execute(plan: &DestinationPlan, source: &Source, journal: &mut Journal, c
     }
     let post = state.render();
     let pre = local::read_state_bytes(bundle)?;
-    let staged = StagedOperation::from_plan(plan, &op_id, pre.as_deref().map(sha256_hex), sha256_hex(&post))?;
+    let staged = StagedOperation::from_plan(
+        plan,
+        &op_id,
+        pre.as_deref().map(sha256_hex),
+        sha256_hex(&post),
+    )?;
 
-    journal.begin_operation(&operation_record(plan, source, ctx, &staged, &published_at)?, &action_records(plan))?;
+    journal.begin_operation(
+        &operation_record(plan, source, ctx, &staged, &published_at)?,
+        &action_records(plan),
+    )?;
     failpoint::hit("after_journal_append");
 
     let result = run_steps(plan, source, &staged, &post, journal);
@@ -60,7 +76,9 @@ pub fn execute(plan: &DestinationPlan, source: &Source, journal: &mut Journal, c
         Err(e) if committed(bundle, &staged) => {
             // The error came after the commit point: the publication stands; recovery
             // finishes the cleanup.
-            Err(Error::Failed(format!("operation {op_id} passed its commit point but could not finish ({e}); run `distributor recover`")))
+            Err(Error::Failed(format!(
+                "operation {op_id} passed its commit point but could not finish ({e}); run `distributor recover`"
+            )))
         }
         Err(e) => match undo(bundle, &staged) {
             Ok(()) => {
@@ -99,7 +117,8 @@ fn run_steps(
     for f in plan.writes() {
         failpoint::hit("during_staging");
         local::make_parents(&new_root, &f.path)?;
-        let (size, sha) = local::copy_hashed(&source.file(&f.path), &new_root.join(&f.path), &mut buf)?;
+        let (size, sha) =
+            local::copy_hashed(&source.file(&f.path), &new_root.join(&f.path), &mut buf)?;
         if size != f.size || sha != f.sha256 {
             return Err(Error::Source(format!(
                 "output '{}' changed: read {size} bytes with sha256 {sha}, the manifest says {} bytes with sha256 {}",
@@ -141,11 +160,16 @@ fn run_steps(
         placements.push((f.path.clone(), fingerprint_of(&md, &f.sha256)));
     }
     failpoint::hit("after_placement");
-    for l in plan.links.iter().filter(|l| matches!(l.op, FileOp::Create | FileOp::Overwrite)) {
+    for l in plan
+        .links
+        .iter()
+        .filter(|l| matches!(l.op, FileOp::Create | FileOp::Overwrite))
+    {
         local::check_inside(bundle, &l.path)?;
         local::make_parents(bundle, &l.path)?;
         let dst = bundle.join(&l.path);
-        std::os::unix::fs::symlink(relative_link_target(&l.path, &l.target), &dst).ctx("create link", &dst)?;
+        std::os::unix::fs::symlink(relative_link_target(&l.path, &l.target), &dst)
+            .ctx("create link", &dst)?;
     }
     journal.event(&staged.operation_id, event::PLACED, None)?;
     failpoint::hit("after_links");
@@ -196,14 +220,18 @@ fn operation_record(
         decision: plan.decision.to_string(),
         takeover_mode: plan.takeover_mode.to_string(),
         previous_owner: plan.previous.as_ref().map(|p| p.owner.to_string()),
-        previous_source: plan
-            .previous
-            .as_ref()
-            .map(|p| (p.source.id.clone(), p.source.created_at.clone(), p.source.digest.clone())),
+        previous_source: plan.previous.as_ref().map(|p| {
+            (
+                p.source.id.clone(),
+                p.source.created_at.clone(),
+                p.source.digest.clone(),
+            )
+        }),
         source: (src.id, src.created_at, src.digest),
         pre_state_sha256: staged.pre_state_sha256.clone(),
         post_state_sha256: staged.post_state_sha256.clone(),
-        takeovers_json: serde_json::to_string(&plan.takeovers).map_err(|e| Error::Failed(e.to_string()))?,
+        takeovers_json: serde_json::to_string(&plan.takeovers)
+            .map_err(|e| Error::Failed(e.to_string()))?,
         plan_json: serde_json::to_string(staged).map_err(|e| Error::Failed(e.to_string()))?,
     })
 }
@@ -217,7 +245,13 @@ fn action_records(plan: &DestinationPlan) -> Vec<ActionRecord> {
             FileOp::Delete => "file_delete",
             _ => continue,
         };
-        out.push(ActionRecord { kind: kind.into(), path: f.path.clone(), size: Some(f.size), sha256: Some(f.sha256.clone()), target: None });
+        out.push(ActionRecord {
+            kind: kind.into(),
+            path: f.path.clone(),
+            size: Some(f.size),
+            sha256: Some(f.sha256.clone()),
+            target: None,
+        });
     }
     for l in &plan.links {
         let kind = match l.op {
@@ -226,7 +260,13 @@ fn action_records(plan: &DestinationPlan) -> Vec<ActionRecord> {
             FileOp::Delete => "link_delete",
             _ => continue,
         };
-        out.push(ActionRecord { kind: kind.into(), path: l.path.clone(), size: None, sha256: None, target: Some(l.target.clone()) });
+        out.push(ActionRecord {
+            kind: kind.into(),
+            path: l.path.clone(),
+            size: None,
+            sha256: None,
+            target: Some(l.target.clone()),
+        });
     }
     out
 }

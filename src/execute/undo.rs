@@ -45,16 +45,27 @@ pub struct StagedOperation {
 
 impl StagedOperation {
     /// Builds the record of a plan about to run (reads which parent directories exist).
-    pub fn from_plan(plan: &DestinationPlan, op: &str, pre: Option<String>, post: String) -> Result<StagedOperation> {
+    pub fn from_plan(
+        plan: &DestinationPlan,
+        op: &str,
+        pre: Option<String>,
+        post: String,
+    ) -> Result<StagedOperation> {
         let mut actions = Vec::new();
         for f in &plan.files {
             if let Some(k) = kind("file", f.op) {
-                actions.push(StagedAction { kind: k, path: f.path.clone() });
+                actions.push(StagedAction {
+                    kind: k,
+                    path: f.path.clone(),
+                });
             }
         }
         for l in &plan.links {
             if let Some(k) = kind("link", l.op) {
-                actions.push(StagedAction { kind: k, path: l.path.clone() });
+                actions.push(StagedAction {
+                    kind: k,
+                    path: l.path.clone(),
+                });
             }
         }
         let mut new_dirs: Vec<String> = Vec::new();
@@ -62,7 +73,9 @@ impl StagedOperation {
             for (i, b) in a.path.bytes().enumerate() {
                 if b == b'/' {
                     let d = &a.path[..i];
-                    if !new_dirs.iter().any(|x| x == d) && fs::symlink_metadata(plan.bundle_path.join(d)).is_err() {
+                    if !new_dirs.iter().any(|x| x == d)
+                        && fs::symlink_metadata(plan.bundle_path.join(d)).is_err()
+                    {
                         new_dirs.push(d.to_string());
                     }
                 }
@@ -87,12 +100,18 @@ impl StagedOperation {
 
     /// Paths moved aside: overwritten or deleted.
     pub fn moves(&self) -> impl Iterator<Item = &str> {
-        self.actions.iter().filter(|a| !a.kind.ends_with("_create")).map(|a| a.path.as_str())
+        self.actions
+            .iter()
+            .filter(|a| !a.kind.ends_with("_create"))
+            .map(|a| a.path.as_str())
     }
 
     /// Paths written: created or overwritten.
     pub fn writes(&self) -> impl Iterator<Item = &str> {
-        self.actions.iter().filter(|a| !a.kind.ends_with("_delete")).map(|a| a.path.as_str())
+        self.actions
+            .iter()
+            .filter(|a| !a.kind.ends_with("_delete"))
+            .map(|a| a.path.as_str())
     }
 
     /// Writes `plan.json` into the operation's staging directory, durably.
@@ -112,7 +131,8 @@ impl StagedOperation {
     pub fn read(op_dir: &Path) -> Result<StagedOperation> {
         let path = op_dir.join("plan.json");
         let bytes = fs::read(&path).ctx("read", &path)?;
-        serde_json::from_slice(&bytes).map_err(|e| Error::Failed(format!("{}: {e}", path.display())))
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Failed(format!("{}: {e}", path.display())))
     }
 }
 
@@ -139,7 +159,9 @@ pub fn undo(bundle: &Path, op: &StagedOperation) -> Result<()> {
         let p = bundle.join(&a.path);
         let md = fs::symlink_metadata(&p).ok();
         let placed = match a.kind.as_str() {
-            "file_create" => md.as_ref().is_some_and(|m| m.is_file()) && !lexists(&new_root.join(&a.path)),
+            "file_create" => {
+                md.as_ref().is_some_and(|m| m.is_file()) && !lexists(&new_root.join(&a.path))
+            }
             "link_create" => md.as_ref().is_some_and(|m| m.file_type().is_symlink()),
             "file_overwrite" | "link_overwrite" => md.is_some() && lexists(&old_root.join(&a.path)),
             _ => false,

@@ -5,14 +5,19 @@ use rusqlite::Connection;
 
 /// The migrations, in order. Be sure to never change the order or the entries here: only
 /// append. Each is a file in `migrations/`.
-pub const MIGRATIONS: &[(&str, &str)] = &[("0001_initial", include_str!("../../migrations/0001_initial.sql"))];
+pub const MIGRATIONS: &[(&str, &str)] = &[(
+    "0001_initial",
+    include_str!("../../migrations/0001_initial.sql"),
+)];
 
 /// Schema version this build writes.
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 
 /// Brings the database to [`SCHEMA_VERSION`]; refuses a database from a newer schema.
 pub fn migrate(conn: &mut Connection) -> Result<(), String> {
-    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(describe)?;
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(describe)?;
     if version as usize == SCHEMA_VERSION {
         return Ok(());
     }
@@ -21,9 +26,13 @@ pub fn migrate(conn: &mut Connection) -> Result<(), String> {
             "was written by a newer distributor (schema {version}); this build knows schema {SCHEMA_VERSION}; upgrade distributor or use another --journal"
         ));
     }
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive).map_err(describe)?;
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)
+        .map_err(describe)?;
     // Another process may have migrated while we waited for the lock.
-    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(describe)?;
+    let version: i64 = tx
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(describe)?;
     if version == 0 {
         tx.execute_batch(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);",
@@ -31,21 +40,24 @@ pub fn migrate(conn: &mut Connection) -> Result<(), String> {
         .map_err(describe)?;
     }
     for (i, (name, sql)) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        tx.execute_batch(sql).map_err(|e| format!("migration {name}: {e}"))?;
+        tx.execute_batch(sql)
+            .map_err(|e| format!("migration {name}: {e}"))?;
         tx.execute(
             "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
             rusqlite::params![i as i64 + 1, name, super::now()],
         )
         .map_err(describe)?;
     }
-    tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")).map_err(describe)?;
+    tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
+        .map_err(describe)?;
     tx.commit().map_err(describe)
 }
 
 fn describe(e: rusqlite::Error) -> String {
     match &e {
         rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::NotADatabase => {
-            "is not a distributor journal (file is not an SQLite database, or it is corrupt)".to_string()
+            "is not a distributor journal (file is not an SQLite database, or it is corrupt)"
+                .to_string()
         }
         _ => e.to_string(),
     }
@@ -60,7 +72,9 @@ mod tests {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
         migrate(&mut c).unwrap();
-        let n: i64 = c.query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0)).unwrap();
+        let n: i64 = c
+            .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(n as usize, SCHEMA_VERSION);
     }
 

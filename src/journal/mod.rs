@@ -11,7 +11,7 @@ pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 
 use crate::backend::local::Fingerprint;
 use crate::error::{Error, Result};
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -108,9 +108,15 @@ impl Journal {
             })?;
         }
         let conn = Connection::open(path).map_err(|e| jerr(path, e))?;
-        let mut j = Journal { conn, path: path.to_path_buf() };
+        let mut j = Journal {
+            conn,
+            path: path.to_path_buf(),
+        };
         j.configure()?;
-        migrate::migrate(&mut j.conn).map_err(|m| Error::Journal { path: path.to_path_buf(), message: m })?;
+        migrate::migrate(&mut j.conn).map_err(|m| Error::Journal {
+            path: path.to_path_buf(),
+            message: m,
+        })?;
         Ok(j)
     }
 
@@ -120,23 +126,37 @@ impl Journal {
         if !path.exists() {
             return Ok(None);
         }
-        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE).map_err(|e| jerr(path, e))?;
-        let mut j = Journal { conn, path: path.to_path_buf() };
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+            .map_err(|e| jerr(path, e))?;
+        let mut j = Journal {
+            conn,
+            path: path.to_path_buf(),
+        };
         j.configure()?;
-        migrate::migrate(&mut j.conn).map_err(|m| Error::Journal { path: path.to_path_buf(), message: m })?;
+        migrate::migrate(&mut j.conn).map_err(|m| Error::Journal {
+            path: path.to_path_buf(),
+            message: m,
+        })?;
         Ok(Some(j))
     }
 
     fn configure(&mut self) -> Result<()> {
-        self.conn.busy_timeout(Duration::from_secs(30)).map_err(|e| jerr(&self.path, e))?;
+        self.conn
+            .busy_timeout(Duration::from_secs(30))
+            .map_err(|e| jerr(&self.path, e))?;
         let mode: String = self
             .conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
             .map_err(|e| jerr(&self.path, e))?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Error::Journal { path: self.path.clone(), message: format!("cannot enable WAL (journal_mode is {mode})") });
+            return Err(Error::Journal {
+                path: self.path.clone(),
+                message: format!("cannot enable WAL (journal_mode is {mode})"),
+            });
         }
-        self.conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;").map_err(|e| jerr(&self.path, e))
+        self.conn
+            .execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
+            .map_err(|e| jerr(&self.path, e))
     }
 
     /// The journal file.
@@ -150,7 +170,11 @@ impl Journal {
     }
 
     /// Appends the operation and all its actions in one transaction.
-    pub fn begin_operation(&mut self, op: &OperationRecord, actions: &[ActionRecord]) -> Result<()> {
+    pub fn begin_operation(
+        &mut self,
+        op: &OperationRecord,
+        actions: &[ActionRecord],
+    ) -> Result<()> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| jerr(&path, e))?;
         tx.execute(
@@ -189,8 +213,16 @@ impl Journal {
                 .prepare("INSERT INTO journal_actions (operation_id, seq, kind, path, size, sha256, target) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
                 .map_err(|e| jerr(&path, e))?;
             for (i, a) in actions.iter().enumerate() {
-                stmt.execute(params![op.operation_id, i as i64, a.kind, a.path, a.size.map(|s| s as i64), a.sha256, a.target])
-                    .map_err(|e| jerr(&path, e))?;
+                stmt.execute(params![
+                    op.operation_id,
+                    i as i64,
+                    a.kind,
+                    a.path,
+                    a.size.map(|s| s as i64),
+                    a.sha256,
+                    a.target
+                ])
+                .map_err(|e| jerr(&path, e))?;
             }
         }
         tx.commit().map_err(|e| jerr(&path, e))
@@ -208,7 +240,12 @@ impl Journal {
     }
 
     /// Appends the commit event and the placement fingerprints in one transaction.
-    pub fn commit(&mut self, operation_id: &str, bundle_path: &str, placements: &[(String, Fingerprint)]) -> Result<()> {
+    pub fn commit(
+        &mut self,
+        operation_id: &str,
+        bundle_path: &str,
+        placements: &[(String, Fingerprint)],
+    ) -> Result<()> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| jerr(&path, e))?;
         {
@@ -219,8 +256,16 @@ impl Journal {
                 )
                 .map_err(|e| jerr(&path, e))?;
             for (p, fp) in placements {
-                stmt.execute(params![operation_id, bundle_path, p, fp.size as i64, fp.mtime_ns, fp.ino as i64, fp.sha256])
-                    .map_err(|e| jerr(&path, e))?;
+                stmt.execute(params![
+                    operation_id,
+                    bundle_path,
+                    p,
+                    fp.size as i64,
+                    fp.mtime_ns,
+                    fp.ino as i64,
+                    fp.sha256
+                ])
+                .map_err(|e| jerr(&path, e))?;
             }
         }
         tx.execute(
@@ -243,7 +288,8 @@ impl Journal {
         let rows = stmt
             .query_map([bundle_path], |r| r.get::<_, String>(0))
             .map_err(|e| jerr(&self.path, e))?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| jerr(&self.path, e))
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| jerr(&self.path, e))
     }
 
     /// The latest placement fingerprint of every path distributor placed in `bundle_path`.
@@ -268,13 +314,18 @@ impl Journal {
                 ))
             })
             .map_err(|e| jerr(&self.path, e))?;
-        rows.collect::<rusqlite::Result<HashMap<_, _>>>().map_err(|e| jerr(&self.path, e))
+        rows.collect::<rusqlite::Result<HashMap<_, _>>>()
+            .map_err(|e| jerr(&self.path, e))
     }
 
     /// The stored plan JSON of an operation.
     pub fn plan_json(&self, operation_id: &str) -> Result<Option<String>> {
         self.conn
-            .query_row("SELECT plan_json FROM journal_operations WHERE operation_id = ?1", [operation_id], |r| r.get(0))
+            .query_row(
+                "SELECT plan_json FROM journal_operations WHERE operation_id = ?1",
+                [operation_id],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(|e| jerr(&self.path, e))
     }
@@ -288,9 +339,13 @@ pub fn now() -> String {
 pub(crate) fn jerr(path: &Path, e: rusqlite::Error) -> Error {
     let message = match &e {
         rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::NotADatabase => {
-            "is not a distributor journal (file is not an SQLite database, or it is corrupt)".to_string()
+            "is not a distributor journal (file is not an SQLite database, or it is corrupt)"
+                .to_string()
         }
         _ => e.to_string(),
     };
-    Error::Journal { path: path.to_path_buf(), message }
+    Error::Journal {
+        path: path.to_path_buf(),
+        message,
+    }
 }

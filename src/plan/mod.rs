@@ -8,7 +8,7 @@
 mod planner;
 mod takeover;
 
-pub use planner::{plan_destination, PlanInput};
+pub use planner::{PlanInput, plan_destination};
 pub use takeover::takeover_permitted;
 
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef, StateMode, TakeoverMode};
@@ -99,7 +99,12 @@ pub struct Conflict {
 
 impl Conflict {
     /// Builds a conflict; `forceable` follows the kind.
-    pub fn new(kind: ConflictKind, path: Option<&str>, owner: Option<&Owner>, message: impl Into<String>) -> Self {
+    pub fn new(
+        kind: ConflictKind,
+        path: Option<&str>,
+        owner: Option<&Owner>,
+        message: impl Into<String>,
+    ) -> Self {
         Conflict {
             kind,
             path: path.map(str::to_string),
@@ -167,7 +172,9 @@ pub struct DestinationPlan {
 impl DestinationPlan {
     /// Files the plan writes (create or overwrite).
     pub fn writes(&self) -> impl Iterator<Item = &FileAction> {
-        self.files.iter().filter(|f| matches!(f.op, FileOp::Create | FileOp::Overwrite))
+        self.files
+            .iter()
+            .filter(|f| matches!(f.op, FileOp::Create | FileOp::Overwrite))
     }
 }
 

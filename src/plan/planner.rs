@@ -1,13 +1,16 @@
 //! `plan_destination`: decisions, takeover, conflicts and reconciliation for one
 //! destination. Pure: inputs in, plan out.
 
-use super::{takeover_permitted, Conflict, DestinationPlan, Entry, FileAction, LinkAction, Previous, Storage, TakeoverEntry};
+use super::{
+    Conflict, DestinationPlan, Entry, FileAction, LinkAction, Previous, Storage, TakeoverEntry,
+    takeover_permitted,
+};
 use crate::config::Destination;
 use crate::model::{
-    ConflictKind, Decision, DestinationNewer, FileOp, OnConflict, Owner, ReconciliationMode, SameCreatedDigestMismatch,
-    SourceRef, StateMode, TakeoverMode,
+    ConflictKind, Decision, DestinationNewer, FileOp, OnConflict, Owner, ReconciliationMode,
+    SameCreatedDigestMismatch, SourceRef, StateMode, TakeoverMode,
 };
-use crate::source::{relative_link_target, Source};
+use crate::source::{Source, relative_link_target};
 use crate::state::{OwnerRecord, RecordedLink, RecordedOutput, State, StateFile};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -81,10 +84,20 @@ pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
         new_state: None,
     };
     if let Some(reason) = &input.storage.bundle_unsafe {
-        plan.conflicts.push(Conflict::new(ConflictKind::UnsafeStorage, None, None, reason.clone()));
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::UnsafeStorage,
+            None,
+            None,
+            reason.clone(),
+        ));
         return finish_conflict(plan);
     }
-    let empty = State { mode: d.state_mode, owners: vec![], outputs: vec![], links: vec![] };
+    let empty = State {
+        mode: d.state_mode,
+        owners: vec![],
+        outputs: vec![],
+        links: vec![],
+    };
     let (state, invalid) = match input.state {
         StateFile::Absent => (&empty, None),
         StateFile::Invalid(reason) => {
@@ -101,13 +114,24 @@ pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
                 ConflictKind::StateModeMismatch,
                 Some(crate::state::STATE_FILE),
                 None,
-                format!("state is {} but the destination is configured as {}", s.mode, d.state_mode),
+                format!(
+                    "state is {} but the destination is configured as {}",
+                    s.mode, d.state_mode
+                ),
             ));
             return finish_conflict(plan);
         }
         StateFile::Valid(s) => (s, None),
     };
-    Planner { input, me, src, state, invalid: invalid.is_some(), plan }.run()
+    Planner {
+        input,
+        me,
+        src,
+        state,
+        invalid: invalid.is_some(),
+        plan,
+    }
+    .run()
 }
 
 struct Planner<'a, 's> {
@@ -136,7 +160,10 @@ impl<'a, 's> Planner<'a, 's> {
             StateMode::SingleOwner => self.state.owners.first(),
             StateMode::SharedRoot => self.state.owner(&self.me),
         };
-        self.plan.previous = replaced.map(|r| Previous { owner: r.owner.clone(), source: r.source.clone() });
+        self.plan.previous = replaced.map(|r| Previous {
+            owner: r.owner.clone(),
+            source: r.source.clone(),
+        });
 
         let mut newer: Vec<String> = Vec::new();
         let mut basis = Basis::Fresh;
@@ -160,11 +187,19 @@ impl<'a, 's> Planner<'a, 's> {
                 if Some(owner) == replaced.map(|r| &r.owner) {
                     continue;
                 }
-                let other = self.state.owner(owner).expect("valid state lists every owner");
+                let other = self
+                    .state
+                    .owner(owner)
+                    .expect("valid state lists every owner");
                 if takeover_permitted(d.takeover, &self.me, &self.src.id, owner, &other.source.id) {
                     taken.entry(owner.clone()).or_default().push(p.to_string());
-                    if colliding_checked.insert(owner.clone()) && newer_than(&other.source, &self.src) {
-                        newer.push(format!("{} holds source {} created {}", owner, other.source.id, other.source.created_at));
+                    if colliding_checked.insert(owner.clone())
+                        && newer_than(&other.source, &self.src)
+                    {
+                        newer.push(format!(
+                            "{} holds source {} created {}",
+                            owner, other.source.id, other.source.created_at
+                        ));
                     }
                 } else {
                     self.conflict(
@@ -188,7 +223,9 @@ impl<'a, 's> Planner<'a, 's> {
             && replaced.is_some_and(|r| r.source.id == self.src.id && r.owner == self.me);
         let mut delete_set: HashSet<&str> = HashSet::new();
         let owned_by_old = |path: &str| -> bool {
-            recorded.get(path).is_some_and(|r| Some(r.owner()) == old_owner.as_ref())
+            recorded
+                .get(path)
+                .is_some_and(|r| Some(r.owner()) == old_owner.as_ref())
         };
         if !retain {
             for o in &self.state.outputs {
@@ -206,7 +243,12 @@ impl<'a, 's> Planner<'a, 's> {
         let moved: HashSet<&str> = delete_set
             .iter()
             .copied()
-            .chain(new_paths.iter().copied().filter(|p| recorded.contains_key(p)))
+            .chain(
+                new_paths
+                    .iter()
+                    .copied()
+                    .filter(|p| recorded.contains_key(p)),
+            )
             .collect();
 
         // Files.
@@ -232,8 +274,18 @@ impl<'a, 's> Planner<'a, 's> {
                 None => self.unrecorded(&o.path, entry, &moved),
             };
             self.check_ancestors(&o.path, &moved, &recorded);
-            self.plan.files.push(FileAction { path: o.path.clone(), op, size: o.size, sha256: o.sha256.clone() });
-            new_outputs.push(RecordedOutput { path: o.path.clone(), size: o.size, sha256: o.sha256.clone(), owner: self.me.clone() });
+            self.plan.files.push(FileAction {
+                path: o.path.clone(),
+                op,
+                size: o.size,
+                sha256: o.sha256.clone(),
+            });
+            new_outputs.push(RecordedOutput {
+                path: o.path.clone(),
+                size: o.size,
+                sha256: o.sha256.clone(),
+                owner: self.me.clone(),
+            });
         }
         let mut new_links: Vec<RecordedLink> = Vec::new();
         for l in &manifest.links {
@@ -257,26 +309,57 @@ impl<'a, 's> Planner<'a, 's> {
                 None => self.unrecorded(&l.path, entry, &moved),
             };
             self.check_ancestors(&l.path, &moved, &recorded);
-            self.plan.links.push(LinkAction { path: l.path.clone(), target: l.target.clone(), op });
-            new_links.push(RecordedLink { path: l.path.clone(), target: l.target.clone(), owner: self.me.clone() });
+            self.plan.links.push(LinkAction {
+                path: l.path.clone(),
+                target: l.target.clone(),
+                op,
+            });
+            new_links.push(RecordedLink {
+                path: l.path.clone(),
+                target: l.target.clone(),
+                owner: self.me.clone(),
+            });
         }
         // Old paths the manifest omits: delete or retain.
         for o in &self.state.outputs {
             if owned_by_old(&o.path) && !new_set.contains(o.path.as_str()) {
-                let op = if retain { FileOp::Retain } else { FileOp::Delete };
+                let op = if retain {
+                    FileOp::Retain
+                } else {
+                    FileOp::Delete
+                };
                 self.check_ancestors(&o.path, &moved, &recorded);
-                self.plan.files.push(FileAction { path: o.path.clone(), op, size: o.size, sha256: o.sha256.clone() });
+                self.plan.files.push(FileAction {
+                    path: o.path.clone(),
+                    op,
+                    size: o.size,
+                    sha256: o.sha256.clone(),
+                });
                 if retain {
-                    new_outputs.push(RecordedOutput { owner: self.me.clone(), ..o.clone() });
+                    new_outputs.push(RecordedOutput {
+                        owner: self.me.clone(),
+                        ..o.clone()
+                    });
                 }
             }
         }
         for l in &self.state.links {
             if owned_by_old(&l.path) && !new_set.contains(l.path.as_str()) {
-                let op = if retain { FileOp::Retain } else { FileOp::Delete };
-                self.plan.links.push(LinkAction { path: l.path.clone(), target: l.target.clone(), op });
+                let op = if retain {
+                    FileOp::Retain
+                } else {
+                    FileOp::Delete
+                };
+                self.plan.links.push(LinkAction {
+                    path: l.path.clone(),
+                    target: l.target.clone(),
+                    op,
+                });
                 if retain {
-                    new_links.push(RecordedLink { owner: self.me.clone(), ..l.clone() });
+                    new_links.push(RecordedLink {
+                        owner: self.me.clone(),
+                        ..l.clone()
+                    });
                 }
             }
         }
@@ -284,19 +367,30 @@ impl<'a, 's> Planner<'a, 's> {
         self.plan.links.sort_by(|a, b| a.path.cmp(&b.path));
 
         // Takeover entries: the replaced record when its identity differs, then other owners.
-        if let Some(r) = replaced {
-            if basis == Basis::Takeover {
+        if let Some(r) = replaced.filter(|_| basis == Basis::Takeover) {
+            {
                 let paths: Vec<String> = new_paths
                     .iter()
                     .filter(|p| recorded.get(*p).is_some_and(|rec| rec.owner() == &r.owner))
                     .map(|p| p.to_string())
                     .collect();
-                self.plan.takeovers.push(TakeoverEntry { from_owner: r.owner.clone(), from_source_id: r.source.id.clone(), paths: sorted(paths) });
+                self.plan.takeovers.push(TakeoverEntry {
+                    from_owner: r.owner.clone(),
+                    from_source_id: r.source.id.clone(),
+                    paths: sorted(paths),
+                });
             }
         }
         for (owner, paths) in taken {
-            let rec = self.state.owner(&owner).expect("valid state lists every owner");
-            self.plan.takeovers.push(TakeoverEntry { from_owner: owner, from_source_id: rec.source.id.clone(), paths: sorted(paths) });
+            let rec = self
+                .state
+                .owner(&owner)
+                .expect("valid state lists every owner");
+            self.plan.takeovers.push(TakeoverEntry {
+                from_owner: owner,
+                from_source_id: rec.source.id.clone(),
+                paths: sorted(paths),
+            });
         }
 
         // Decide.
@@ -334,7 +428,11 @@ impl<'a, 's> Planner<'a, 's> {
                 Basis::Same => {
                     let drift = self.plan.files.iter().any(|f| f.op != FileOp::Unchanged)
                         || self.plan.links.iter().any(|l| l.op != FileOp::Unchanged);
-                    if drift { Decision::Repair } else { Decision::Unchanged }
+                    if drift {
+                        Decision::Repair
+                    } else {
+                        Decision::Unchanged
+                    }
                 }
                 Basis::Older => Decision::ReplaceOlder,
                 Basis::Changed => Decision::ReplaceChanged,
@@ -355,7 +453,10 @@ impl<'a, 's> Planner<'a, 's> {
         let same_id = r.source.id == self.src.id;
         let is_newer = newer_than(&r.source, &self.src);
         if is_newer {
-            newer.push(format!("{} holds source {} created {}", r.owner, r.source.id, r.source.created_at));
+            newer.push(format!(
+                "{} holds source {} created {}",
+                r.owner, r.source.id, r.source.created_at
+            ));
         }
         let same_created = r.source.created() == Some(self.input.source.created);
         if same_id && same_created && r.source.digest != self.src.digest {
@@ -385,14 +486,19 @@ impl<'a, 's> Planner<'a, 's> {
                 Basis::Older
             };
         }
-        let permitted = takeover_permitted(d.takeover, &self.me, &self.src.id, &r.owner, &r.source.id);
+        let permitted =
+            takeover_permitted(d.takeover, &self.me, &self.src.id, &r.owner, &r.source.id);
         if !permitted {
             let (kind, what) = if !same_owner && d.state_mode == StateMode::SingleOwner {
                 match d.takeover {
                     TakeoverMode::SamePipeline => (ConflictKind::PipelineDiffers, "pipeline"),
                     TakeoverMode::SameSource => (ConflictKind::SourceIdDiffers, "source id"),
-                    _ if r.owner.pipeline_id != self.me.pipeline_id => (ConflictKind::PipelineDiffers, "pipeline"),
-                    _ if r.owner.destination_id != self.me.destination_id => (ConflictKind::DestinationDiffers, "destination"),
+                    _ if r.owner.pipeline_id != self.me.pipeline_id => {
+                        (ConflictKind::PipelineDiffers, "pipeline")
+                    }
+                    _ if r.owner.destination_id != self.me.destination_id => {
+                        (ConflictKind::DestinationDiffers, "destination")
+                    }
                     _ => (ConflictKind::SourceIdDiffers, "source id"),
                 }
             } else {
@@ -411,8 +517,16 @@ impl<'a, 's> Planner<'a, 's> {
         Basis::Takeover
     }
 
-    fn conflict(&mut self, kind: ConflictKind, path: Option<&str>, owner: Option<&Owner>, message: String) {
-        self.plan.conflicts.push(Conflict::new(kind, path, owner, message));
+    fn conflict(
+        &mut self,
+        kind: ConflictKind,
+        path: Option<&str>,
+        owner: Option<&Owner>,
+        message: String,
+    ) {
+        self.plan
+            .conflicts
+            .push(Conflict::new(kind, path, owner, message));
     }
 
     fn newer_conflicts(&mut self, newer: &[String]) {
@@ -430,7 +544,11 @@ impl<'a, 's> Planner<'a, 's> {
         match entry {
             Entry::Missing => FileOp::Create,
             Entry::File { .. } | Entry::Symlink { .. } => {
-                let what = if matches!(entry, Entry::File { .. }) { "a file" } else { "a symlink" };
+                let what = if matches!(entry, Entry::File { .. }) {
+                    "a file"
+                } else {
+                    "a symlink"
+                };
                 self.conflict(
                     ConflictKind::UnmanagedContent,
                     Some(path),
@@ -467,13 +585,20 @@ impl<'a, 's> Planner<'a, 's> {
             ConflictKind::UnsafeStorage,
             Some(path),
             None,
-            format!("'{path}' is a socket, FIFO or device; distributor never replaces special files"),
+            format!(
+                "'{path}' is a socket, FIFO or device; distributor never replaces special files"
+            ),
         );
     }
 
     /// Every ancestor of a touched path must be a directory, or a path this plan moves
     /// aside; a symlink or special file on the way is unsafe.
-    fn check_ancestors(&mut self, path: &str, moved: &HashSet<&str>, recorded: &HashMap<&str, Recorded<'s>>) {
+    fn check_ancestors(
+        &mut self,
+        path: &str,
+        moved: &HashSet<&str>,
+        recorded: &HashMap<&str, Recorded<'s>>,
+    ) {
         for (i, b) in path.bytes().enumerate() {
             if b != b'/' {
                 continue;
@@ -492,7 +617,10 @@ impl<'a, 's> Planner<'a, 's> {
                     return;
                 }
                 Entry::File { .. } => {
-                    let whose = recorded.get(anc).map(|r| format!(" (recorded for {})", r.owner())).unwrap_or_default();
+                    let whose = recorded
+                        .get(anc)
+                        .map(|r| format!(" (recorded for {})", r.owner()))
+                        .unwrap_or_default();
                     self.conflict(
                         ConflictKind::UnsafeStorage,
                         Some(anc),
@@ -512,15 +640,23 @@ impl<'a, 's> Planner<'a, 's> {
         self.plan
     }
 
-    fn conflict_or_force(mut self, outputs: Vec<RecordedOutput>, links: Vec<RecordedLink>, moved: &HashSet<&str>) -> DestinationPlan {
+    fn conflict_or_force(
+        mut self,
+        outputs: Vec<RecordedOutput>,
+        links: Vec<RecordedLink>,
+        moved: &HashSet<&str>,
+    ) -> DestinationPlan {
         let d = self.input.destination;
         let all_forceable = self.plan.conflicts.iter().all(|c| c.forceable);
         let kinds = conflict_kinds(&self.plan.conflicts);
         if self.input.force && all_forceable && d.transfer.on_conflict == OnConflict::Replace {
             self.plan.decision = Decision::ForceReplace;
-            self.plan.message = format!("--force with transfer.on_conflict: replace overrides {kinds}");
+            self.plan.message =
+                format!("--force with transfer.on_conflict: replace overrides {kinds}");
             if self.invalid {
-                self.plan.message.push_str("; invalid state is replaced by fresh state, nothing is deleted");
+                self.plan
+                    .message
+                    .push_str("; invalid state is replaced by fresh state, nothing is deleted");
             }
             let state = self.new_state(outputs, links, moved);
             self.plan.new_state = Some(state);
@@ -532,15 +668,28 @@ impl<'a, 's> Planner<'a, 's> {
         } else if self.input.force {
             format!("{kinds}: nothing written; transfer.on_conflict: refuse forbids --force")
         } else {
-            format!("{kinds}: nothing written; --force would replace (transfer.on_conflict: {})", d.transfer.on_conflict)
+            format!(
+                "{kinds}: nothing written; --force would replace (transfer.on_conflict: {})",
+                d.transfer.on_conflict
+            )
         };
         self.clear_actions()
     }
 
     fn reason(&self, replaced: Option<&OwnerRecord>) -> String {
         let d = self.input.destination;
-        let writes = self.plan.files.iter().filter(|f| matches!(f.op, FileOp::Create | FileOp::Overwrite)).count()
-            + self.plan.links.iter().filter(|l| matches!(l.op, FileOp::Create | FileOp::Overwrite)).count();
+        let writes = self
+            .plan
+            .files
+            .iter()
+            .filter(|f| matches!(f.op, FileOp::Create | FileOp::Overwrite))
+            .count()
+            + self
+                .plan
+                .links
+                .iter()
+                .filter(|l| matches!(l.op, FileOp::Create | FileOp::Overwrite))
+                .count();
         match self.plan.decision {
             Decision::Create => match self.state.owners.is_empty() {
                 true => "no state at the bundle path; every path is new".to_string(),
@@ -572,7 +721,12 @@ impl<'a, 's> Planner<'a, 's> {
     }
 
     /// The state after this publication.
-    fn new_state(&self, outputs: Vec<RecordedOutput>, links: Vec<RecordedLink>, moved: &HashSet<&str>) -> State {
+    fn new_state(
+        &self,
+        outputs: Vec<RecordedOutput>,
+        links: Vec<RecordedLink>,
+        moved: &HashSet<&str>,
+    ) -> State {
         let d = self.input.destination;
         let mine = OwnerRecord {
             owner: self.me.clone(),
@@ -581,23 +735,46 @@ impl<'a, 's> Planner<'a, 's> {
             published_at: String::new(),
             operation_id: String::new(),
         };
-        let claimed: HashSet<String> = outputs.iter().map(|o| o.path.clone()).chain(links.iter().map(|l| l.path.clone())).collect();
+        let claimed: HashSet<String> = outputs
+            .iter()
+            .map(|o| o.path.clone())
+            .chain(links.iter().map(|l| l.path.clone()))
+            .collect();
         let mut state = match d.state_mode {
-            StateMode::SingleOwner => State { mode: d.state_mode, owners: vec![mine], outputs, links },
+            StateMode::SingleOwner => State {
+                mode: d.state_mode,
+                owners: vec![mine],
+                outputs,
+                links,
+            },
             StateMode::SharedRoot => {
                 let keep_out = self
                     .state
                     .outputs
                     .iter()
-                    .filter(|o| o.owner != self.me && !claimed.contains(&o.path) && !moved.contains(o.path.as_str()))
+                    .filter(|o| {
+                        o.owner != self.me
+                            && !claimed.contains(&o.path)
+                            && !moved.contains(o.path.as_str())
+                    })
                     .cloned();
                 let keep_links = self
                     .state
                     .links
                     .iter()
-                    .filter(|l| l.owner != self.me && !claimed.contains(&l.path) && !moved.contains(l.path.as_str()))
+                    .filter(|l| {
+                        l.owner != self.me
+                            && !claimed.contains(&l.path)
+                            && !moved.contains(l.path.as_str())
+                    })
                     .cloned();
-                let mut owners: Vec<OwnerRecord> = self.state.owners.iter().filter(|r| r.owner != self.me).cloned().collect();
+                let mut owners: Vec<OwnerRecord> = self
+                    .state
+                    .owners
+                    .iter()
+                    .filter(|r| r.owner != self.me)
+                    .cloned()
+                    .collect();
                 owners.push(mine);
                 State {
                     mode: d.state_mode,
@@ -608,8 +785,15 @@ impl<'a, 's> Planner<'a, 's> {
             }
         };
         // Owner records with nothing left are removed.
-        let State { owners, outputs, links, .. } = &mut state;
-        owners.retain(|r| outputs.iter().any(|o| o.owner == r.owner) || links.iter().any(|l| l.owner == r.owner));
+        let State {
+            owners,
+            outputs,
+            links,
+            ..
+        } = &mut state;
+        owners.retain(|r| {
+            outputs.iter().any(|o| o.owner == r.owner) || links.iter().any(|l| l.owner == r.owner)
+        });
         state.outputs.sort_by(|a, b| a.path.cmp(&b.path));
         state.links.sort_by(|a, b| a.path.cmp(&b.path));
         state

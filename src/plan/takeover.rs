@@ -4,7 +4,13 @@ use crate::model::{Owner, TakeoverMode};
 
 /// May the current owner (`me`, publishing `source_id`) take over content recorded for
 /// `other` with `other_source_id`? Applies only to valid state of the configured mode.
-pub fn takeover_permitted(mode: TakeoverMode, me: &Owner, source_id: &str, other: &Owner, other_source_id: &str) -> bool {
+pub fn takeover_permitted(
+    mode: TakeoverMode,
+    me: &Owner,
+    source_id: &str,
+    other: &Owner,
+    other_source_id: &str,
+) -> bool {
     match mode {
         TakeoverMode::SamePipeline => other.pipeline_id == me.pipeline_id,
         TakeoverMode::SameSource => other_source_id == source_id,

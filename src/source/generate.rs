@@ -3,7 +3,7 @@
 //! Symlinks to regular files inside DIR become links; any other symlink, and any special
 //! file, is an error, and then no manifest is written.
 
-use super::{LinkEntry, Manifest, OutputEntry, MANIFEST_FILE};
+use super::{LinkEntry, MANIFEST_FILE, Manifest, OutputEntry};
 use crate::error::{Error, IoContext, Result};
 use crate::hash::hash_file;
 use crate::model::{is_valid_source_id, parse_time};
@@ -17,11 +17,16 @@ pub fn write_manifest(dir: &Path, id: &str, created_at: &str) -> Result<Manifest
         )));
     }
     if parse_time(created_at).is_none() {
-        return Err(Error::Usage(format!("--created-at '{created_at}' is not RFC 3339 with an offset (e.g. 2026-12-02T06:00:00Z)")));
+        return Err(Error::Usage(format!(
+            "--created-at '{created_at}' is not RFC 3339 with an offset (e.g. 2026-12-02T06:00:00Z)"
+        )));
     }
     let md = std::fs::metadata(dir).ctx("read", dir)?;
     if !md.is_dir() {
-        return Err(Error::Usage(format!("{} is not a directory", dir.display())));
+        return Err(Error::Usage(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
     }
     let mut files = Vec::new();
     let mut links = Vec::new();
@@ -29,18 +34,31 @@ pub fn write_manifest(dir: &Path, id: &str, created_at: &str) -> Result<Manifest
     let mut outputs = Vec::with_capacity(files.len());
     for rel in files {
         let (size, sha256) = hash_file(&dir.join(&rel))?;
-        outputs.push(OutputEntry { path: rel, size, sha256 });
+        outputs.push(OutputEntry {
+            path: rel,
+            size,
+            sha256,
+        });
     }
     if outputs.is_empty() {
-        return Err(Error::Source(format!("{} holds no regular files to publish", dir.display())));
+        return Err(Error::Source(format!(
+            "{} holds no regular files to publish",
+            dir.display()
+        )));
     }
     let mut link_entries = Vec::new();
     for (rel, target) in links {
         let target = resolve_inside(&rel, &target).ok_or_else(|| {
-            Error::Source(format!("symlink {rel} -> {} points outside {}", target.display(), dir.display()))
+            Error::Source(format!(
+                "symlink {rel} -> {} points outside {}",
+                target.display(),
+                dir.display()
+            ))
         })?;
         if !outputs.iter().any(|o| o.path == target) {
-            return Err(Error::Source(format!("symlink {rel} -> {target} does not point at a regular file of the bundle")));
+            return Err(Error::Source(format!(
+                "symlink {rel} -> {target} does not point at a regular file of the bundle"
+            )));
         }
         link_entries.push(LinkEntry { path: rel, target });
     }
@@ -56,22 +74,39 @@ pub fn write_manifest(dir: &Path, id: &str, created_at: &str) -> Result<Manifest
     manifest
         .validate()
         .map_err(|e| Error::Source(format!("{}: {e}", dir.display())))?;
-    let mut text = serde_json::to_string_pretty(&manifest).map_err(|e| Error::Failed(e.to_string()))?;
+    let mut text =
+        serde_json::to_string_pretty(&manifest).map_err(|e| Error::Failed(e.to_string()))?;
     text.push('\n');
     let file = dir.join(MANIFEST_FILE);
     std::fs::write(&file, text).ctx("write", &file)?;
     Ok(manifest)
 }
 
-fn walk(root: &Path, rel: &str, files: &mut Vec<String>, links: &mut Vec<(String, PathBuf)>) -> Result<()> {
-    let dir = if rel.is_empty() { root.to_path_buf() } else { root.join(rel) };
+fn walk(
+    root: &Path,
+    rel: &str,
+    files: &mut Vec<String>,
+    links: &mut Vec<(String, PathBuf)>,
+) -> Result<()> {
+    let dir = if rel.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(rel)
+    };
     for entry in std::fs::read_dir(&dir).ctx("list", &dir)? {
         let entry = entry.ctx("list", &dir)?;
         let name = entry.file_name();
-        let name = name
-            .to_str()
-            .ok_or_else(|| Error::Source(format!("{}: file name is not UTF-8", entry.path().display())))?;
-        let child = if rel.is_empty() { name.to_string() } else { format!("{rel}/{name}") };
+        let name = name.to_str().ok_or_else(|| {
+            Error::Source(format!(
+                "{}: file name is not UTF-8",
+                entry.path().display()
+            ))
+        })?;
+        let child = if rel.is_empty() {
+            name.to_string()
+        } else {
+            format!("{rel}/{name}")
+        };
         if rel.is_empty() && name == MANIFEST_FILE {
             continue;
         }
@@ -84,7 +119,10 @@ fn walk(root: &Path, rel: &str, files: &mut Vec<String>, links: &mut Vec<(String
         } else if ft.is_file() {
             files.push(child);
         } else {
-            return Err(Error::Source(format!("{} is neither a regular file, a directory nor a symlink", entry.path().display())));
+            return Err(Error::Source(format!(
+                "{} is neither a regular file, a directory nor a symlink",
+                entry.path().display()
+            )));
         }
     }
     Ok(())

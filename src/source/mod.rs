@@ -12,7 +12,7 @@ pub use paths::{check_path_set, check_safe_path, relative_link_target};
 
 use crate::error::{Error, Result};
 use crate::hash::{is_sha256_hex, sha256_hex};
-use crate::model::{is_valid_source_id, parse_time, SourceRef};
+use crate::model::{SourceRef, is_valid_source_id, parse_time};
 use chrono::{DateTime, FixedOffset};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -63,7 +63,10 @@ impl Manifest {
     /// Checks every rule of §3.1 and §3.2 that needs no filesystem.
     pub fn validate(&self) -> std::result::Result<DateTime<FixedOffset>, String> {
         if self.manifest_version != 1 {
-            return Err(format!("manifest_version {} is not supported, accepted: 1", self.manifest_version));
+            return Err(format!(
+                "manifest_version {} is not supported, accepted: 1",
+                self.manifest_version
+            ));
         }
         if !is_valid_source_id(&self.id) {
             return Err(format!(
@@ -71,24 +74,41 @@ impl Manifest {
                 self.id
             ));
         }
-        let created = parse_time(&self.created_at)
-            .ok_or_else(|| format!("created_at '{}' is not RFC 3339 with an offset (e.g. 2026-12-02T06:00:00Z)", self.created_at))?;
+        let created = parse_time(&self.created_at).ok_or_else(|| {
+            format!(
+                "created_at '{}' is not RFC 3339 with an offset (e.g. 2026-12-02T06:00:00Z)",
+                self.created_at
+            )
+        })?;
         if self.outputs.is_empty() {
             return Err("outputs: at least one output is required".into());
         }
         for (i, o) in self.outputs.iter().enumerate() {
-            check_safe_path(&o.path).map_err(|e| format!("outputs[{i}].path '{}': {e}", o.path.escape_debug()))?;
+            check_safe_path(&o.path)
+                .map_err(|e| format!("outputs[{i}].path '{}': {e}", o.path.escape_debug()))?;
             if !is_sha256_hex(&o.sha256) {
-                return Err(format!("outputs[{i}].sha256 for '{}': accepted is 64 lowercase hex characters", o.path));
+                return Err(format!(
+                    "outputs[{i}].sha256 for '{}': accepted is 64 lowercase hex characters",
+                    o.path
+                ));
             }
         }
         for (i, l) in self.links.iter().enumerate() {
-            check_safe_path(&l.path).map_err(|e| format!("links[{i}].path '{}': {e}", l.path.escape_debug()))?;
+            check_safe_path(&l.path)
+                .map_err(|e| format!("links[{i}].path '{}': {e}", l.path.escape_debug()))?;
             if !self.outputs.iter().any(|o| o.path == l.target) {
-                return Err(format!("links[{i}].target '{}' is not an output path of this manifest", l.target));
+                return Err(format!(
+                    "links[{i}].target '{}' is not an output path of this manifest",
+                    l.target
+                ));
             }
         }
-        check_path_set(self.outputs.iter().map(|o| o.path.as_str()).chain(self.links.iter().map(|l| l.path.as_str())))?;
+        check_path_set(
+            self.outputs
+                .iter()
+                .map(|o| o.path.as_str())
+                .chain(self.links.iter().map(|l| l.path.as_str())),
+        )?;
         Ok(created)
     }
 
@@ -130,8 +150,12 @@ impl Source {
 
     /// Reads a manifest file; the bundle directory is the file's directory.
     pub fn open_manifest(file: &Path) -> Result<Source> {
-        let dir = file.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-        let text = std::fs::read(file).map_err(|e| Error::Source(format!("cannot read manifest {}: {e}", file.display())))?;
+        let dir = file
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let text = std::fs::read(file)
+            .map_err(|e| Error::Source(format!("cannot read manifest {}: {e}", file.display())))?;
         let manifest: Manifest = serde_json::from_slice(&text)
             .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;
         let created = manifest
@@ -174,16 +198,28 @@ fn check_bundle_file(dir: &Path, rel: &str, size: u64) -> Result<()> {
             .map_err(|e| Error::Source(format!("output '{rel}': {}: {e}", cur.display())))?;
         let last = i + 1 == segs.len();
         if md.file_type().is_symlink() {
-            return Err(Error::Source(format!("output '{rel}': {} is a symlink; outputs must be regular files", cur.display())));
+            return Err(Error::Source(format!(
+                "output '{rel}': {} is a symlink; outputs must be regular files",
+                cur.display()
+            )));
         }
         if last && !md.is_file() {
-            return Err(Error::Source(format!("output '{rel}': {} is not a regular file", cur.display())));
+            return Err(Error::Source(format!(
+                "output '{rel}': {} is not a regular file",
+                cur.display()
+            )));
         }
         if !last && !md.is_dir() {
-            return Err(Error::Source(format!("output '{rel}': {} is not a directory", cur.display())));
+            return Err(Error::Source(format!(
+                "output '{rel}': {} is not a directory",
+                cur.display()
+            )));
         }
         if last && md.len() != size {
-            return Err(Error::Source(format!("output '{rel}': size is {} bytes, the manifest says {size}", md.len())));
+            return Err(Error::Source(format!(
+                "output '{rel}': size is {} bytes, the manifest says {size}",
+                md.len()
+            )));
         }
     }
     Ok(())
@@ -194,7 +230,11 @@ mod tests {
     use super::*;
 
     fn out(path: &str, size: u64, sha: &str) -> OutputEntry {
-        OutputEntry { path: path.into(), size, sha256: sha.into() }
+        OutputEntry {
+            path: path.into(),
+            size,
+            sha256: sha.into(),
+        }
     }
 
     #[test]
@@ -204,13 +244,30 @@ mod tests {
             id: "x".into(),
             created_at: "2026-12-02T06:00:00Z".into(),
             outputs: vec![
-                out("maps/temp.png", 3, "8f8cbb7dcf46e0bc7d53265749a6c17d116093a6ba95e442764060c76fd4a86c"),
-                out("forecast.json", 2, "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"),
+                out(
+                    "maps/temp.png",
+                    3,
+                    "8f8cbb7dcf46e0bc7d53265749a6c17d116093a6ba95e442764060c76fd4a86c",
+                ),
+                out(
+                    "forecast.json",
+                    2,
+                    "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+                ),
             ],
-            links: vec![LinkEntry { path: "current.png".into(), target: "maps/temp.png".into() }],
+            links: vec![LinkEntry {
+                path: "current.png".into(),
+                target: "maps/temp.png".into(),
+            }],
         };
-        assert_eq!(m.digest(), "sha256:88612630aea63ae33a81ed5e89fdda9cc31d58cb1fafd82c17070e2689d531d8");
-        assert_eq!(sha256_hex(b"{}"), "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a");
+        assert_eq!(
+            m.digest(),
+            "sha256:88612630aea63ae33a81ed5e89fdda9cc31d58cb1fafd82c17070e2689d531d8"
+        );
+        assert_eq!(
+            sha256_hex(b"{}"),
+            "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
         assert!(m.validate().is_ok());
     }
 }

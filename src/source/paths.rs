@@ -29,7 +29,9 @@ pub fn check_safe_path(p: &str) -> Result<(), String> {
         match seg {
             "" => return Err("contains an empty segment ('//' or a trailing '/')".into()),
             "." | ".." => return Err(format!("contains a '{seg}' segment")),
-            s if s.len() > MAX_SEGMENT => return Err(format!("a segment is longer than {MAX_SEGMENT} bytes")),
+            s if s.len() > MAX_SEGMENT => {
+                return Err(format!("a segment is longer than {MAX_SEGMENT} bytes"));
+            }
             _ => {}
         }
     }
@@ -86,8 +88,21 @@ mod tests {
 
     #[test]
     fn rejects_each_unsafe_form() {
-        for bad in ["", "/abs", "a//b", "a/", "a\\b", "./a", "a/../b", "..", ".distributor.json",
-            ".distributor-staging/x", ".distributorx", "a\0b", "a\nb"] {
+        for bad in [
+            "",
+            "/abs",
+            "a//b",
+            "a/",
+            "a\\b",
+            "./a",
+            "a/../b",
+            "..",
+            ".distributor.json",
+            ".distributor-staging/x",
+            ".distributorx",
+            "a\0b",
+            "a\nb",
+        ] {
             assert!(check_safe_path(bad).is_err(), "{bad:?} accepted");
         }
         assert!(check_safe_path(&"a".repeat(256)).is_err());
@@ -107,7 +122,10 @@ mod tests {
 
     #[test]
     fn relative_links() {
-        assert_eq!(relative_link_target("current.png", "maps/temp.png"), "maps/temp.png");
+        assert_eq!(
+            relative_link_target("current.png", "maps/temp.png"),
+            "maps/temp.png"
+        );
         assert_eq!(relative_link_target("w/current.png", "w/f.json"), "f.json");
         assert_eq!(relative_link_target("a/b/l", "a/c/t"), "../c/t");
         assert_eq!(relative_link_target("a/l", "t"), "../t");

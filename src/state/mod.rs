@@ -6,7 +6,9 @@
 //! pretty-printed, keys in contract order, outputs and links sorted by path.
 
 use crate::hash::is_sha256_hex;
-use crate::model::{is_valid_id, is_valid_source_id, parse_time, Owner, ReconciliationMode, SourceRef, StateMode};
+use crate::model::{
+    Owner, ReconciliationMode, SourceRef, StateMode, is_valid_id, is_valid_source_id, parse_time,
+};
 use crate::source::{check_path_set, check_safe_path};
 use serde::{Deserialize, Serialize};
 
@@ -143,35 +145,60 @@ impl StateFile {
 }
 
 fn parse_state(bytes: &[u8]) -> Result<State, String> {
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
     let obj = value.as_object().ok_or("not a JSON object")?;
     match obj.get("state_version").and_then(|v| v.as_u64()) {
         Some(1) => {}
-        Some(v) if v > 1 => return Err(format!("state_version {v} was written by a newer distributor; this one reads state_version 1")),
+        Some(v) if v > 1 => {
+            return Err(format!(
+                "state_version {v} was written by a newer distributor; this one reads state_version 1"
+            ));
+        }
         _ => return Err("state_version is missing or not 1".into()),
     }
     let mode = match obj.get("state_mode").and_then(|v| v.as_str()) {
         Some("single_owner") => StateMode::SingleOwner,
         Some("shared_root") => StateMode::SharedRoot,
-        other => return Err(format!("state_mode {other:?} is unknown, accepted: single_owner, shared_root")),
+        other => {
+            return Err(format!(
+                "state_mode {other:?} is unknown, accepted: single_owner, shared_root"
+            ));
+        }
     };
     let state = match mode {
         StateMode::SingleOwner => {
-            let d: SingleOwnerDoc = serde_json::from_value(value).map_err(|e| format!("single_owner state: {e}"))?;
+            let d: SingleOwnerDoc =
+                serde_json::from_value(value).map_err(|e| format!("single_owner state: {e}"))?;
             let owner = Owner::new(d.pipeline_id, d.destination_id);
             let mut outputs = Vec::with_capacity(d.outputs.len());
             for o in d.outputs {
                 if o.owner.is_some() {
-                    return Err(format!("output '{}': single_owner state has no per-path owner", o.path));
+                    return Err(format!(
+                        "output '{}': single_owner state has no per-path owner",
+                        o.path
+                    ));
                 }
-                outputs.push(RecordedOutput { path: o.path, size: o.size, sha256: o.sha256, owner: owner.clone() });
+                outputs.push(RecordedOutput {
+                    path: o.path,
+                    size: o.size,
+                    sha256: o.sha256,
+                    owner: owner.clone(),
+                });
             }
             let mut links = Vec::with_capacity(d.links.len());
             for l in d.links {
                 if l.owner.is_some() {
-                    return Err(format!("link '{}': single_owner state has no per-path owner", l.path));
+                    return Err(format!(
+                        "link '{}': single_owner state has no per-path owner",
+                        l.path
+                    ));
                 }
-                links.push(RecordedLink { path: l.path, target: l.target, owner: owner.clone() });
+                links.push(RecordedLink {
+                    path: l.path,
+                    target: l.target,
+                    owner: owner.clone(),
+                });
             }
             State {
                 mode,
@@ -187,12 +214,16 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
             }
         }
         StateMode::SharedRoot => {
-            let d: SharedRootDoc = serde_json::from_value(value).map_err(|e| format!("shared_root state: {e}"))?;
+            let d: SharedRootDoc =
+                serde_json::from_value(value).map_err(|e| format!("shared_root state: {e}"))?;
             let mut owners = Vec::with_capacity(d.owners.len());
             for o in d.owners {
                 let owner = Owner::new(o.pipeline_id, o.destination_id);
                 if owner.to_string() != o.owner {
-                    return Err(format!("owner '{}' does not match its pipeline_id/destination_id '{owner}'", o.owner));
+                    return Err(format!(
+                        "owner '{}' does not match its pipeline_id/destination_id '{owner}'",
+                        o.owner
+                    ));
                 }
                 owners.push(OwnerRecord {
                     owner,
@@ -208,19 +239,35 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
                     .iter()
                     .find(|r| r.owner.to_string() == name)
                     .map(|r| r.owner.clone())
-                    .ok_or_else(|| format!("'{path}' names owner '{name}', which is not listed in owners"))
+                    .ok_or_else(|| {
+                        format!("'{path}' names owner '{name}', which is not listed in owners")
+                    })
             };
             let mut outputs = Vec::with_capacity(d.outputs.len());
             for o in d.outputs {
                 let owner = find(o.owner, &o.path)?;
-                outputs.push(RecordedOutput { path: o.path, size: o.size, sha256: o.sha256, owner });
+                outputs.push(RecordedOutput {
+                    path: o.path,
+                    size: o.size,
+                    sha256: o.sha256,
+                    owner,
+                });
             }
             let mut links = Vec::with_capacity(d.links.len());
             for l in d.links {
                 let owner = find(l.owner, &l.path)?;
-                links.push(RecordedLink { path: l.path, target: l.target, owner });
+                links.push(RecordedLink {
+                    path: l.path,
+                    target: l.target,
+                    owner,
+                });
             }
-            State { mode, owners, outputs, links }
+            State {
+                mode,
+                owners,
+                outputs,
+                links,
+            }
         }
     };
     validate(&state)?;
@@ -230,22 +277,42 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
 fn validate(s: &State) -> Result<(), String> {
     for (i, r) in s.owners.iter().enumerate() {
         if !is_valid_id(&r.owner.pipeline_id) || !is_valid_id(&r.owner.destination_id) {
-            return Err(format!("owner '{}' has an invalid pipeline or destination id", r.owner));
+            return Err(format!(
+                "owner '{}' has an invalid pipeline or destination id",
+                r.owner
+            ));
         }
         if s.owners[..i].iter().any(|o| o.owner == r.owner) {
             return Err(format!("owner '{}' is listed twice", r.owner));
         }
         if !is_valid_source_id(&r.source.id) {
-            return Err(format!("owner '{}': source id '{}' is invalid", r.owner, r.source.id));
+            return Err(format!(
+                "owner '{}': source id '{}' is invalid",
+                r.owner, r.source.id
+            ));
         }
         if r.source.created().is_none() {
-            return Err(format!("owner '{}': source created_at '{}' is not RFC 3339", r.owner, r.source.created_at));
+            return Err(format!(
+                "owner '{}': source created_at '{}' is not RFC 3339",
+                r.owner, r.source.created_at
+            ));
         }
-        if !r.source.digest.strip_prefix("sha256:").is_some_and(is_sha256_hex) {
-            return Err(format!("owner '{}': source digest is not sha256:<64 hex>", r.owner));
+        if !r
+            .source
+            .digest
+            .strip_prefix("sha256:")
+            .is_some_and(is_sha256_hex)
+        {
+            return Err(format!(
+                "owner '{}': source digest is not sha256:<64 hex>",
+                r.owner
+            ));
         }
         if parse_time(&r.published_at).is_none() {
-            return Err(format!("owner '{}': published_at '{}' is not RFC 3339", r.owner, r.published_at));
+            return Err(format!(
+                "owner '{}': published_at '{}' is not RFC 3339",
+                r.owner, r.published_at
+            ));
         }
         if r.operation_id.is_empty() {
             return Err(format!("owner '{}': operation_id is empty", r.owner));
@@ -254,14 +321,23 @@ fn validate(s: &State) -> Result<(), String> {
     for o in &s.outputs {
         check_safe_path(&o.path).map_err(|e| format!("output '{}': {e}", o.path.escape_debug()))?;
         if !is_sha256_hex(&o.sha256) {
-            return Err(format!("output '{}': sha256 is not 64 lowercase hex characters", o.path));
+            return Err(format!(
+                "output '{}': sha256 is not 64 lowercase hex characters",
+                o.path
+            ));
         }
     }
     for l in &s.links {
         check_safe_path(&l.path).map_err(|e| format!("link '{}': {e}", l.path.escape_debug()))?;
-        check_safe_path(&l.target).map_err(|e| format!("link '{}' target: {e}", l.path.escape_debug()))?;
+        check_safe_path(&l.target)
+            .map_err(|e| format!("link '{}' target: {e}", l.path.escape_debug()))?;
     }
-    check_path_set(s.outputs.iter().map(|o| o.path.as_str()).chain(s.links.iter().map(|l| l.path.as_str())))
+    check_path_set(
+        s.outputs
+            .iter()
+            .map(|o| o.path.as_str())
+            .chain(s.links.iter().map(|l| l.path.as_str())),
+    )
 }
 
 impl State {
@@ -289,15 +365,33 @@ impl State {
                     reconciliation: r.reconciliation,
                     published_at: r.published_at.clone(),
                     operation_id: r.operation_id.clone(),
-                    outputs: outputs.into_iter().map(|o| OutputDoc { path: o.path, size: o.size, sha256: o.sha256, owner: None }).collect(),
-                    links: links.into_iter().map(|l| LinkDoc { path: l.path, target: l.target, owner: None }).collect(),
+                    outputs: outputs
+                        .into_iter()
+                        .map(|o| OutputDoc {
+                            path: o.path,
+                            size: o.size,
+                            sha256: o.sha256,
+                            owner: None,
+                        })
+                        .collect(),
+                    links: links
+                        .into_iter()
+                        .map(|l| LinkDoc {
+                            path: l.path,
+                            target: l.target,
+                            owner: None,
+                        })
+                        .collect(),
                 })
             }
             StateMode::SharedRoot => {
                 let mut owners: Vec<&OwnerRecord> = self
                     .owners
                     .iter()
-                    .filter(|r| outputs.iter().any(|o| o.owner == r.owner) || links.iter().any(|l| l.owner == r.owner))
+                    .filter(|r| {
+                        outputs.iter().any(|o| o.owner == r.owner)
+                            || links.iter().any(|l| l.owner == r.owner)
+                    })
                     .collect();
                 owners.sort_by(|a, b| a.owner.cmp(&b.owner));
                 serde_json::to_string_pretty(&SharedRootDoc {
@@ -317,11 +411,20 @@ impl State {
                         .collect(),
                     outputs: outputs
                         .into_iter()
-                        .map(|o| OutputDoc { path: o.path, size: o.size, sha256: o.sha256, owner: Some(o.owner.to_string()) })
+                        .map(|o| OutputDoc {
+                            path: o.path,
+                            size: o.size,
+                            sha256: o.sha256,
+                            owner: Some(o.owner.to_string()),
+                        })
                         .collect(),
                     links: links
                         .into_iter()
-                        .map(|l| LinkDoc { path: l.path, target: l.target, owner: Some(l.owner.to_string()) })
+                        .map(|l| LinkDoc {
+                            path: l.path,
+                            target: l.target,
+                            owner: Some(l.owner.to_string()),
+                        })
                         .collect(),
                 })
             }

@@ -1,0 +1,245 @@
+//! Test environment: each test gets a temporary root, a cleared environment, its own
+//! journal, and builders for configs and bundles. Tests drive the real binary.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A temporary world for one test.
+pub struct Env {
+    _tmp: tempfile::TempDir,
+    /// Root of the temporary tree.
+    pub root: PathBuf,
+}
+
+/// The result of one run of the binary.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// stdout parsed as JSON (panics with the output when it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+    /// `destinations[i]` of a JSON report.
+    pub fn dest(&self, i: usize) -> Value {
+        self.json()["destinations"][i].clone()
+    }
+    /// Decision of the first destination.
+    pub fn decision(&self) -> String {
+        self.dest(0)["decision"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+    /// Conflict kinds of the first destination.
+    pub fn conflict_kinds(&self) -> Vec<String> {
+        self.dest(0)["conflicts"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|c| c["kind"].as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    /// Asserts the exit code, showing output on failure.
+    pub fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code, code,
+            "exit code\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+/// A file in a bundle: path and content.
+pub type F<'a> = (&'a str, &'a str);
+
+impl Env {
+    pub fn new() -> Env {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().canonicalize().expect("canonical tempdir");
+        fs::create_dir_all(root.join("home")).unwrap();
+        Env { _tmp: tmp, root }
+    }
+
+    /// Absolute path of `rel` under the root.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    /// The journal every command of this env uses (via DISTRIBUTOR_JOURNAL).
+    pub fn journal(&self) -> PathBuf {
+        self.root.join("journal.sqlite3")
+    }
+
+    /// Writes a file, creating parents.
+    pub fn write(&self, rel: &str, content: &str) -> PathBuf {
+        let p = self.path(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, content).unwrap();
+        p
+    }
+
+    /// Reads a file under the root.
+    pub fn read(&self, rel: &str) -> String {
+        fs::read_to_string(self.path(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+    }
+
+    /// True when something (even a dangling symlink) exists at `rel`.
+    pub fn exists(&self, rel: &str) -> bool {
+        fs::symlink_metadata(self.path(rel)).is_ok()
+    }
+
+    /// Writes a config file `rel` with the given YAML.
+    pub fn config(&self, rel: &str, yaml: &str) -> PathBuf {
+        self.write(rel, yaml)
+    }
+
+    /// A one-destination config for pipeline `pipeline`, destination `dest` at `path`
+    /// (relative to the root) with extra destination keys (YAML, indented 4 spaces).
+    pub fn simple_config(
+        &self,
+        rel: &str,
+        pipeline: &str,
+        dest: &str,
+        path: &str,
+        extra: &str,
+    ) -> PathBuf {
+        let yaml = format!(
+            "version: 1\npipeline:\n  id: {pipeline}\ndestinations:\n  - id: {dest}\n    path: {}\n{extra}",
+            self.path(path).display()
+        );
+        self.config(rel, &yaml)
+    }
+
+    /// Builds a bundle directory `rel` with files and links and writes its manifest
+    /// (via the library, as `distributor manifest` would).
+    pub fn bundle(
+        &self,
+        rel: &str,
+        id: &str,
+        created_at: &str,
+        files: &[F],
+        links: &[F],
+    ) -> PathBuf {
+        let dir = self.path(rel);
+        if dir.exists() {
+            fs::remove_dir_all(&dir).unwrap();
+        }
+        fs::create_dir_all(&dir).unwrap();
+        for (p, c) in files {
+            let f = dir.join(p);
+            fs::create_dir_all(f.parent().unwrap()).unwrap();
+            fs::write(f, c).unwrap();
+        }
+        for (p, target) in links {
+            let l = dir.join(p);
+            fs::create_dir_all(l.parent().unwrap()).unwrap();
+            symlink(distributor::source::relative_link_target(p, target), l).unwrap();
+        }
+        distributor::source::write_manifest(&dir, id, created_at).expect("manifest");
+        dir
+    }
+
+    /// Runs the binary with a cleared environment.
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.run_env(args, &[])
+    }
+
+    /// Runs the binary with a cleared environment plus `env`.
+    pub fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_distributor"));
+        cmd.args(args)
+            .env_clear()
+            .env("HOME", self.path("home"))
+            .env("USER", "tester")
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("DISTRIBUTOR_JOURNAL", self.journal())
+            .current_dir(&self.root);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out: Output = cmd.output().expect("run distributor");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// `publish --json --config C --source B` plus extra args.
+    pub fn publish(&self, config: &Path, bundle: &Path, extra: &[&str]) -> Run {
+        let mut args = vec![
+            "publish",
+            "--json",
+            "--config",
+            config.to_str().unwrap(),
+            "--source",
+            bundle.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+
+    /// `plan --json --config C --source B` plus extra args.
+    pub fn plan(&self, config: &Path, bundle: &Path, extra: &[&str]) -> Run {
+        let mut args = vec![
+            "plan",
+            "--json",
+            "--config",
+            config.to_str().unwrap(),
+            "--source",
+            bundle.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+
+    /// Every path under `rel` (files, symlinks with their targets, dirs), sorted, with file
+    /// contents: a byte-level snapshot to compare before and after.
+    pub fn snapshot(&self, rel: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let base = self.path(rel);
+        if fs::symlink_metadata(&base).is_ok() {
+            walk(&base, &base, &mut out);
+        }
+        out.sort();
+        out
+    }
+}
+
+fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+    for e in fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let p = e.path();
+        let rel = p.strip_prefix(base).unwrap().to_string_lossy().into_owned();
+        let ft = e.file_type().unwrap();
+        if ft.is_symlink() {
+            out.push((rel, format!("-> {}", fs::read_link(&p).unwrap().display())));
+        } else if ft.is_dir() {
+            out.push((rel.clone(), "<dir>".into()));
+            walk(base, &p, out);
+        } else {
+            out.push((
+                rel,
+                String::from_utf8_lossy(&fs::read(&p).unwrap()).into_owned(),
+            ));
+        }
+    }
+}

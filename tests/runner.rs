@@ -1,0 +1,22 @@
+//! The one integration test binary: every test module is listed here.
+
+mod common;
+
+mod test_smoke;
+
+#[test]
+fn every_test_file_is_listed() {
+    let listed = include_str!("runner.rs");
+    for e in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if let Some(m) = name
+            .strip_prefix("test_")
+            .and_then(|n| n.strip_suffix(".rs"))
+        {
+            assert!(
+                listed.contains(&format!("mod test_{m};")),
+                "tests/{name} is not listed in tests/runner.rs"
+            );
+        }
+    }
+}
