@@ -405,6 +405,19 @@ pub fn prune_empty_dirs(bundle: &Path, rel_dir: &str) {
     }
 }
 
+/// Creates `<bundle>/.distributor-staging` as a real directory; refuses when something
+/// other than a directory (a symlink planted there, say) holds the name.
+pub fn make_staging_root(bundle: &Path) -> Result<PathBuf> {
+    let staging = bundle.join(STAGING_DIR);
+    match fs::symlink_metadata(&staging) {
+        Ok(md) if md.is_dir() => {}
+        Ok(_) => return Err(Error::Unsafe(format!("{} is not a real directory; refusing to stage through it", staging.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => fs::create_dir(&staging).ctx("create staging", &staging)?,
+        Err(e) => return Err(Error::io("stat", staging, e)),
+    }
+    Ok(staging)
+}
+
 /// Removes a whole staging tree; only ever called on `<bundle>/.distributor-staging/<op>`.
 pub fn remove_staging(bundle: &Path, op: &str) -> Result<()> {
     let staging = bundle.join(STAGING_DIR);
@@ -426,6 +439,11 @@ pub fn remove_staging(bundle: &Path, op: &str) -> Result<()> {
 /// Entries of `<bundle>/.distributor-staging/`, if any.
 pub fn staging_entries(bundle: &Path) -> Vec<String> {
     let staging = bundle.join(STAGING_DIR);
+    match fs::symlink_metadata(&staging) {
+        Err(_) => return Vec::new(),
+        Ok(md) if !md.is_dir() => return vec!["(not a directory)".to_string()],
+        Ok(_) => {}
+    }
     match fs::read_dir(&staging) {
         Ok(rd) => rd
             .filter_map(|e| e.ok())

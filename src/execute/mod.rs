@@ -108,6 +108,7 @@ fn run_steps(
     let op_dir = staged.dir(bundle);
     let new_root = op_dir.join("new");
     let old_root = op_dir.join("old");
+    local::make_staging_root(bundle)?;
     fs::create_dir_all(&new_root).ctx("create staging", &new_root)?;
     fs::create_dir_all(&old_root).ctx("create staging", &old_root)?;
     staged.write(bundle)?;
