@@ -263,15 +263,20 @@ fn publish_one(
     let key = bundle.to_string_lossy().into_owned();
     let fingerprints = journal.fingerprints(&key)?;
     let preview = plan_one(config, dest, source, opts.force, &fingerprints)?;
+    let with_plan = |plan: &DestinationPlan, e: Error| Error::Planned {
+        plan: Box::new(plan.clone()),
+        source: Box::new(e),
+    };
     if !preview.decision.writes() {
-        check_recovery(journal, &bundle)?;
+        check_recovery(journal, &bundle).map_err(|e| with_plan(&preview, e))?;
         return Ok((
             DestinationReport::from_plan(&preview, status_of(&preview, Status::Applied), None),
             code_of(&preview),
         ));
     }
-    let _lock = local::lock(&dest.path, &bundle, opts.lock_timeout)?;
-    check_recovery(journal, &bundle)?;
+    let _lock =
+        local::lock(&dest.path, &bundle, opts.lock_timeout).map_err(|e| with_plan(&preview, e))?;
+    check_recovery(journal, &bundle).map_err(|e| with_plan(&preview, e))?;
     let plan = plan_one(config, dest, source, opts.force, &fingerprints)?;
     if !plan.decision.writes() {
         return Ok((
