@@ -135,7 +135,9 @@ impl Summary {
                 Decision::Conflict => &mut s.conflict,
             } += 1;
             if d.status == Status::Failed {
+                // Nothing of a failed destination stays written: its files are not counted.
                 s.failed += 1;
+                continue;
             }
             for f in &d.files {
                 match f.op {
