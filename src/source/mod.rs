@@ -217,7 +217,8 @@ fn check_bundle_file(dir: &Path, rel: &str, size: u64) -> Result<()> {
         }
         if last && md.len() != size {
             return Err(Error::Source(format!(
-                "output '{rel}': size is {} bytes, the manifest says {size}",
+                "output '{rel}': {} is {} bytes, the manifest says {size}",
+                cur.display(),
                 md.len()
             )));
         }
