@@ -4,6 +4,7 @@ mod common;
 
 mod test_bad_input;
 mod test_smoke;
+mod test_takeover_matrix;
 
 #[test]
 fn every_test_file_is_listed() {
