@@ -12,7 +12,7 @@
 //! 6. [`execute`]: runs a plan through the journal: stage, move aside, place, commit.
 //! 7. [`report`]: renders plans and outcomes as text or JSON.
 //!
-//! [`publish`] ties 1-7 together for the CLI ([`cli`]) and the HTTP server. [`inspect`]
+//! [`publish`] ties 1-7 together for the CLI ([`cli`]) and the HTTP server ([`server`]). [`inspect`]
 //! holds the read-only `status` and `verify`.
 
 #![forbid(unsafe_code)]
@@ -32,6 +32,7 @@ pub mod model;
 pub mod plan;
 pub mod publish;
 pub mod report;
+pub mod server;
 pub mod source;
 pub mod state;
 

@@ -4,6 +4,7 @@
 
 mod manifest;
 mod publish;
+mod serve;
 mod status;
 mod validate;
 mod verify;
@@ -29,6 +30,7 @@ enum Command {
     Validate(validate::ValidateArgs),
     Status(status::StatusArgs),
     Verify(verify::VerifyArgs),
+    Serve(serve::ServeArgs),
 }
 
 /// What a command produced: text for stdout and the exit code.
@@ -56,6 +58,7 @@ pub fn main() -> ExitCode {
         Command::Validate(a) => validate::run(a),
         Command::Status(a) => status::run(a),
         Command::Verify(a) => verify::run(a),
+        Command::Serve(a) => serve::run(a),
     };
     match result {
         Ok(out) => {

@@ -1,0 +1,85 @@
+//! `distributor serve`: runs the HTTP upload server until SIGTERM or SIGINT.
+
+use super::CommandOutput;
+use crate::error::{Error, Result};
+use crate::server::limits::{
+    DEFAULT_MAX_ENTRIES, DEFAULT_MAX_EXTRACTED_BYTES, DEFAULT_MAX_UPLOAD_BYTES, Limits,
+};
+use crate::server::{ServeOptions, serve};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Serve HTTP uploads of bundles: POST /v1/pipelines/{id}/bundles (see
+/// docs/integrations/http-upload.md). Logs one JSON line per request on stderr; stops
+/// gracefully on SIGTERM or SIGINT.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Pipeline config file (YAML); repeat for each pipeline to serve.
+    #[arg(long = "config", value_name = "F", required = true)]
+    pub configs: Vec<PathBuf>,
+    /// Address to listen on, HOST:PORT (port 0 picks a free port; the bound address is
+    /// logged on stderr).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// Largest request body accepted, in bytes (413 beyond it).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_UPLOAD_BYTES)]
+    pub max_upload_bytes: u64,
+    /// Most tar entries accepted in one upload (413 beyond it).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_ENTRIES)]
+    pub max_entries: u64,
+    /// Most file content unpacked from one upload, in bytes (413 beyond it).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_EXTRACTED_BYTES)]
+    pub max_extracted_bytes: u64,
+    /// Directory for receiving and unpacking uploads (default: a fresh one in the system
+    /// temp dir, removed at exit).
+    #[arg(long, value_name = "DIR")]
+    pub spool: Option<PathBuf>,
+    /// Serve pipelines that have no server.upload_tokens, without authentication; only on
+    /// a loopback address.
+    #[arg(long)]
+    pub allow_unauthenticated: bool,
+    /// Journal file for every pipeline (else DISTRIBUTOR_JOURNAL, journal.path,
+    /// $XDG_STATE_HOME/distributor/journal.sqlite3), as for publish.
+    #[arg(long, value_name = "P")]
+    pub journal: Option<PathBuf>,
+    /// Seconds a publication waits for a destination lock.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub lock_timeout: f64,
+}
+
+/// Runs the server; returns when it has stopped.
+pub fn run(a: ServeArgs) -> Result<CommandOutput> {
+    if !(a.lock_timeout.is_finite() && a.lock_timeout >= 0.0) {
+        return Err(Error::Usage(format!(
+            "--lock-timeout {}: accepted is a number of seconds >= 0",
+            a.lock_timeout
+        )));
+    }
+    for (flag, v) in [
+        ("--max-upload-bytes", a.max_upload_bytes),
+        ("--max-entries", a.max_entries),
+        ("--max-extracted-bytes", a.max_extracted_bytes),
+    ] {
+        if v == 0 {
+            return Err(Error::Usage(format!("{flag} 0: accepted is a number >= 1")));
+        }
+    }
+    serve(ServeOptions {
+        configs: a.configs,
+        listen: a.listen,
+        limits: Limits {
+            max_upload_bytes: a.max_upload_bytes,
+            max_entries: a.max_entries,
+            max_extracted_bytes: a.max_extracted_bytes,
+        },
+        spool: a.spool,
+        allow_unauthenticated: a.allow_unauthenticated,
+        journal: a.journal,
+        lock_timeout: Duration::from_secs_f64(a.lock_timeout),
+    })?;
+    Ok(CommandOutput {
+        stdout: String::new(),
+        code: 0,
+    })
+}

@@ -1,0 +1,376 @@
+//! Unpacks an uploaded tar (or gzip tar) into a private spool directory, entry by entry,
+//! refusing anything a bundle cannot hold: links, devices, FIFOs, sparse files, unsafe or
+//! duplicate paths (SPEC §3.2), and more entries or content than the limits allow.
+//!
+//! It writes only below the directory it is given, creating every directory itself and
+//! every file with `create_new`, so no entry can reach through a link or overwrite an
+//! earlier one. GNU long names and PAX records are read here, size-capped, rather than by
+//! the tar crate, which would read them into memory whatever their size.
+
+use super::error::ApiError;
+use super::limits::{Limits, MAX_EXTENSION_BYTES};
+use crate::hash::hex;
+use crate::source::check_safe_path;
+use flate2::read::MultiGzDecoder;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+use tar::EntryType;
+
+/// What was unpacked: every regular file with its size and sha256.
+#[derive(Debug, Default)]
+pub struct Extracted {
+    /// Path → (size, lowercase hex sha256).
+    pub files: HashMap<String, (u64, String)>,
+    /// Entries read, extension headers included.
+    pub entries: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    /// A directory; `explicit` when an entry named it (not only a file below it).
+    Dir {
+        explicit: bool,
+    },
+}
+
+/// Unpacks `archive` (a tar, or a gzip tar recognised by its magic bytes) into `dest`,
+/// which must exist and be empty.
+pub fn extract(archive: &Path, dest: &Path, limits: &Limits) -> Result<Extracted, ApiError> {
+    let mut file = File::open(archive)
+        .map_err(|e| ApiError::internal(format!("cannot reopen the spooled upload: {e}")))?;
+    let mut magic = [0u8; 2];
+    let n = read_up_to(&mut file, &mut magic)
+        .map_err(|e| ApiError::internal(format!("cannot read the spooled upload: {e}")))?;
+    if n == 0 {
+        return Err(ApiError::bad_bundle(
+            "the request body is empty; send the bundle as a tar or gzip tar",
+        ));
+    }
+    let file = File::open(archive)
+        .map_err(|e| ApiError::internal(format!("cannot reopen the spooled upload: {e}")))?;
+    let gzip = n == 2 && magic == [0x1f, 0x8b];
+    let reader: Box<dyn Read> = if gzip {
+        Box::new(MultiGzDecoder::new(BufReader::new(file)))
+    } else {
+        Box::new(BufReader::new(file))
+    };
+    Unpacker {
+        dest,
+        limits,
+        kinds: HashMap::new(),
+        out: Extracted::default(),
+        extracted_bytes: 0,
+        gzip,
+    }
+    .run(reader)
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+struct Unpacker<'a> {
+    dest: &'a Path,
+    limits: &'a Limits,
+    kinds: HashMap<String, Kind>,
+    out: Extracted,
+    extracted_bytes: u64,
+    gzip: bool,
+}
+
+/// Names carried by extension headers for the entry that follows them.
+#[derive(Default)]
+struct Pending {
+    long_name: Option<Vec<u8>>,
+    pax_path: Option<Vec<u8>>,
+    pax_size: Option<u64>,
+}
+
+impl Unpacker<'_> {
+    fn run(mut self, reader: Box<dyn Read>) -> Result<Extracted, ApiError> {
+        let mut archive = tar::Archive::new(reader);
+        let entries = archive.entries().map_err(|e| self.read_error(e))?;
+        let mut pending = Pending::default();
+        for entry in entries.raw(true) {
+            let mut entry = entry.map_err(|e| self.read_error(e))?;
+            self.out.entries += 1;
+            if self.out.entries > self.limits.max_entries {
+                return Err(ApiError::too_large(format!(
+                    "the archive has more than {} entries (--max-entries)",
+                    self.limits.max_entries
+                )));
+            }
+            let ty = entry.header().entry_type();
+            let size = entry.header().entry_size().map_err(|e| self.read_error(e))?;
+            match ty {
+                EntryType::GNULongName => {
+                    pending.long_name = Some(self.read_extension(&mut entry, size, "long name")?);
+                    continue;
+                }
+                EntryType::XHeader => {
+                    let data = self.read_extension(&mut entry, size, "PAX header")?;
+                    apply_pax(&data, &mut pending)?;
+                    continue;
+                }
+                EntryType::XGlobalHeader => {
+                    // Global defaults (mtime, uname, ...) carry nothing a bundle uses.
+                    self.read_extension(&mut entry, size, "PAX global header")?;
+                    continue;
+                }
+                _ => {}
+            }
+            let raw_name = pending
+                .pax_path
+                .take()
+                .or_else(|| pending.long_name.take())
+                .unwrap_or_else(|| entry.path_bytes().into_owned());
+            if let Some(pax) = pending.pax_size.take()
+                && pax != size
+            {
+                return Err(ApiError::bad_bundle(format!(
+                    "entry '{}': a PAX size of {pax} bytes overrides the header's {size}; files that large are not accepted",
+                    String::from_utf8_lossy(&raw_name).escape_debug()
+                )));
+            }
+            pending = Pending::default();
+            let name = entry_name(&raw_name, ty)?;
+            match ty {
+                EntryType::Directory => {
+                    if size != 0 {
+                        return Err(ApiError::bad_bundle(format!(
+                            "directory entry '{}' declares {size} bytes of content",
+                            name.as_deref().unwrap_or(".")
+                        )));
+                    }
+                    if let Some(name) = name {
+                        self.make_dir(&name)?;
+                    }
+                }
+                EntryType::Regular => {
+                    let name = name.ok_or_else(|| {
+                        ApiError::bad_bundle("a regular file entry has an empty name")
+                    })?;
+                    self.write_file(&name, size, &mut entry)?;
+                }
+                other => {
+                    return Err(ApiError::bad_bundle(format!(
+                        "entry '{}' is {}; only regular files and directories are accepted",
+                        String::from_utf8_lossy(&raw_name).escape_debug(),
+                        describe(other)
+                    )));
+                }
+            }
+        }
+        if pending.long_name.is_some() || pending.pax_path.is_some() {
+            return Err(ApiError::bad_bundle(
+                "the archive ends after an extension header, before the entry it names (truncated?)",
+            ));
+        }
+        Ok(self.out)
+    }
+
+    fn read_error(&self, e: io::Error) -> ApiError {
+        let what = if self.gzip { "gzip tar" } else { "tar" };
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            ApiError::bad_bundle(format!("the {what} archive is truncated: {e}"))
+        } else {
+            ApiError::bad_bundle(format!(
+                "the body is not a valid {what} archive: {e}; send a tar (application/x-tar) or a gzip tar (application/gzip)"
+            ))
+        }
+    }
+
+    fn read_extension(
+        &self,
+        entry: &mut impl Read,
+        size: u64,
+        what: &str,
+    ) -> Result<Vec<u8>, ApiError> {
+        if size > MAX_EXTENSION_BYTES {
+            return Err(ApiError::bad_bundle(format!(
+                "a {what} record of {size} bytes is larger than the {MAX_EXTENSION_BYTES} accepted"
+            )));
+        }
+        let mut data = Vec::with_capacity(size as usize);
+        entry
+            .read_to_end(&mut data)
+            .map_err(|e| self.read_error(e))?;
+        if data.len() as u64 != size {
+            return Err(truncated(what, size, data.len() as u64));
+        }
+        Ok(data)
+    }
+
+    /// Creates the parents of `path` (refusing a parent that is a file).
+    fn make_parents(&mut self, path: &str) -> Result<(), ApiError> {
+        let mut end = 0;
+        while let Some(i) = path[end..].find('/') {
+            let parent = &path[..end + i];
+            match self.kinds.get(parent) {
+                Some(Kind::File) => {
+                    return Err(ApiError::bad_bundle(format!(
+                        "'{parent}' is a file in the archive, but '{path}' needs it as a directory"
+                    )));
+                }
+                Some(Kind::Dir { .. }) => {}
+                None => {
+                    self.create_dir(parent)?;
+                    self.kinds
+                        .insert(parent.to_string(), Kind::Dir { explicit: false });
+                }
+            }
+            end += i + 1;
+        }
+        Ok(())
+    }
+
+    fn make_dir(&mut self, path: &str) -> Result<(), ApiError> {
+        self.make_parents(path)?;
+        match self.kinds.get(path) {
+            Some(Kind::Dir { explicit: false }) => {}
+            Some(_) => return Err(duplicate(path)),
+            None => self.create_dir(path)?,
+        }
+        self.kinds
+            .insert(path.to_string(), Kind::Dir { explicit: true });
+        Ok(())
+    }
+
+    fn create_dir(&self, rel: &str) -> Result<(), ApiError> {
+        let p = self.dest.join(rel);
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&p)
+            .map_err(|e| ApiError::internal(format!("spool: cannot create a directory: {e}")))
+    }
+
+    fn write_file(&mut self, path: &str, size: u64, data: &mut impl Read) -> Result<(), ApiError> {
+        if self.kinds.contains_key(path) {
+            return Err(duplicate(path));
+        }
+        self.make_parents(path)?;
+        if self.extracted_bytes.saturating_add(size) > self.limits.max_extracted_bytes {
+            return Err(ApiError::too_large(format!(
+                "the archive's files add up to more than {} bytes (--max-extracted-bytes)",
+                self.limits.max_extracted_bytes
+            )));
+        }
+        self.extracted_bytes += size;
+        self.kinds.insert(path.to_string(), Kind::File);
+        let target = self.dest.join(path);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&target)
+            .map_err(|e| ApiError::internal(format!("spool: cannot create a file: {e}")))?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut copied: u64 = 0;
+        loop {
+            let n = data.read(&mut buf).map_err(|e| self.read_error(e))?;
+            if n == 0 {
+                break;
+            }
+            copied += n as u64;
+            hasher.update(&buf[..n]);
+            file.write_all(&buf[..n])
+                .map_err(|e| ApiError::internal(format!("spool: cannot write: {e}")))?;
+        }
+        if copied != size {
+            return Err(truncated(&format!("entry '{path}'"), size, copied));
+        }
+        self.out
+            .files
+            .insert(path.to_string(), (size, hex(&hasher.finalize())));
+        Ok(())
+    }
+}
+
+/// The safe relative path of an entry, None for the archive root (`.` or `./`).
+fn entry_name(raw: &[u8], ty: EntryType) -> Result<Option<String>, ApiError> {
+    let text = std::str::from_utf8(raw).map_err(|_| {
+        ApiError::bad_bundle(format!(
+            "entry name '{}' is not UTF-8",
+            String::from_utf8_lossy(raw).escape_debug()
+        ))
+    })?;
+    // `tar -C bundle -cf - .` names entries `./a`; a directory entry may end in `/`.
+    let mut name = text.strip_prefix("./").unwrap_or(text);
+    if ty == EntryType::Directory {
+        name = name.strip_suffix('/').unwrap_or(name);
+        if name.is_empty() || name == "." {
+            return Ok(None);
+        }
+    }
+    check_safe_path(name).map_err(|why| {
+        ApiError::bad_bundle(format!(
+            "entry '{}' has an unsafe path: {why}",
+            text.escape_debug()
+        ))
+    })?;
+    Ok(Some(name.to_string()))
+}
+
+fn apply_pax(data: &[u8], pending: &mut Pending) -> Result<(), ApiError> {
+    for ext in tar::PaxExtensions::new(data) {
+        let ext = ext.map_err(|e| ApiError::bad_bundle(format!("malformed PAX header: {e}")))?;
+        let key = ext
+            .key()
+            .map_err(|_| ApiError::bad_bundle("a PAX header key is not UTF-8"))?;
+        match key {
+            "path" => pending.pax_path = Some(ext.value_bytes().to_vec()),
+            "size" => {
+                let v = ext
+                    .value()
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or_else(|| ApiError::bad_bundle("a PAX size is not a number"))?;
+                pending.pax_size = Some(v);
+            }
+            k if k.starts_with("GNU.sparse.") => {
+                return Err(ApiError::bad_bundle(
+                    "sparse files are not accepted; only regular files and directories",
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn describe(ty: EntryType) -> &'static str {
+    match ty {
+        EntryType::Symlink => "a symbolic link",
+        EntryType::Link => "a hard link",
+        EntryType::Char => "a character device",
+        EntryType::Block => "a block device",
+        EntryType::Fifo => "a FIFO",
+        EntryType::GNUSparse => "a sparse file",
+        EntryType::GNULongLink => "a long link name (links are not accepted)",
+        EntryType::Continuous => "a contiguous file",
+        _ => "of an unsupported type",
+    }
+}
+
+fn duplicate(path: &str) -> ApiError {
+    ApiError::bad_bundle(format!("entry '{path}' appears more than once in the archive"))
+}
+
+fn truncated(what: &str, declared: u64, got: u64) -> ApiError {
+    ApiError::bad_bundle(format!(
+        "the archive is truncated: {what} declares {declared} bytes, the archive ends after {got}"
+    ))
+}

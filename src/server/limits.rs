@@ -1,0 +1,35 @@
+//! Upload limits: what one request may send and unpack. Every limit is checked while the
+//! data streams by, so nothing over a limit is ever held in memory or written whole.
+
+/// Default `--max-upload-bytes`: 1 GiB (SPEC §12).
+pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 1 << 30;
+/// Default `--max-entries`: tar entries in one upload.
+pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
+/// Default `--max-extracted-bytes`: 4 GiB of file content unpacked from one upload (a
+/// gzip body can expand far beyond its own size).
+pub const DEFAULT_MAX_EXTRACTED_BYTES: u64 = 4 << 30;
+/// Largest GNU long-name or PAX extension record accepted. A safe path is at most 4096
+/// bytes (SPEC §3.2); this leaves room for the other PAX keys while keeping a hostile
+/// record from being read into memory.
+pub const MAX_EXTENSION_BYTES: u64 = 64 * 1024;
+
+/// The limits of one upload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of request body (compressed, as sent).
+    pub max_upload_bytes: u64,
+    /// Tar entries, directories and extension headers included.
+    pub max_entries: u64,
+    /// Bytes of file content after unpacking.
+    pub max_extracted_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
+            max_entries: DEFAULT_MAX_ENTRIES,
+            max_extracted_bytes: DEFAULT_MAX_EXTRACTED_BYTES,
+        }
+    }
+}

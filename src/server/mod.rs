@@ -1,0 +1,243 @@
+//! `distributor serve`: the HTTP upload server (SPEC §12).
+//!
+//! Producers POST a tar (or gzip tar) of a bundle; the server authenticates the bearer
+//! token ([`auth`]), streams the body into a private spool directory under the upload
+//! limits ([`spool`], [`limits`]), unpacks it entry by entry refusing anything a bundle
+//! cannot hold ([`extract`]), and publishes it with [`crate::publish::publish`] on a
+//! blocking thread ([`routes`]): the same engine, locks and journal as the CLI. It never
+//! writes to a destination itself. Every request is logged as one JSON line ([`logging`]).
+//!
+//! Start-up refuses bad configs, duplicate pipeline ids, and pipelines without tokens
+//! unless `--allow-unauthenticated` (then only on a loopback address). SIGTERM or SIGINT
+//! stops accepting connections, lets in-flight requests and publications finish, and
+//! returns normally (exit 0).
+
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod limits;
+pub mod logging;
+pub mod routes;
+pub mod spool;
+
+use crate::config::Config;
+use crate::error::{Error, IoContext, Result};
+use crate::journal::Journal;
+use crate::publish::resolve_journal;
+use auth::Tokens;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
+use axum::routing::{get, post};
+use limits::Limits;
+use routes::Pipeline;
+use serde_json::json;
+use spool::Spool;
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+
+/// How to run the server.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// One config file per pipeline.
+    pub configs: Vec<PathBuf>,
+    /// Address to listen on (`127.0.0.1:8080`, `[::1]:0`, `localhost:8080`).
+    pub listen: String,
+    /// Upload limits.
+    pub limits: Limits,
+    /// Spool directory; None: a fresh one under the system temp dir.
+    pub spool: Option<PathBuf>,
+    /// Serve pipelines without tokens (loopback addresses only).
+    pub allow_unauthenticated: bool,
+    /// Journal for every pipeline (else each resolves its own, as the CLI does).
+    pub journal: Option<PathBuf>,
+    /// How long a publication waits for a destination lock.
+    pub lock_timeout: Duration,
+}
+
+/// Shared by every request.
+#[derive(Debug)]
+pub struct AppState {
+    /// Served pipelines by id.
+    pub pipelines: HashMap<String, Arc<Pipeline>>,
+    /// Every token of every pipeline.
+    pub tokens: Tokens,
+    /// Upload limits.
+    pub limits: Limits,
+    /// The spool.
+    pub spool: Spool,
+    /// Whether the server was started `--allow-unauthenticated`.
+    pub allow_unauthenticated: bool,
+    /// Lock timeout for publications.
+    pub lock_timeout: Duration,
+}
+
+/// Runs the server until SIGTERM or SIGINT; returns once in-flight publications finished.
+pub fn serve(opts: ServeOptions) -> Result<()> {
+    let (pipelines, tokens) = load_pipelines(&opts)?;
+    let addr = resolve_listen(&opts.listen)?;
+    if opts.allow_unauthenticated && !addr.ip().is_loopback() {
+        return Err(Error::Usage(format!(
+            "--allow-unauthenticated listens only on a loopback address (127.0.0.1, ::1); {} is not",
+            opts.listen
+        )));
+    }
+    let spool = Spool::open(opts.spool.as_deref())?;
+    let state = Arc::new(AppState {
+        pipelines,
+        tokens,
+        limits: opts.limits,
+        spool,
+        allow_unauthenticated: opts.allow_unauthenticated,
+        lock_timeout: opts.lock_timeout,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .ctx("start the async runtime", &opts.listen)?;
+    let result = runtime.block_on(run(Arc::clone(&state), addr));
+    // Dropping the runtime waits for blocking tasks: a publication whose client went away
+    // still finishes (and removes its spool) before the process exits.
+    drop(runtime);
+    match Arc::try_unwrap(state) {
+        Ok(state) => state.spool.close(),
+        Err(_) => logging::event(
+            "spool_cleanup_skipped",
+            json!({"message": "requests still held the spool at exit"}),
+        ),
+    }
+    result
+}
+
+/// Loads every config, refusing duplicate pipeline ids and (without
+/// `--allow-unauthenticated`) pipelines without tokens; opens each journal once so a bad
+/// journal path fails here rather than on every upload.
+fn load_pipelines(opts: &ServeOptions) -> Result<(HashMap<String, Arc<Pipeline>>, Tokens)> {
+    if opts.configs.is_empty() {
+        return Err(Error::Usage(
+            "serve needs at least one --config (one per pipeline)".into(),
+        ));
+    }
+    let mut pipelines: HashMap<String, Arc<Pipeline>> = HashMap::new();
+    let mut tokens = Tokens::default();
+    for file in &opts.configs {
+        let config = Config::load(file)?;
+        if let Some(other) = pipelines.get(&config.pipeline_id) {
+            return Err(Error::Config(format!(
+                "config {}: pipeline id '{}' is already served from {}; each pipeline may be served once",
+                file.display(),
+                config.pipeline_id,
+                other.config.file.display()
+            )));
+        }
+        if config.upload_tokens.is_empty() && !opts.allow_unauthenticated {
+            return Err(Error::Config(format!(
+                "config {}: server.upload_tokens: pipeline '{}' has no upload token; add one (name and sha256 of the bearer token), or pass --allow-unauthenticated to serve it without tokens on a loopback address",
+                file.display(),
+                config.pipeline_id
+            )));
+        }
+        for t in &config.upload_tokens {
+            tokens
+                .add(&config.pipeline_id, &t.name, &t.sha256)
+                .map_err(|m| Error::Config(format!("config {}: {m}", file.display())))?;
+        }
+        let journal = resolve_journal(opts.journal.as_deref(), Some(&config))?;
+        Journal::open(&journal)?;
+        let open = config.upload_tokens.is_empty();
+        pipelines.insert(
+            config.pipeline_id.clone(),
+            Arc::new(Pipeline {
+                config,
+                journal,
+                open,
+            }),
+        );
+    }
+    Ok((pipelines, tokens))
+}
+
+fn resolve_listen(listen: &str) -> Result<SocketAddr> {
+    if let Ok(a) = listen.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let usage = |why: String| {
+        Error::Usage(format!(
+            "--listen {listen}: {why}; accepted: HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:0"
+        ))
+    };
+    let mut addrs = listen.to_socket_addrs().map_err(|e| usage(e.to_string()))?;
+    addrs
+        .next()
+        .ok_or_else(|| usage("resolves to no address".into()))
+}
+
+/// The router: every route, the body limit, panic catching, JSON errors and request logs.
+pub fn router(state: Arc<AppState>) -> Router {
+    let body_limit = usize::try_from(state.limits.max_upload_bytes).unwrap_or(usize::MAX);
+    Router::new()
+        .route("/v1/health", get(routes::health))
+        .route(
+            "/v1/pipelines/{pipeline_id}/bundles",
+            post(routes::upload).layer(RequestBodyLimitLayer::new(body_limit)),
+        )
+        .route(
+            "/v1/pipelines/{pipeline_id}/destinations",
+            get(routes::destinations),
+        )
+        .fallback(routes::not_found)
+        // The upload handler streams the body itself under RequestBodyLimitLayer.
+        .layer(DefaultBodyLimit::disable())
+        .layer(CatchPanicLayer::custom(logging::panic_response))
+        .layer(middleware::from_fn(logging::json_errors))
+        .layer(middleware::from_fn(logging::log_requests))
+        .with_state(state)
+}
+
+async fn run(state: Arc<AppState>, addr: SocketAddr) -> Result<()> {
+    // Signal handlers go in before the address is announced, so a signal sent right
+    // after start-up is a graceful shutdown, never the default kill.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| Error::Failed(format!("cannot install the SIGTERM handler: {e}")))?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| Error::Failed(format!("cannot install the SIGINT handler: {e}")))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .ctx("listen on", addr.to_string())?;
+    let bound = listener.local_addr().ctx("listen on", addr.to_string())?;
+    let mut ids: Vec<&String> = state.pipelines.keys().collect();
+    ids.sort();
+    logging::event(
+        "listening",
+        json!({
+            "address": bound.to_string(),
+            "pipelines": ids,
+            "spool": state.spool.root(),
+            "max_upload_bytes": state.limits.max_upload_bytes,
+            "max_entries": state.limits.max_entries,
+            "max_extracted_bytes": state.limits.max_extracted_bytes,
+            "authentication": if state.tokens.is_empty() { "none" } else { "bearer" },
+        }),
+    );
+    let shutdown = async move {
+        let signal = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        logging::event(
+            "shutdown",
+            json!({"signal": signal, "message": "no new connections; finishing in-flight requests"}),
+        );
+    };
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .ctx("serve on", bound.to_string())?;
+    logging::event("stopped", json!({"address": bound.to_string()}));
+    Ok(())
+}

@@ -1,0 +1,204 @@
+//! The spool: where uploads are received and unpacked, one private directory per request
+//! (`req-<uuid>`, mode 0700), removed when the request ends, whatever its outcome.
+//!
+//! The spool root is locked (`flock` on `.distributor-serve.lock`) for the server's life,
+//! so two servers never share one and leftovers of a crashed server (`req-*` only) can be
+//! removed at start. Without `--spool`, a fresh directory under the system temp dir is
+//! used and removed at exit.
+
+use super::error::ApiError;
+use super::logging;
+use crate::error::{Error, IoContext, Result};
+use axum::body::Body;
+use http_body_util::{BodyExt, LengthLimitError};
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use tokio::io::AsyncWriteExt;
+
+const LOCK_FILE: &str = ".distributor-serve.lock";
+const REQUEST_PREFIX: &str = "req-";
+
+/// The spool root of a running server.
+#[derive(Debug)]
+pub struct Spool {
+    root: PathBuf,
+    _lock: File,
+    remove_on_close: bool,
+}
+
+impl Spool {
+    /// Opens (creating) the spool at `dir`, or a fresh temporary one.
+    pub fn open(dir: Option<&Path>) -> Result<Spool> {
+        let (root, remove_on_close) = match dir {
+            Some(d) => (d.to_path_buf(), false),
+            None => (
+                std::env::temp_dir().join(format!("distributor-spool-{}", uuid::Uuid::new_v4())),
+                true,
+            ),
+        };
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&root)
+            .ctx("create spool directory", &root)?;
+        let lock_path = root.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .ctx("open spool lock", &lock_path)?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+            |_| {
+                Error::Usage(format!(
+                    "spool {} is in use by another distributor serve; give each server its own --spool",
+                    root.display()
+                ))
+            },
+        )?;
+        let spool = Spool {
+            root,
+            _lock: lock,
+            remove_on_close,
+        };
+        spool.remove_leftovers()?;
+        Ok(spool)
+    }
+
+    /// The spool root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Removes `req-*` entries a previous server left behind (it held the lock, we do now).
+    fn remove_leftovers(&self) -> Result<()> {
+        for e in fs::read_dir(&self.root).ctx("list spool", &self.root)? {
+            let e = e.ctx("list spool", &self.root)?;
+            if e.file_name().to_string_lossy().starts_with(REQUEST_PREFIX) {
+                remove_any(&e.path()).ctx("remove spool leftover", e.path())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A fresh private directory for one request.
+    pub fn request(&self) -> std::result::Result<RequestSpool, ApiError> {
+        let dir = self
+            .root
+            .join(format!("{REQUEST_PREFIX}{}", uuid::Uuid::new_v4()));
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| ApiError::internal(format!("spool: cannot create a directory: {e}")))?;
+        let spool = RequestSpool { dir };
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(spool.bundle_dir())
+            .map_err(|e| ApiError::internal(format!("spool: cannot create a directory: {e}")))?;
+        Ok(spool)
+    }
+
+    /// Removes the spool root when this server created it.
+    pub fn close(self) {
+        if self.remove_on_close
+            && let Err(e) = fs::remove_dir_all(&self.root)
+        {
+            logging::event(
+                "spool_cleanup_failed",
+                serde_json::json!({"path": self.root, "message": e.to_string()}),
+            );
+        }
+    }
+}
+
+fn remove_any(p: &Path) -> std::io::Result<()> {
+    if fs::symlink_metadata(p)?.is_dir() {
+        fs::remove_dir_all(p)
+    } else {
+        fs::remove_file(p)
+    }
+}
+
+/// One request's directory: `body` (the upload as received) and `bundle/` (unpacked).
+/// Dropping it removes the directory.
+#[derive(Debug)]
+pub struct RequestSpool {
+    dir: PathBuf,
+}
+
+impl RequestSpool {
+    /// Where the body is written.
+    pub fn body_path(&self) -> PathBuf {
+        self.dir.join("body")
+    }
+
+    /// Where the bundle is unpacked.
+    pub fn bundle_dir(&self) -> PathBuf {
+        self.dir.join("bundle")
+    }
+
+    /// The request directory itself.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Streams `body` into [`Self::body_path`], counting bytes; passing `max` ends the
+    /// request with 413 at once, without reading the rest. Returns the bytes received.
+    pub async fn receive(&self, body: Body, max: u64) -> std::result::Result<u64, ApiError> {
+        let path = self.body_path();
+        let mut file = tokio::fs::File::create(&path)
+            .await
+            .map_err(|e| ApiError::internal(format!("spool: cannot create a file: {e}")))?;
+        let mut body = body;
+        let mut received: u64 = 0;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| body_error(e, max))?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers
+            };
+            received += data.len() as u64;
+            if received > max {
+                return Err(over_limit(max));
+            }
+            file.write_all(&data)
+                .await
+                .map_err(|e| ApiError::internal(format!("spool: cannot write: {e}")))?;
+        }
+        file.flush()
+            .await
+            .map_err(|e| ApiError::internal(format!("spool: cannot write: {e}")))?;
+        Ok(received)
+    }
+}
+
+impl Drop for RequestSpool {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            logging::event(
+                "spool_cleanup_failed",
+                serde_json::json!({"path": self.dir, "message": e.to_string()}),
+            );
+        }
+    }
+}
+
+fn over_limit(max: u64) -> ApiError {
+    ApiError::too_large(format!(
+        "the request body is larger than {max} bytes (--max-upload-bytes)"
+    ))
+}
+
+fn body_error(e: axum::Error, max: u64) -> ApiError {
+    let inner = e.into_inner();
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(inner.as_ref());
+    while let Some(s) = src {
+        if s.is::<LengthLimitError>() {
+            return over_limit(max);
+        }
+        src = s.source();
+    }
+    ApiError::bad_bundle(format!("the upload was interrupted: {inner}"))
+}
