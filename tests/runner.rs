@@ -3,8 +3,10 @@
 mod common;
 
 mod test_bad_input;
+mod test_reconciliation;
 mod test_smoke;
 mod test_takeover_matrix;
+mod test_transfer;
 
 #[test]
 fn every_test_file_is_listed() {

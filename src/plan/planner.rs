@@ -191,16 +191,16 @@ impl<'a, 's> Planner<'a, 's> {
                     .state
                     .owner(owner)
                     .expect("valid state lists every owner");
+                // Newer content counts whether or not the takeover is permitted, as for a
+                // single owner: transfer decides it even under --force.
+                if colliding_checked.insert(owner.clone()) && newer_than(&other.source, &self.src) {
+                    newer.push(format!(
+                        "{} holds source {} created {}",
+                        owner, other.source.id, other.source.created_at
+                    ));
+                }
                 if takeover_permitted(d.takeover, &self.me, &self.src.id, owner, &other.source.id) {
                     taken.entry(owner.clone()).or_default().push(p.to_string());
-                    if colliding_checked.insert(owner.clone())
-                        && newer_than(&other.source, &self.src)
-                    {
-                        newer.push(format!(
-                            "{} holds source {} created {}",
-                            owner, other.source.id, other.source.created_at
-                        ));
-                    }
                 } else {
                     self.conflict(
                         ConflictKind::OwnerConflict,
@@ -399,7 +399,7 @@ impl<'a, 's> Planner<'a, 's> {
             if !newer.is_empty() && d.transfer.destination_newer == DestinationNewer::Conflict {
                 self.newer_conflicts(&newer);
             }
-            return self.conflict_or_force(new_outputs, new_links, &moved);
+            return self.conflict_or_force(new_outputs, new_links, &moved, &newer);
         }
         if !newer.is_empty() {
             match d.transfer.destination_newer {
@@ -415,7 +415,7 @@ impl<'a, 's> Planner<'a, 's> {
                 }
                 DestinationNewer::Conflict => {
                     self.newer_conflicts(&newer);
-                    return self.conflict_or_force(new_outputs, new_links, &moved);
+                    return self.conflict_or_force(new_outputs, new_links, &moved, &newer);
                 }
             }
         }
@@ -426,8 +426,11 @@ impl<'a, 's> Planner<'a, 's> {
             match basis {
                 Basis::Fresh => Decision::Create,
                 Basis::Same => {
-                    let drift = self.plan.files.iter().any(|f| f.op != FileOp::Unchanged)
-                        || self.plan.links.iter().any(|l| l.op != FileOp::Unchanged);
+                    // Retained outputs (merge) are not this source's to rewrite: they
+                    // never make a republication of the same source a repair.
+                    let settled = |op: FileOp| matches!(op, FileOp::Unchanged | FileOp::Retain);
+                    let drift = !self.plan.files.iter().all(|f| settled(f.op))
+                        || !self.plan.links.iter().all(|l| settled(l.op));
                     if drift {
                         Decision::Repair
                     } else {
@@ -645,11 +648,30 @@ impl<'a, 's> Planner<'a, 's> {
         outputs: Vec<RecordedOutput>,
         links: Vec<RecordedLink>,
         moved: &HashSet<&str>,
+        newer: &[String],
     ) -> DestinationPlan {
         let d = self.input.destination;
         let all_forceable = self.plan.conflicts.iter().all(|c| c.forceable);
         let kinds = conflict_kinds(&self.plan.conflicts);
-        if self.input.force && all_forceable && d.transfer.on_conflict == OnConflict::Replace {
+        // `destination_newer: skip` leaves newer content in place, forced or not (SPEC
+        // §5.1: a replacement never takes over content from a newer source unless transfer
+        // says so); only `destination_newer: conflict` makes it something --force overrides.
+        let newer_stays =
+            !newer.is_empty() && d.transfer.destination_newer == DestinationNewer::Skip;
+        let forced =
+            self.input.force && all_forceable && d.transfer.on_conflict == OnConflict::Replace;
+        if forced && newer_stays {
+            self.plan.decision = Decision::SkipDestinationNewer;
+            self.plan.message = format!(
+                "{}, newer than this source ({} created {}); --force overrides {kinds}, but transfer.destination_newer: skip leaves newer content in place",
+                newer.join("; "),
+                self.src.id,
+                self.src.created_at
+            );
+            self.plan.conflicts.clear();
+            return self.clear_actions();
+        }
+        if forced {
             self.plan.decision = Decision::ForceReplace;
             self.plan.message =
                 format!("--force with transfer.on_conflict: replace overrides {kinds}");
@@ -667,6 +689,11 @@ impl<'a, 's> Planner<'a, 's> {
             format!("{kinds}: nothing written; not forceable")
         } else if self.input.force {
             format!("{kinds}: nothing written; transfer.on_conflict: refuse forbids --force")
+        } else if newer_stays {
+            format!(
+                "{kinds}: nothing written; --force would not replace either: {}, newer than this source, and transfer.destination_newer: skip leaves it in place",
+                newer.join("; ")
+            )
         } else {
             format!(
                 "{kinds}: nothing written; --force would replace (transfer.on_conflict: {})",
