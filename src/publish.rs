@@ -267,8 +267,10 @@ fn publish_one(
         plan: Box::new(plan.clone()),
         source: Box::new(e),
     };
-    if !preview.decision.writes() {
-        check_recovery(journal, &bundle).map_err(|e| with_plan(&preview, e))?;
+    // Outside the lock, an unfinished operation may be one that another process (or
+    // another request of `distributor serve`) is carrying out right now: only a clean
+    // check ends a non-writing run here; otherwise wait for the lock and look again.
+    if !preview.decision.writes() && check_recovery(journal, &bundle).is_ok() {
         return Ok((
             DestinationReport::from_plan(&preview, status_of(&preview, Status::Applied), None),
             code_of(&preview),

@@ -4,6 +4,9 @@ mod common;
 
 mod test_bad_input;
 mod test_reconciliation;
+mod test_server;
+mod test_server_load;
+mod test_server_uploads;
 mod test_smoke;
 mod test_takeover_matrix;
 mod test_transfer;

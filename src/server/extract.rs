@@ -13,11 +13,13 @@ use crate::hash::hex;
 use crate::source::check_safe_path;
 use flate2::read::MultiGzDecoder;
 use sha2::{Digest, Sha256};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
+use std::rc::Rc;
 use tar::EntryType;
 
 /// What was unpacked: every regular file with its size and sha256.
@@ -54,10 +56,15 @@ pub fn extract(archive: &Path, dest: &Path, limits: &Limits) -> Result<Extracted
     let file = File::open(archive)
         .map_err(|e| ApiError::internal(format!("cannot reopen the spooled upload: {e}")))?;
     let gzip = n == 2 && magic == [0x1f, 0x8b];
+    let eof = Rc::new(Cell::new(false));
+    let file = BufReader::new(EofTracker {
+        inner: file,
+        eof: Rc::clone(&eof),
+    });
     let reader: Box<dyn Read> = if gzip {
-        Box::new(MultiGzDecoder::new(BufReader::new(file)))
+        Box::new(MultiGzDecoder::new(file))
     } else {
-        Box::new(BufReader::new(file))
+        Box::new(file)
     };
     Unpacker {
         dest,
@@ -66,6 +73,7 @@ pub fn extract(archive: &Path, dest: &Path, limits: &Limits) -> Result<Extracted
         out: Extracted::default(),
         extracted_bytes: 0,
         gzip,
+        eof,
     }
     .run(reader)
 }
@@ -81,6 +89,23 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
+/// Notes when the body's end was reached, so a read error after it is called what it
+/// is: a truncated archive (the tar crate reports a short header as a plain error).
+struct EofTracker<R> {
+    inner: R,
+    eof: Rc<Cell<bool>>,
+}
+
+impl<R: Read> Read for EofTracker<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.eof.set(true);
+        }
+        Ok(n)
+    }
+}
+
 struct Unpacker<'a> {
     dest: &'a Path,
     limits: &'a Limits,
@@ -88,6 +113,7 @@ struct Unpacker<'a> {
     out: Extracted,
     extracted_bytes: u64,
     gzip: bool,
+    eof: Rc<Cell<bool>>,
 }
 
 /// Names carried by extension headers for the entry that follows them.
@@ -116,7 +142,11 @@ impl Unpacker<'_> {
             let size = entry.header().entry_size().map_err(|e| self.read_error(e))?;
             match ty {
                 EntryType::GNULongName => {
-                    pending.long_name = Some(self.read_extension(&mut entry, size, "long name")?);
+                    let mut name = self.read_extension(&mut entry, size, "long name")?;
+                    if name.last() == Some(&0) {
+                        name.pop();
+                    }
+                    pending.long_name = Some(name);
                     continue;
                 }
                 EntryType::XHeader => {
@@ -183,7 +213,7 @@ impl Unpacker<'_> {
 
     fn read_error(&self, e: io::Error) -> ApiError {
         let what = if self.gzip { "gzip tar" } else { "tar" };
-        if e.kind() == io::ErrorKind::UnexpectedEof {
+        if e.kind() == io::ErrorKind::UnexpectedEof || self.eof.get() {
             ApiError::bad_bundle(format!("the {what} archive is truncated: {e}"))
         } else {
             ApiError::bad_bundle(format!(

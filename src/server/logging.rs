@@ -25,6 +25,7 @@ pub struct RequestLog {
     /// Body bytes received.
     pub upload_bytes: Option<u64>,
     /// Per destination: id, decision and status from the report.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub destinations: Vec<DestinationLog>,
     /// Error kind of an error reply.
     pub error_kind: Option<String>,

@@ -385,8 +385,17 @@ fn hide_spool(message: &str, spool: &RequestSpool) -> String {
         .replace(&spool.dir().display().to_string(), "<upload>")
 }
 
-/// The reply for a publication: the §11 report, with an `error` member when the status
-/// is not 200 (409 conflict, 423 recovery required, 500 failed).
+/// The reply for a publication: the §11 report (fields in the CLI's order), with an
+/// `error` member first when the status is not 200 (409 conflict, 423 recovery required,
+/// 500 failed).
+#[derive(serde::Serialize)]
+struct ReportReply<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Value>,
+    #[serde(flatten)]
+    report: &'a crate::report::Report,
+}
+
 fn report_response(outcome: &Outcome) -> Response {
     let report = &outcome.report;
     let failed = report
@@ -400,10 +409,7 @@ fn report_response(outcome: &Outcome) -> Response {
         _ if failed => (StatusCode::INTERNAL_SERVER_ERROR, Some("failed")),
         _ => (StatusCode::OK, None),
     };
-    let mut body = serde_json::to_value(report).unwrap_or_else(|e| {
-        json!({"error": {"kind": "internal", "message": format!("cannot render the report: {e}")}})
-    });
-    if let (Some(kind), Value::Object(map)) = (kind, &mut body) {
+    let error = kind.map(|kind| {
         let message = report
             .destinations
             .iter()
@@ -411,9 +417,9 @@ fn report_response(outcome: &Outcome) -> Response {
             .map(|d| format!("destination '{}': {}", d.destination_id, d.message))
             .collect::<Vec<_>>()
             .join("; ");
-        map.insert("error".into(), json!({"kind": kind, "message": message}));
-    }
-    (status, Json(body)).into_response()
+        json!({"kind": kind, "message": message})
+    });
+    (status, Json(ReportReply { error, report })).into_response()
 }
 
 #[cfg(test)]

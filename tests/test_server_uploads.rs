@@ -1,0 +1,364 @@
+//! Hostile and broken uploads to `distributor serve`: each is refused with 400 or 413 and a
+//! clear message, nothing is written outside the spool (destinations untouched, nothing
+//! escapes), and the per-request spool directory is gone afterwards.
+
+use crate::common::Env;
+use crate::test_server::{
+    RawEntry, SECRET, Server, file, gzip, journal_operations, raw_request, raw_tar,
+    read_response, tar_with_manifest, weather_and_traffic,
+};
+use std::io::Write;
+use std::time::{Duration, Instant};
+use tar::EntryType;
+
+const CREATED: &str = "2026-12-02T06:00:00Z";
+
+fn entry<'a>(name: &'a str, ty: EntryType, data: &'a [u8], link: &'a str) -> RawEntry<'a> {
+    RawEntry {
+        name: name.as_bytes(),
+        ty,
+        data,
+        link: link.as_bytes(),
+    }
+}
+
+/// Uploads `body`, expects `status` and `kind` and a message containing `needle`; checks
+/// that nothing was published, nothing journaled and the spool is empty.
+fn refused(env: &Env, server: &Server, body: &[u8], status: u16, kind: &str, needle: &str) {
+    let r = server.upload("weather", "", body);
+    r.expect(status);
+    assert_eq!(r.kind(), kind, "{}", r.body);
+    assert!(
+        r.message().contains(needle),
+        "message {:?} lacks {needle:?}",
+        r.message()
+    );
+    assert!(
+        !r.message().contains(&server.spool.display().to_string()),
+        "spool path leaked: {}",
+        r.message()
+    );
+    assert!(!env.exists("dest/latest"), "destination written");
+    assert!(journal_operations(&env).is_empty());
+    assert!(
+        server.spool_leftovers().is_empty(),
+        "spool left: {:?}",
+        server.spool_leftovers()
+    );
+}
+
+fn setup(extra: &[&str]) -> (Env, Server) {
+    let env = Env::new();
+    let (w, _) = weather_and_traffic(&env);
+    let server = Server::start(&env, &[&w], extra);
+    (env, server)
+}
+
+#[test]
+fn links_devices_and_fifos_are_refused() {
+    let (env, server) = setup(&[]);
+    let cases: Vec<(RawEntry, &str)> = vec![
+        (
+            entry("evil", EntryType::Symlink, b"", "/etc"),
+            "a symbolic link",
+        ),
+        (
+            entry("hard", EntryType::Link, b"", "a.txt"),
+            "a hard link",
+        ),
+        (
+            entry("tty", EntryType::Char, b"", ""),
+            "a character device",
+        ),
+        (
+            entry("disk", EntryType::Block, b"", ""),
+            "a block device",
+        ),
+        (entry("pipe", EntryType::Fifo, b"", ""), "a FIFO"),
+    ];
+    for (e, what) in cases {
+        let tar = tar_with_manifest("t", CREATED, &[("a.txt", b"a")], &[e]);
+        refused(&env, &server, &tar, 400, "invalid_bundle", what);
+    }
+    // A symlink followed by a file through it must not write through the link.
+    let tar = tar_with_manifest(
+        "t",
+        CREATED,
+        &[("a.txt", b"a")],
+        &[
+            entry("out", EntryType::Symlink, b"", "../../.."),
+            file("out/escaped.txt", b"x"),
+        ],
+    );
+    refused(&env, &server, &tar, 400, "invalid_bundle", "symbolic link");
+    assert!(!env.exists("escaped.txt"));
+}
+
+#[test]
+fn unsafe_names_are_refused() {
+    let (env, server) = setup(&[]);
+    let cases: &[(&str, &str)] = &[
+        ("../../../escaped.txt", "'..' segment"),
+        ("a/../../b", "'..' segment"),
+        ("/tmp/absolute.txt", "absolute path"),
+        (".distributor.json", "reserved"),
+        ("back\\slash", "backslash"),
+        ("dir//file", "empty segment"),
+    ];
+    for (name, needle) in cases {
+        let tar = tar_with_manifest("t", CREATED, &[("a.txt", b"a")], &[file(name, b"x")]);
+        refused(&env, &server, &tar, 400, "invalid_bundle", needle);
+    }
+    assert!(!env.exists("escaped.txt"));
+    assert!(!std::path::Path::new("/tmp/absolute.txt").exists());
+}
+
+#[test]
+fn duplicate_entries_are_refused() {
+    let (env, server) = setup(&[]);
+    let tar = tar_with_manifest("t", CREATED, &[("a.txt", b"a")], &[file("a.txt", b"b")]);
+    refused(&env, &server, &tar, 400, "invalid_bundle", "more than once");
+    let tar = tar_with_manifest("t", CREATED, &[("a.txt", b"a")], &[file("./a.txt", b"b")]);
+    refused(&env, &server, &tar, 400, "invalid_bundle", "more than once");
+    let tar = tar_with_manifest(
+        "t",
+        CREATED,
+        &[("a.txt", b"a")],
+        &[
+            entry("d/", EntryType::Directory, b"", ""),
+            entry("d", EntryType::Directory, b"", ""),
+        ],
+    );
+    refused(&env, &server, &tar, 400, "invalid_bundle", "more than once");
+    // A file standing where a later entry needs a directory.
+    let tar = tar_with_manifest(
+        "t",
+        CREATED,
+        &[("a.txt", b"a")],
+        &[file("x", b"1"), file("x/y", b"2")],
+    );
+    refused(&env, &server, &tar, 400, "invalid_bundle", "needs it as a directory");
+}
+
+#[test]
+fn directories_and_dot_prefixed_names_are_accepted() {
+    let (env, server) = setup(&[]);
+    let manifest = crate::test_server::manifest_json("t", CREATED, &[("d/a.txt", b"a")]);
+    let tar = raw_tar(&[
+        entry("./", EntryType::Directory, b"", ""),
+        entry("./distributor-manifest.json", EntryType::Regular, &manifest, ""),
+        entry("./d/", EntryType::Directory, b"", ""),
+        entry("./d/a.txt", EntryType::Regular, b"a", ""),
+        entry("./d/unlisted.txt", EntryType::Regular, b"not published", ""),
+    ]);
+    server.upload("weather", "", &tar).expect(200);
+    assert_eq!(env.read("dest/latest/d/a.txt"), "a");
+    assert!(!env.exists("dest/latest/d/unlisted.txt"));
+    assert!(server.spool_leftovers().is_empty());
+}
+
+#[test]
+fn long_names_via_gnu_and_pax_headers_are_read() {
+    let (env, server) = setup(&[]);
+    let long = format!("{}/file.txt", "d".repeat(150));
+    // GNU long name (the tar crate's builder writes one for names over 100 bytes).
+    let manifest = crate::test_server::manifest_json("t", CREATED, &[(&long, b"gnu")]);
+    let mut b = tar::Builder::new(Vec::new());
+    for (name, data) in [("distributor-manifest.json", &manifest[..]), (&long, b"gnu")] {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, name, data).unwrap();
+    }
+    let tar = b.into_inner().unwrap();
+    server.upload("weather", "", &tar).expect(200);
+    assert_eq!(env.read(&format!("dest/latest/{long}")), "gnu");
+
+    // PAX path record, as Python's tarfile and bsdtar write.
+    let long2 = format!("{}/pax.txt", "p".repeat(150));
+    let manifest = crate::test_server::manifest_json("t", "2026-12-02T07:00:00Z", &[(&long2, b"pax")]);
+    let record = {
+        let body = format!(" path={long2}\n");
+        let mut n = body.len() + 3;
+        if format!("{n}{body}").len() != n {
+            n += 1;
+        }
+        format!("{n}{body}")
+    };
+    let tar = raw_tar(&[
+        file("distributor-manifest.json", &manifest),
+        entry("PaxHeaders/x", EntryType::XHeader, record.as_bytes(), ""),
+        file("truncated-name-ignored", b"pax"),
+    ]);
+    let r = server.upload("weather", "", &tar);
+    r.expect(200);
+    assert_eq!(env.read(&format!("dest/latest/{long2}")), "pax");
+    assert!(!env.exists("dest/latest/truncated-name-ignored"));
+}
+
+#[test]
+fn oversized_extension_records_are_refused_without_reading_them() {
+    let (env, server) = setup(&[]);
+    let huge = vec![b'a'; 70 * 1024];
+    let tar = raw_tar(&[entry("././@LongLink", EntryType::GNULongName, &huge, "")]);
+    refused(&env, &server, &tar, 400, "invalid_bundle", "long name record");
+}
+
+#[test]
+fn too_many_entries_is_413() {
+    let (env, server) = setup(&["--max-entries", "5"]);
+    let files: Vec<(String, Vec<u8>)> = (0..6).map(|i| (format!("f{i}"), vec![b'x'])).collect();
+    let refs: Vec<(&str, &[u8])> = files.iter().map(|(p, c)| (p.as_str(), &c[..])).collect();
+    let tar = tar_with_manifest("t", CREATED, &refs, &[]);
+    refused(&env, &server, &tar, 413, "too_large", "--max-entries");
+    // At the limit it goes through.
+    let tar = tar_with_manifest("t", CREATED, &refs[..4], &[]);
+    server.upload("weather", "", &tar).expect(200);
+}
+
+#[test]
+fn extracted_size_over_the_limit_is_413_even_when_the_body_is_small() {
+    let (env, server) = setup(&["--max-extracted-bytes", "100000"]);
+    let big = vec![0u8; 200_000];
+    let tar = gzip(&tar_with_manifest("t", CREATED, &[("zeros.bin", &big)], &[]));
+    assert!(tar.len() < 10_000, "gzip of zeros is small");
+    refused(&env, &server, &tar, 413, "too_large", "--max-extracted-bytes");
+}
+
+#[test]
+fn body_over_the_limit_is_413() {
+    let (env, server) = setup(&["--max-upload-bytes", "4096"]);
+    let tar = tar_with_manifest("t", CREATED, &[("a.txt", &[7u8; 6000])], &[]);
+    refused(&env, &server, &tar, 413, "too_large", "");
+    // A small upload still works on the same server.
+    let ok = tar_with_manifest("t", CREATED, &[("a.txt", b"a")], &[]);
+    assert!(ok.len() <= 4096);
+    server.upload("weather", "", &ok).expect(200);
+}
+
+#[test]
+fn body_limit_is_enforced_while_streaming_not_after_buffering() {
+    let (env, server) = setup(&["--max-upload-bytes", "65536"]);
+    // Chunked, no length: send past the limit, then stall. The 413 must come without the
+    // rest of the body (the server never waits for, or buffers, the whole upload).
+    let head = format!(
+        "POST /v1/pipelines/weather/bundles HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {SECRET}\r\nContent-Type: application/x-tar\r\nTransfer-Encoding: chunked\r\n\r\n",
+        server.addr
+    );
+    let data = vec![0u8; 100_000];
+    let mut body = format!("{:x}\r\n", data.len()).into_bytes();
+    body.extend_from_slice(&data);
+    body.extend_from_slice(b"\r\n");
+    let start = Instant::now();
+    let mut s = raw_request(&server.addr, &head, &body);
+    let (status, reply) = read_response(&mut s);
+    assert_eq!(status, 413, "{reply}");
+    assert!(reply.contains("too_large"), "{reply}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    // A declared length over the limit is refused before any body byte is sent.
+    let head = format!(
+        "POST /v1/pipelines/weather/bundles HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {SECRET}\r\nContent-Type: application/x-tar\r\nContent-Length: 10000000000\r\n\r\n",
+        server.addr
+    );
+    let mut s = raw_request(&server.addr, &head, b"");
+    let (status, reply) = read_response(&mut s);
+    assert_eq!(status, 413, "{reply}");
+    assert!(reply.contains("\"error\""), "JSON error: {reply}");
+    drop(s);
+    let start = Instant::now();
+    while !server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(server.spool_leftovers().is_empty());
+    assert!(!env.exists("dest/latest"));
+}
+
+#[test]
+fn truncated_garbage_and_empty_bodies_are_400() {
+    let (env, server) = setup(&[]);
+    let tar = tar_with_manifest("t", CREATED, &[("a.txt", &[1u8; 3000])], &[]);
+    // Cut inside the content of a.txt (after its header).
+    refused(&env, &server, &tar[..2048], 400, "invalid_bundle", "truncated");
+    // Cut inside a header.
+    refused(&env, &server, &tar[..1024 + 100], 400, "invalid_bundle", "truncated");
+    let gz = gzip(&tar);
+    refused(&env, &server, &gz[..gz.len() / 2], 400, "invalid_bundle", "");
+    refused(
+        &env,
+        &server,
+        b"this is not a tar archive at all, just some text that goes on for a while; \
+          it is long enough to fill a header block? no, it is not, so let us pad it out \
+          with more and more words until it is certainly longer than anything sensible \
+          and then some more words to be sure that it spans a whole 512 byte block of data \
+          which is what a tar header is, and a tar reader will look at its checksum field \
+          and find that it does not match what the header bytes add up to, and refuse it \
+          with an error saying so, which is exactly the behaviour that this test expects",
+        400,
+        "invalid_bundle",
+        "not a valid tar",
+    );
+    let mut garbage_gz = vec![0x1f, 0x8b];
+    garbage_gz.extend_from_slice(&[0xff; 600]);
+    refused(&env, &server, &garbage_gz, 400, "invalid_bundle", "gzip");
+    refused(&env, &server, b"", 400, "invalid_bundle", "empty");
+}
+
+#[test]
+fn bad_manifests_and_content_mismatches_are_400_invalid_source() {
+    let (env, server) = setup(&[]);
+    let no_manifest = raw_tar(&[file("a.txt", b"a")]);
+    refused(&env, &server, &no_manifest, 400, "invalid_source", "distributor-manifest.json");
+    let bad_json = raw_tar(&[file("distributor-manifest.json", b"{not json")]);
+    refused(&env, &server, &bad_json, 400, "invalid_source", "distributor-manifest.json");
+    // Listed output missing from the archive.
+    let manifest = crate::test_server::manifest_json("t", CREATED, &[("a.txt", b"a"), ("b.txt", b"b")]);
+    let missing = raw_tar(&[file("distributor-manifest.json", &manifest), file("a.txt", b"a")]);
+    refused(&env, &server, &missing, 400, "invalid_source", "b.txt");
+    // Same size, other content: caught by hashing before any destination is planned, for
+    // a dry run as for a real one.
+    let manifest = crate::test_server::manifest_json("t", CREATED, &[("a.txt", b"a")]);
+    let mismatch = raw_tar(&[file("distributor-manifest.json", &manifest), file("a.txt", b"z")]);
+    refused(&env, &server, &mismatch, 400, "invalid_source", "sha256");
+    let r = server.upload("weather", "?dry_run=true", &mismatch);
+    r.expect(400);
+    assert_eq!(r.kind(), "invalid_source");
+}
+
+#[test]
+fn form_encoded_bodies_are_refused_with_a_hint() {
+    let (env, server) = setup(&[]);
+    let tar = tar_with_manifest("t", CREATED, &[("a.txt", b"a")], &[]);
+    let r = server.post_raw(
+        "/v1/pipelines/weather/bundles",
+        Some(SECRET),
+        Some("application/x-www-form-urlencoded"),
+        &tar,
+    );
+    r.expect(400);
+    assert!(r.message().contains("--data-binary"), "{}", r.message());
+    assert!(!env.exists("dest/latest"));
+}
+
+#[test]
+fn a_client_that_disconnects_mid_upload_leaves_no_spool() {
+    let (env, server) = setup(&[]);
+    let head = format!(
+        "POST /v1/pipelines/weather/bundles HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {SECRET}\r\nContent-Type: application/x-tar\r\nContent-Length: 100000\r\n\r\n",
+        server.addr
+    );
+    let mut s = raw_request(&server.addr, &head, &[0u8; 5000]);
+    s.flush().unwrap();
+    let start = Instant::now();
+    while server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(server.spool_leftovers().len(), 1, "upload in progress is spooled");
+    drop(s);
+    let start = Instant::now();
+    while !server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(server.spool_leftovers().is_empty());
+    assert!(!env.exists("dest/latest"));
+}
