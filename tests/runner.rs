@@ -3,6 +3,8 @@
 mod common;
 
 mod test_bad_input;
+mod test_config;
+mod test_dry_run;
 mod test_reconciliation;
 mod test_server;
 mod test_server_load;

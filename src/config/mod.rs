@@ -36,7 +36,10 @@ impl TryFrom<String> for Id {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with keys version, pipeline, source, journal, server, destinations"
+)]
 struct RawConfig {
     version: u32,
     pipeline: RawPipeline,
@@ -50,27 +53,27 @@ struct RawConfig {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping with key id")]
 struct RawPipeline {
     id: Id,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping with key path")]
 struct RawSource {
     #[serde(default)]
     path: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping with key path")]
 struct RawJournal {
     #[serde(default)]
     path: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping with key upload_tokens")]
 struct RawServer {
     #[serde(default)]
     upload_tokens: Vec<UploadToken>,
@@ -78,7 +81,7 @@ struct RawServer {
 
 /// A bearer token accepted by `distributor serve` for this pipeline.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping with keys name, sha256")]
 pub struct UploadToken {
     /// Name used in logs and the journal; never the secret.
     pub name: String,
@@ -87,7 +90,10 @@ pub struct UploadToken {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with keys id, backend, path, path_mapping, state, reconciliation, transfer, takeover"
+)]
 struct RawDestination {
     id: Id,
     #[serde(default = "default_backend")]
@@ -110,7 +116,7 @@ fn default_backend() -> Backend {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping with keys mode, template")]
 struct RawMapping {
     #[serde(default = "default_mapping")]
     mode: PathMappingMode,
@@ -132,7 +138,7 @@ impl Default for RawMapping {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping with key mode")]
 struct RawState {
     #[serde(default = "default_state_mode")]
     mode: StateMode,
@@ -151,7 +157,7 @@ impl Default for RawState {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping with key mode")]
 struct RawReconciliation {
     #[serde(default = "default_reconciliation")]
     mode: ReconciliationMode,
@@ -170,7 +176,7 @@ impl Default for RawReconciliation {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping with key mode")]
 struct RawTakeover {
     #[serde(default = "default_takeover")]
     mode: TakeoverMode,
@@ -190,7 +196,10 @@ impl Default for RawTakeover {
 
 /// Transfer policy of a destination (SPEC §2, §5.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with keys destination_newer, same_created_digest_mismatch, on_conflict"
+)]
 pub struct Transfer {
     /// What to do when the destination holds a newer source.
     #[serde(default = "default_destination_newer")]
@@ -305,7 +314,8 @@ impl Config {
             } else {
                 path
             };
-            err(&key, e.into_inner().to_string())
+            let msg = strip_yaml_path(&key, e.into_inner().to_string());
+            err(&key, msg)
         })?;
         if raw.version != 1 {
             return Err(err(
@@ -447,6 +457,22 @@ impl Config {
     pub fn destination(&self, id: &str) -> Option<&Destination> {
         self.destinations.iter().find(|d| d.id == id)
     }
+}
+
+/// serde_yaml prefixes its messages with its own idea of the path (`destinations[0]:`),
+/// which is at best a repetition of `key` and at worst a shorter, misleading one (`pipeline:`
+/// for an error in `pipeline.id`): drop it so the message names the key path once.
+fn strip_yaml_path(key: &str, msg: String) -> String {
+    if let Some((prefix, rest)) = msg.split_once(": ") {
+        let within = key == prefix
+            || key
+                .strip_prefix(prefix)
+                .is_some_and(|r| r.starts_with('.') || r.starts_with('['));
+        if within && !prefix.contains(' ') {
+            return rest.to_string();
+        }
+    }
+    msg
 }
 
 fn absolute_dir_of(file: &Path) -> Result<PathBuf> {

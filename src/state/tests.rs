@@ -1,1 +1,373 @@
+//! Unit tests of `.distributor.json`: stable rendering, parse/render round trips in both
+//! modes, and every way state can be invalid (SPEC §4).
 
+use super::*;
+use serde_json::{Value, json};
+
+fn sha(c: char) -> String {
+    c.to_string().repeat(64)
+}
+
+fn source(id: &str) -> SourceRef {
+    SourceRef {
+        id: id.into(),
+        created_at: "2026-12-02T06:00:00Z".into(),
+        digest: format!("sha256:{}", sha('d')),
+    }
+}
+
+fn record(p: &str, d: &str, src: &str) -> OwnerRecord {
+    OwnerRecord {
+        owner: Owner::new(p, d),
+        source: source(src),
+        reconciliation: ReconciliationMode::Replace,
+        published_at: "2026-12-02T06:01:02.123Z".into(),
+        operation_id: "7d0c3f4e-3a6b-4d52-9a57-3f0e1b1c2d3e".into(),
+    }
+}
+
+fn output(path: &str, owner: &Owner) -> RecordedOutput {
+    RecordedOutput {
+        path: path.into(),
+        size: 812,
+        sha256: sha('a'),
+        owner: owner.clone(),
+    }
+}
+
+fn link(path: &str, target: &str, owner: &Owner) -> RecordedLink {
+    RecordedLink {
+        path: path.into(),
+        target: target.into(),
+        owner: owner.clone(),
+    }
+}
+
+fn single_owner() -> State {
+    let r = record("weather", "latest", "tomorrow-a");
+    let o = r.owner.clone();
+    State {
+        mode: StateMode::SingleOwner,
+        owners: vec![r],
+        // Deliberately unsorted: rendering sorts.
+        outputs: vec![output("maps/temp.png", &o), output("forecast.json", &o)],
+        links: vec![
+            link("z.png", "maps/temp.png", &o),
+            link("current.png", "maps/temp.png", &o),
+        ],
+    }
+}
+
+fn shared_root() -> State {
+    let a = record("weather", "latest", "tomorrow-a");
+    let b = record("alerts", "all", "alerts-1");
+    let gone = record("old", "gone", "x");
+    let (oa, ob) = (a.owner.clone(), b.owner.clone());
+    State {
+        mode: StateMode::SharedRoot,
+        owners: vec![a, gone, b],
+        outputs: vec![
+            output("weather/forecast.json", &oa),
+            output("alerts/list.json", &ob),
+        ],
+        links: vec![link("weather/current.json", "weather/forecast.json", &oa)],
+    }
+}
+
+fn parse_valid(bytes: &[u8]) -> State {
+    match StateFile::parse(bytes) {
+        StateFile::Valid(s) => s,
+        other => panic!("not valid: {other:?}\n{}", String::from_utf8_lossy(bytes)),
+    }
+}
+
+fn invalid_reason(v: &Value) -> String {
+    match StateFile::parse(v.to_string().as_bytes()) {
+        StateFile::Invalid(r) => r,
+        other => panic!("accepted: {other:?}\n{v:#}"),
+    }
+}
+
+/// Positions of `keys` in `text` must be increasing.
+fn assert_key_order(text: &str, keys: &[&str]) {
+    let mut last = 0;
+    for k in keys {
+        let at = text
+            .find(&format!("\"{k}\":"))
+            .unwrap_or_else(|| panic!("no key {k} in\n{text}"));
+        assert!(at >= last, "key {k} out of order in\n{text}");
+        last = at;
+    }
+}
+
+#[test]
+fn single_owner_round_trip_is_stable_and_sorted() {
+    let s = single_owner();
+    let bytes = s.render();
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    assert!(text.ends_with("}\n"));
+    assert!(text.starts_with("{\n  \"state_version\": 1,"), "{text}");
+    assert_key_order(
+        &text,
+        &[
+            "state_version",
+            "state_mode",
+            "pipeline_id",
+            "destination_id",
+            "source",
+            "reconciliation",
+            "published_at",
+            "operation_id",
+            "outputs",
+            "links",
+        ],
+    );
+    assert_key_order(&text, &["id", "created_at", "digest"]);
+    assert!(
+        !text.contains("\"owner\""),
+        "single owner has no per-path owner"
+    );
+    let parsed = parse_valid(&bytes);
+    let mut sorted = s.clone();
+    sorted.outputs.sort_by(|a, b| a.path.cmp(&b.path));
+    sorted.links.sort_by(|a, b| a.path.cmp(&b.path));
+    assert_eq!(parsed, sorted);
+    let paths: Vec<&str> = parsed.outputs.iter().map(|o| o.path.as_str()).collect();
+    assert_eq!(paths, ["forecast.json", "maps/temp.png"]);
+    assert_eq!(parsed.render(), bytes, "render is a fixed point");
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(v["state_mode"], "single_owner");
+    assert_eq!(v["links"][0]["path"], "current.png");
+}
+
+#[test]
+fn shared_root_round_trip_is_stable_and_sorted() {
+    let s = shared_root();
+    let bytes = s.render();
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    assert_key_order(
+        &text,
+        &["state_version", "state_mode", "owners", "outputs", "links"],
+    );
+    assert_key_order(
+        &text,
+        &[
+            "owner",
+            "pipeline_id",
+            "destination_id",
+            "source",
+            "reconciliation",
+            "published_at",
+            "operation_id",
+        ],
+    );
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    let owners: Vec<&str> = v["owners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["owner"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        owners,
+        ["alerts/all", "weather/latest"],
+        "sorted, and the owner with no paths left is removed"
+    );
+    assert_eq!(v["outputs"][0]["path"], "alerts/list.json");
+    assert_eq!(v["outputs"][0]["owner"], "alerts/all");
+    assert_eq!(v["links"][0]["owner"], "weather/latest");
+    let parsed = parse_valid(&bytes);
+    assert_eq!(parsed.mode, StateMode::SharedRoot);
+    assert_eq!(parsed.owners.len(), 2);
+    assert!(parsed.owner(&Owner::new("old", "gone")).is_none());
+    assert_eq!(
+        parsed
+            .owner(&Owner::new("weather", "latest"))
+            .unwrap()
+            .source
+            .id,
+        "tomorrow-a"
+    );
+    assert_eq!(parsed.render(), bytes, "render is a fixed point");
+}
+
+#[test]
+fn spec_examples_parse() {
+    let single = json!({
+        "state_version": 1,
+        "state_mode": "single_owner",
+        "pipeline_id": "weather",
+        "destination_id": "latest",
+        "source": {"id": "tomorrow-a", "created_at": "2026-12-02T06:00:00Z", "digest": format!("sha256:{}", sha('0'))},
+        "reconciliation": "replace",
+        "published_at": "2026-12-02T06:01:02.123Z",
+        "operation_id": "7d0c3f4e-3a6b-4d52-9a57-3f0e1b1c2d3e",
+        "outputs": [{"path": "forecast.json", "size": 812, "sha256": sha('1')}],
+        "links": [{"path": "current.png", "target": "maps/temp.png"}]
+    });
+    let s = parse_valid(single.to_string().as_bytes());
+    assert_eq!(s.owners[0].owner, Owner::new("weather", "latest"));
+    assert_eq!(s.outputs[0].owner, Owner::new("weather", "latest"));
+    let shared = json!({
+        "state_version": 1,
+        "state_mode": "shared_root",
+        "owners": [{"owner": "weather/latest", "pipeline_id": "weather", "destination_id": "latest",
+            "source": {"id": "a", "created_at": "2026-12-02T06:00:00+01:00", "digest": format!("sha256:{}", sha('0'))},
+            "reconciliation": "merge", "published_at": "2026-12-02T06:01:02Z", "operation_id": "op"}],
+        "outputs": [{"path": "weather/forecast.json", "size": 812, "sha256": sha('1'), "owner": "weather/latest"}],
+        "links": [{"path": "weather/current.png", "target": "weather/forecast.json", "owner": "weather/latest"}]
+    });
+    let s = parse_valid(shared.to_string().as_bytes());
+    assert_eq!(s.owners[0].reconciliation, ReconciliationMode::Merge);
+}
+
+fn single_json() -> Value {
+    serde_json::from_slice(&single_owner().render()).unwrap()
+}
+
+fn shared_json() -> Value {
+    serde_json::from_slice(&shared_root().render()).unwrap()
+}
+
+#[test]
+fn not_json_or_not_an_object_is_invalid() {
+    for bytes in [
+        &b""[..],
+        b"garbage",
+        b"{\"state_version\": 1,",
+        b"[]",
+        b"null",
+        b"\xff\xfe",
+    ] {
+        assert!(
+            matches!(StateFile::parse(bytes), StateFile::Invalid(_)),
+            "{bytes:?} accepted"
+        );
+    }
+    // A truncated real state file.
+    let full = single_owner().render();
+    assert!(matches!(
+        StateFile::parse(&full[..full.len() / 2]),
+        StateFile::Invalid(_)
+    ));
+}
+
+#[test]
+fn future_or_missing_state_version_is_invalid() {
+    let mut v = single_json();
+    v["state_version"] = json!(2);
+    let r = invalid_reason(&v);
+    assert!(r.contains("state_version 2") && r.contains("newer"), "{r}");
+    for bad in [json!(0), json!("1"), json!(1.5), Value::Null] {
+        let mut v = single_json();
+        v["state_version"] = bad;
+        assert!(invalid_reason(&v).contains("state_version"));
+    }
+    let mut v = single_json();
+    v.as_object_mut().unwrap().remove("state_version");
+    assert!(invalid_reason(&v).contains("state_version"));
+}
+
+#[test]
+fn unknown_mode_is_invalid() {
+    for bad in [json!("multi_owner"), json!(1), Value::Null] {
+        let mut v = single_json();
+        v["state_mode"] = bad;
+        let r = invalid_reason(&v);
+        assert!(
+            r.contains("state_mode") && r.contains("single_owner, shared_root"),
+            "{r}"
+        );
+    }
+    // A single-owner document labelled shared_root is not valid shared-root state.
+    let mut v = single_json();
+    v["state_mode"] = json!("shared_root");
+    invalid_reason(&v);
+}
+
+#[test]
+fn owner_not_listed_is_invalid() {
+    let mut v = shared_json();
+    v["outputs"][0]["owner"] = json!("someone/else");
+    let r = invalid_reason(&v);
+    assert!(
+        r.contains("someone/else") && r.contains("not listed"),
+        "{r}"
+    );
+    let mut v = shared_json();
+    v["links"][0]["owner"] = json!("old/gone");
+    assert!(invalid_reason(&v).contains("not listed"));
+    let mut v = shared_json();
+    v["outputs"][0].as_object_mut().unwrap().remove("owner");
+    assert!(invalid_reason(&v).contains("names no owner"));
+    // The owner string must match its ids, and appear once.
+    let mut v = shared_json();
+    v["owners"][0]["owner"] = json!("alerts/other");
+    assert!(invalid_reason(&v).contains("does not match"));
+    let mut v = shared_json();
+    let first = v["owners"][0].clone();
+    v["owners"].as_array_mut().unwrap().push(first);
+    assert!(invalid_reason(&v).contains("listed twice"));
+}
+
+#[test]
+fn duplicate_and_prefix_paths_are_invalid() {
+    let mut v = single_json();
+    let first = v["outputs"][0].clone();
+    v["outputs"].as_array_mut().unwrap().push(first);
+    assert!(invalid_reason(&v).contains("more than once"));
+    let mut v = single_json();
+    v["links"][0]["path"] = v["outputs"][0]["path"].clone();
+    assert!(invalid_reason(&v).contains("more than once"));
+    let mut v = single_json();
+    v["links"][0]["path"] = json!("forecast.json/x");
+    assert!(invalid_reason(&v).contains("prefix"));
+}
+
+#[test]
+fn bad_sha_and_bad_fields_are_invalid() {
+    for bad in ["ABC", "", &"A".repeat(64), &"g".repeat(64), &"a".repeat(63)] {
+        let mut v = single_json();
+        v["outputs"][0]["sha256"] = json!(bad);
+        let r = invalid_reason(&v);
+        assert!(r.contains("sha256"), "{r}");
+    }
+    let cases: Vec<(&str, Value)> = vec![
+        ("/source/digest", json!("sha256:xyz")),
+        ("/source/digest", json!(sha('a'))),
+        ("/source/created_at", json!("yesterday")),
+        ("/source/id", json!("bad id")),
+        ("/published_at", json!("now")),
+        ("/operation_id", json!("")),
+        ("/pipeline_id", json!("Weather")),
+        ("/destination_id", json!("")),
+        ("/outputs/0/path", json!("../escape")),
+        ("/outputs/0/path", json!(".distributor.json")),
+        ("/outputs/0/size", json!(-1)),
+        ("/outputs/0/size", json!("812")),
+        ("/links/0/target", json!("/etc/passwd")),
+        ("/reconciliation", json!("mirror")),
+    ];
+    for (ptr, bad) in cases {
+        let mut v = single_json();
+        *v.pointer_mut(ptr).unwrap() = bad.clone();
+        let r = invalid_reason(&v);
+        assert!(!r.is_empty(), "{ptr} = {bad}");
+    }
+}
+
+#[test]
+fn unknown_or_missing_fields_are_invalid() {
+    let mut v = single_json();
+    v["extra"] = json!(1);
+    assert!(invalid_reason(&v).contains("unknown field"));
+    let mut v = single_json();
+    v["outputs"][0]["owner"] = json!("weather/latest");
+    assert!(invalid_reason(&v).contains("no per-path owner"));
+    let mut v = single_json();
+    v.as_object_mut().unwrap().remove("source");
+    assert!(invalid_reason(&v).contains("missing field `source`"));
+    let mut v = shared_json();
+    v["pipeline_id"] = json!("weather");
+    assert!(invalid_reason(&v).contains("unknown field"));
+}

@@ -183,6 +183,27 @@ impl Env {
         }
     }
 
+    /// Runs the binary like [`Env::run_env`] but without `DISTRIBUTOR_JOURNAL`, so the
+    /// journal location falls through to `journal.path`, `XDG_STATE_HOME` or `HOME`.
+    pub fn run_env_without_journal(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_distributor"));
+        cmd.args(args)
+            .env_clear()
+            .env("HOME", self.path("home"))
+            .env("USER", "tester")
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .current_dir(&self.root);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out: Output = cmd.output().expect("run distributor");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
     /// `publish --json --config C --source B` plus extra args.
     pub fn publish(&self, config: &Path, bundle: &Path, extra: &[&str]) -> Run {
         let mut args = vec![

@@ -1,0 +1,565 @@
+//! Configuration through the real binary (SPEC §2, §10): every kind of invalid config is
+//! refused by `validate` and `publish` with exit 2, a message naming the file, the key
+//! path, the line and column where known and what is accepted, and nothing is created
+//! anywhere. Also `validate --source` and the journal location precedence.
+
+use crate::common::{Env, Run};
+use std::path::PathBuf;
+
+const T0: &str = "2026-12-02T06:00:00Z";
+
+/// A config with pipeline `weather` and the given `destinations:` block (YAML, starting
+/// at column 0 with `destinations:`); `{D}` is replaced by the env's `dest` directory.
+fn config(env: &Env, body: &str) -> PathBuf {
+    let body = body.replace("{D}", &env.path("dest").display().to_string());
+    env.config(
+        "conf/c.yaml",
+        &format!("version: 1\npipeline:\n  id: weather\n{body}"),
+    )
+}
+
+/// Runs `validate` and `publish` (real and dry run) on `cfg`: each must exit 2 with a
+/// message containing the config file and every needle, and nothing may be created.
+fn refused(env: &Env, cfg: &PathBuf, needles: &[&str]) -> Run {
+    let bundle = env.bundle("b", "tomorrow", T0, &[("a.txt", "one")], &[]);
+    let before = env.snapshot("");
+    let c = cfg.to_str().unwrap();
+    let b = bundle.to_str().unwrap();
+    let runs = [
+        env.run(&["validate", "--config", c]),
+        env.run(&["validate", "--config", c, "--source", b]),
+        env.run(&["publish", "--config", c, "--source", b]),
+        env.run(&["publish", "--json", "--config", c, "--source", b, "--force"]),
+        env.run(&["plan", "--config", c, "--source", b]),
+    ];
+    for r in &runs {
+        r.expect_code(2);
+        assert!(
+            r.stderr.contains(&format!("config {c}: ")),
+            "message does not name the file:\n{}",
+            r.stderr
+        );
+        for n in needles {
+            assert!(r.stderr.contains(n), "stderr lacks {n:?}:\n{}", r.stderr);
+        }
+        assert!(
+            !r.stderr.contains("struct "),
+            "message names an internal type:\n{}",
+            r.stderr
+        );
+        assert_eq!(
+            r.stderr.lines().count(),
+            1,
+            "one error line expected:\n{}",
+            r.stderr
+        );
+        let key = r.stderr[format!("error: config {c}: ").len()..]
+            .split(": ")
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(
+            !r.stderr.contains(&format!("{key}: {key}")),
+            "key path repeated: {}",
+            r.stderr
+        );
+    }
+    assert_eq!(
+        runs[3].json()["error"]["kind"],
+        "config",
+        "{}",
+        runs[3].stdout
+    );
+    assert_eq!(env.snapshot(""), before, "something was created");
+    assert!(!env.exists("dest"));
+    assert!(!env.journal().exists());
+    runs.into_iter().next().unwrap()
+}
+
+fn refused_body(body: &str, needles: &[&str]) -> Run {
+    let env = Env::new();
+    let cfg = config(&env, body);
+    refused(&env, &cfg, needles)
+}
+
+#[test]
+fn unknown_top_level_key() {
+    let env = Env::new();
+    let cfg = env.config(
+        "conf/c.yaml",
+        &format!(
+            "version: 1\npipline:\n  id: weather\ndestinations:\n  - id: a\n    path: {}\n",
+            env.path("dest").display()
+        ),
+    );
+    refused(
+        &env,
+        &cfg,
+        &[
+            "pipline: unknown field `pipline`",
+            "expected one of `version`, `pipeline`",
+            "line 2 column 1",
+        ],
+    );
+}
+
+#[test]
+fn unknown_nested_keys_name_their_key_path() {
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}/a\n  - id: b\n    path: {D}/b\n    takeover:\n      mode: never\n      mdoe: never\n",
+        &[
+            "destinations[1].takeover.mdoe: unknown field `mdoe`, expected `mode`",
+            "line 11 column 7",
+        ],
+    );
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}/a\n    transfer:\n      on_conflicts: refuse\n",
+        &[
+            "destinations[0].transfer.on_conflicts: unknown field",
+            "`destination_newer`, `same_created_digest_mismatch`, `on_conflict`",
+            "line 8 column 7",
+        ],
+    );
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}/a\n    owner: me\n",
+        &[
+            "destinations[0].owner: unknown field `owner`",
+            "line 7 column 5",
+        ],
+    );
+    refused_body(
+        "journal:\n  file: j.sqlite3\ndestinations:\n  - id: a\n    path: {D}/a\n",
+        &[
+            "journal.file: unknown field `file`, expected `path`",
+            "line",
+        ],
+    );
+}
+
+#[test]
+fn bad_enum_values_list_accepted_values() {
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "    takeover:\n      mode: anyone\n",
+            "destinations[0].takeover.mode",
+            &["same_pipeline", "same_source", "any_managed", "never"],
+        ),
+        (
+            "    state:\n      mode: shared\n",
+            "destinations[0].state.mode",
+            &["single_owner", "shared_root"],
+        ),
+        (
+            "    reconciliation:\n      mode: mirror\n",
+            "destinations[0].reconciliation.mode",
+            &["replace", "merge"],
+        ),
+        (
+            "    transfer:\n      destination_newer: overwrite\n",
+            "destinations[0].transfer.destination_newer",
+            &["skip", "conflict"],
+        ),
+        (
+            "    transfer:\n      same_created_digest_mismatch: skip\n",
+            "destinations[0].transfer.same_created_digest_mismatch",
+            &["conflict", "replace"],
+        ),
+        (
+            "    transfer:\n      on_conflict: force\n",
+            "destinations[0].transfer.on_conflict",
+            &["replace", "refuse"],
+        ),
+        (
+            "    path_mapping:\n      mode: date\n",
+            "destinations[0].path_mapping.mode",
+            &["fixed", "source_id", "template"],
+        ),
+        (
+            "    backend: ftp\n",
+            "destinations[0].backend",
+            &["local", "s3"],
+        ),
+    ];
+    for (extra, key, accepted) in cases {
+        let r = refused_body(
+            &format!("destinations:\n  - id: a\n    path: {{D}}/a\n{extra}"),
+            &[&format!("{key}: unknown variant"), "line "],
+        );
+        for a in *accepted {
+            assert!(r.stderr.contains(&format!("`{a}`")), "{a}: {}", r.stderr);
+        }
+    }
+}
+
+#[test]
+fn wrong_types() {
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}/a\n    takeover: never\n",
+        &[
+            "destinations[0].takeover: invalid type: string \"never\", expected a mapping",
+            "line 7 column 15",
+        ],
+    );
+    refused_body(
+        "destinations:\n  id: a\n  path: {D}/a\n",
+        &[
+            "destinations: invalid type: map, expected a sequence",
+            "line 5",
+        ],
+    );
+    refused_body(
+        "destinations:\n  - id: a\n    path: [{D}/a]\n",
+        &["destinations[0].path: invalid type: sequence", "line 6"],
+    );
+    let env = Env::new();
+    let cfg = env.config(
+        "conf/c.yaml",
+        &format!(
+            "version: one\npipeline:\n  id: weather\ndestinations:\n  - id: a\n    path: {}\n",
+            env.path("dest").display()
+        ),
+    );
+    refused(&env, &cfg, &["version: invalid type", "line 1 column 10"]);
+    let env = Env::new();
+    let cfg = env.config("conf/c.yaml", "- version: 1\n");
+    refused(
+        &env,
+        &cfg,
+        &["(top level): invalid type: sequence, expected a mapping with keys version"],
+    );
+    let env = Env::new();
+    let cfg = env.config(
+        "conf/c.yaml",
+        "version: 1\npipeline: weather\ndestinations: []\n",
+    );
+    refused(
+        &env,
+        &cfg,
+        &["pipeline: invalid type: string \"weather\", expected a mapping with key id"],
+    );
+}
+
+#[test]
+fn bad_ids() {
+    let env = Env::new();
+    let cfg = env.config(
+        "conf/c.yaml",
+        &format!(
+            "version: 1\npipeline:\n  id: Weather\ndestinations:\n  - id: a\n    path: {}\n",
+            env.path("dest").display()
+        ),
+    );
+    refused(
+        &env,
+        &cfg,
+        &[
+            "pipeline.id: invalid id 'Weather'",
+            "lowercase letters, digits",
+            "line 3",
+        ],
+    );
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}/a\n  - id: -b\n    path: {D}/b\n",
+        &["destinations[1].id: invalid id '-b'", "line 7 column 5"],
+    );
+    let long = "x".repeat(65);
+    refused_body(
+        &format!("destinations:\n  - id: {long}\n    path: {{D}}/a\n"),
+        &[
+            &format!("destinations[0].id: invalid id '{long}'"),
+            "at most 64",
+        ],
+    );
+}
+
+#[test]
+fn unsupported_version() {
+    let env = Env::new();
+    let cfg = env.config(
+        "conf/c.yaml",
+        &format!(
+            "version: 2\npipeline:\n  id: weather\ndestinations:\n  - id: a\n    path: {}\n",
+            env.path("dest").display()
+        ),
+    );
+    refused(&env, &cfg, &["version: unsupported version 2, accepted: 1"]);
+    let cfg = env.config(
+        "conf/c.yaml",
+        &format!(
+            "pipeline:\n  id: weather\ndestinations:\n  - id: a\n    path: {}\n",
+            env.path("dest").display()
+        ),
+    );
+    refused(&env, &cfg, &["missing field `version`"]);
+}
+
+#[test]
+fn missing_or_empty_destinations() {
+    refused_body("", &["missing field `destinations`"]);
+    refused_body(
+        "destinations: []\n",
+        &["destinations: at least one destination is required"],
+    );
+    refused_body(
+        "destinations:\n  - id: a\n",
+        &["destinations[0]: missing field `path`"],
+    );
+}
+
+#[test]
+fn duplicate_destination_ids() {
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}/a\n  - id: b\n    path: {D}/b\n  - id: a\n    path: {D}/c\n",
+        &["destinations[2].id: duplicate destination id 'a'"],
+    );
+}
+
+#[test]
+fn path_resolving_to_root() {
+    for p in ["/", "/tmp/..", "//", "/./"] {
+        refused_body(
+            &format!("destinations:\n  - id: a\n    path: {p}\n"),
+            &["destinations[0].path: ", "resolves to '/'"],
+        );
+    }
+    // Relative paths resolve against the config file's directory, `..` included.
+    let ups = "../".repeat(40);
+    refused_body(
+        &format!("destinations:\n  - id: a\n    path: {ups}\n"),
+        &["destinations[0].path: ", "resolves to '/'"],
+    );
+    refused_body(
+        "destinations:\n  - id: a\n    path: \"\"\n",
+        &["destinations[0].path: must not be empty"],
+    );
+}
+
+#[test]
+fn two_single_owner_destinations_on_one_fixed_path() {
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}/x\n  - id: b\n    path: {D}/y/../x/\n",
+        &[
+            "destinations[1].path: ",
+            "'a' and 'b'",
+            "same fixed path",
+            "shared_root",
+        ],
+    );
+    // One shared_root and one single_owner still collide.
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}/x\n    state:\n      mode: shared_root\n  - id: b\n    path: {D}/x\n",
+        &["destinations[1].path: ", "same fixed path"],
+    );
+    // Both shared_root: fine; and a mapped destination under the same path: fine.
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "destinations:\n  - id: a\n    path: {D}/x\n    state:\n      mode: shared_root\n  - id: b\n    path: {D}/x\n    state:\n      mode: shared_root\n  - id: c\n    path: {D}/x\n    path_mapping:\n      mode: source_id\n",
+    );
+    env.run(&["validate", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+}
+
+#[test]
+fn template_errors() {
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}\n    path_mapping:\n      mode: template\n      template: \"{created:%Y}/{source}\"\n",
+        &[
+            "destinations[0].path_mapping.template: unknown placeholder '{source}'",
+            "{source_id}, {pipeline_id}, {destination_id}, {created:<strftime>}",
+        ],
+    );
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}\n    path_mapping:\n      mode: template\n      template: \"{source_id\"\n",
+        &["destinations[0].path_mapping.template: unclosed '{'"],
+    );
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}\n    path_mapping:\n      mode: template\n",
+        &["destinations[0].path_mapping.template: required when path_mapping.mode is template"],
+    );
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}\n    path_mapping:\n      mode: source_id\n      template: \"{source_id}\"\n",
+        &["destinations[0].path_mapping.template: only allowed when path_mapping.mode is template"],
+    );
+}
+
+#[test]
+fn s3_backend_is_not_supported() {
+    let r = refused_body(
+        "destinations:\n  - id: a\n    backend: s3\n    path: {D}\n",
+        &[
+            "destinations[0].backend: backend 's3' is not supported",
+            "accepted: local",
+        ],
+    );
+    assert!(!r.stderr.contains("unknown variant"));
+}
+
+#[test]
+fn bad_upload_tokens() {
+    refused_body(
+        "server:\n  upload_tokens:\n    - name: job\n      sha256: secret\ndestinations:\n  - id: a\n    path: {D}\n",
+        &["server.upload_tokens[0].sha256: ", "64 lowercase hex"],
+    );
+    refused_body(
+        "server:\n  upload_tokens:\n    - name: job\n      token: x\ndestinations:\n  - id: a\n    path: {D}\n",
+        &["server.upload_tokens[0].token: unknown field `token`"],
+    );
+}
+
+#[test]
+fn unreadable_config_is_a_config_error() {
+    let env = Env::new();
+    let r = env.run(&["validate", "--config", "nowhere.yaml"]);
+    r.expect_code(2);
+    assert!(r.stderr.contains("nowhere.yaml"), "{}", r.stderr);
+    assert!(r.stderr.contains("cannot read"), "{}", r.stderr);
+}
+
+#[test]
+fn validate_accepts_a_good_config_and_source() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "destinations:\n  - id: a\n    path: {D}/a\n    takeover:\n      mode: never\n",
+    );
+    let b = env.bundle("b", "tomorrow", T0, &[("a.txt", "one")], &[("l", "a.txt")]);
+    let before = env.snapshot("");
+    let c = cfg.to_str().unwrap();
+    let r = env.run(&["validate", "--config", c]);
+    r.expect_code(0);
+    assert!(r.stdout.contains("valid, pipeline weather"), "{}", r.stdout);
+    assert!(r.stdout.contains("takeover never"), "{}", r.stdout);
+    let r = env.run(&["validate", "--config", c, "--source", b.to_str().unwrap()]);
+    r.expect_code(0);
+    assert!(
+        r.stdout
+            .contains("valid, id tomorrow, 1 outputs, digest sha256:"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(env.snapshot(""), before, "validate wrote something");
+    assert!(!env.journal().exists());
+}
+
+#[test]
+fn validate_refuses_a_bad_source() {
+    let env = Env::new();
+    let cfg = config(&env, "destinations:\n  - id: a\n    path: {D}/a\n");
+    let b = env.bundle("b", "tomorrow", T0, &[("a.txt", "one")], &[]);
+    std::fs::write(b.join("a.txt"), "longer").unwrap();
+    let c = cfg.to_str().unwrap();
+    let r = env.run(&["validate", "--config", c, "--source", b.to_str().unwrap()]);
+    r.expect_code(1);
+    assert!(
+        r.stderr.contains("invalid source: output 'a.txt'"),
+        "{}",
+        r.stderr
+    );
+    let r = env.run(&[
+        "validate",
+        "--config",
+        c,
+        "--source",
+        env.path("nope").to_str().unwrap(),
+    ]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("cannot read manifest"), "{}", r.stderr);
+    assert!(!env.exists("dest"));
+}
+
+/// Journal precedence (SPEC §2): `--journal`, `DISTRIBUTOR_JOURNAL`, `journal.path`
+/// (relative to the config file), `$XDG_STATE_HOME/distributor/journal.sqlite3`,
+/// `~/.local/state/distributor/journal.sqlite3`.
+#[test]
+fn journal_location_precedence() {
+    let candidates = [
+        "flag.sqlite3",
+        "env.sqlite3",
+        "conf/state/cfg.sqlite3",
+        "xdg/distributor/journal.sqlite3",
+        "home/.local/state/distributor/journal.sqlite3",
+    ];
+    // (use flag, env value, journal.path in config, XDG_STATE_HOME) → expected winner
+    let cases: &[(bool, Option<&str>, bool, bool, usize)] = &[
+        (true, Some("env.sqlite3"), true, true, 0),
+        (false, Some("env.sqlite3"), true, true, 1),
+        (false, None, true, true, 2),
+        (false, Some(""), true, true, 2),
+        (false, None, false, true, 3),
+        (false, None, false, false, 4),
+    ];
+    for &(flag, env_val, cfg_path, xdg, winner) in cases {
+        let env = Env::new();
+        let journal_key = if cfg_path {
+            "journal:\n  path: state/cfg.sqlite3\n"
+        } else {
+            ""
+        };
+        let cfg = config(
+            &env,
+            &format!("{journal_key}destinations:\n  - id: a\n    path: {{D}}/a\n"),
+        );
+        let b = env.bundle("b", "tomorrow", T0, &[("a.txt", "one")], &[]);
+        let flag_path = env.path("flag.sqlite3");
+        let mut args = vec![
+            "publish",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            b.to_str().unwrap(),
+        ];
+        if flag {
+            args.extend(["--journal", flag_path.to_str().unwrap()]);
+        }
+        let env_path = env.path(env_val.unwrap_or_default());
+        let xdg_path = env.path("xdg");
+        let mut vars: Vec<(&str, &str)> = vec![];
+        match env_val {
+            Some("") => vars.push(("DISTRIBUTOR_JOURNAL", "")),
+            Some(_) => vars.push(("DISTRIBUTOR_JOURNAL", env_path.to_str().unwrap())),
+            None => {}
+        }
+        if xdg {
+            vars.push(("XDG_STATE_HOME", xdg_path.to_str().unwrap()));
+        }
+        // The cwd is the root while the config is in conf/: journal.path must resolve
+        // against the config file's directory.
+        let r = env.run_env_without_journal(&args, &vars);
+        r.expect_code(0);
+        for (i, c) in candidates.iter().enumerate() {
+            assert_eq!(
+                env.exists(c),
+                i == winner,
+                "case {:?}: journal {c} exists={}",
+                (flag, env_val, cfg_path, xdg),
+                env.exists(c)
+            );
+        }
+        let r = env.run_env_without_journal(
+            &["status", "--config", cfg.to_str().unwrap(), "--json"],
+            &vars,
+        );
+        r.expect_code(0);
+    }
+}
+
+#[test]
+fn no_journal_location_at_all_is_a_usage_error() {
+    let env = Env::new();
+    let cfg = config(&env, "destinations:\n  - id: a\n    path: {D}/a\n");
+    let b = env.bundle("b", "tomorrow", T0, &[("a.txt", "one")], &[]);
+    let r = env.run_env_without_journal(
+        &[
+            "publish",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            b.to_str().unwrap(),
+        ],
+        &[("HOME", "")],
+    );
+    r.expect_code(2);
+    assert!(r.stderr.contains("no journal location"), "{}", r.stderr);
+    assert!(!env.exists("dest"));
+}
