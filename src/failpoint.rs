@@ -1,10 +1,25 @@
-//! Failpoints for crash tests. Compiled to nothing unless the `failpoints` cargo feature
-//! is on; then `DISTRIBUTOR_FAILPOINT=<name>[:<k>]` aborts the process (no unwinding, no
-//! cleanup, like a kill -9) the k-th time (default 1st) execution reaches `<name>`.
+//! Failpoints for crash and fault-injection tests. Compiled to nothing unless the
+//! `failpoints` cargo feature is on (tests build the binary with it; release builds never
+//! have it).
+//!
+//! `DISTRIBUTOR_FAILPOINT` holds one or more comma-separated specs `<name>[:<k>][=<action>]`:
+//!
+//! | action        | effect                                                                 |
+//! |---------------|------------------------------------------------------------------------|
+//! | (none)        | abort the process (no unwinding, no cleanup, like `kill -9`) the k-th time |
+//! | `error`       | from the k-th time on, every hit returns an injected I/O error         |
+//! | `error-once`  | only the k-th hit returns an injected I/O error                        |
+//!
+//! `k` defaults to 1. Error actions only act on I/O failpoints ([`io`]); crash points
+//! ([`hit`]) have no error path to take. `DISTRIBUTOR_FAILPOINT_LOG=<file>` appends the name
+//! of every failpoint reached, one per line, so a test can prove that every entry of
+//! [`ALL`] is exercised.
 
-/// Every failpoint compiled into the executor and recovery, in execution order. A test
-/// checks that each one is exercised.
+/// Every failpoint compiled in, in execution order. Tests check that this equals the names
+/// used in the sources and the names the binary actually reaches, so a new step cannot go
+/// untested.
 pub const ALL: &[&str] = &[
+    // publish (SPEC §6 steps 3-8)
     "after_journal_append",
     "during_staging",
     "after_staging",
@@ -12,44 +27,173 @@ pub const ALL: &[&str] = &[
     "after_move_aside",
     "during_placement",
     "after_placement",
+    "during_links",
     "after_links",
     "after_state_write",
     "after_journal_commit",
     "during_cleanup",
+    "cleanup_before_prune",
+    // rollback (in-process after an error, and `recover`)
+    "undo_remove_placed",
+    "undo_restore",
+    "undo_before_remove_staging",
+    // recover
     "recover_after_lock",
-    "recover_during_undo",
+    "recover_after_adopt",
     "recover_before_event",
+    // I/O primitives: can abort, or fail with an injected error
+    "io_stage_write",
+    "io_rename",
+    "io_syncfs",
+    "io_state_fsync",
+    "io_state_rename",
+    "io_remove_staging",
 ];
 
-/// Marks that execution reached failpoint `name`.
+/// The I/O failpoints of [`ALL`]: the ones an `error` action applies to.
+pub const IO: &[&str] = &[
+    "io_stage_write",
+    "io_rename",
+    "io_syncfs",
+    "io_state_fsync",
+    "io_state_rename",
+    "io_remove_staging",
+];
+
 #[cfg(feature = "failpoints")]
-pub fn hit(name: &str) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNT: AtomicU64 = AtomicU64::new(0);
-    let Ok(spec) = std::env::var("DISTRIBUTOR_FAILPOINT") else {
-        return;
-    };
-    let (want, k) = match spec.split_once(':') {
-        Some((n, k)) => (n.to_string(), k.parse::<u64>().unwrap_or(1)),
-        None => (spec.clone(), 1),
-    };
-    if let Ok(log) = std::env::var("DISTRIBUTOR_FAILPOINT_LOG") {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-        {
-            let _ = writeln!(f, "{name}");
+mod imp {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Action {
+        Abort,
+        Error,
+        ErrorOnce,
+    }
+
+    struct Spec {
+        name: String,
+        k: u64,
+        action: Action,
+    }
+
+    fn specs() -> &'static [Spec] {
+        static SPECS: OnceLock<Vec<Spec>> = OnceLock::new();
+        SPECS.get_or_init(|| {
+            let Ok(text) = std::env::var("DISTRIBUTOR_FAILPOINT") else {
+                return Vec::new();
+            };
+            text.split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| parse(s.trim()))
+                .collect()
+        })
+    }
+
+    fn parse(s: &str) -> Spec {
+        let (head, action) = match s.split_once('=') {
+            Some((h, "error")) => (h, Action::Error),
+            Some((h, "error-once")) => (h, Action::ErrorOnce),
+            Some((_, other)) => {
+                // A typo must not silently turn a crash test into a passing no-op.
+                eprintln!("DISTRIBUTOR_FAILPOINT: unknown action '{other}' in '{s}'");
+                std::process::abort();
+            }
+            None => (s, Action::Abort),
+        };
+        let (name, k) = match head.split_once(':') {
+            Some((n, k)) => match k.parse::<u64>() {
+                Ok(k) if k >= 1 => (n, k),
+                _ => {
+                    eprintln!("DISTRIBUTOR_FAILPOINT: bad count '{k}' in '{s}'");
+                    std::process::abort();
+                }
+            },
+            None => (head, 1),
+        };
+        if !super::ALL.contains(&name) {
+            eprintln!("DISTRIBUTOR_FAILPOINT: unknown failpoint '{name}'");
+            std::process::abort();
+        }
+        Spec {
+            name: name.to_string(),
+            k,
+            action,
         }
     }
-    if want == name && COUNT.fetch_add(1, Ordering::SeqCst) + 1 == k {
-        eprintln!("failpoint {name} hit: aborting");
-        std::process::abort();
+
+    fn log(name: &str) {
+        if let Some(path) = std::env::var_os("DISTRIBUTOR_FAILPOINT_LOG") {
+            use std::io::Write;
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
+                let _ = writeln!(f, "{name}");
+            }
+        }
+    }
+
+    /// Counts the hit; returns the action due now, if any.
+    pub(super) fn reach(name: &str) -> Option<String> {
+        log(name);
+        if !specs().iter().any(|s| s.name == name) {
+            return None;
+        }
+        static COUNTS: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
+        let n = {
+            let mut guard = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
+            let n = guard
+                .get_or_insert_with(HashMap::new)
+                .entry(name.to_string())
+                .or_insert(0);
+            *n += 1;
+            *n
+        };
+        let mut due = None;
+        for s in specs().iter().filter(|s| s.name == name) {
+            let fire = match s.action {
+                Action::Abort | Action::ErrorOnce => n == s.k,
+                Action::Error => n >= s.k,
+            };
+            if !fire {
+                continue;
+            }
+            if s.action == Action::Abort {
+                eprintln!("failpoint {name} hit: aborting");
+                std::process::abort();
+            }
+            due = Some(format!("injected I/O error at failpoint {name}"));
+        }
+        due
     }
 }
 
-/// Marks that execution reached failpoint `name` (no-op without the `failpoints` feature).
+/// Marks that execution reached crash point `name`.
+#[cfg(feature = "failpoints")]
+pub fn hit(name: &str) {
+    let _ = imp::reach(name);
+}
+
+/// Marks that execution reached I/O point `name`: may abort, or return an injected error.
+#[cfg(feature = "failpoints")]
+pub fn io(name: &str) -> std::io::Result<()> {
+    match imp::reach(name) {
+        Some(msg) if IO.contains(&name) => Err(std::io::Error::other(msg)),
+        _ => Ok(()),
+    }
+}
+
+/// Marks that execution reached crash point `name` (no-op without the `failpoints` feature).
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub fn hit(_name: &str) {}
+
+/// Marks that execution reached I/O point `name` (no-op without the `failpoints` feature).
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn io(_name: &str) -> std::io::Result<()> {
+    Ok(())
+}

@@ -14,6 +14,8 @@
 //!
 //! [`publish`] ties 1-7 together for the CLI ([`cli`]) and the HTTP server ([`server`]). [`inspect`]
 //! holds the read-only `status` and `verify`.
+//! [`recover`] finishes or undoes interrupted operations from the journal and staging;
+//! [`journal::query`] serves `history`.
 
 #![forbid(unsafe_code)]
 #![deny(unused_must_use)]
@@ -31,6 +33,7 @@ pub mod journal;
 pub mod model;
 pub mod plan;
 pub mod publish;
+pub mod recover;
 pub mod report;
 pub mod server;
 pub mod source;

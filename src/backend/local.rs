@@ -7,6 +7,7 @@
 //! directory (never a symlink); nothing above or beside the bundle path is removed.
 
 use crate::error::{Error, IoContext, Result};
+use crate::failpoint;
 use crate::hash::{hash_file, hex};
 use crate::plan::{Entry, Storage};
 use crate::state::{STATE_FILE, StateFile};
@@ -344,6 +345,7 @@ pub fn copy_hashed(src: &Path, dst: &Path, buf: &mut [u8]) -> Result<(u64, Strin
             break;
         }
         h.update(&buf[..n]);
+        failpoint::io("io_stage_write").ctx("write", dst)?;
         output.write_all(&buf[..n]).ctx("write", dst)?;
         size += n as u64;
     }
@@ -355,6 +357,7 @@ pub fn copy_hashed(src: &Path, dst: &Path, buf: &mut [u8]) -> Result<(u64, Strin
 pub fn rename_into(from: &Path, to_root: &Path, rel: &str) -> Result<Vec<PathBuf>> {
     let created = make_parents(to_root, rel)?;
     let to = to_root.join(rel);
+    failpoint::io("io_rename").ctx("rename into place", &to)?;
     fs::rename(from, &to).ctx("rename into place", &to)?;
     Ok(created)
 }
@@ -362,6 +365,7 @@ pub fn rename_into(from: &Path, to_root: &Path, rel: &str) -> Result<Vec<PathBuf
 /// Flushes everything written on the filesystem holding `path` (one `syncfs`).
 pub fn sync_filesystem(path: &Path) -> Result<()> {
     let f = File::open(path).ctx("open", path)?;
+    failpoint::io("io_syncfs").ctx("sync filesystem of", path)?;
     rustix::fs::syncfs(&f).map_err(|e| Error::io("sync filesystem of", path, e.into()))
 }
 
@@ -384,8 +388,10 @@ pub fn write_state_atomic(bundle: &Path, tmp: &Path, bytes: &[u8]) -> Result<()>
         .open(tmp)
         .ctx("create", tmp)?;
     f.write_all(bytes).ctx("write", tmp)?;
+    failpoint::io("io_state_fsync").ctx("fsync", tmp)?;
     f.sync_all().ctx("fsync", tmp)?;
     let dst = bundle.join(STATE_FILE);
+    failpoint::io("io_state_rename").ctx("rename state into place", &dst)?;
     fs::rename(tmp, &dst).ctx("rename state into place", &dst)?;
     sync_dir(bundle)
 }
@@ -411,8 +417,15 @@ pub fn make_staging_root(bundle: &Path) -> Result<PathBuf> {
     let staging = bundle.join(STAGING_DIR);
     match fs::symlink_metadata(&staging) {
         Ok(md) if md.is_dir() => {}
-        Ok(_) => return Err(Error::Unsafe(format!("{} is not a real directory; refusing to stage through it", staging.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => fs::create_dir(&staging).ctx("create staging", &staging)?,
+        Ok(_) => {
+            return Err(Error::Unsafe(format!(
+                "{} is not a real directory; refusing to stage through it",
+                staging.display()
+            )));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::create_dir(&staging).ctx("create staging", &staging)?
+        }
         Err(e) => return Err(Error::io("stat", staging, e)),
     }
     Ok(staging)
@@ -423,7 +436,10 @@ pub fn remove_staging(bundle: &Path, op: &str) -> Result<()> {
     let staging = bundle.join(STAGING_DIR);
     let dir = staging.join(op);
     match fs::symlink_metadata(&dir) {
-        Ok(md) if md.is_dir() => fs::remove_dir_all(&dir).ctx("remove staging", &dir)?,
+        Ok(md) if md.is_dir() => {
+            failpoint::io("io_remove_staging").ctx("remove staging", &dir)?;
+            fs::remove_dir_all(&dir).ctx("remove staging", &dir)?
+        }
         Ok(_) => {
             return Err(Error::Unsafe(format!(
                 "{} is not a directory",

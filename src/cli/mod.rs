@@ -2,8 +2,10 @@
 //! comments are the help) and a handler that calls one library function. This module maps
 //! errors to exit codes, in one place.
 
+mod history;
 mod manifest;
 mod publish;
+mod recover;
 mod serve;
 mod status;
 mod validate;
@@ -30,6 +32,8 @@ enum Command {
     Validate(validate::ValidateArgs),
     Status(status::StatusArgs),
     Verify(verify::VerifyArgs),
+    Recover(recover::RecoverArgs),
+    History(history::HistoryArgs),
     Serve(serve::ServeArgs),
 }
 
@@ -58,6 +62,8 @@ pub fn main() -> ExitCode {
         Command::Validate(a) => validate::run(a),
         Command::Status(a) => status::run(a),
         Command::Verify(a) => verify::run(a),
+        Command::Recover(a) => recover::run(a),
+        Command::History(a) => history::run(a),
         Command::Serve(a) => serve::run(a),
     };
     match result {
@@ -100,6 +106,8 @@ impl Cli {
             Command::Plan(a) => a.common.json,
             Command::Status(a) => a.json,
             Command::Verify(a) => a.json,
+            Command::Recover(a) => a.json,
+            Command::History(a) => a.json(),
             _ => false,
         }
     }

@@ -7,7 +7,9 @@
 
 mod undo;
 
-pub use undo::{StagedOperation, undo};
+pub use undo::{
+    Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, StagedAction, StagedOperation, undo,
+};
 
 use crate::backend::local::{self, Fingerprint, STAGING_DIR, fingerprint_of};
 use crate::error::{Error, IoContext, Result};
@@ -56,21 +58,30 @@ pub fn execute(
         &op_id,
         pre.as_deref().map(sha256_hex),
         sha256_hex(&post),
-    )?;
-
-    journal.begin_operation(
-        &operation_record(plan, source, ctx, &staged, &published_at)?,
-        &action_records(plan),
-    )?;
+        origin(plan, source, ctx, &published_at)?,
+    );
+    let (record, actions) = journal_records(&staged)?;
+    journal.begin_operation(&record, &actions)?;
     failpoint::hit("after_journal_append");
 
-    let result = run_steps(plan, source, &staged, &post, journal);
+    let result = run_steps(plan, source, &staged, pre.as_deref(), &post, journal);
     match result {
         Ok(placements) => {
-            journal.commit(&op_id, &bundle.to_string_lossy(), &placements)?;
+            // Past the commit point: the publication stands whatever fails now, and
+            // `recover` finishes what is left.
+            let finish = |e: Error| {
+                Error::Failed(format!(
+                    "operation {op_id} passed its commit point but could not finish ({e}); run `distributor recover`"
+                ))
+            };
+            journal
+                .commit(&op_id, &bundle.to_string_lossy(), &placements)
+                .map_err(finish)?;
             failpoint::hit("after_journal_commit");
-            cleanup(bundle, &staged)?;
-            journal.event(&op_id, event::COMPLETED, None)?;
+            cleanup(bundle, &staged).map_err(finish)?;
+            journal
+                .event(&op_id, event::COMPLETED, None)
+                .map_err(finish)?;
             Ok(op_id)
         }
         Err(e) if committed(bundle, &staged) => {
@@ -101,6 +112,7 @@ fn run_steps(
     plan: &DestinationPlan,
     source: &Source,
     staged: &StagedOperation,
+    pre: Option<&[u8]>,
     post: &[u8],
     journal: &Journal,
 ) -> Result<Vec<(String, Fingerprint)>> {
@@ -109,9 +121,10 @@ fn run_steps(
     let new_root = op_dir.join("new");
     let old_root = op_dir.join("old");
     local::make_staging_root(bundle)?;
-    fs::create_dir_all(&new_root).ctx("create staging", &new_root)?;
-    fs::create_dir_all(&old_root).ctx("create staging", &old_root)?;
-    staged.write(bundle)?;
+    // plan.json first: staging without it never held anything else.
+    staged.write(bundle, pre, post)?;
+    fs::create_dir(&new_root).ctx("create staging", &new_root)?;
+    fs::create_dir(&old_root).ctx("create staging", &old_root)?;
 
     // 4. Stage, hashing while copying.
     let mut buf = vec![0u8; 1 << 20];
@@ -166,6 +179,7 @@ fn run_steps(
         .iter()
         .filter(|l| matches!(l.op, FileOp::Create | FileOp::Overwrite))
     {
+        failpoint::hit("during_links");
         local::check_inside(bundle, &l.path)?;
         local::make_parents(bundle, &l.path)?;
         let dst = bundle.join(&l.path);
@@ -187,6 +201,7 @@ fn run_steps(
 pub fn cleanup(bundle: &Path, staged: &StagedOperation) -> Result<()> {
     failpoint::hit("during_cleanup");
     local::remove_staging(bundle, &staged.operation_id)?;
+    failpoint::hit("cleanup_before_prune");
     let mut dirs: Vec<&str> = staged
         .actions
         .iter()
@@ -201,75 +216,73 @@ pub fn cleanup(bundle: &Path, staged: &StagedOperation) -> Result<()> {
     Ok(())
 }
 
-fn operation_record(
+/// Who started the operation and what it decided, for plan.json and the journal row.
+fn origin(
     plan: &DestinationPlan,
     source: &Source,
     ctx: &ExecContext<'_>,
-    staged: &StagedOperation,
     started_at: &str,
-) -> Result<OperationRecord> {
-    let src = source.source_ref();
-    Ok(OperationRecord {
-        operation_id: staged.operation_id.clone(),
+) -> Result<Origin> {
+    Ok(Origin {
         started_at: started_at.to_string(),
         command: "publish".into(),
         actor: ctx.actor.to_string(),
         pipeline_id: ctx.pipeline_id.to_string(),
-        destination_id: plan.destination_id.clone(),
-        bundle_path: plan.bundle_path.to_string_lossy().into_owned(),
         state_mode: plan.state_mode.to_string(),
         decision: plan.decision.to_string(),
         takeover_mode: plan.takeover_mode.to_string(),
         previous_owner: plan.previous.as_ref().map(|p| p.owner.to_string()),
-        previous_source: plan.previous.as_ref().map(|p| {
-            (
-                p.source.id.clone(),
-                p.source.created_at.clone(),
-                p.source.digest.clone(),
-            )
-        }),
-        source: (src.id, src.created_at, src.digest),
-        pre_state_sha256: staged.pre_state_sha256.clone(),
-        post_state_sha256: staged.post_state_sha256.clone(),
-        takeovers_json: serde_json::to_string(&plan.takeovers)
+        previous_source: plan.previous.as_ref().map(|p| p.source.clone()),
+        source: source.source_ref(),
+        takeovers: serde_json::to_value(&plan.takeovers)
             .map_err(|e| Error::Failed(e.to_string()))?,
-        plan_json: serde_json::to_string(staged).map_err(|e| Error::Failed(e.to_string()))?,
     })
 }
 
-fn action_records(plan: &DestinationPlan) -> Vec<ActionRecord> {
-    let mut out = Vec::new();
-    for f in &plan.files {
-        let kind = match f.op {
-            FileOp::Create => "file_create",
-            FileOp::Overwrite => "file_overwrite",
-            FileOp::Delete => "file_delete",
-            _ => continue,
-        };
-        out.push(ActionRecord {
-            kind: kind.into(),
-            path: f.path.clone(),
-            size: Some(f.size),
-            sha256: Some(f.sha256.clone()),
-            target: None,
-        });
-    }
-    for l in &plan.links {
-        let kind = match l.op {
-            FileOp::Create => "link_create",
-            FileOp::Overwrite => "link_overwrite",
-            FileOp::Delete => "link_delete",
-            _ => continue,
-        };
-        out.push(ActionRecord {
-            kind: kind.into(),
-            path: l.path.clone(),
-            size: None,
-            sha256: None,
-            target: Some(l.target.clone()),
-        });
-    }
-    out
+/// The journal rows of an operation: its record and its actions. Built from the
+/// [`StagedOperation`] alone, so `recover` writes the same rows from a `plan.json` when the
+/// journal that started the operation is gone.
+pub fn journal_records(staged: &StagedOperation) -> Result<(OperationRecord, Vec<ActionRecord>)> {
+    let o = &staged.origin;
+    let json = |e: serde_json::Error| Error::Failed(e.to_string());
+    let record = OperationRecord {
+        operation_id: staged.operation_id.clone(),
+        started_at: o.started_at.clone(),
+        command: o.command.clone(),
+        actor: o.actor.clone(),
+        pipeline_id: o.pipeline_id.clone(),
+        destination_id: staged.destination_id.clone(),
+        bundle_path: staged.bundle_path.to_string_lossy().into_owned(),
+        state_mode: o.state_mode.clone(),
+        decision: o.decision.clone(),
+        takeover_mode: o.takeover_mode.clone(),
+        previous_owner: o.previous_owner.clone(),
+        previous_source: o
+            .previous_source
+            .as_ref()
+            .map(|s| (s.id.clone(), s.created_at.clone(), s.digest.clone())),
+        source: (
+            o.source.id.clone(),
+            o.source.created_at.clone(),
+            o.source.digest.clone(),
+        ),
+        pre_state_sha256: staged.pre_state_sha256.clone(),
+        post_state_sha256: staged.post_state_sha256.clone(),
+        takeovers_json: serde_json::to_string(&o.takeovers).map_err(json)?,
+        plan_json: serde_json::to_string(staged).map_err(json)?,
+    };
+    let actions = staged
+        .actions
+        .iter()
+        .map(|a| ActionRecord {
+            kind: a.kind.clone(),
+            path: a.path.clone(),
+            size: a.size,
+            sha256: a.sha256.clone(),
+            target: a.target.clone(),
+        })
+        .collect();
+    Ok((record, actions))
 }
 
 /// `<bundle>/.distributor-staging/<op>`.

@@ -34,6 +34,21 @@ pub fn migrate(conn: &mut Connection) -> Result<(), String> {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(describe)?;
     if version == 0 {
+        // A fresh journal is an empty database; never create our tables inside someone
+        // else's.
+        let foreign: i64 = tx
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(describe)?;
+        if foreign > 0 {
+            return Err(
+                "is an SQLite database but not a distributor journal (it holds other tables and no distributor schema); use another --journal"
+                    .to_string(),
+            );
+        }
         tx.execute_batch(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);",
         )
@@ -76,6 +91,17 @@ mod tests {
             .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();
         assert_eq!(n as usize, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn refuses_a_foreign_database() {
+        let mut c = Connection::open_in_memory().unwrap();
+        c.execute_batch("CREATE TABLE notes (x TEXT)").unwrap();
+        assert!(
+            migrate(&mut c)
+                .unwrap_err()
+                .contains("not a distributor journal")
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! depend on rows telling the truth about what was planned and done.
 
 mod migrate;
+pub mod query;
 
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 
@@ -36,6 +37,9 @@ pub mod event {
     pub const RECOVERED_BACK: &str = "recovered_back";
     /// `recover` found neither pre- nor post-state.
     pub const DIVERGED: &str = "diverged";
+    /// `recover` wrote the operation's row from the `plan.json` in its staging directory,
+    /// because this journal had never seen it (another host, a lost journal).
+    pub const ADOPTED: &str = "adopted";
 }
 
 /// The operation row appended before anything runs.
@@ -175,6 +179,26 @@ impl Journal {
         op: &OperationRecord,
         actions: &[ActionRecord],
     ) -> Result<()> {
+        self.insert_operation(op, actions, None)
+    }
+
+    /// Appends an operation found only in a destination's staging, its actions and an
+    /// [`event::ADOPTED`] event, in one transaction.
+    pub fn adopt_operation(
+        &mut self,
+        op: &OperationRecord,
+        actions: &[ActionRecord],
+        detail: &str,
+    ) -> Result<()> {
+        self.insert_operation(op, actions, Some((event::ADOPTED, detail)))
+    }
+
+    fn insert_operation(
+        &mut self,
+        op: &OperationRecord,
+        actions: &[ActionRecord],
+        event: Option<(&str, &str)>,
+    ) -> Result<()> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| jerr(&path, e))?;
         tx.execute(
@@ -224,6 +248,13 @@ impl Journal {
                 ])
                 .map_err(|e| jerr(&path, e))?;
             }
+        }
+        if let Some((event, detail)) = event {
+            tx.execute(
+                "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
+                params![op.operation_id, now(), event, detail],
+            )
+            .map_err(|e| jerr(&path, e))?;
         }
         tx.commit().map_err(|e| jerr(&path, e))
     }
@@ -289,6 +320,34 @@ impl Journal {
             .query_map([bundle_path], |r| r.get::<_, String>(0))
             .map_err(|e| jerr(&self.path, e))?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| jerr(&self.path, e))
+    }
+
+    /// Every unfinished operation (any bundle path), oldest first: id and bundle path.
+    pub fn unfinished(&self) -> Result<Vec<(String, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT operation_id, bundle_path FROM operations WHERE status IN ('in_progress', 'committed', 'diverged')
+                 ORDER BY started_at, operation_id",
+            )
+            .map_err(|e| jerr(&self.path, e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| jerr(&self.path, e))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| jerr(&self.path, e))
+    }
+
+    /// The derived status of an operation (`None` when the journal does not know it).
+    pub fn status(&self, operation_id: &str) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT status FROM operations WHERE operation_id = ?1",
+                [operation_id],
+                |r| r.get(0),
+            )
+            .optional()
             .map_err(|e| jerr(&self.path, e))
     }
 

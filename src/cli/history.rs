@@ -1,0 +1,317 @@
+//! `distributor history` and `distributor history show OP_ID` (SPEC §9): the journal as an
+//! audit trail. Read-only; a journal that does not exist yet has no history.
+
+use super::CommandOutput;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::journal::Journal;
+use crate::journal::query::{self, Filter, OperationDetail, OperationSummary, STATUSES};
+use crate::model::Decision;
+use crate::publish::resolve_journal;
+use clap::{Args, Subcommand};
+use std::fmt::Write;
+use std::path::PathBuf;
+
+/// Where the journal is.
+#[derive(Debug, Args)]
+pub struct JournalArgs {
+    /// Pipeline config file: use its journal.path.
+    #[arg(long, value_name = "F", conflicts_with = "journal")]
+    pub config: Option<PathBuf>,
+    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
+    #[arg(long, value_name = "P")]
+    pub journal: Option<PathBuf>,
+}
+
+/// List journaled operations, newest first; `--action replace_takeover` is the audit of
+/// past takeovers.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct HistoryArgs {
+    #[command(subcommand)]
+    show: Option<HistoryCommand>,
+    #[command(flatten)]
+    list: ListArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum HistoryCommand {
+    Show(ShowArgs),
+}
+
+/// Filters of the list.
+#[derive(Debug, Args)]
+struct ListArgs {
+    #[command(flatten)]
+    journal: JournalArgs,
+    /// Only this pipeline.
+    #[arg(long, value_name = "P")]
+    pipeline: Option<String>,
+    /// Only this destination id.
+    #[arg(long, value_name = "D")]
+    destination: Option<String>,
+    /// Only this decision (create, repair, replace_older, replace_changed, replace_takeover, force_replace).
+    #[arg(long, value_name = "A")]
+    action: Option<String>,
+    /// Only this status (in_progress, committed, applied, failed, rolled_forward, rolled_back, diverged).
+    #[arg(long, value_name = "S")]
+    status: Option<String>,
+    /// Started at or after T (RFC 3339, or a date YYYY-MM-DD meaning midnight UTC).
+    #[arg(long, value_name = "T")]
+    since: Option<String>,
+    /// Started before T (RFC 3339, or a date YYYY-MM-DD meaning midnight UTC).
+    #[arg(long, value_name = "T")]
+    until: Option<String>,
+    /// At most N operations.
+    #[arg(long, value_name = "N")]
+    limit: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Show one operation with its events and actions.
+#[derive(Debug, Args)]
+struct ShowArgs {
+    /// Operation id (or its unique start).
+    #[arg(value_name = "OP_ID")]
+    operation_id: String,
+    #[command(flatten)]
+    journal: JournalArgs,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl HistoryArgs {
+    /// Whether the output is JSON.
+    pub fn json(&self) -> bool {
+        match &self.show {
+            Some(HistoryCommand::Show(s)) => s.json,
+            None => self.list.json,
+        }
+    }
+}
+
+fn open(a: &JournalArgs) -> Result<(PathBuf, Option<Journal>)> {
+    let config = a.config.as_deref().map(Config::load).transpose()?;
+    let path = resolve_journal(a.journal.as_deref(), config.as_ref())?;
+    let journal = Journal::open_existing(&path)?;
+    Ok((path, journal))
+}
+
+/// Runs the command.
+pub fn run(a: HistoryArgs) -> Result<CommandOutput> {
+    match a.show {
+        Some(HistoryCommand::Show(s)) => show(s),
+        None => list(a.list),
+    }
+}
+
+fn list(a: ListArgs) -> Result<CommandOutput> {
+    if let Some(d) = &a.action {
+        d.parse::<Decision>()
+            .map_err(|m| Error::Usage(format!("--action {d}: {m}")))?;
+    }
+    if let Some(s) = a.status.as_deref().filter(|s| !STATUSES.contains(s)) {
+        return Err(Error::Usage(format!(
+            "--status {s}: unknown value, accepted: {}",
+            STATUSES.join(", ")
+        )));
+    }
+    let bound = |flag: &str, v: &Option<String>| {
+        v.as_deref()
+            .map(query::time_bound)
+            .transpose()
+            .map_err(|m| Error::Usage(format!("{flag}: {m}")))
+    };
+    let filter = Filter {
+        since: bound("--since", &a.since)?,
+        until: bound("--until", &a.until)?,
+        pipeline: a.pipeline,
+        destination: a.destination,
+        action: a.action,
+        status: a.status,
+        limit: a.limit,
+    };
+    let (path, journal) = open(&a.journal)?;
+    let ops = match &journal {
+        Some(j) => query::list(j, &filter)?,
+        None => Vec::new(),
+    };
+    let stdout = if a.json {
+        let v = serde_json::json!({
+            "history_version": 1,
+            "journal": path.to_string_lossy(),
+            "operations": ops,
+        });
+        format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+    } else if ops.is_empty() {
+        format!("no operations (journal {})\n", path.display())
+    } else {
+        let mut out = String::new();
+        for op in &ops {
+            list_line(&mut out, op);
+        }
+        out
+    };
+    Ok(CommandOutput { stdout, code: 0 })
+}
+
+/// One line per operation; takeovers get the audit lines below it.
+fn list_line(out: &mut String, op: &OperationSummary) {
+    let _ = writeln!(
+        out,
+        "{}  {}  {}/{}  {}  {}  source {}",
+        op.started_at,
+        op.operation_id,
+        op.pipeline_id,
+        op.destination_id,
+        op.decision,
+        op.status,
+        op.source.id
+    );
+    if op.decision == Decision::ReplaceTakeover.as_str() || has_takeovers(op) {
+        takeover_lines(out, op, "    ");
+    }
+}
+
+fn has_takeovers(op: &OperationSummary) -> bool {
+    op.takeovers.as_array().is_some_and(|a| !a.is_empty())
+}
+
+/// The takeover audit: mode, previous owner and source, new source, paths that changed
+/// hands, who and when.
+fn takeover_lines(out: &mut String, op: &OperationSummary, indent: &str) {
+    let _ = writeln!(
+        out,
+        "{indent}{} at {} by {}, takeover.mode {}",
+        op.decision, op.started_at, op.actor, op.takeover_mode
+    );
+    match &op.previous {
+        Some(p) => {
+            let _ = writeln!(
+                out,
+                "{indent}previous: {} source {} (created {})",
+                p.owner, p.source.id, p.source.created_at
+            );
+        }
+        None => {
+            let _ = writeln!(out, "{indent}previous: none");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{indent}new: {}/{} source {} (created {})",
+        op.pipeline_id, op.destination_id, op.source.id, op.source.created_at
+    );
+    for t in op.takeovers.as_array().into_iter().flatten() {
+        let paths: Vec<&str> = t["paths"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str())
+            .collect();
+        let _ = writeln!(
+            out,
+            "{indent}from {} (source {}): {} path(s): {}",
+            t["from_owner"].as_str().unwrap_or("?"),
+            t["from_source_id"].as_str().unwrap_or("?"),
+            paths.len(),
+            paths.join(", ")
+        );
+    }
+}
+
+fn show(a: ShowArgs) -> Result<CommandOutput> {
+    let (path, journal) = open(&a.journal)?;
+    let detail = match &journal {
+        Some(j) => query::show(j, &a.operation_id)?,
+        None => None,
+    };
+    let Some(d) = detail else {
+        return Err(Error::Failed(format!(
+            "no operation {} in journal {}",
+            a.operation_id,
+            path.display()
+        )));
+    };
+    let stdout = if a.json {
+        format!("{}\n", serde_json::to_string_pretty(&d).unwrap_or_default())
+    } else {
+        show_text(&d)
+    };
+    Ok(CommandOutput { stdout, code: 0 })
+}
+
+fn show_text(d: &OperationDetail) -> String {
+    let op = &d.operation;
+    let mut out = String::new();
+    let absent = || "absent".to_string();
+    let _ = writeln!(out, "operation {}", op.operation_id);
+    let _ = writeln!(
+        out,
+        "  started      {} by {} ({})",
+        op.started_at, op.actor, op.command
+    );
+    let _ = writeln!(
+        out,
+        "  owner        {}/{}",
+        op.pipeline_id, op.destination_id
+    );
+    let _ = writeln!(out, "  bundle path  {}", op.bundle_path);
+    let _ = writeln!(
+        out,
+        "  state mode   {}, takeover.mode {}",
+        op.state_mode, op.takeover_mode
+    );
+    let _ = writeln!(out, "  decision     {}, status {}", op.decision, op.status);
+    let _ = writeln!(
+        out,
+        "  source       {} (created {}, {})",
+        op.source.id, op.source.created_at, op.source.digest
+    );
+    match &op.previous {
+        Some(p) => {
+            let _ = writeln!(
+                out,
+                "  previous     {} source {} (created {}, {})",
+                p.owner, p.source.id, p.source.created_at, p.source.digest
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  previous     none");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  state sha256 {} -> {}",
+        op.pre_state_sha256.clone().unwrap_or_else(absent),
+        op.post_state_sha256
+    );
+    if has_takeovers(op) || op.decision == Decision::ReplaceTakeover.as_str() {
+        let _ = writeln!(out, "  takeover:");
+        takeover_lines(&mut out, op, "    ");
+    }
+    let _ = writeln!(out, "  actions ({}):", d.actions.len());
+    for a in &d.actions {
+        let what = match (&a.target, a.size, &a.sha256) {
+            (Some(t), _, _) => format!(" -> {t}"),
+            (None, Some(s), Some(h)) => format!(" ({s} bytes, sha256 {h})"),
+            _ => String::new(),
+        };
+        let _ = writeln!(out, "    {} {}{what}", a.kind, a.path);
+    }
+    let _ = writeln!(out, "  events:");
+    for e in &d.events {
+        match &e.detail {
+            Some(x) => {
+                let _ = writeln!(out, "    {} {}: {x}", e.at, e.event);
+            }
+            None => {
+                let _ = writeln!(out, "    {} {}", e.at, e.event);
+            }
+        }
+    }
+    out
+}

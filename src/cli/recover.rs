@@ -1,0 +1,58 @@
+//! `distributor recover [--config F] [--journal P] [--dry-run] [--json] [--lock-timeout SECS]`.
+
+use super::{CommandOutput, cli_actor};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::publish::resolve_journal;
+use crate::recover::{RecoverOptions, recover};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Finish or undo interrupted operations: roll forward when the commit point was reached,
+/// roll back when it was not, report `diverged` (exit 1) and touch nothing otherwise.
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// Pipeline config file (YAML): also look for interrupted operations in the staging
+    /// directories of its destinations, even those this journal never saw.
+    #[arg(long, value_name = "F")]
+    pub config: Option<PathBuf>,
+    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
+    #[arg(long, value_name = "P")]
+    pub journal: Option<PathBuf>,
+    /// Report what would be done; write nothing anywhere.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds to wait for each destination lock.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub lock_timeout: f64,
+}
+
+/// Runs the command.
+pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
+    if !(a.lock_timeout.is_finite() && a.lock_timeout >= 0.0) {
+        return Err(Error::Usage(format!(
+            "--lock-timeout {}: accepted is a number of seconds >= 0",
+            a.lock_timeout
+        )));
+    }
+    let config = a.config.as_deref().map(Config::load).transpose()?;
+    let opts = RecoverOptions {
+        journal: resolve_journal(a.journal.as_deref(), config.as_ref())?,
+        dry_run: a.dry_run,
+        lock_timeout: Duration::from_secs_f64(a.lock_timeout),
+        actor: cli_actor(),
+    };
+    let report = recover(config.as_ref(), &opts)?;
+    Ok(CommandOutput {
+        stdout: if a.json {
+            report.to_json()
+        } else {
+            report.to_text()
+        },
+        code: report.exit_code(),
+    })
+}

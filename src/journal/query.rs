@@ -1,0 +1,331 @@
+//! Read-only queries for `distributor history` (SPEC §9): operations with their derived
+//! status, filtered and newest first, and one operation with its events and actions.
+//!
+//! Everything here reads the documented views (`operations`) plus the raw rows they are
+//! built from; nothing writes.
+
+use super::{Journal, jerr};
+use crate::error::{Error, Result};
+use crate::model::SourceRef;
+use rusqlite::{OptionalExtension, Row, params};
+use serde::Serialize;
+
+/// Statuses an operation can have, as the `operations` view derives them.
+pub const STATUSES: &[&str] = &[
+    "in_progress",
+    "committed",
+    "applied",
+    "failed",
+    "rolled_forward",
+    "rolled_back",
+    "diverged",
+];
+
+/// Filters of `history`; `None` means any.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Pipeline id.
+    pub pipeline: Option<String>,
+    /// Destination id.
+    pub destination: Option<String>,
+    /// Decision (`replace_takeover` for the takeover audit).
+    pub action: Option<String>,
+    /// Derived status.
+    pub status: Option<String>,
+    /// Started at or after (normalised by [`time_bound`]).
+    pub since: Option<String>,
+    /// Started before (normalised by [`time_bound`]).
+    pub until: Option<String>,
+    /// At most this many, newest first.
+    pub limit: Option<u64>,
+}
+
+/// The owner and source an operation replaced.
+#[derive(Debug, Clone, Serialize)]
+pub struct PreviousRef {
+    /// `pipeline/destination`.
+    pub owner: String,
+    /// Its source.
+    pub source: SourceRef,
+}
+
+/// One operation as `history` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct OperationSummary {
+    /// Operation id.
+    pub operation_id: String,
+    /// When it started.
+    pub started_at: String,
+    /// Time of its latest event.
+    pub updated_at: Option<String>,
+    /// `publish`.
+    pub command: String,
+    /// `cli:<user>` or `token:<name>`.
+    pub actor: String,
+    /// Pipeline id.
+    pub pipeline_id: String,
+    /// Destination id.
+    pub destination_id: String,
+    /// Bundle path.
+    pub bundle_path: String,
+    /// State mode.
+    pub state_mode: String,
+    /// Decision.
+    pub decision: String,
+    /// Takeover mode.
+    pub takeover_mode: String,
+    /// Derived status.
+    pub status: String,
+    /// The source published.
+    pub source: SourceRef,
+    /// Previous owner and source (shared root: the current owner's own previous record).
+    pub previous: Option<PreviousRef>,
+    /// Paths that changed hands: `[{from_owner, from_source_id, paths}]`.
+    pub takeovers: serde_json::Value,
+    /// sha256 of the state file before (None: absent).
+    pub pre_state_sha256: Option<String>,
+    /// sha256 of the state file the operation commits.
+    pub post_state_sha256: String,
+}
+
+/// One journal event.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventRow {
+    /// When.
+    pub at: String,
+    /// Event name.
+    pub event: String,
+    /// Detail (error text, who recovered, ...).
+    pub detail: Option<String>,
+}
+
+/// One planned action.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActionRow {
+    /// Order in the plan.
+    pub seq: i64,
+    /// `file_create`, `file_overwrite`, `file_delete`, `link_create`, `link_overwrite`, `link_delete`.
+    pub kind: String,
+    /// Bundle-relative path.
+    pub path: String,
+    /// Size (files).
+    pub size: Option<i64>,
+    /// sha256 (files).
+    pub sha256: Option<String>,
+    /// Target (links).
+    pub target: Option<String>,
+}
+
+/// One operation with everything the journal holds about it.
+#[derive(Debug, Clone, Serialize)]
+pub struct OperationDetail {
+    /// The operation.
+    #[serde(flatten)]
+    pub operation: OperationSummary,
+    /// Its events, in order.
+    pub events: Vec<EventRow>,
+    /// Its actions, in plan order.
+    pub actions: Vec<ActionRow>,
+}
+
+const SELECT: &str =
+    "SELECT o.operation_id, o.started_at, o.updated_at, o.command, o.actor, o.pipeline_id,
+        o.destination_id, o.bundle_path, o.state_mode, o.decision, o.takeover_mode, o.status,
+        o.source_id, o.source_created_at, o.source_digest, o.previous_owner, o.previous_source_id,
+        o.previous_source_created_at, jo.previous_source_digest, jo.takeovers_json,
+        o.pre_state_sha256, o.post_state_sha256
+   FROM operations o JOIN journal_operations jo ON jo.operation_id = o.operation_id";
+
+fn summary(r: &Row<'_>) -> rusqlite::Result<OperationSummary> {
+    let previous = match (
+        r.get::<_, Option<String>>(15)?,
+        r.get::<_, Option<String>>(16)?,
+    ) {
+        (Some(owner), Some(id)) => Some(PreviousRef {
+            owner,
+            source: SourceRef {
+                id,
+                created_at: r.get::<_, Option<String>>(17)?.unwrap_or_default(),
+                digest: r.get::<_, Option<String>>(18)?.unwrap_or_default(),
+            },
+        }),
+        _ => None,
+    };
+    let takeovers: String = r.get(19)?;
+    Ok(OperationSummary {
+        operation_id: r.get(0)?,
+        started_at: r.get(1)?,
+        updated_at: r.get(2)?,
+        command: r.get(3)?,
+        actor: r.get(4)?,
+        pipeline_id: r.get(5)?,
+        destination_id: r.get(6)?,
+        bundle_path: r.get(7)?,
+        state_mode: r.get(8)?,
+        decision: r.get(9)?,
+        takeover_mode: r.get(10)?,
+        status: r.get(11)?,
+        source: SourceRef {
+            id: r.get(12)?,
+            created_at: r.get(13)?,
+            digest: r.get(14)?,
+        },
+        previous,
+        takeovers: serde_json::from_str(&takeovers).unwrap_or(serde_json::Value::String(takeovers)),
+        pre_state_sha256: r.get(20)?,
+        post_state_sha256: r.get(21)?,
+    })
+}
+
+/// Operations matching `f`, newest first.
+pub fn list(j: &Journal, f: &Filter) -> Result<Vec<OperationSummary>> {
+    let sql = format!(
+        "{SELECT}
+         WHERE (?1 IS NULL OR o.pipeline_id = ?1) AND (?2 IS NULL OR o.destination_id = ?2)
+           AND (?3 IS NULL OR o.decision = ?3) AND (?4 IS NULL OR o.status = ?4)
+           AND (?5 IS NULL OR o.started_at >= ?5) AND (?6 IS NULL OR o.started_at < ?6)
+         ORDER BY o.started_at DESC, jo.rowid DESC
+         LIMIT ?7"
+    );
+    let limit = f.limit.map(|l| l.min(i64::MAX as u64) as i64).unwrap_or(-1);
+    let conn = j.connection();
+    let mut stmt = conn.prepare(&sql).map_err(|e| jerr(j.path(), e))?;
+    let rows = stmt
+        .query_map(
+            params![
+                f.pipeline,
+                f.destination,
+                f.action,
+                f.status,
+                f.since,
+                f.until,
+                limit
+            ],
+            summary,
+        )
+        .map_err(|e| jerr(j.path(), e))?;
+    rows.collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(|e| jerr(j.path(), e))
+}
+
+/// The operation `id` (or the one operation whose id starts with `id`), with its events and
+/// actions; `None` when there is none.
+pub fn show(j: &Journal, id: &str) -> Result<Option<OperationDetail>> {
+    let conn = j.connection();
+    let jr = |e| jerr(j.path(), e);
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+        return Err(Error::Usage(format!(
+            "'{id}' is not an operation id (a UUID, or the start of one)"
+        )));
+    }
+    let mut ids: Vec<String> = conn
+        .prepare(
+            "SELECT operation_id FROM journal_operations WHERE operation_id = ?1
+             UNION SELECT operation_id FROM journal_operations WHERE operation_id LIKE ?2 LIMIT 3",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![id, format!("{}%", id.to_ascii_lowercase())], |r| {
+                r.get(0)
+            })?
+            .collect()
+        })
+        .map_err(jr)?;
+    if ids.iter().any(|x| x == id) {
+        ids.retain(|x| x == id);
+    }
+    let op_id = match ids.as_slice() {
+        [] => return Ok(None),
+        [one] => one.clone(),
+        _ => {
+            return Err(Error::Usage(format!(
+                "operation id '{id}' is ambiguous ({} ...); give more of it",
+                ids.join(", ")
+            )));
+        }
+    };
+    let operation = conn
+        .query_row(
+            &format!("{SELECT} WHERE o.operation_id = ?1"),
+            [&op_id],
+            summary,
+        )
+        .optional()
+        .map_err(jr)?;
+    let Some(operation) = operation else {
+        return Ok(None);
+    };
+    let events = conn
+        .prepare("SELECT at, event, detail FROM journal_events WHERE operation_id = ?1 ORDER BY id")
+        .and_then(|mut s| {
+            s.query_map([&op_id], |r| {
+                Ok(EventRow {
+                    at: r.get(0)?,
+                    event: r.get(1)?,
+                    detail: r.get(2)?,
+                })
+            })?
+            .collect()
+        })
+        .map_err(jr)?;
+    let actions = conn
+        .prepare(
+            "SELECT seq, kind, path, size, sha256, target FROM journal_actions WHERE operation_id = ?1 ORDER BY seq",
+        )
+        .and_then(|mut s| {
+            s.query_map([&op_id], |r| {
+                Ok(ActionRow {
+                    seq: r.get(0)?,
+                    kind: r.get(1)?,
+                    path: r.get(2)?,
+                    size: r.get(3)?,
+                    sha256: r.get(4)?,
+                    target: r.get(5)?,
+                })
+            })?
+            .collect()
+        })
+        .map_err(jr)?;
+    Ok(Some(OperationDetail {
+        operation,
+        events,
+        actions,
+    }))
+}
+
+/// Normalises a `--since`/`--until` value to the journal's time format (UTC, milliseconds,
+/// `Z`), so times compare as text. Accepts RFC 3339 or a date `YYYY-MM-DD` (midnight UTC).
+pub fn time_bound(s: &str) -> std::result::Result<String, String> {
+    use chrono::{NaiveDate, SecondsFormat, Utc};
+    if let Some(t) = crate::model::parse_time(s) {
+        return Ok(t
+            .with_timezone(&Utc)
+            .to_rfc3339_opts(SecondsFormat::Millis, true));
+    }
+    if let Some(t) = NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+    {
+        return Ok(t.and_utc().to_rfc3339_opts(SecondsFormat::Millis, true));
+    }
+    Err(format!(
+        "'{s}' is not a time: accepted are RFC 3339 (2026-12-02T06:00:00Z) or a date (2026-12-02)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_bound;
+
+    #[test]
+    fn time_bounds_normalise_to_utc_millis() {
+        assert_eq!(
+            time_bound("2026-12-02T08:00:00+02:00").unwrap(),
+            "2026-12-02T06:00:00.000Z"
+        );
+        assert_eq!(
+            time_bound("2026-12-02").unwrap(),
+            "2026-12-02T00:00:00.000Z"
+        );
+        assert!(time_bound("yesterday").is_err());
+    }
+}
