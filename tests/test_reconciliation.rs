@@ -659,3 +659,59 @@ fn the_bundle_path_and_its_parent_stay_when_every_output_is_replaced() {
     assert_eq!(env.read("site/tomorrow/y.txt"), "2");
     assert_eq!(env.read("site/keep.txt"), "parent");
 }
+
+/// Links follow the same rules as outputs: replace deletes an omitted link, merge retains
+/// it (same source), a takeover deletes it.
+#[test]
+fn links_are_reconciled_like_outputs() {
+    let link_ops = |r: &Run| -> Vec<(String, String)> {
+        r.dest(0)["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["path"].as_str().unwrap().to_string(),
+                    l["op"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    for (extra, second_id, decision, op) in [
+        ("", "tomorrow", "replace_older", "delete"),
+        (MERGE, "tomorrow", "replace_older", "retain"),
+        (MERGE, "other-src", "replace_takeover", "delete"),
+    ] {
+        let env = Env::new();
+        let c = cfg(&env, "c", "weather", "latest", &[extra]);
+        let b6 = env.bundle(
+            "b6",
+            "tomorrow",
+            T6,
+            &[("a.txt", "a6"), ("old.txt", "o")],
+            &[("current", "old.txt")],
+        );
+        publish_ok(&env, &c, &b6, &[], "create");
+        let b7 = env.bundle(
+            "b7",
+            second_id,
+            T7,
+            &[("a.txt", "a7"), ("old.txt", "o")],
+            &[],
+        );
+        let r = publish_ok(&env, &c, &b7, &[], decision);
+        assert_eq!(
+            link_ops(&r),
+            pairs(&[("current", op)]),
+            "{decision} {extra}"
+        );
+        let recorded_links = state(&env, "dest")["links"].as_array().unwrap().len();
+        if op == "retain" {
+            assert!(env.exists("dest/current"));
+            assert_eq!(recorded_links, 1);
+        } else {
+            assert!(!env.exists("dest/current"));
+            assert_eq!(recorded_links, 0);
+        }
+    }
+}

@@ -967,3 +967,55 @@ fn report_fields_and_summary_over_several_destinations() {
         .collect();
     assert_eq!(link_ops, [("l", "overwrite")]);
 }
+
+/// An unrecorded symlink on a planned path is unmanaged content: a conflict, and `--force`
+/// replaces the link itself, never what it points to.
+#[test]
+fn an_unmanaged_symlink_is_forceable_and_never_followed() {
+    let env = Env::new();
+    env.write("outside.txt", "outside");
+    std::fs::create_dir_all(env.path(DEST)).unwrap();
+    std::os::unix::fs::symlink("../outside.txt", env.path("dest/a.txt")).unwrap();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
+    let bundle = env.bundle("current", NEW_ID, NEW_AT, NEW_FILES, &[]);
+    let before = env.snapshot(DEST);
+    let r = env.publish(&cfg, &bundle, &[]);
+    r.expect_code(3);
+    assert_eq!(r.conflict_kinds(), ["unmanaged_content"]);
+    assert_eq!(r.dest(0)["conflicts"][0]["path"], "a.txt");
+    assert_eq!(env.snapshot(DEST), before);
+    let r = env.publish(&cfg, &bundle, &["--force"]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "force_replace");
+    let md = std::fs::symlink_metadata(env.path("dest/a.txt")).unwrap();
+    assert!(md.is_file(), "the link is replaced by the file");
+    assert_eq!(env.read("dest/a.txt"), "new a");
+    assert_eq!(env.read("outside.txt"), "outside");
+}
+
+/// The text report of a takeover says which mode permitted replacing which owner and
+/// source (SPEC §11).
+#[test]
+fn the_text_report_names_the_mode_owner_and_source_of_a_takeover() {
+    let env = Env::new();
+    build(&env, SO, OtherDestination);
+    let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
+    let bundle = env.bundle("current", NEW_ID, NEW_AT, NEW_FILES, &[]);
+    let r = env.run(&[
+        "publish",
+        "--dry-run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        bundle.to_str().unwrap(),
+    ]);
+    r.expect_code(0);
+    assert!(r.stdout.contains("replace_takeover"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("same_pipeline")
+            && r.stdout.contains("weather/other")
+            && r.stdout.contains("other-src"),
+        "{}",
+        r.stdout
+    );
+}
