@@ -4,6 +4,7 @@ mod common;
 
 mod test_bad_input;
 mod test_config;
+mod test_docs;
 mod test_dry_run;
 mod test_reconciliation;
 mod test_server;

@@ -1,0 +1,509 @@
+//! The documentation is part of the product: every full config example in the docs
+//! validates with the real binary, every state, manifest and report example is what it
+//! claims to be, the pages that list conflict kinds, decisions and config values name every
+//! one the code knows, the README quick start runs, and relative links resolve.
+//!
+//! Fences: ```yaml is a full config (required to be one in docs/config.md); ```yaml partial
+//! is a fragment and skipped. ```json state, ```json manifest and ```json report are full
+//! examples checked as such; plain ```json in the integration pages must parse.
+
+use crate::common::Env;
+use distributor::model::{
+    Backend, ConflictKind, Decision, DestinationNewer, OnConflict, PathMappingMode,
+    ReconciliationMode, SameCreatedDigestMismatch, StateMode, TakeoverMode,
+};
+use distributor::source::Manifest;
+use distributor::state::StateFile;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Integration pages whose plain ```json blocks must all parse.
+const STRICT_JSON_PAGES: &[&str] = &[
+    "docs/integrations/destination-state.md",
+    "docs/integrations/source-manifest.md",
+    "docs/integrations/json-output.md",
+];
+
+/// Pages other work is still writing; links to them may dangle until they land.
+const PAGES_IN_FLIGHT: &[&str] = &[
+    "docs/integrations/journal.md",
+    "docs/integrations/http-upload.md",
+];
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(rel: &str) -> String {
+    fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+}
+
+/// A fenced code block of a page.
+struct Block {
+    info: String,
+    body: String,
+    line: usize,
+}
+
+/// The fenced blocks of a markdown text (fences may be indented, as in list items).
+fn blocks(text: &str) -> Vec<Block> {
+    let mut out = Vec::new();
+    let mut open: Option<Block> = None;
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim_start();
+        match open.as_mut() {
+            None => {
+                if let Some(info) = t.strip_prefix("```") {
+                    open = Some(Block {
+                        info: info.trim().to_string(),
+                        body: String::new(),
+                        line: i + 1,
+                    });
+                }
+            }
+            Some(b) => {
+                if t == "```" {
+                    out.push(open.take().expect("open block"));
+                } else {
+                    b.body.push_str(line);
+                    b.body.push('\n');
+                }
+            }
+        }
+    }
+    assert!(open.is_none(), "unclosed code fence");
+    out
+}
+
+/// README.md and every page under docs/, as repository-relative paths.
+fn pages() -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "md") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = vec![repo().join("README.md")];
+    walk(&repo().join("docs"), &mut files);
+    let mut out: Vec<String> = files
+        .iter()
+        .map(|p| {
+            p.strip_prefix(repo())
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn is_full_config(body: &str) -> bool {
+    body.lines().any(|l| l.starts_with("version:"))
+}
+
+#[test]
+fn config_examples_validate() {
+    let env = Env::new();
+    let mut in_config_page = 0;
+    for page in pages() {
+        for (n, b) in blocks(&read(&page)).iter().enumerate() {
+            if b.info != "yaml" {
+                continue;
+            }
+            if !is_full_config(&b.body) {
+                assert_ne!(
+                    page, "docs/config.md",
+                    "docs/config.md:{}: a ```yaml block without `version:`; fence fragments as ```yaml partial",
+                    b.line
+                );
+                continue;
+            }
+            let file = env.write(&format!("docs-examples/{n}-{}.yaml", b.line), &b.body);
+            let r = env.run(&["validate", "--config", file.to_str().unwrap()]);
+            assert_eq!(
+                r.code, 0,
+                "{page}:{}: example config does not validate:\n{}{}",
+                b.line, r.stdout, r.stderr
+            );
+            if page == "docs/config.md" {
+                in_config_page += 1;
+            }
+        }
+    }
+    assert!(
+        in_config_page >= 5,
+        "docs/config.md shows only {in_config_page} full config examples"
+    );
+}
+
+#[test]
+fn state_examples_are_valid_state_in_on_disk_form() {
+    let mut seen = 0;
+    for page in pages() {
+        for b in blocks(&read(&page))
+            .iter()
+            .filter(|b| b.info == "json state")
+        {
+            match StateFile::parse(b.body.as_bytes()) {
+                StateFile::Valid(s) => {
+                    assert_eq!(
+                        String::from_utf8(s.render()).unwrap(),
+                        b.body,
+                        "{page}:{}: state example is not in the form distributor writes",
+                        b.line
+                    );
+                }
+                other => panic!("{page}:{}: not valid state: {other:?}", b.line),
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 2, "expected single-owner and shared-root examples");
+}
+
+#[test]
+fn manifest_examples_are_valid_and_show_their_digest() {
+    let mut seen = 0;
+    for page in pages() {
+        let text = read(&page);
+        for b in blocks(&text).iter().filter(|b| b.info == "json manifest") {
+            let m: Manifest = serde_json::from_str(&b.body)
+                .unwrap_or_else(|e| panic!("{page}:{}: not a manifest: {e}", b.line));
+            m.validate()
+                .unwrap_or_else(|e| panic!("{page}:{}: invalid manifest: {e}", b.line));
+            assert!(
+                text.contains(&m.digest()),
+                "{page}:{}: the page does not state the example's digest {}",
+                b.line,
+                m.digest()
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen >= 1, "no ```json manifest example found");
+}
+
+/// Every key path of a JSON value; array elements are merged under `[]`.
+fn shape(v: &Value, at: &str, out: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = format!("{at}.{k}");
+                out.insert(p.clone());
+                shape(x, &p, out);
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                shape(x, &format!("{at}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn report_example_has_the_fields_of_a_real_report() {
+    // A real dry-run takeover, with a conflict on a second destination so conflict
+    // objects are part of the real shape too.
+    let env = Env::new();
+    let cfg = env.config(
+        "c.yaml",
+        &format!(
+            "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: latest\n    path: {}\n  - id: other\n    path: {}\n",
+            env.path("dest/latest").display(),
+            env.path("dest/other").display()
+        ),
+    );
+    let first = env.bundle(
+        "b1",
+        "tomorrow-2026-12-02",
+        "2026-12-02T06:00:00Z",
+        &[("forecast.json", "{}"), ("maps/temp.png", "png")],
+        &[("current.png", "maps/temp.png")],
+    );
+    env.publish(&cfg, &first, &[]).expect_code(0);
+    env.write("dest/other/summary.txt", "hand-made");
+    let second = env.bundle(
+        "b2",
+        "nowcast-0900",
+        "2026-12-02T09:00:00Z",
+        &[("forecast.json", "{\"x\":1}"), ("summary.txt", "rain")],
+        &[],
+    );
+    let real = env.plan(&cfg, &second, &[]);
+    real.expect_code(3);
+    assert_eq!(real.decision(), "replace_takeover");
+    let mut real_shape = BTreeSet::new();
+    shape(&real.json(), "", &mut real_shape);
+
+    let mut seen = 0;
+    for page in pages() {
+        for b in blocks(&read(&page))
+            .iter()
+            .filter(|b| b.info == "json report")
+        {
+            let doc: Value = serde_json::from_str(&b.body)
+                .unwrap_or_else(|e| panic!("{page}:{}: not JSON: {e}", b.line));
+            let mut doc_shape = BTreeSet::new();
+            shape(&doc, "", &mut doc_shape);
+            let missing: Vec<_> = real_shape
+                .difference(&doc_shape)
+                .filter(|p| !p.contains(".conflicts[]"))
+                .collect();
+            let unknown: Vec<_> = doc_shape.difference(&real_shape).collect();
+            assert!(
+                missing.is_empty() && unknown.is_empty(),
+                "{page}:{}: report example differs from a real report\nmissing: {missing:?}\nnot in a real report: {unknown:?}",
+                b.line
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen >= 1, "no ```json report example found");
+}
+
+#[test]
+fn plain_json_in_integration_pages_parses() {
+    for page in STRICT_JSON_PAGES {
+        for b in blocks(&read(page)).iter().filter(|b| b.info == "json") {
+            serde_json::from_str::<Value>(&b.body)
+                .unwrap_or_else(|e| panic!("{page}:{}: not JSON: {e}", b.line));
+        }
+    }
+}
+
+#[test]
+fn troubleshooting_has_an_entry_per_conflict_kind() {
+    let text = read("docs/troubleshooting.md");
+    for kind in ConflictKind::ALL {
+        assert!(
+            text.contains(&format!("\n### {kind}\n")),
+            "docs/troubleshooting.md has no '### {kind}' entry"
+        );
+    }
+}
+
+#[test]
+fn pages_name_every_decision() {
+    for page in ["docs/integrations/json-output.md", "docs/operations.md"] {
+        let text = read(page);
+        for d in Decision::ALL {
+            assert!(
+                text.contains(&format!("`{d}`")),
+                "{page} does not name decision `{d}`"
+            );
+        }
+    }
+}
+
+#[test]
+fn config_page_names_every_accepted_value() {
+    let text = read("docs/config.md");
+    let all = [
+        Backend::ALL,
+        PathMappingMode::ALL,
+        StateMode::ALL,
+        ReconciliationMode::ALL,
+        DestinationNewer::ALL,
+        SameCreatedDigestMismatch::ALL,
+        OnConflict::ALL,
+        TakeoverMode::ALL,
+    ];
+    for v in all.iter().flat_map(|a| a.iter()) {
+        assert!(
+            text.contains(&format!("`{v}`")),
+            "docs/config.md does not name `{v}`"
+        );
+    }
+    // The defaults column says what the code defaults to.
+    let c = distributor::config::Config::parse(
+        "version: 1\npipeline:\n  id: p\ndestinations:\n  - id: d\n    path: /srv/d\n",
+        Path::new("/etc/distributor/p.yaml"),
+    )
+    .expect("minimal config");
+    let d = &c.destinations[0];
+    for (key, default) in [
+        ("backend", d.backend.to_string()),
+        ("path_mapping.mode", d.path_mapping.mode().to_string()),
+        ("state.mode", d.state_mode.to_string()),
+        ("reconciliation.mode", d.reconciliation.to_string()),
+        (
+            "transfer.destination_newer",
+            d.transfer.destination_newer.to_string(),
+        ),
+        (
+            "transfer.same_created_digest_mismatch",
+            d.transfer.same_created_digest_mismatch.to_string(),
+        ),
+        ("transfer.on_conflict", d.transfer.on_conflict.to_string()),
+        ("takeover.mode", d.takeover.to_string()),
+    ] {
+        let row = format!("| `destinations[].{key}` | ");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&row))
+            .unwrap_or_else(|| panic!("docs/config.md has no keys-table row for {key}"));
+        assert!(
+            line.contains(&format!("| `{default}` |")),
+            "docs/config.md: {key} defaults to `{default}` in the code, the table says: {line}"
+        );
+    }
+}
+
+#[test]
+fn readme_quick_start_runs() {
+    let readme = read("README.md");
+    for cmd in [
+        "cargo run -- publish --config examples/weather/distributor.yaml",
+        "cargo test --all-features",
+    ] {
+        assert!(
+            readme.contains(&format!("```sh\n{cmd}\n```")),
+            "README quick start lost `{cmd}`"
+        );
+    }
+    // The example, copied to a fresh tree, publishes with the README's arguments.
+    let env = Env::new();
+    let from = repo().join("examples/weather");
+    copy_tree(&from, &env.path("examples/weather"));
+    let r = env.run(&[
+        "publish",
+        "--json",
+        "--config",
+        "examples/weather/distributor.yaml",
+    ]);
+    r.expect_code(0);
+    assert_eq!(r.json()["summary"]["create"], 2, "{}", r.stdout);
+    assert!(env.exists("target/example-publish/latest/.distributor.json"));
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let ft = e.file_type().unwrap();
+        if ft.is_dir() {
+            copy_tree(&src, &dst);
+        } else if ft.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else {
+            fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// `a/b/../c` as `a/c`.
+fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// GitHub's anchor for a heading: lowercase, spaces to '-', other punctuation dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut in_fence = false;
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+        } else if !in_fence && line.starts_with('#') {
+            out.insert(slug(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// `(target)` of every `[text](target)` outside code fences and inline code.
+fn links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_fence = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+            continue;
+        }
+        if in_fence {
+            continue;
+        }
+        // Drop inline code spans so `a[0](b)` in code is not a link.
+        let plain: String = line
+            .split('`')
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 0)
+            .map(|(_, s)| s)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut rest = plain.as_str();
+        while let Some(i) = rest.find("](") {
+            let after = &rest[i + 2..];
+            let Some(j) = after.find(')') else { break };
+            out.push(after[..j].to_string());
+            rest = &after[j..];
+        }
+    }
+    out
+}
+
+#[test]
+fn relative_links_and_anchors_resolve() {
+    let mut broken = Vec::new();
+    for page in pages() {
+        let text = read(&page);
+        let dir = Path::new(&page).parent().unwrap().to_path_buf();
+        for link in links(&text) {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (file, anchor) = match link.split_once('#') {
+                Some((f, a)) => (f, Some(a)),
+                None => (link.as_str(), None),
+            };
+            let target = if file.is_empty() {
+                page.clone()
+            } else {
+                lexical(&dir.join(file)).to_string_lossy().into_owned()
+            };
+            let path = repo().join(&target);
+            let Ok(target_text) = fs::read_to_string(&path) else {
+                if PAGES_IN_FLIGHT.contains(&target.as_str()) {
+                    continue;
+                }
+                broken.push(format!("{page}: ({link}): {target} does not exist"));
+                continue;
+            };
+            if let Some(a) = anchor.filter(|a| !anchors(&target_text).contains(*a)) {
+                broken.push(format!("{page}: ({link}): no heading #{a} in {target}"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
