@@ -8,6 +8,7 @@ mod test_docs;
 mod test_dry_run;
 mod test_reconciliation;
 mod test_server;
+mod test_server_docs;
 mod test_server_load;
 mod test_server_uploads;
 mod test_smoke;

@@ -440,8 +440,12 @@ pub fn journal_bytes(env: &Env) -> String {
 }
 
 fn state_source_id(env: &Env, rel: &str) -> String {
-    let state: Value = serde_json::from_str(&env.read(&format!("{rel}/.distributor.json"))).unwrap();
-    state["source"]["id"].as_str().unwrap_or_default().to_string()
+    let state: Value =
+        serde_json::from_str(&env.read(&format!("{rel}/.distributor.json"))).unwrap();
+    state["source"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -511,7 +515,10 @@ fn gzip_upload_of_a_bundle_made_by_distributor_manifest_publishes_links() {
         &gzip(&bundle_tar(&dir)),
     );
     r.expect(200);
-    assert_eq!(r.json()["destinations"][0]["links"][0]["path"], "current.png");
+    assert_eq!(
+        r.json()["destinations"][0]["links"][0]["path"],
+        "current.png"
+    );
     assert_eq!(
         std::fs::read_link(env.path("dest/latest/current.png")).unwrap(),
         PathBuf::from("maps/temp.png")
@@ -576,7 +583,11 @@ fn destination_parameter_selects_destinations_and_unknown_ones_are_refused() {
     r.expect(400);
     assert_eq!(r.kind(), "invalid_parameter");
     assert!(r.message().contains("'nope'") && r.message().contains("a, b"));
-    assert!(!r.message().contains("w.yaml"), "no server paths: {}", r.message());
+    assert!(
+        !r.message().contains("w.yaml"),
+        "no server paths: {}",
+        r.message()
+    );
 }
 
 #[test]
@@ -691,7 +702,11 @@ fn pending_recovery_is_423() {
     let r = server.upload("weather", "", &second);
     r.expect(423);
     assert_eq!(r.kind(), "recovery_required");
-    assert!(r.message().contains("distributor recover"), "{}", r.message());
+    assert!(
+        r.message().contains("distributor recover"),
+        "{}",
+        r.message()
+    );
     assert_eq!(r.json()["destinations"][0]["status"], "failed");
     assert_eq!(env.read("dest/latest/a.txt"), "one");
 }
@@ -757,8 +772,17 @@ fn refuses_to_start_on_bad_setups() {
     let env = Env::new();
     let (w, _) = weather_and_traffic(&env);
     let open = server_config(&env, "open.yaml", "open", &[("d", "dest/open")], &[]);
-    let twin = server_config(&env, "twin.yaml", "weather", &[("d", "dest/twin")], &[("x", "y")]);
-    let bad = env.config("bad.yaml", "version: 1\npipeline:\n  id: Bad Id\ndestinations: []\n");
+    let twin = server_config(
+        &env,
+        "twin.yaml",
+        "weather",
+        &[("d", "dest/twin")],
+        &[("x", "y")],
+    );
+    let bad = env.config(
+        "bad.yaml",
+        "version: 1\npipeline:\n  id: Bad Id\ndestinations: []\n",
+    );
     let serve = |args: &[&str]| {
         let mut all = vec!["serve", "--listen", "127.0.0.1:0", "--spool"];
         let spool = env.path("spool");
@@ -769,7 +793,12 @@ fn refuses_to_start_on_bad_setups() {
     let r = serve(&["--config", open.to_str().unwrap()]);
     r.expect_code(2);
     assert!(r.stderr.contains("no upload token") && r.stderr.contains("--allow-unauthenticated"));
-    let r = serve(&["--config", w.to_str().unwrap(), "--config", twin.to_str().unwrap()]);
+    let r = serve(&[
+        "--config",
+        w.to_str().unwrap(),
+        "--config",
+        twin.to_str().unwrap(),
+    ]);
     r.expect_code(2);
     assert!(r.stderr.contains("already served"), "{}", r.stderr);
     let r = serve(&["--config", bad.to_str().unwrap()]);
@@ -785,7 +814,13 @@ fn refuses_to_start_on_bad_setups() {
     ]);
     r.expect_code(2);
     assert!(r.stderr.contains("loopback"), "{}", r.stderr);
-    let r = env.run(&["serve", "--config", w.to_str().unwrap(), "--listen", "nonsense"]);
+    let r = env.run(&[
+        "serve",
+        "--config",
+        w.to_str().unwrap(),
+        "--listen",
+        "nonsense",
+    ]);
     r.expect_code(2);
     assert!(r.stderr.contains("--listen nonsense"), "{}", r.stderr);
     // A second server on the same spool is refused.

@@ -25,7 +25,10 @@ fn upload_n(n: usize) -> Vec<u8> {
     tar_with_manifest(
         "load",
         &created,
-        &[("data.txt", content.as_bytes()), (&format!("per/{}.txt", n % 3), other.as_bytes())],
+        &[
+            ("data.txt", content.as_bytes()),
+            (&format!("per/{}.txt", n % 3), other.as_bytes()),
+        ],
         &[],
     )
 }
@@ -86,9 +89,16 @@ fn check_consistency(env: &Env, results: &[(usize, Outcome)], dests: &[(&str, &s
         }
     }
     // Every applied reply is one finished operation in the journal, and nothing else is.
-    assert_eq!(ops.len(), applied_ops.len(), "journal rows vs applied replies");
+    assert_eq!(
+        ops.len(),
+        applied_ops.len(),
+        "journal rows vs applied replies"
+    );
     for (op, actor, _, status) in &ops {
-        assert!(applied_ops.contains(op), "journal has an operation no reply reported");
+        assert!(
+            applied_ops.contains(op),
+            "journal has an operation no reply reported"
+        );
         assert_eq!(status, "applied");
         assert_eq!(actor, "token:forecast-job");
     }
@@ -99,12 +109,14 @@ fn check_consistency(env: &Env, results: &[(usize, Outcome)], dests: &[(&str, &s
             serde_json::from_str(&env.read(&format!("{rel}/.distributor.json"))).unwrap();
         let expected = chrono::DateTime::parse_from_rfc3339("2026-12-02T06:00:00Z").unwrap()
             + chrono::Duration::seconds(newest as i64);
-        let created = chrono::DateTime::parse_from_rfc3339(
-            state["source"]["created_at"].as_str().unwrap(),
-        )
-        .unwrap();
+        let created =
+            chrono::DateTime::parse_from_rfc3339(state["source"]["created_at"].as_str().unwrap())
+                .unwrap();
         assert_eq!(created, expected, "destination {id}");
-        assert_eq!(env.read(&format!("{rel}/data.txt")), format!("upload {newest}\n"));
+        assert_eq!(
+            env.read(&format!("{rel}/data.txt")),
+            format!("upload {newest}\n")
+        );
         let recorded: Vec<&str> = state["outputs"]
             .as_array()
             .unwrap()
@@ -118,7 +130,11 @@ fn check_consistency(env: &Env, results: &[(usize, Outcome)], dests: &[(&str, &s
         );
         for k in 0..3 {
             let p = format!("{rel}/per/{k}.txt");
-            assert_eq!(env.exists(&p), k == newest % 3, "{p}: only the newest's file");
+            assert_eq!(
+                env.exists(&p),
+                k == newest % 3,
+                "{p}: only the newest's file"
+            );
         }
         assert!(!env.exists(&format!("{rel}/.distributor-staging")));
     }

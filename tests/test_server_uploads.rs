@@ -4,8 +4,8 @@
 
 use crate::common::Env;
 use crate::test_server::{
-    RawEntry, SECRET, Server, file, gzip, journal_operations, raw_request, raw_tar,
-    read_response, tar_with_manifest, weather_and_traffic,
+    RawEntry, SECRET, Server, file, gzip, journal_operations, raw_request, raw_tar, read_response,
+    tar_with_manifest, weather_and_traffic,
 };
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ fn refused(env: &Env, server: &Server, body: &[u8], status: u16, kind: &str, nee
         r.message()
     );
     assert!(!env.exists("dest/latest"), "destination written");
-    assert!(journal_operations(&env).is_empty());
+    assert!(journal_operations(env).is_empty());
     assert!(
         server.spool_leftovers().is_empty(),
         "spool left: {:?}",
@@ -62,18 +62,9 @@ fn links_devices_and_fifos_are_refused() {
             entry("evil", EntryType::Symlink, b"", "/etc"),
             "a symbolic link",
         ),
-        (
-            entry("hard", EntryType::Link, b"", "a.txt"),
-            "a hard link",
-        ),
-        (
-            entry("tty", EntryType::Char, b"", ""),
-            "a character device",
-        ),
-        (
-            entry("disk", EntryType::Block, b"", ""),
-            "a block device",
-        ),
+        (entry("hard", EntryType::Link, b"", "a.txt"), "a hard link"),
+        (entry("tty", EntryType::Char, b"", ""), "a character device"),
+        (entry("disk", EntryType::Block, b"", ""), "a block device"),
         (entry("pipe", EntryType::Fifo, b"", ""), "a FIFO"),
     ];
     for (e, what) in cases {
@@ -137,7 +128,14 @@ fn duplicate_entries_are_refused() {
         &[("a.txt", b"a")],
         &[file("x", b"1"), file("x/y", b"2")],
     );
-    refused(&env, &server, &tar, 400, "invalid_bundle", "needs it as a directory");
+    refused(
+        &env,
+        &server,
+        &tar,
+        400,
+        "invalid_bundle",
+        "needs it as a directory",
+    );
 }
 
 #[test]
@@ -146,7 +144,12 @@ fn directories_and_dot_prefixed_names_are_accepted() {
     let manifest = crate::test_server::manifest_json("t", CREATED, &[("d/a.txt", b"a")]);
     let tar = raw_tar(&[
         entry("./", EntryType::Directory, b"", ""),
-        entry("./distributor-manifest.json", EntryType::Regular, &manifest, ""),
+        entry(
+            "./distributor-manifest.json",
+            EntryType::Regular,
+            &manifest,
+            "",
+        ),
         entry("./d/", EntryType::Directory, b"", ""),
         entry("./d/a.txt", EntryType::Regular, b"a", ""),
         entry("./d/unlisted.txt", EntryType::Regular, b"not published", ""),
@@ -164,7 +167,10 @@ fn long_names_via_gnu_and_pax_headers_are_read() {
     // GNU long name (the tar crate's builder writes one for names over 100 bytes).
     let manifest = crate::test_server::manifest_json("t", CREATED, &[(&long, b"gnu")]);
     let mut b = tar::Builder::new(Vec::new());
-    for (name, data) in [("distributor-manifest.json", &manifest[..]), (&long, b"gnu")] {
+    for (name, data) in [
+        ("distributor-manifest.json", &manifest[..]),
+        (&long, b"gnu"),
+    ] {
         let mut h = tar::Header::new_gnu();
         h.set_size(data.len() as u64);
         h.set_mode(0o644);
@@ -177,7 +183,8 @@ fn long_names_via_gnu_and_pax_headers_are_read() {
 
     // PAX path record, as Python's tarfile and bsdtar write.
     let long2 = format!("{}/pax.txt", "p".repeat(150));
-    let manifest = crate::test_server::manifest_json("t", "2026-12-02T07:00:00Z", &[(&long2, b"pax")]);
+    let manifest =
+        crate::test_server::manifest_json("t", "2026-12-02T07:00:00Z", &[(&long2, b"pax")]);
     let record = {
         let body = format!(" path={long2}\n");
         let mut n = body.len() + 3;
@@ -202,7 +209,14 @@ fn oversized_extension_records_are_refused_without_reading_them() {
     let (env, server) = setup(&[]);
     let huge = vec![b'a'; 70 * 1024];
     let tar = raw_tar(&[entry("././@LongLink", EntryType::GNULongName, &huge, "")]);
-    refused(&env, &server, &tar, 400, "invalid_bundle", "long name record");
+    refused(
+        &env,
+        &server,
+        &tar,
+        400,
+        "invalid_bundle",
+        "long name record",
+    );
 }
 
 #[test]
@@ -221,9 +235,21 @@ fn too_many_entries_is_413() {
 fn extracted_size_over_the_limit_is_413_even_when_the_body_is_small() {
     let (env, server) = setup(&["--max-extracted-bytes", "100000"]);
     let big = vec![0u8; 200_000];
-    let tar = gzip(&tar_with_manifest("t", CREATED, &[("zeros.bin", &big)], &[]));
+    let tar = gzip(&tar_with_manifest(
+        "t",
+        CREATED,
+        &[("zeros.bin", &big)],
+        &[],
+    ));
     assert!(tar.len() < 10_000, "gzip of zeros is small");
-    refused(&env, &server, &tar, 413, "too_large", "--max-extracted-bytes");
+    refused(
+        &env,
+        &server,
+        &tar,
+        413,
+        "too_large",
+        "--max-extracted-bytes",
+    );
 }
 
 #[test]
@@ -279,11 +305,32 @@ fn truncated_garbage_and_empty_bodies_are_400() {
     let (env, server) = setup(&[]);
     let tar = tar_with_manifest("t", CREATED, &[("a.txt", &[1u8; 3000])], &[]);
     // Cut inside the content of a.txt (after its header).
-    refused(&env, &server, &tar[..2048], 400, "invalid_bundle", "truncated");
+    refused(
+        &env,
+        &server,
+        &tar[..2048],
+        400,
+        "invalid_bundle",
+        "truncated",
+    );
     // Cut inside a header.
-    refused(&env, &server, &tar[..1024 + 100], 400, "invalid_bundle", "truncated");
+    refused(
+        &env,
+        &server,
+        &tar[..1024 + 100],
+        400,
+        "invalid_bundle",
+        "truncated",
+    );
     let gz = gzip(&tar);
-    refused(&env, &server, &gz[..gz.len() / 2], 400, "invalid_bundle", "");
+    refused(
+        &env,
+        &server,
+        &gz[..gz.len() / 2],
+        400,
+        "invalid_bundle",
+        "",
+    );
     refused(
         &env,
         &server,
@@ -308,17 +355,38 @@ fn truncated_garbage_and_empty_bodies_are_400() {
 fn bad_manifests_and_content_mismatches_are_400_invalid_source() {
     let (env, server) = setup(&[]);
     let no_manifest = raw_tar(&[file("a.txt", b"a")]);
-    refused(&env, &server, &no_manifest, 400, "invalid_source", "distributor-manifest.json");
+    refused(
+        &env,
+        &server,
+        &no_manifest,
+        400,
+        "invalid_source",
+        "distributor-manifest.json",
+    );
     let bad_json = raw_tar(&[file("distributor-manifest.json", b"{not json")]);
-    refused(&env, &server, &bad_json, 400, "invalid_source", "distributor-manifest.json");
+    refused(
+        &env,
+        &server,
+        &bad_json,
+        400,
+        "invalid_source",
+        "distributor-manifest.json",
+    );
     // Listed output missing from the archive.
-    let manifest = crate::test_server::manifest_json("t", CREATED, &[("a.txt", b"a"), ("b.txt", b"b")]);
-    let missing = raw_tar(&[file("distributor-manifest.json", &manifest), file("a.txt", b"a")]);
+    let manifest =
+        crate::test_server::manifest_json("t", CREATED, &[("a.txt", b"a"), ("b.txt", b"b")]);
+    let missing = raw_tar(&[
+        file("distributor-manifest.json", &manifest),
+        file("a.txt", b"a"),
+    ]);
     refused(&env, &server, &missing, 400, "invalid_source", "b.txt");
     // Same size, other content: caught by hashing before any destination is planned, for
     // a dry run as for a real one.
     let manifest = crate::test_server::manifest_json("t", CREATED, &[("a.txt", b"a")]);
-    let mismatch = raw_tar(&[file("distributor-manifest.json", &manifest), file("a.txt", b"z")]);
+    let mismatch = raw_tar(&[
+        file("distributor-manifest.json", &manifest),
+        file("a.txt", b"z"),
+    ]);
     refused(&env, &server, &mismatch, 400, "invalid_source", "sha256");
     let r = server.upload("weather", "?dry_run=true", &mismatch);
     r.expect(400);
@@ -353,7 +421,11 @@ fn a_client_that_disconnects_mid_upload_leaves_no_spool() {
     while server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(server.spool_leftovers().len(), 1, "upload in progress is spooled");
+    assert_eq!(
+        server.spool_leftovers().len(),
+        1,
+        "upload in progress is spooled"
+    );
     drop(s);
     let start = Instant::now();
     while !server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(10) {

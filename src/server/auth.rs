@@ -205,7 +205,10 @@ mod tests {
     fn creds(secret: Option<&str>) -> Credentials {
         let mut h = HeaderMap::new();
         if let Some(s) = secret {
-            h.insert(header::AUTHORIZATION, format!("Bearer {s}").parse().unwrap());
+            h.insert(
+                header::AUTHORIZATION,
+                format!("Bearer {s}").parse().unwrap(),
+            );
         }
         Credentials::from_headers(&h, &tokens()).unwrap()
     }
@@ -218,7 +221,9 @@ mod tests {
 
     #[test]
     fn token_of_another_pipeline_is_forbidden() {
-        let e = creds(Some("other")).authorize("weather", false).unwrap_err();
+        let e = creds(Some("other"))
+            .authorize("weather", false)
+            .unwrap_err();
         assert_eq!(e.status, StatusCode::FORBIDDEN);
         assert!(!e.message.contains("other\""), "{}", e.message);
     }

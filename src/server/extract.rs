@@ -139,7 +139,10 @@ impl Unpacker<'_> {
                 )));
             }
             let ty = entry.header().entry_type();
-            let size = entry.header().entry_size().map_err(|e| self.read_error(e))?;
+            let size = entry
+                .header()
+                .entry_size()
+                .map_err(|e| self.read_error(e))?;
             match ty {
                 EntryType::GNULongName => {
                     let mut name = self.read_extension(&mut entry, size, "long name")?;
@@ -396,7 +399,9 @@ fn describe(ty: EntryType) -> &'static str {
 }
 
 fn duplicate(path: &str) -> ApiError {
-    ApiError::bad_bundle(format!("entry '{path}' appears more than once in the archive"))
+    ApiError::bad_bundle(format!(
+        "entry '{path}' appears more than once in the archive"
+    ))
 }
 
 fn truncated(what: &str, declared: u64, got: u64) -> ApiError {

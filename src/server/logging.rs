@@ -49,9 +49,7 @@ pub fn emit(mut line: Value) {
     if let Value::Object(map) = &mut line {
         map.insert(
             "ts".into(),
-            Value::String(
-                chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            ),
+            Value::String(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
         );
     }
     let mut text = line.to_string();

@@ -191,8 +191,10 @@ pub async fn destinations(
         .await
         .map_err(|e| ApiError::internal(format!("status failed: {e}")))?
         .map_err(|e| from_library(&e, e.to_string()))?;
-        Ok(Json(json!({"pipeline_id": pipeline.config.pipeline_id, "destinations": statuses}))
-            .into_response())
+        Ok(
+            Json(json!({"pipeline_id": pipeline.config.pipeline_id, "destinations": statuses}))
+                .into_response(),
+        )
     }
     .await;
     finish(result, log)
@@ -207,7 +209,15 @@ pub async fn upload(
     body: Body,
 ) -> Response {
     let mut log = RequestLog::default();
-    let result = upload_inner(&state, &pipeline_id, query.as_deref(), &headers, body, &mut log).await;
+    let result = upload_inner(
+        &state,
+        &pipeline_id,
+        query.as_deref(),
+        &headers,
+        body,
+        &mut log,
+    )
+    .await;
     finish(result, log)
 }
 
@@ -302,7 +312,12 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
         return Ok(());
     };
     let text = v.to_str().unwrap_or("");
-    let mime = text.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let mime = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     if ACCEPTED.contains(&mime.as_str()) {
         return Ok(());
     }
@@ -459,7 +474,12 @@ mod tests {
 
     #[test]
     fn unknown_and_malformed_parameters_are_refused() {
-        for q in ["colour=red", "dry_run=maybe", "destination=", "dry_run=1&dry_run=0"] {
+        for q in [
+            "colour=red",
+            "dry_run=maybe",
+            "destination=",
+            "dry_run=1&dry_run=0",
+        ] {
             let e = parse_params(Some(q)).unwrap_err();
             assert_eq!(e.kind, "invalid_parameter", "{q}");
         }
