@@ -180,6 +180,10 @@ pub fn verify(dests: &[&Destination]) -> Result<Vec<BundleDrift>> {
                     for o in &st.outputs {
                         recorded.insert(&o.path);
                         let p = bundle.join(&o.path);
+                        if !reached_without_symlinks(&bundle, &o.path) {
+                            v.missing.push(o.path.clone());
+                            continue;
+                        }
                         match fs::symlink_metadata(&p) {
                             Err(_) => v.missing.push(o.path.clone()),
                             Ok(md) if !md.is_file() || md.len() != o.size => {
@@ -194,6 +198,10 @@ pub fn verify(dests: &[&Destination]) -> Result<Vec<BundleDrift>> {
                     }
                     for l in &st.links {
                         recorded.insert(&l.path);
+                        if !reached_without_symlinks(&bundle, &l.path) {
+                            v.missing.push(l.path.clone());
+                            continue;
+                        }
                         match fs::read_link(bundle.join(&l.path)) {
                             Err(_) if fs::symlink_metadata(bundle.join(&l.path)).is_err() => {
                                 v.missing.push(l.path.clone())
@@ -230,4 +238,21 @@ pub fn verify(dests: &[&Destination]) -> Result<Vec<BundleDrift>> {
         }
     }
     Ok(out)
+}
+
+/// True when every directory between `bundle` and `rel` is a real directory. A recorded
+/// path that is only reachable through a symlink (or past a file) is not where state says:
+/// verify, like the executor, never looks through a symlink, so it reports the path
+/// missing and the symlink unrecorded.
+fn reached_without_symlinks(bundle: &Path, rel: &str) -> bool {
+    let mut cur = bundle.to_path_buf();
+    let segs: Vec<&str> = rel.split('/').collect();
+    for seg in &segs[..segs.len().saturating_sub(1)] {
+        cur.push(seg);
+        match fs::symlink_metadata(&cur) {
+            Ok(md) if md.is_dir() => {}
+            _ => return false,
+        }
+    }
+    true
 }

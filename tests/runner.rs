@@ -14,6 +14,7 @@ mod test_server_uploads;
 mod test_smoke;
 mod test_takeover_matrix;
 mod test_transfer;
+mod test_verify;
 
 #[test]
 fn every_test_file_is_listed() {

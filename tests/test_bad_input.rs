@@ -274,8 +274,7 @@ fn size_mismatch_is_refused() {
         manifest(vec![out("a.txt", "x")], vec![]),
         &[
             "output 'a.txt'",
-            "bad/a.txt is 4 bytes",
-            "the manifest says 1",
+            "bad/a.txt: size is 4 bytes, the manifest says 1",
         ],
     );
 }
@@ -615,6 +614,22 @@ fn manifest_refuses_a_symlink_pointing_outside() {
     r.expect_code(1);
     assert_stderr_has(&r, &["symlink l", "regular file"]);
     assert!(!env.exists("m-dir/distributor-manifest.json"));
+}
+
+#[test]
+fn manifest_never_writes_through_a_symlinked_manifest() {
+    let env = Env::new();
+    env.write("outside.json", "keep");
+    env.write("m/a.txt", "x");
+    std::os::unix::fs::symlink(
+        env.path("outside.json"),
+        env.path("m/distributor-manifest.json"),
+    )
+    .unwrap();
+    let r = env.run(&["manifest", env.path("m").to_str().unwrap(), "--id", "x"]);
+    r.expect_code(1);
+    assert_stderr_has(&r, &["distributor-manifest.json", "not a regular file"]);
+    assert_eq!(env.read("outside.json"), "keep");
 }
 
 #[test]

@@ -384,6 +384,35 @@ fn template_errors() {
 }
 
 #[test]
+fn template_whose_rendering_is_never_safe() {
+    for (template, why) in [
+        ("../{source_id}", "'..' segment"),
+        ("/abs/{source_id}", "absolute"),
+        ("{source_id}/", "empty segment"),
+        ("{created:%Y}//{source_id}", "empty segment"),
+        (".distributor-{source_id}", "reserved"),
+    ] {
+        refused_body(
+            &format!(
+                "destinations:\n  - id: a\n    path: {{D}}\n    path_mapping:\n      mode: template\n      template: \"{template}\"\n"
+            ),
+            &[
+                "destinations[0].path_mapping.template: ",
+                "not a safe relative path",
+                why,
+            ],
+        );
+    }
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "destinations:\n  - id: a\n    path: {D}\n    path_mapping:\n      mode: template\n      template: \"{pipeline_id}/{created:%Y/%m/%d}/{source_id}.d\"\n",
+    );
+    env.run(&["validate", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+}
+
+#[test]
 fn s3_backend_is_not_supported() {
     let r = refused_body(
         "destinations:\n  - id: a\n    backend: s3\n    path: {D}\n",
@@ -465,6 +494,16 @@ fn validate_refuses_a_bad_source() {
     ]);
     r.expect_code(1);
     assert!(r.stderr.contains("cannot read manifest"), "{}", r.stderr);
+    // Same size, other bytes: validate reads every output, as a publication would.
+    std::fs::write(b.join("a.txt"), "ONE").unwrap();
+    let r = env.run(&["validate", "--config", c, "--source", b.to_str().unwrap()]);
+    r.expect_code(1);
+    assert!(
+        r.stderr
+            .contains("invalid source: output 'a.txt': read 3 bytes with sha256"),
+        "{}",
+        r.stderr
+    );
     assert!(!env.exists("dest"));
 }
 

@@ -14,7 +14,7 @@ pub struct ValidateArgs {
     /// Pipeline config file (YAML).
     #[arg(long, value_name = "F")]
     pub config: PathBuf,
-    /// Also verify this source bundle's manifest and files.
+    /// Also verify this source bundle: its manifest, and every output's size and sha256.
     #[arg(long, value_name = "DIR")]
     pub source: Option<PathBuf>,
 }
@@ -41,6 +41,7 @@ pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
     }
     if let Some(dir) = a.source {
         let s = Source::open(&dir)?;
+        s.verify_content()?;
         let _ = writeln!(
             out,
             "source {}: valid, id {}, {} outputs, digest {}",

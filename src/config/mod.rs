@@ -394,10 +394,13 @@ impl Config {
                 ));
             }
             let path_mapping = match (d.path_mapping.mode, d.path_mapping.template) {
-                (PathMappingMode::Template, Some(t)) => PathMapping::Template(
-                    PathTemplate::parse(&t)
-                        .map_err(|m| err(&format!("{key}.path_mapping.template"), m))?,
-                ),
+                (PathMappingMode::Template, Some(t)) => {
+                    let t = PathTemplate::parse(&t)
+                        .map_err(|m| err(&format!("{key}.path_mapping.template"), m))?;
+                    check_template_renders(&t, &raw.pipeline.id.0, &d.id.0)
+                        .map_err(|m| err(&format!("{key}.path_mapping.template"), m))?;
+                    PathMapping::Template(t)
+                }
                 (PathMappingMode::Template, None) => {
                     return Err(err(
                         &format!("{key}.path_mapping.template"),
@@ -457,6 +460,21 @@ impl Config {
     pub fn destination(&self, id: &str) -> Option<&Destination> {
         self.destinations.iter().find(|d| d.id == id)
     }
+}
+
+/// A template whose literal text makes every rendering unsafe (`../{source_id}`,
+/// `/abs/{source_id}`, `{source_id}/`, `.distributor{source_id}`) is a config error, found
+/// at load rather than at the first publication. Ids render non-empty and without `/`, and a
+/// `{created:<fmt>}` renders the same shape at any time, so one sample rendering settles it.
+fn check_template_renders(
+    t: &PathTemplate,
+    pipeline_id: &str,
+    destination_id: &str,
+) -> std::result::Result<(), String> {
+    let sample =
+        chrono::DateTime::parse_from_rfc3339("2026-12-02T06:00:00Z").map_err(|e| e.to_string())?;
+    t.render("source-id", sample, pipeline_id, destination_id)
+        .map(|_| ())
 }
 
 /// serde_yaml prefixes its messages with its own idea of the path (`destinations[0]:`),

@@ -242,3 +242,29 @@ fn unsupported_backend_and_version() {
         "{m}"
     );
 }
+
+#[test]
+fn template_that_never_renders_safely_is_refused_at_load() {
+    let yaml = |t: &str| {
+        format!(
+            "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: a\n    path: /x\n    path_mapping:\n      mode: template\n      template: \"{t}\"\n"
+        )
+    };
+    for bad in [
+        "../{source_id}",
+        "/x/{source_id}",
+        "{source_id}/",
+        "{created:%n}",
+    ] {
+        let m = parse_err(&yaml(bad));
+        assert!(
+            m.contains("destinations[0].path_mapping.template: ") && m.contains("not a safe"),
+            "{bad}: {m}"
+        );
+    }
+    let c = parse(&yaml("{destination_id}/{created:%Y/%m}/{source_id}")).unwrap();
+    assert_eq!(
+        c.destinations[0].path_mapping.mode(),
+        PathMappingMode::Template
+    );
+}

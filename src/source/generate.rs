@@ -107,10 +107,17 @@ fn walk(
         } else {
             format!("{rel}/{name}")
         };
+        let ft = entry.file_type().ctx("stat", entry.path())?;
         if rel.is_empty() && name == MANIFEST_FILE {
+            // It is about to be replaced: never write through a symlink or into a directory.
+            if !ft.is_file() {
+                return Err(Error::Source(format!(
+                    "{} exists and is not a regular file; remove it first",
+                    entry.path().display()
+                )));
+            }
             continue;
         }
-        let ft = entry.file_type().ctx("stat", entry.path())?;
         if ft.is_symlink() {
             let target = std::fs::read_link(entry.path()).ctx("read link", entry.path())?;
             links.push((child, target));

@@ -173,6 +173,22 @@ impl Source {
         })
     }
 
+    /// Reads and hashes every output and compares it with the manifest. Publication never
+    /// needs this (it hashes what it copies, SPEC §3.1); `validate --source` does, so an
+    /// operator checking a bundle learns about bad content before publishing it.
+    pub fn verify_content(&self) -> Result<()> {
+        for o in &self.manifest.outputs {
+            let (size, sha) = crate::hash::hash_file(&self.file(&o.path))?;
+            if size != o.size || sha != o.sha256 {
+                return Err(Error::Source(format!(
+                    "output '{}': read {size} bytes with sha256 {sha}, the manifest says {} bytes with sha256 {}",
+                    o.path, o.size, o.sha256
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The identity recorded in state and reports.
     pub fn source_ref(&self) -> SourceRef {
         SourceRef {
@@ -217,7 +233,7 @@ fn check_bundle_file(dir: &Path, rel: &str, size: u64) -> Result<()> {
         }
         if last && md.len() != size {
             return Err(Error::Source(format!(
-                "output '{rel}': {} is {} bytes, the manifest says {size}",
+                "output '{rel}': {}: size is {} bytes, the manifest says {size}",
                 cur.display(),
                 md.len()
             )));
