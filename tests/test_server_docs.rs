@@ -3,7 +3,7 @@
 //! documented address replaced by the one the test server got.
 
 use crate::common::Env;
-use crate::test_server::Server;
+use crate::common::server::Server;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -122,7 +122,7 @@ fn http_upload_page_examples_run_against_a_real_server() {
     );
     // The harness points DISTRIBUTOR_JOURNAL at the env's journal, which wins over
     // journal.path as it does for the CLI.
-    let ops = crate::test_server::journal_operations(&env);
+    let ops = crate::common::server::journal_operations(&env);
     assert_eq!(ops.len(), 1);
     assert_eq!(ops[0].1, "token:forecast-job");
     assert!(server.spool_leftovers().is_empty());

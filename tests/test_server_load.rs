@@ -3,7 +3,7 @@
 //! with journal, state and spool consistent afterwards.
 
 use crate::common::Env;
-use crate::test_server::{Server, journal_operations, server_config, tar_with_manifest};
+use crate::common::server::{Server, journal_operations, server_config, tar_with_manifest};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -148,7 +148,7 @@ fn concurrent_uploads_to_one_destination_are_serialized() {
         "w.yaml",
         "weather",
         &[("latest", "dest/latest")],
-        &[("forecast-job", crate::test_server::SECRET)],
+        &[("forecast-job", crate::common::server::SECRET)],
     );
     let server = Server::start(&env, &[&cfg], &[]);
     let results = run_load(&server, 24, 8);
@@ -166,7 +166,7 @@ fn load_of_200_uploads_from_16_clients_is_answered_and_consistent() {
         "w.yaml",
         "weather",
         &dests,
-        &[("forecast-job", crate::test_server::SECRET)],
+        &[("forecast-job", crate::common::server::SECRET)],
     );
     let mut server = Server::start(&env, &[&cfg], &[]);
     let start = Instant::now();

@@ -3,7 +3,7 @@
 //! escapes), and the per-request spool directory is gone afterwards.
 
 use crate::common::Env;
-use crate::test_server::{
+use crate::common::server::{
     RawEntry, SECRET, Server, file, gzip, journal_operations, raw_request, raw_tar, read_response,
     tar_with_manifest, weather_and_traffic,
 };
@@ -141,7 +141,7 @@ fn duplicate_entries_are_refused() {
 #[test]
 fn directories_and_dot_prefixed_names_are_accepted() {
     let (env, server) = setup(&[]);
-    let manifest = crate::test_server::manifest_json("t", CREATED, &[("d/a.txt", b"a")]);
+    let manifest = crate::common::server::manifest_json("t", CREATED, &[("d/a.txt", b"a")]);
     let tar = raw_tar(&[
         entry("./", EntryType::Directory, b"", ""),
         entry(
@@ -165,7 +165,7 @@ fn long_names_via_gnu_and_pax_headers_are_read() {
     let (env, server) = setup(&[]);
     let long = format!("{}/file.txt", "d".repeat(150));
     // GNU long name (the tar crate's builder writes one for names over 100 bytes).
-    let manifest = crate::test_server::manifest_json("t", CREATED, &[(&long, b"gnu")]);
+    let manifest = crate::common::server::manifest_json("t", CREATED, &[(&long, b"gnu")]);
     let mut b = tar::Builder::new(Vec::new());
     for (name, data) in [
         ("distributor-manifest.json", &manifest[..]),
@@ -184,7 +184,7 @@ fn long_names_via_gnu_and_pax_headers_are_read() {
     // PAX path record, as Python's tarfile and bsdtar write.
     let long2 = format!("{}/pax.txt", "p".repeat(150));
     let manifest =
-        crate::test_server::manifest_json("t", "2026-12-02T07:00:00Z", &[(&long2, b"pax")]);
+        crate::common::server::manifest_json("t", "2026-12-02T07:00:00Z", &[(&long2, b"pax")]);
     let record = {
         let body = format!(" path={long2}\n");
         let mut n = body.len() + 3;
@@ -374,7 +374,7 @@ fn bad_manifests_and_content_mismatches_are_400_invalid_source() {
     );
     // Listed output missing from the archive.
     let manifest =
-        crate::test_server::manifest_json("t", CREATED, &[("a.txt", b"a"), ("b.txt", b"b")]);
+        crate::common::server::manifest_json("t", CREATED, &[("a.txt", b"a"), ("b.txt", b"b")]);
     let missing = raw_tar(&[
         file("distributor-manifest.json", &manifest),
         file("a.txt", b"a"),
@@ -382,7 +382,7 @@ fn bad_manifests_and_content_mismatches_are_400_invalid_source() {
     refused(&env, &server, &missing, 400, "invalid_source", "b.txt");
     // Same size, other content: caught by hashing before any destination is planned, for
     // a dry run as for a real one.
-    let manifest = crate::test_server::manifest_json("t", CREATED, &[("a.txt", b"a")]);
+    let manifest = crate::common::server::manifest_json("t", CREATED, &[("a.txt", b"a")]);
     let mismatch = raw_tar(&[
         file("distributor-manifest.json", &manifest),
         file("a.txt", b"z"),

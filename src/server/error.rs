@@ -4,7 +4,7 @@
 
 use super::logging::RequestLog;
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -58,6 +58,12 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp = (self.status, Json(self.body())).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"distributor\""),
+            );
+        }
         resp.extensions_mut().insert(RequestLog {
             error_kind: Some(self.kind.to_string()),
             ..RequestLog::default()

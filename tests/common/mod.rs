@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod server;
+
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::symlink;
