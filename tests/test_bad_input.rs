@@ -474,6 +474,8 @@ fn invalid_state_world(bytes: &[u8]) -> World {
     let w = World::fresh();
     w.env.write("dest/latest/unrelated.txt", "hand-made");
     w.env.write("dest/latest/a.txt", "someone's");
+    w.env
+        .write("dest/latest/old.txt", "listed by the broken state, maybe");
     fs::write(w.env.path("dest/latest/.distributor.json"), bytes).unwrap();
     w
 }
@@ -516,6 +518,10 @@ fn invalid_state_is_a_forceable_conflict(bytes: &[u8]) {
     assert!(files.iter().all(|f| f["op"] != "delete"), "{files:?}");
     assert_eq!(r.json()["summary"]["files_deleted"], 0);
     assert_eq!(env.read("dest/latest/unrelated.txt"), "hand-made");
+    assert_eq!(
+        env.read("dest/latest/old.txt"),
+        "listed by the broken state, maybe"
+    );
     assert_eq!(env.read("dest/latest/a.txt"), "one");
     assert_eq!(env.read("dest/latest/n.txt"), "new");
     let state: Value = serde_json::from_str(&env.read("dest/latest/.distributor.json")).unwrap();
@@ -543,7 +549,13 @@ fn truncated_state_is_invalid_state() {
     // A real state file cut in half.
     let env = Env::new();
     let cfg = env.simple_config("c.yaml", "weather", "latest", "dest/latest", "");
-    let b = env.bundle("b", "tomorrow", T0, &[("a.txt", "one")], &[]);
+    let b = env.bundle(
+        "b",
+        "tomorrow",
+        T0,
+        &[("a.txt", "one"), ("old.txt", "old")],
+        &[],
+    );
     env.publish(&cfg, &b, &[]).expect_code(0);
     let full = fs::read(env.path("dest/latest/.distributor.json")).unwrap();
     invalid_state_is_a_forceable_conflict(&full[..full.len() / 2]);

@@ -4,7 +4,7 @@
 //! anywhere. Also `validate --source` and the journal location precedence.
 
 use crate::common::{Env, Run};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const T0: &str = "2026-12-02T06:00:00Z";
 
@@ -20,7 +20,7 @@ fn config(env: &Env, body: &str) -> PathBuf {
 
 /// Runs `validate` and `publish` (real and dry run) on `cfg`: each must exit 2 with a
 /// message containing the config file and every needle, and nothing may be created.
-fn refused(env: &Env, cfg: &PathBuf, needles: &[&str]) -> Run {
+fn refused(env: &Env, cfg: &Path, needles: &[&str]) -> Run {
     let bundle = env.bundle("b", "tomorrow", T0, &[("a.txt", "one")], &[]);
     let before = env.snapshot("");
     let c = cfg.to_str().unwrap();

@@ -7,16 +7,16 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::symlink;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const T0: &str = "2026-12-02T06:00:00Z";
 const T1: &str = "2026-12-02T07:00:00Z";
 
-fn verify(env: &Env, cfg: &PathBuf) -> Run {
+fn verify(env: &Env, cfg: &Path) -> Run {
     env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()])
 }
 
-fn status(env: &Env, cfg: &PathBuf) -> Value {
+fn status(env: &Env, cfg: &Path) -> Value {
     let r = env.run(&["status", "--json", "--config", cfg.to_str().unwrap()]);
     r.expect_code(0);
     r.json()
