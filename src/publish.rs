@@ -81,7 +81,9 @@ pub fn publish(config: &Config, source: &Source, opts: &PublishOptions) -> Resul
         reports.push(report);
         codes.push(code);
     }
-    let exit_code = [1u8, 4, 3]
+    // A destination can fail with a config error of its own (a template that renders an
+    // unsafe path): that is 2, after 1 and before 4 and 3, never lost as 0.
+    let exit_code = [1u8, 2, 4, 3]
         .into_iter()
         .find(|c| codes.contains(c))
         .unwrap_or(0);

@@ -507,3 +507,33 @@ fn relative_links_and_anchors_resolve() {
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
+
+/// json-output.md: a run exits with its most serious code and a failed destination never
+/// exits 0. A template can pass the load-time check and still render an unsafe path for
+/// one bundle (here a segment over 255 bytes): that destination's config error is exit 2.
+#[test]
+fn documented_exit_code_of_a_destination_config_error() {
+    let env = Env::new();
+    let cfg = env.config(
+        "c.yaml",
+        &format!(
+            "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: archive\n    path: {}\n    path_mapping:\n      mode: template\n      template: \"{{source_id}}{{source_id}}\"\n",
+            env.path("dest/archive").display()
+        ),
+    );
+    env.run(&["validate", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+    let long_id = "a".repeat(128);
+    let b = env.bundle(
+        "b",
+        &long_id,
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "a")],
+        &[],
+    );
+    for r in [env.plan(&cfg, &b, &[]), env.publish(&cfg, &b, &[])] {
+        r.expect_code(2);
+        assert_eq!(r.dest(0)["status"], "failed", "{}", r.stdout);
+    }
+    assert!(!env.exists("dest"));
+}
