@@ -16,7 +16,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The bundle paths of a destination that exist: the path itself for fixed mapping, or
-/// every directory under it holding a `.distributor.json` for mapped destinations.
+/// every directory under it holding a `.distributor.json` or a `.distributor-staging/` for
+/// mapped destinations (an interrupted first publication has staging and no state yet, and
+/// status must still show that it needs recovery).
 pub fn bundle_paths(dest: &Destination) -> Result<Vec<PathBuf>> {
     if dest.path_mapping == PathMapping::Fixed {
         return Ok(vec![dest.path.clone()]);
@@ -32,7 +34,9 @@ fn find_states(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         Ok(rd) => rd,
         Err(_) => return Ok(()),
     };
-    if fs::symlink_metadata(dir.join(STATE_FILE)).is_ok() {
+    if fs::symlink_metadata(dir.join(STATE_FILE)).is_ok()
+        || fs::symlink_metadata(dir.join(STAGING_DIR)).is_ok()
+    {
         out.push(dir.to_path_buf());
         return Ok(());
     }

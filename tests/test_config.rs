@@ -332,6 +332,18 @@ fn path_resolving_to_root() {
         "destinations:\n  - id: a\n    path: \"\"\n",
         &["destinations[0].path: must not be empty"],
     );
+    // `path: ~` is YAML for null, and `~/x` is no shell: neither may become a directory
+    // named `~` beside the config file.
+    for p in ["~", "~/reports"] {
+        refused_body(
+            &format!("destinations:\n  - id: a\n    path: {p}\n"),
+            &["destinations[0].path: ", "'~' is not expanded"],
+        );
+    }
+    refused_body(
+        "journal:\n  path: \"\"\ndestinations:\n  - id: a\n    path: {D}\n",
+        &["journal.path: must not be empty"],
+    );
 }
 
 #[test]

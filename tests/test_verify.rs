@@ -382,6 +382,17 @@ fn status_and_verify_of_mapped_destinations() {
             env.path("dest/daily/day-2").to_str().unwrap()
         ]
     );
+    // An interrupted first publication: staging, no state yet.
+    fs::create_dir_all(env.path("dest/daily/day-3/.distributor-staging/op")).unwrap();
+    let s = status(&env, &cfg);
+    let d = &s["destinations"][2];
+    assert_eq!(
+        d["bundle_path"],
+        env.path("dest/daily/day-3").to_str().unwrap()
+    );
+    assert_eq!(d["state"], "absent");
+    assert_eq!(d["recovery_pending"], true);
+    fs::remove_dir_all(env.path("dest/daily/day-3")).unwrap();
     fs::remove_file(env.path("dest/daily/day-2/a.txt")).unwrap();
     let r = verify(&env, &cfg);
     r.expect_code(3);

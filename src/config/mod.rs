@@ -325,8 +325,16 @@ impl Config {
         }
         let base = absolute_dir_of(file)?;
         let resolve = |p: &str| normalize(&base.join(p));
-        let source_path = raw.source.and_then(|s| s.path).map(|p| resolve(&p));
-        let journal_path = raw.journal.and_then(|j| j.path).map(|p| resolve(&p));
+        let source_path = raw.source.and_then(|s| s.path);
+        if let Some(p) = &source_path {
+            check_path_text(p).map_err(|m| err("source.path", m))?;
+        }
+        let source_path = source_path.map(|p| resolve(&p));
+        let journal_path = raw.journal.and_then(|j| j.path);
+        if let Some(p) = &journal_path {
+            check_path_text(p).map_err(|m| err("journal.path", m))?;
+        }
+        let journal_path = journal_path.map(|p| resolve(&p));
         let upload_tokens = raw.server.map(|s| s.upload_tokens).unwrap_or_default();
         let mut token_names = BTreeSet::new();
         for (i, t) in upload_tokens.iter().enumerate() {
@@ -380,9 +388,7 @@ impl Config {
                     ),
                 ));
             }
-            if d.path.is_empty() {
-                return Err(err(&format!("{key}.path"), "must not be empty".into()));
-            }
+            check_path_text(&d.path).map_err(|m| err(&format!("{key}.path"), m))?;
             let path = resolve(&d.path);
             if path.parent().is_none() {
                 return Err(err(
@@ -475,6 +481,21 @@ fn check_template_renders(
         chrono::DateTime::parse_from_rfc3339("2026-12-02T06:00:00Z").map_err(|e| e.to_string())?;
     t.render("source-id", sample, pipeline_id, destination_id)
         .map(|_| ())
+}
+
+/// Refuses path text that would silently resolve somewhere unexpected: an empty path (the
+/// config file's own directory) and `~` (a shell expansion distributor does not do; the
+/// path would name a directory called `~` beside the config file).
+fn check_path_text(p: &str) -> std::result::Result<(), String> {
+    if p.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if p == "~" || p.starts_with("~/") {
+        return Err(format!(
+            "'{p}': '~' is not expanded; accepted: an absolute path, or one relative to this file"
+        ));
+    }
+    Ok(())
 }
 
 /// serde_yaml prefixes its messages with its own idea of the path (`destinations[0]:`),

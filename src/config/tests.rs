@@ -268,3 +268,34 @@ fn template_that_never_renders_safely_is_refused_at_load() {
         PathMappingMode::Template
     );
 }
+
+#[test]
+fn empty_and_tilde_paths_are_refused() {
+    let base = |key: &str, p: &str| {
+        let dest = if key == "dest" { p } else { "/x" };
+        let extra = match key {
+            "source" => format!("source:\n  path: \"{p}\"\n"),
+            "journal" => format!("journal:\n  path: \"{p}\"\n"),
+            _ => String::new(),
+        };
+        format!(
+            "version: 1\npipeline:\n  id: weather\n{extra}destinations:\n  - id: a\n    path: \"{dest}\"\n"
+        )
+    };
+    for (key, path) in [
+        ("source", "source.path: "),
+        ("journal", "journal.path: "),
+        ("dest", "destinations[0].path: "),
+    ] {
+        let m = parse_err(&base(key, ""));
+        assert!(m.contains(path) && m.contains("must not be empty"), "{m}");
+        for tilde in ["~", "~/reports"] {
+            let m = parse_err(&base(key, tilde));
+            assert!(m.contains(path) && m.contains("'~' is not expanded"), "{m}");
+        }
+    }
+    // `~` inside a name is an ordinary character; a YAML null journal path is no path.
+    parse(&base("dest", "/srv/a~b")).unwrap();
+    let c = parse("version: 1\npipeline:\n  id: weather\njournal:\n  path: ~\ndestinations:\n  - id: a\n    path: /x\n").unwrap();
+    assert_eq!(c.journal_path, None);
+}
