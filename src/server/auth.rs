@@ -225,7 +225,8 @@ mod tests {
             .authorize("weather", false)
             .unwrap_err();
         assert_eq!(e.status, StatusCode::FORBIDDEN);
-        assert!(!e.message.contains("other\""), "{}", e.message);
+        assert!(e.message.contains("traffic-job"), "{}", e.message);
+        assert!(!e.message.contains("other"), "no secret in {}", e.message);
     }
 
     #[test]

@@ -409,3 +409,43 @@ fn truncated(what: &str, declared: u64, got: u64) -> ApiError {
         "the archive is truncated: {what} declares {declared} bytes, the archive ends after {got}"
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_names_are_normalised_then_checked() {
+        let name = |raw: &str, ty| entry_name(raw.as_bytes(), ty);
+        assert_eq!(
+            name("./a/b.txt", EntryType::Regular).unwrap().as_deref(),
+            Some("a/b.txt")
+        );
+        assert_eq!(
+            name("d/", EntryType::Directory).unwrap().as_deref(),
+            Some("d")
+        );
+        assert_eq!(name("./", EntryType::Directory).unwrap(), None);
+        assert_eq!(name(".", EntryType::Directory).unwrap(), None);
+        for bad in [
+            "../x",
+            "/etc/passwd",
+            "a//b",
+            ".distributor.json",
+            "d/",
+            "./",
+        ] {
+            assert!(name(bad, EntryType::Regular).is_err(), "{bad}");
+        }
+        assert!(entry_name(b"\xff", EntryType::Regular).is_err());
+    }
+
+    #[test]
+    fn pax_records_set_path_and_refuse_sparse_files() {
+        let mut p = Pending::default();
+        apply_pax(b"16 path=abc/def\n20 mtime=1700000000\n", &mut p).unwrap();
+        assert_eq!(p.pax_path.as_deref(), Some(&b"abc/def"[..]));
+        let e = apply_pax(b"22 GNU.sparse.major=1\n", &mut Pending::default()).unwrap_err();
+        assert!(e.message.contains("sparse"), "{}", e.message);
+    }
+}

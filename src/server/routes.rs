@@ -353,8 +353,12 @@ impl PublishJob {
             actor: self.actor,
             command: "publish".to_string(),
         };
-        publish(&self.pipeline.config, &source, &opts)
-            .map_err(|e| from_library(&e, hide_spool(&e.to_string(), &spool)))
+        let mut outcome = publish(&self.pipeline.config, &source, &opts)
+            .map_err(|e| from_library(&e, hide_spool(&e.to_string(), &spool)))?;
+        for d in &mut outcome.report.destinations {
+            d.message = hide_spool(&d.message, &spool);
+        }
+        Ok(outcome)
     }
 }
 
@@ -419,6 +423,9 @@ fn report_response(outcome: &Outcome) -> Response {
         .any(|d| d.status == Status::Failed);
     let (status, kind) = match outcome.exit_code {
         1 => (StatusCode::INTERNAL_SERVER_ERROR, Some("failed")),
+        // A destination whose own config cannot be used (a template rendering an unsafe
+        // path): the server's configuration is at fault, not the upload.
+        2 => (StatusCode::INTERNAL_SERVER_ERROR, Some("config")),
         4 => (StatusCode::LOCKED, Some("recovery_required")),
         3 => (StatusCode::CONFLICT, Some("conflict")),
         _ if failed => (StatusCode::INTERNAL_SERVER_ERROR, Some("failed")),
