@@ -152,6 +152,7 @@ impl Source {
     pub fn open_manifest(file: &Path) -> Result<Source> {
         let dir = file
             .parent()
+            .filter(|p| !p.as_os_str().is_empty())
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
         let text = std::fs::read(file)
