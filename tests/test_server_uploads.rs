@@ -434,3 +434,25 @@ fn a_client_that_disconnects_mid_upload_leaves_no_spool() {
     assert!(server.spool_leftovers().is_empty());
     assert!(!env.exists("dest/latest"));
 }
+
+#[test]
+fn a_stalled_upload_is_abandoned_after_the_idle_timeout() {
+    let (env, server) = setup(&["--upload-idle-timeout", "1"]);
+    let head = format!(
+        "POST /v1/pipelines/weather/bundles HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {SECRET}\r\nContent-Type: application/x-tar\r\nContent-Length: 100000\r\n\r\n",
+        server.addr
+    );
+    let start = Instant::now();
+    let mut s = raw_request(&server.addr, &head, &[0u8; 3000]);
+    let (status, reply) = read_response(&mut s);
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply.contains("upload_timeout"), "{reply}");
+    assert!(reply.contains("after 3000 bytes"), "{reply}");
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
+    assert!(server.spool_leftovers().is_empty());
+    assert!(!env.exists("dest/latest"));
+}

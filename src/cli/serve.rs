@@ -3,7 +3,8 @@
 use super::CommandOutput;
 use crate::error::{Error, Result};
 use crate::server::limits::{
-    DEFAULT_MAX_ENTRIES, DEFAULT_MAX_EXTRACTED_BYTES, DEFAULT_MAX_UPLOAD_BYTES, Limits,
+    DEFAULT_MAX_ENTRIES, DEFAULT_MAX_EXTRACTED_BYTES, DEFAULT_MAX_UPLOAD_BYTES,
+    DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS, Limits,
 };
 use crate::server::{ServeOptions, serve};
 use clap::Args;
@@ -31,6 +32,9 @@ pub struct ServeArgs {
     /// Most file content unpacked from one upload, in bytes (413 beyond it).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_EXTRACTED_BYTES)]
     pub max_extracted_bytes: u64,
+    /// Seconds an upload's body may send nothing before the request is abandoned (400).
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS)]
+    pub upload_idle_timeout: u64,
     /// Directory for receiving and unpacking uploads (default: a fresh one in the system
     /// temp dir, removed at exit).
     #[arg(long, value_name = "DIR")]
@@ -60,6 +64,7 @@ pub fn run(a: ServeArgs) -> Result<CommandOutput> {
         ("--max-upload-bytes", a.max_upload_bytes),
         ("--max-entries", a.max_entries),
         ("--max-extracted-bytes", a.max_extracted_bytes),
+        ("--upload-idle-timeout", a.upload_idle_timeout),
     ] {
         if v == 0 {
             return Err(Error::Usage(format!("{flag} 0: accepted is a number >= 1")));
@@ -72,6 +77,7 @@ pub fn run(a: ServeArgs) -> Result<CommandOutput> {
             max_upload_bytes: a.max_upload_bytes,
             max_entries: a.max_entries,
             max_extracted_bytes: a.max_extracted_bytes,
+            idle_timeout: Duration::from_secs(a.upload_idle_timeout),
         },
         spool: a.spool,
         allow_unauthenticated: a.allow_unauthenticated,

@@ -13,6 +13,10 @@ pub const DEFAULT_MAX_EXTRACTED_BYTES: u64 = 4 << 30;
 /// record from being read into memory.
 pub const MAX_EXTENSION_BYTES: u64 = 64 * 1024;
 
+/// Default `--upload-idle-timeout`: seconds a request body may stall before the upload is
+/// abandoned (so a stalled client holds neither spool space nor a graceful shutdown).
+pub const DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS: u64 = 60;
+
 /// The limits of one upload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -22,6 +26,8 @@ pub struct Limits {
     pub max_entries: u64,
     /// Bytes of file content after unpacking.
     pub max_extracted_bytes: u64,
+    /// Longest wait for the next piece of the request body.
+    pub idle_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -30,6 +36,7 @@ impl Default for Limits {
             max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
             max_entries: DEFAULT_MAX_ENTRIES,
             max_extracted_bytes: DEFAULT_MAX_EXTRACTED_BYTES,
+            idle_timeout: std::time::Duration::from_secs(DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS),
         }
     }
 }

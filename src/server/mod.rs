@@ -221,6 +221,7 @@ async fn run(state: Arc<AppState>, addr: SocketAddr) -> Result<()> {
             "max_upload_bytes": state.limits.max_upload_bytes,
             "max_entries": state.limits.max_entries,
             "max_extracted_bytes": state.limits.max_extracted_bytes,
+            "upload_idle_timeout_secs": state.limits.idle_timeout.as_secs_f64(),
             "authentication": if state.tokens.is_empty() { "none" } else { "bearer" },
         }),
     );

@@ -246,7 +246,7 @@ async fn upload_inner(
         )));
     }
     let spool = state.spool.request()?;
-    let received = spool.receive(body, max).await?;
+    let received = spool.receive(body, max, state.limits.idle_timeout).await?;
     log.upload_bytes = Some(received);
     let job = PublishJob {
         pipeline,

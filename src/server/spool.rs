@@ -144,15 +144,33 @@ impl RequestSpool {
     }
 
     /// Streams `body` into [`Self::body_path`], counting bytes; passing `max` ends the
-    /// request with 413 at once, without reading the rest. Returns the bytes received.
-    pub async fn receive(&self, body: Body, max: u64) -> std::result::Result<u64, ApiError> {
+    /// request with 413 at once, without reading the rest, and a body that sends nothing
+    /// for `idle_timeout` ends it with 400. Returns the bytes received.
+    pub async fn receive(
+        &self,
+        body: Body,
+        max: u64,
+        idle_timeout: std::time::Duration,
+    ) -> std::result::Result<u64, ApiError> {
         let path = self.body_path();
         let mut file = tokio::fs::File::create(&path)
             .await
             .map_err(|e| ApiError::internal(format!("spool: cannot create a file: {e}")))?;
         let mut body = body;
         let mut received: u64 = 0;
-        while let Some(frame) = body.frame().await {
+        loop {
+            let next = tokio::time::timeout(idle_timeout, body.frame()).await;
+            let Ok(frame) = next else {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::BAD_REQUEST,
+                    "upload_timeout",
+                    format!(
+                        "the request body stalled for {}s after {received} bytes (--upload-idle-timeout)",
+                        idle_timeout.as_secs_f64()
+                    ),
+                ));
+            };
+            let Some(frame) = frame else { break };
             let frame = frame.map_err(|e| body_error(e, max))?;
             let Ok(data) = frame.into_data() else {
                 continue; // trailers
