@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod faults;
 pub mod server;
 
 use serde_json::Value;

@@ -1,0 +1,418 @@
+//! Fault injection (SPEC §6 and §8): the real binary is aborted at every failpoint of a
+//! publication, in single-owner and shared-root mode, and `recover` must bring the
+//! destination back to exactly just before (commit point not reached) or just after
+//! (reached) the operation; `recover` itself is aborted at each of its steps and run again;
+//! and the failpoints reached are proven to be exactly `failpoint::ALL`.
+//!
+//! Every failpoint name must have a scenario here: a new step without one fails
+//! `every_failpoint_has_a_crash_scenario`.
+
+use crate::common::Env;
+use crate::common::faults::{DEST, Mode, Scenario, Side, assert_aborted, outcome, snapshot};
+use distributor::failpoint;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// How a failpoint is exercised.
+enum Kind {
+    /// Crash a publication there (at each k); recovery lands on this side.
+    Publish(Side, &'static [u64]),
+    /// Reached only while rolling back: crash `recover` (and the in-process undo) there.
+    Undo,
+    /// A step of `recover`.
+    Recover,
+}
+
+/// The v2 publication over v1 stages 5 files, moves 7 paths aside, places 5 files and 2
+/// links; the counts below stay inside those.
+fn kind(name: &str) -> Kind {
+    match name {
+        "after_journal_append"
+        | "after_staging"
+        | "after_move_aside"
+        | "after_placement"
+        | "after_links" => Kind::Publish(Side::Before, &[1]),
+        "during_staging" | "during_move_aside" | "during_placement" | "during_links" => {
+            Kind::Publish(Side::Before, &[1, 2])
+        }
+        "io_stage_write" => Kind::Publish(Side::Before, &[1, 5]),
+        // The 1st rename moves a file aside, the 9th places one.
+        "io_rename" => Kind::Publish(Side::Before, &[1, 9]),
+        "io_syncfs" | "io_state_fsync" | "io_state_rename" => Kind::Publish(Side::Before, &[1]),
+        "after_state_write"
+        | "after_journal_commit"
+        | "during_cleanup"
+        | "cleanup_before_prune"
+        | "io_remove_staging" => Kind::Publish(Side::After, &[1]),
+        "undo_remove_placed" | "undo_restore" | "undo_before_remove_staging" => Kind::Undo,
+        "recover_after_lock" | "recover_after_adopt" | "recover_before_event" => Kind::Recover,
+        other => panic!("failpoint {other} has no crash scenario in tests/test_crash.rs"),
+    }
+}
+
+#[test]
+fn every_failpoint_has_a_crash_scenario() {
+    for name in failpoint::ALL {
+        let _ = kind(name);
+    }
+}
+
+fn word(side: Side) -> &'static str {
+    match side {
+        Side::Before => "rolled_back",
+        Side::After => "rolled_forward",
+    }
+}
+
+/// The journal's view of one operation (`history show --json`).
+fn show(env: &Env, op: &str) -> Value {
+    let r = env.run(&["history", "show", op, "--json"]);
+    r.expect_code(0);
+    r.json()
+}
+
+/// Crash v2 at `spec`, check publish refuses, recover, check everything.
+fn crash_and_recover(mode: Mode, spec: &str, side: Side, lose_journal: bool) {
+    let ctx = format!(
+        "{mode:?} crash at {spec}{}",
+        if lose_journal { " (journal lost)" } else { "" }
+    );
+    let sc = Scenario::new(mode);
+    sc.crash_publish(spec);
+    if lose_journal {
+        sc.lose_journal();
+    }
+    // Publishing again is refused until recovery: exit 4, naming the command to run.
+    let refused = sc.publish_env(&[]);
+    refused.expect_code(4);
+    let refusal = refused.dest(0)["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(refusal.contains("distributor recover"), "{ctx}: {refusal}");
+
+    let r = sc.recover_env(&[]);
+    r.expect_code(0);
+    assert_eq!(outcome(&r), word(side), "{ctx}: {}", r.stdout);
+    let ops = r.json()["operations"].as_array().unwrap().clone();
+    assert_eq!(ops.len(), 1, "{ctx}: {}", r.stdout);
+    let op = ops[0]["operation_id"].as_str().unwrap().to_string();
+    assert!(
+        refusal.contains(&op),
+        "{ctx}: the refusal does not name operation {op}: {refusal}"
+    );
+    sc.assert_recovered(side, &ctx);
+
+    let h = show(&sc.env, &op);
+    assert_eq!(h["status"], word(side), "{ctx}: {h}");
+    let events: Vec<&str> = h["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    if lose_journal {
+        assert_eq!(events[0], "adopted", "{ctx}: {events:?}");
+    }
+    // The destination is usable again: v2 publishes (or is already there).
+    let again = sc.publish_env(&[]);
+    again.expect_code(0);
+    let want = match side {
+        Side::Before => "replace_older",
+        Side::After => "unchanged",
+    };
+    assert_eq!(again.decision(), want, "{ctx}");
+}
+
+fn publish_points(mode: Mode, after_commit: bool) {
+    let mut n = 0;
+    for name in failpoint::ALL {
+        if let Kind::Publish(side, ks) = kind(name) {
+            if (side == Side::After) != after_commit {
+                continue;
+            }
+            for k in ks {
+                crash_and_recover(mode, &format!("{name}:{k}"), side, false);
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 4, "only {n} crash points exercised");
+}
+
+#[test]
+fn crash_before_commit_point_rolls_back_single_owner() {
+    publish_points(Mode::SingleOwner, false);
+}
+
+#[test]
+fn crash_before_commit_point_rolls_back_shared_root() {
+    publish_points(Mode::SharedRoot, false);
+}
+
+#[test]
+fn crash_after_commit_point_rolls_forward_single_owner() {
+    publish_points(Mode::SingleOwner, true);
+}
+
+#[test]
+fn crash_after_commit_point_rolls_forward_shared_root() {
+    publish_points(Mode::SharedRoot, true);
+}
+
+#[test]
+fn crash_with_lost_journal_is_recovered_from_staging() {
+    for mode in [Mode::SingleOwner, Mode::SharedRoot] {
+        crash_and_recover(mode, "during_placement:2", Side::Before, true);
+        crash_and_recover(mode, "after_links", Side::Before, true);
+        crash_and_recover(mode, "after_state_write", Side::After, true);
+    }
+}
+
+/// Crash `recover` at `spec` after the publication crashed at `publish_spec`, then run it
+/// again: the result is that of one clean recover, with one outcome event.
+fn crash_recover(mode: Mode, publish_spec: &str, spec: &str, side: Side, lose_journal: bool) {
+    let ctx = format!("{mode:?} publish crash at {publish_spec}, recover crash at {spec}");
+    let sc = Scenario::new(mode);
+    sc.crash_publish(publish_spec);
+    if lose_journal {
+        sc.lose_journal();
+    }
+    let r = sc.recover_env(&[("DISTRIBUTOR_FAILPOINT", spec)]);
+    assert_aborted(&r, spec);
+    let r = sc.recover_env(&[]);
+    r.expect_code(0);
+    assert_eq!(outcome(&r), word(side), "{ctx}: {}", r.stdout);
+    let op = r.json()["operations"][0]["operation_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    sc.assert_recovered(side, &ctx);
+    let h = show(&sc.env, &op);
+    assert_eq!(h["status"], word(side), "{ctx}");
+    let count = |ev: &str| {
+        h["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == ev)
+            .count()
+    };
+    let outcome_event = match side {
+        Side::Before => "recovered_back",
+        Side::After => "recovered_forward",
+    };
+    assert_eq!(count(outcome_event), 1, "{ctx}: {h}");
+    assert_eq!(count("adopted"), usize::from(lose_journal), "{ctx}: {h}");
+}
+
+#[test]
+fn crash_of_recover_at_each_step_then_recover_again() {
+    let back = "after_links";
+    let fwd = "after_state_write";
+    for mode in [Mode::SingleOwner, Mode::SharedRoot] {
+        for (publish_spec, spec, side, lost) in [
+            (back, "recover_after_lock", Side::Before, false),
+            (fwd, "recover_after_lock", Side::After, false),
+            (back, "recover_after_adopt", Side::Before, true),
+            (fwd, "recover_after_adopt", Side::After, true),
+            (back, "undo_remove_placed:1", Side::Before, false),
+            (back, "undo_remove_placed:3", Side::Before, false),
+            (back, "undo_restore:1", Side::Before, false),
+            (back, "undo_restore:4", Side::Before, true),
+            (back, "io_rename:2", Side::Before, false),
+            (back, "io_syncfs", Side::Before, false),
+            (back, "undo_before_remove_staging", Side::Before, false),
+            (back, "io_remove_staging", Side::Before, false),
+            (fwd, "during_cleanup", Side::After, false),
+            (fwd, "io_remove_staging", Side::After, true),
+            (fwd, "cleanup_before_prune", Side::After, false),
+            (back, "recover_before_event", Side::Before, false),
+            (fwd, "recover_before_event", Side::After, false),
+        ] {
+            crash_recover(mode, publish_spec, spec, side, lost);
+        }
+    }
+}
+
+#[test]
+fn every_failpoint_is_reached_and_listed() {
+    let sc = Scenario::new(Mode::SingleOwner);
+    let log = sc.env.path("failpoints.log");
+    let log_s = log.to_str().unwrap().to_string();
+    let logged = [("DISTRIBUTOR_FAILPOINT_LOG", log_s.as_str())];
+    let with = |spec: &'static str| {
+        [
+            ("DISTRIBUTOR_FAILPOINT_LOG", log_s.as_str()),
+            ("DISTRIBUTOR_FAILPOINT", spec),
+        ]
+    };
+    // Interrupted and rolled back from the journal, then from staging alone.
+    assert_aborted(&sc.publish_env(&with("after_links")), "after_links");
+    sc.recover_env(&logged).expect_code(0);
+    assert_aborted(&sc.publish_env(&with("after_links")), "after_links");
+    sc.lose_journal();
+    sc.recover_env(&logged).expect_code(0);
+    // A clean publication reaches every step.
+    sc.publish_env(&logged).expect_code(0);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let reached: BTreeSet<&str> = text.lines().collect();
+    let all: BTreeSet<&str> = failpoint::ALL.iter().copied().collect();
+    assert_eq!(reached, all, "failpoints reached vs failpoint::ALL");
+}
+
+/// Every `failpoint::hit("..")`/`failpoint::io("..")` in the sources is listed in
+/// `failpoint::ALL` (and the other way round), each once; `IO` lists exactly the I/O ones.
+#[test]
+fn failpoint_list_matches_the_sources() {
+    let mut hit = Vec::new();
+    let mut io = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src"
+    ))];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for (needle, out) in [
+                    ("failpoint::hit(\"", &mut hit),
+                    ("failpoint::io(\"", &mut io),
+                ] {
+                    for part in text.split(needle).skip(1) {
+                        out.push(part.split('"').next().unwrap().to_string());
+                    }
+                }
+            }
+        }
+    }
+    let used: BTreeSet<String> = hit.iter().chain(io.iter()).cloned().collect();
+    let all: BTreeSet<String> = failpoint::ALL.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        all.len(),
+        failpoint::ALL.len(),
+        "duplicates in failpoint::ALL"
+    );
+    assert_eq!(used, all, "failpoints in the sources vs failpoint::ALL");
+    let io_used: BTreeSet<String> = io.into_iter().collect();
+    let io_all: BTreeSet<String> = failpoint::IO.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        io_used, io_all,
+        "I/O failpoints in the sources vs failpoint::IO"
+    );
+}
+
+/// SIGKILL at spread-out moments of a 2000-file replacement: whatever the moment,
+/// recovery lands exactly before or after.
+#[test]
+fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
+    const N: usize = 2000;
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
+    env.write(&format!("{DEST}/unmanaged.txt"), "hand-made");
+    // Two content sets, published alternately; each round only rewrites the manifest's
+    // created_at so every round replaces all 2000 files with a newer source.
+    let build = |set: &str| {
+        let names: Vec<String> = (0..N).map(|i| format!("d{}/f{i}.txt", i % 20)).collect();
+        let contents: Vec<String> = (0..N).map(|i| format!("set {set} file {i}\n")).collect();
+        let files: Vec<(&str, &str)> = names
+            .iter()
+            .zip(&contents)
+            .map(|(n, c)| (n.as_str(), c.as_str()))
+            .collect();
+        env.bundle(
+            &format!("b{set}"),
+            "big",
+            "2026-12-02T00:00:00Z",
+            &files,
+            &[],
+        )
+    };
+    let sets = [build("A"), build("B")];
+    let at = |round: usize| format!("2026-12-02T{round:02}:00:00Z");
+    let retime = |bundle: &std::path::Path, round: usize| {
+        let m = bundle.join("distributor-manifest.json");
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&m).unwrap()).unwrap();
+        v["created_at"] = Value::String(at(round));
+        std::fs::write(&m, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    };
+    let publish_args = |bundle: &std::path::Path| {
+        vec![
+            "publish".to_string(),
+            "--config".into(),
+            cfg.to_str().unwrap().into(),
+            "--source".into(),
+            bundle.to_str().unwrap().into(),
+        ]
+    };
+    retime(&sets[0], 0);
+    let started = std::time::Instant::now();
+    env.publish(&cfg, &sets[0], &[]).expect_code(0);
+    let full = started.elapsed();
+    let mut interrupted = 0;
+    let fractions = [0.15, 0.3, 0.45, 0.6, 0.75, 0.9];
+    for (i, frac) in fractions.iter().enumerate() {
+        let round = i + 1;
+        let set = ["A", "B"][round % 2];
+        let bundle = &sets[round % 2];
+        retime(bundle, round);
+        let before = snapshot(&env);
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
+            .args(publish_args(bundle))
+            .env_clear()
+            .env("HOME", env.path("home"))
+            .env("DISTRIBUTOR_JOURNAL", env.journal())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(full.mul_f64(*frac));
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        let r = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
+        r.expect_code(0);
+        let ctx = format!("kill after {frac} of {full:?} ({status}): {}", r.stdout);
+        if !r.json()["operations"].as_array().unwrap().is_empty() {
+            interrupted += 1;
+        }
+        let state: Value =
+            serde_json::from_str(&env.read(&format!("{DEST}/.distributor.json"))).unwrap();
+        let now = snapshot(&env);
+        if state["source"]["created_at"] == at(round) {
+            let files: Vec<&(String, String)> =
+                now.iter().filter(|(p, _)| p.contains("/f")).collect();
+            assert_eq!(files.len(), N, "{ctx}");
+            for (p, c) in files {
+                assert!(
+                    c.starts_with(&format!("set {set} ")),
+                    "{ctx}: {p} holds {c}"
+                );
+            }
+        } else {
+            assert_eq!(now, before, "{ctx}: not byte-identical to before");
+        }
+        assert!(
+            !env.exists(&format!("{DEST}/.distributor-staging")),
+            "{ctx}"
+        );
+        let v = env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()]);
+        let d = &v.json()["destinations"][0];
+        assert_eq!(d["missing"], serde_json::json!([]), "{ctx}");
+        assert_eq!(d["modified"], serde_json::json!([]), "{ctx}");
+        assert_eq!(
+            d["unrecorded"],
+            serde_json::json!(["unmanaged.txt"]),
+            "{ctx}"
+        );
+        let again = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
+        assert_eq!(again.json()["operations"], serde_json::json!([]), "{ctx}");
+    }
+    assert!(
+        interrupted >= 2,
+        "only {interrupted} of {} kills interrupted an operation: the timing proves nothing",
+        fractions.len()
+    );
+}

@@ -1,0 +1,266 @@
+//! Journal hardening (SPEC §7): append-only enforced by triggers, migrations recorded, a
+//! newer schema, a corrupt, unreadable or foreign journal refused with a clear error and no
+//! destination write, and several processes sharing one journal.
+
+use crate::common::Env;
+use rusqlite::Connection;
+use std::path::PathBuf;
+
+fn published() -> (Env, PathBuf, PathBuf) {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let b = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "one")],
+        &[],
+    );
+    env.publish(&cfg, &b, &[]).expect_code(0);
+    let b2 = env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T07:00:00Z",
+        &[("a.txt", "two")],
+        &[],
+    );
+    (env, cfg, b2)
+}
+
+#[test]
+fn update_and_delete_are_refused_by_triggers() {
+    let (env, _, _) = published();
+    let c = Connection::open(env.journal()).unwrap();
+    for table in [
+        "journal_operations",
+        "journal_actions",
+        "journal_events",
+        "journal_placements",
+    ] {
+        let n: i64 = c
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap();
+        assert!(n > 0, "{table} is empty: the trigger would prove nothing");
+        let col = if table == "journal_operations" {
+            "actor"
+        } else {
+            "operation_id"
+        };
+        let e = c
+            .execute(&format!("UPDATE {table} SET {col} = 'x'"), [])
+            .unwrap_err();
+        assert!(e.to_string().contains("append-only"), "{table}: {e}");
+        let e = c.execute(&format!("DELETE FROM {table}"), []).unwrap_err();
+        assert!(e.to_string().contains("append-only"), "{table}: {e}");
+    }
+    let status: String = c
+        .query_row("SELECT status FROM operations", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(status, "applied");
+}
+
+#[test]
+fn migrations_are_recorded_and_applied_once() {
+    let (env, cfg, b2) = published();
+    env.publish(&cfg, &b2, &[]).expect_code(0);
+    let c = Connection::open(env.journal()).unwrap();
+    let rows: Vec<(i64, String)> = c
+        .prepare("SELECT version, name FROM schema_migrations ORDER BY version")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let want: Vec<(i64, String)> = distributor::journal::MIGRATIONS
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| (i as i64 + 1, n.to_string()))
+        .collect();
+    assert_eq!(rows, want);
+    let v: i64 = c
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v as usize, distributor::journal::SCHEMA_VERSION);
+    let mode: String = c
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+/// Runs publish, history and recover against a bad journal: each exits 1 naming the
+/// journal and `needle`, and the destination is untouched.
+fn refused_everywhere(env: &Env, cfg: &std::path::Path, b2: &std::path::Path, needle: &str) {
+    let before = env.snapshot("dest");
+    let j = env.journal();
+    let j = j.to_str().unwrap();
+    for args in [
+        vec![
+            "publish",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            b2.to_str().unwrap(),
+        ],
+        vec!["history"],
+        vec!["recover", "--config", cfg.to_str().unwrap()],
+    ] {
+        let r = env.run(&args);
+        r.expect_code(1);
+        assert!(
+            r.stderr.contains(j) && r.stderr.contains(needle),
+            "{args:?}: {}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    }
+    assert_eq!(
+        env.snapshot("dest"),
+        before,
+        "a refused journal let a write through"
+    );
+}
+
+#[test]
+fn newer_schema_is_refused() {
+    let (env, cfg, b2) = published();
+    Connection::open(env.journal())
+        .unwrap()
+        .execute_batch("PRAGMA user_version = 99")
+        .unwrap();
+    refused_everywhere(&env, &cfg, &b2, "newer distributor (schema 99)");
+}
+
+#[test]
+fn corrupt_journal_is_refused_before_any_destination_write() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let b = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "one")],
+        &[],
+    );
+    std::fs::write(
+        env.journal(),
+        "this is not an SQLite database\n".repeat(200),
+    )
+    .unwrap();
+    refused_everywhere(&env, &cfg, &b, "not a distributor journal");
+    assert!(!env.exists("dest"), "the destination was created");
+}
+
+#[test]
+fn journal_that_cannot_be_opened_is_refused() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let b = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "one")],
+        &[],
+    );
+    std::fs::create_dir_all(env.journal()).unwrap();
+    refused_everywhere(&env, &cfg, &b, "journal");
+    assert!(!env.exists("dest"), "the destination was created");
+}
+
+#[test]
+fn foreign_sqlite_database_is_refused_and_left_alone() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let b = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "one")],
+        &[],
+    );
+    Connection::open(env.journal())
+        .unwrap()
+        .execute_batch("CREATE TABLE notes (t TEXT); INSERT INTO notes VALUES ('mine');")
+        .unwrap();
+    refused_everywhere(&env, &cfg, &b, "not a distributor journal");
+    let c = Connection::open(env.journal()).unwrap();
+    let tables: Vec<String> = c
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(tables, ["notes"]);
+}
+
+/// Eight processes publish to eight destinations at once through one journal that does
+/// not exist yet: all succeed and every operation is recorded applied.
+#[test]
+fn several_processes_share_one_journal() {
+    let env = Env::new();
+    // Everything is prepared first so the eight processes really start together.
+    let jobs: Vec<(PathBuf, PathBuf)> = (0..8)
+        .map(|i| {
+            let cfg = env.simple_config(
+                &format!("c{i}.yaml"),
+                &format!("p{i}"),
+                "latest",
+                &format!("dest/{i}"),
+                "",
+            );
+            let b = env.bundle(
+                &format!("b{i}"),
+                "tomorrow",
+                "2026-12-02T06:00:00Z",
+                &[("a.txt", "one"), ("b/c.txt", "two")],
+                &[],
+            );
+            (cfg, b)
+        })
+        .collect();
+    let children: Vec<std::process::Child> = jobs
+        .iter()
+        .map(|(cfg, b)| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
+                .args(["publish", "--config"])
+                .arg(cfg)
+                .arg("--source")
+                .arg(b)
+                .env_clear()
+                .env("HOME", env.path("home"))
+                .env("DISTRIBUTOR_JOURNAL", env.journal())
+                .output_async()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let h = env.run(&["history", "--json", "--status", "applied"]);
+    h.expect_code(0);
+    let ops = h.json()["operations"].as_array().unwrap().clone();
+    assert_eq!(ops.len(), 8, "{}", h.stdout);
+    let mut pipelines: Vec<&str> = ops
+        .iter()
+        .map(|o| o["pipeline_id"].as_str().unwrap())
+        .collect();
+    pipelines.sort();
+    assert_eq!(pipelines, ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"]);
+}
+
+trait Spawn {
+    fn output_async(&mut self) -> std::process::Child;
+}
+
+impl Spawn for std::process::Command {
+    fn output_async(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}

@@ -1,0 +1,263 @@
+//! `distributor recover` beyond the crash matrix (SPEC §8): diverged state is left alone
+//! and explained, dry runs write nothing, staging the journal never saw is found through
+//! the config (fixed and mapped paths), and staging entries distributor did not make are
+//! reported, never removed.
+
+use crate::common::Env;
+use crate::common::faults::{DEST, Mode, Scenario, Side, outcome, snapshot};
+
+fn staged_op(sc: &Scenario) -> String {
+    let dir = sc.env.path(&format!("{DEST}/.distributor-staging"));
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    names.remove(0)
+}
+
+fn events(env: &Env, op: &str) -> Vec<String> {
+    let r = env.run(&["history", "show", op, "--json"]);
+    r.expect_code(0);
+    r.json()["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The state file changed after the crash: recover touches nothing, exits 1 and says
+/// what to check; restoring the pre- or post-state copy it points to lets it finish.
+#[test]
+fn diverged_state_is_left_alone_then_resolved_by_the_operator() {
+    for (copy, side) in [
+        ("pre-state.json", Side::Before),
+        ("post-state.json", Side::After),
+    ] {
+        let sc = Scenario::new(Mode::SingleOwner);
+        sc.crash_publish("after_links");
+        let op = staged_op(&sc);
+        let state = format!("{DEST}/.distributor.json");
+        let edited = sc.env.read(&state).replace("tomorrow", "edited-by-hand");
+        sc.env.write(&state, &edited);
+        let frozen = snapshot(&sc.env);
+
+        let r = sc.recover_env(&[]);
+        r.expect_code(1);
+        assert_eq!(outcome(&r), "diverged", "{}", r.stdout);
+        let msg = r.json()["operations"][0]["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        for needle in [
+            "Nothing was touched",
+            "pre-state.json",
+            "post-state.json",
+            &op,
+        ] {
+            assert!(msg.contains(needle), "'{needle}' missing from: {msg}");
+        }
+        assert_eq!(
+            snapshot(&sc.env),
+            frozen,
+            "diverged recovery touched the destination"
+        );
+        // Still refused, still diverged, recorded once.
+        sc.publish_env(&[]).expect_code(4);
+        let text = sc
+            .env
+            .run(&["recover", "--config", sc.cfg.to_str().unwrap()]);
+        text.expect_code(1);
+        assert!(text.stdout.contains(": diverged"), "{}", text.stdout);
+        assert_eq!(snapshot(&sc.env), frozen);
+        let ev = events(&sc.env, &op);
+        assert_eq!(ev.iter().filter(|e| *e == "diverged").count(), 1, "{ev:?}");
+
+        // The operator restores the state the message points to.
+        let from = sc
+            .env
+            .read(&format!("{DEST}/.distributor-staging/{op}/{copy}"));
+        sc.env.write(&state, &from);
+        let r = sc.recover_env(&[]);
+        r.expect_code(0);
+        sc.assert_recovered(side, copy);
+    }
+}
+
+#[test]
+fn dry_run_reports_and_writes_nothing() {
+    let sc = Scenario::new(Mode::SingleOwner);
+    sc.crash_publish("after_move_aside");
+    let op = staged_op(&sc);
+    let frozen = snapshot(&sc.env);
+    let ev = events(&sc.env, &op);
+    let r = sc.env.run(&[
+        "recover",
+        "--dry-run",
+        "--json",
+        "--config",
+        sc.cfg.to_str().unwrap(),
+    ]);
+    r.expect_code(0);
+    assert_eq!(r.json()["dry_run"], true);
+    assert_eq!(outcome(&r), "rolled_back");
+    assert_eq!(snapshot(&sc.env), frozen);
+    assert_eq!(
+        events(&sc.env, &op),
+        ev,
+        "a dry run appended to the journal"
+    );
+    let text = sc
+        .env
+        .run(&["recover", "--dry-run", "--config", sc.cfg.to_str().unwrap()]);
+    assert!(
+        text.stdout.contains("would be rolled back"),
+        "{}",
+        text.stdout
+    );
+
+    // Without a journal, a dry run does not create one.
+    sc.lose_journal();
+    let r = sc.env.run(&[
+        "recover",
+        "--dry-run",
+        "--json",
+        "--config",
+        sc.cfg.to_str().unwrap(),
+    ]);
+    r.expect_code(0);
+    assert_eq!(r.json()["operations"][0]["found_in"], "staging");
+    assert!(!sc.env.journal().exists(), "a dry run created the journal");
+    assert!(sc.env.exists(&format!("{DEST}/.distributor-staging")));
+}
+
+/// Staging the journal never saw is invisible without the config, found with it, and the
+/// operation is written to this journal before its outcome.
+#[test]
+fn staging_only_operation_needs_the_config_and_is_adopted() {
+    let sc = Scenario::new(Mode::SharedRoot);
+    sc.crash_publish("during_placement:3");
+    let op = staged_op(&sc);
+    sc.lose_journal();
+    let bare = sc.env.run(&["recover", "--json"]);
+    bare.expect_code(0);
+    assert_eq!(bare.json()["operations"], serde_json::json!([]));
+    let refused = sc.publish_env(&[]);
+    refused.expect_code(4);
+    assert!(
+        refused.dest(0)["message"].as_str().unwrap().contains(&op),
+        "{}",
+        refused.stdout
+    );
+    let r = sc.recover_env(&[]);
+    r.expect_code(0);
+    assert_eq!(r.json()["operations"][0]["found_in"], "staging");
+    assert_eq!(r.json()["operations"][0]["pipeline_id"], "weather");
+    sc.assert_recovered(Side::Before, "adopted");
+    let show = sc.env.run(&["history", "show", &op, "--json"]).json();
+    assert_eq!(show["decision"], "replace_older");
+    assert_eq!(show["actor"], "cli:tester");
+    assert_eq!(show["status"], "rolled_back");
+    assert_eq!(events(&sc.env, &op), ["adopted", "recovered_back"]);
+}
+
+/// A mapped destination (`path_mapping: source_id`): recover walks the destination path
+/// for staging directories.
+#[test]
+fn staging_under_a_mapped_destination_is_found() {
+    let env = Env::new();
+    let cfg = env.simple_config(
+        "c.yaml",
+        "weather",
+        "latest",
+        "dest",
+        "    path_mapping:\n      mode: source_id\n",
+    );
+    let v1 = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "one")],
+        &[],
+    );
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let before = env.snapshot("dest");
+    let v2 = env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T07:00:00Z",
+        &[("a.txt", "two"), ("b/c.txt", "c")],
+        &[],
+    );
+    let args = [
+        "publish",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        v2.to_str().unwrap(),
+    ];
+    let crashed = env.run_env(&args, &[("DISTRIBUTOR_FAILPOINT", "after_links")]);
+    assert_eq!(crashed.code, -1, "{}", crashed.stderr);
+    std::fs::remove_file(env.journal()).unwrap();
+    let r = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(0);
+    let op = &r.json()["operations"][0];
+    assert_eq!(op["outcome"], "rolled_back", "{}", r.stdout);
+    assert!(
+        op["bundle_path"]
+            .as_str()
+            .unwrap()
+            .ends_with("dest/tomorrow")
+    );
+    assert_eq!(env.snapshot("dest"), before);
+}
+
+/// Entries in `.distributor-staging/` that are not an operation distributor staged are
+/// reported (exit 1) and left alone; an operation directory that never got its plan is
+/// removed, one holding files without a plan is left alone.
+#[test]
+fn foreign_staging_entries_are_reported_and_left_alone() {
+    let sc = Scenario::new(Mode::SingleOwner);
+    let staging = format!("{DEST}/.distributor-staging");
+    sc.env.write(&format!("{staging}/junk.txt"), "not mine");
+    let empty_op = "8b8e3f52-3c7e-4c52-9d0a-2b4e5f6a7b8c";
+    std::fs::create_dir_all(sc.env.path(&format!("{staging}/{empty_op}/new"))).unwrap();
+    let full_op = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f";
+    sc.env.write(
+        &format!("{staging}/{full_op}/old/keep.txt"),
+        "someone's data",
+    );
+    let r = sc.recover_env(&[]);
+    r.expect_code(1);
+    let ops = r.json()["operations"].as_array().unwrap().clone();
+    let by_id = |id: &str| {
+        ops.iter()
+            .find(|o| o["operation_id"] == id)
+            .unwrap_or_else(|| panic!("{id} not reported: {}", r.stdout))
+            .clone()
+    };
+    assert_eq!(by_id("junk.txt")["outcome"], "failed");
+    assert_eq!(by_id(empty_op)["outcome"], "rolled_back");
+    assert_eq!(by_id(full_op)["outcome"], "failed");
+    assert_eq!(sc.env.read(&format!("{staging}/junk.txt")), "not mine");
+    assert_eq!(
+        sc.env.read(&format!("{staging}/{full_op}/old/keep.txt")),
+        "someone's data"
+    );
+    assert!(!sc.env.exists(&format!("{staging}/{empty_op}")));
+    // Publishing stays refused while staging holds anything.
+    sc.publish_env(&[]).expect_code(4);
+}
+
+#[test]
+fn nothing_to_recover() {
+    let env = Env::new();
+    let r = env.run(&["recover"]);
+    r.expect_code(0);
+    assert!(r.stdout.contains("nothing to recover"), "{}", r.stdout);
+    assert!(
+        !env.journal().exists(),
+        "recover created a journal with nothing to record"
+    );
+}
