@@ -3,11 +3,13 @@
 mod common;
 
 mod test_bad_input;
+mod test_concurrency;
 mod test_config;
 mod test_crash;
 mod test_docs;
 mod test_dry_run;
 mod test_faults;
+mod test_history;
 mod test_journal;
 mod test_reconciliation;
 mod test_recover;

@@ -224,6 +224,7 @@ fn takeover_lines(out: &mut String, op: &OperationSummary, indent: &str) {
 }
 
 fn show(a: ShowArgs) -> Result<CommandOutput> {
+    query::check_operation_id(&a.operation_id)?;
     let (path, journal) = open(&a.journal)?;
     let detail = match &journal {
         Some(j) => query::show(j, &a.operation_id)?,

@@ -208,16 +208,22 @@ pub fn list(j: &Journal, f: &Filter) -> Result<Vec<OperationSummary>> {
         .map_err(|e| jerr(j.path(), e))
 }
 
-/// The operation `id` (or the one operation whose id starts with `id`), with its events and
-/// actions; `None` when there is none.
-pub fn show(j: &Journal, id: &str) -> Result<Option<OperationDetail>> {
-    let conn = j.connection();
-    let jr = |e| jerr(j.path(), e);
+/// Refuses (usage error) text that cannot be an operation id or the start of one.
+pub fn check_operation_id(id: &str) -> Result<()> {
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
         return Err(Error::Usage(format!(
             "'{id}' is not an operation id (a UUID, or the start of one)"
         )));
     }
+    Ok(())
+}
+
+/// The operation `id` (or the one operation whose id starts with `id`), with its events and
+/// actions; `None` when there is none.
+pub fn show(j: &Journal, id: &str) -> Result<Option<OperationDetail>> {
+    let conn = j.connection();
+    let jr = |e| jerr(j.path(), e);
+    check_operation_id(id)?;
     let mut ids: Vec<String> = conn
         .prepare(
             "SELECT operation_id FROM journal_operations WHERE operation_id = ?1
