@@ -288,7 +288,7 @@ fn takeover_audit() {
     let op = op_id(&r);
 
     let audit = history(&env, &["--action", "replace_takeover"]);
-    assert_eq!(ids(&audit), [op.clone()]);
+    assert_eq!(ids(&audit), std::slice::from_ref(&op));
     let t = &audit[0];
     assert_eq!(t["takeover_mode"], "same_pipeline");
     assert_eq!(t["previous"]["owner"], "weather/old");
