@@ -21,7 +21,7 @@ use crate::execute::{
 };
 use crate::failpoint;
 use crate::hash::sha256_hex;
-use crate::journal::{Journal, event};
+use crate::journal::{Journal, event, query};
 use crate::state::STATE_FILE;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -54,6 +54,8 @@ pub enum Outcome {
     Diverged,
     /// Recovery could not run (lock timeout, unreadable staging, I/O error).
     Failed,
+    /// An operator ended a diverged operation (`--abandon`); nothing was touched.
+    Abandoned,
 }
 
 /// Where an operation was found.
@@ -108,6 +110,8 @@ pub struct RecoverSummary {
     pub diverged: usize,
     /// Failed.
     pub failed: usize,
+    /// Abandoned.
+    pub abandoned: usize,
 }
 
 /// The report of one `recover` run.
@@ -195,9 +199,82 @@ pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<Recover
             Outcome::RolledBack => s.rolled_back += 1,
             Outcome::Diverged => s.diverged += 1,
             Outcome::Failed => s.failed += 1,
+            Outcome::Abandoned => s.abandoned += 1,
         }
     }
     Ok(report)
+}
+
+/// Ends the diverged operation `op` without touching its destination (`recover
+/// --abandon`): an `abandoned` event, after which it no longer blocks its bundle path. Its
+/// staging, if any, is left for the operator to inspect and remove.
+pub fn abandon(op: &str, opts: &RecoverOptions) -> Result<RecoverReport> {
+    query::check_operation_id(op)?;
+    let missing = || {
+        Error::Failed(format!(
+            "no operation {op} in journal {}",
+            opts.journal.display()
+        ))
+    };
+    let journal = Journal::open_existing(&opts.journal)?.ok_or_else(missing)?;
+    let d = query::show(&journal, op)?.ok_or_else(missing)?.operation;
+    if d.status != "diverged" {
+        return Err(Error::Failed(format!(
+            "operation {} is {}: only a diverged operation can be abandoned; `distributor recover` rolls unfinished operations forward or back",
+            d.operation_id, d.status
+        )));
+    }
+    let bundle = PathBuf::from(&d.bundle_path);
+    let op_dir = bundle.join(STAGING_DIR).join(&d.operation_id);
+    let mut message = if opts.dry_run {
+        "would be abandoned: the journal would stop asking for its recovery; the destination would not be touched".to_string()
+    } else {
+        "abandoned: the journal no longer asks for its recovery; the destination was not touched"
+            .to_string()
+    };
+    if fs::symlink_metadata(&op_dir).is_ok() {
+        message.push_str(&format!(
+            "; its staging {} is left in place: inspect it and remove it by hand (publish refuses while staging holds anything)",
+            op_dir.display()
+        ));
+    }
+    if !opts.dry_run {
+        journal.event(
+            &d.operation_id,
+            event::ABANDONED,
+            Some(&format!("by {}: {message}", opts.actor)),
+        )?;
+    }
+    let state_sha256 = state_sha(&bundle)?.ok().flatten();
+    let found_in = if op_dir.exists() {
+        FoundIn::JournalAndStaging
+    } else {
+        FoundIn::Journal
+    };
+    Ok(RecoverReport {
+        report_version: 1,
+        command: "recover",
+        dry_run: opts.dry_run,
+        journal: opts.journal.to_string_lossy().into_owned(),
+        operations: vec![RecoveredOperation {
+            operation_id: d.operation_id,
+            bundle_path: d.bundle_path,
+            pipeline_id: Some(d.pipeline_id),
+            destination_id: Some(d.destination_id),
+            decision: Some(d.decision),
+            found_in,
+            state_sha256,
+            pre_state_sha256: d.pre_state_sha256,
+            post_state_sha256: Some(d.post_state_sha256),
+            outcome: Outcome::Abandoned,
+            message,
+        }],
+        summary: RecoverSummary {
+            operations: 1,
+            abandoned: 1,
+            ..RecoverSummary::default()
+        },
+    })
 }
 
 /// Bundle paths of a destination that have a staging directory: the path itself for fixed
@@ -495,6 +572,7 @@ fn outcome_word(o: Outcome) -> &'static str {
         Outcome::RolledBack => "rolled back",
         Outcome::Diverged => "diverged",
         Outcome::Failed => "failed",
+        Outcome::Abandoned => "abandoned",
     }
 }
 
@@ -537,16 +615,19 @@ fn diverged_message(
     );
     if staged_now {
         m.push_str(&format!(
-            "Check what changed: {} and {} hold the state before and after, {}/old the moved-aside originals, {}/new the staged files not yet placed. To roll back, copy {PRE_STATE_FILE} over .distributor.json (or remove .distributor.json when there was none before); to roll forward, copy {POST_STATE_FILE} over it; then run `distributor recover` again.",
+            "Check what changed: {} and {} hold the state before and after, {}/old the moved-aside originals, {}/new the staged files not yet placed. To roll back, copy {PRE_STATE_FILE} over .distributor.json (or remove .distributor.json when there was none before); to roll forward, copy {POST_STATE_FILE} over it; then run `distributor recover` again. To keep the destination as it is instead, remove {} by hand and run `distributor recover --abandon {}`.",
             op_dir.join(PRE_STATE_FILE).display(),
             op_dir.join(POST_STATE_FILE).display(),
             op_dir.display(),
             op_dir.display(),
+            op_dir.display(),
+            staged.operation_id,
         ));
     } else {
-        m.push_str(
-            "The operation's staging directory is gone, so no half-done work of it is left in the destination; check the destination with `distributor verify` and restore .distributor.json to the state before or after the operation (see `distributor history show` for both digests), then run `distributor recover` again.",
-        );
+        m.push_str(&format!(
+            "The operation's staging directory is gone, so no half-done work of it is left in the destination (another publication may have replaced its state). Check the destination with `distributor verify`; when it is right as it is, end this operation with `distributor recover --abandon {}`.",
+            staged.operation_id
+        ));
     }
     m
 }
@@ -582,13 +663,18 @@ impl RecoverReport {
         let s = &self.summary;
         let _ = writeln!(
             out,
-            "{}{} operation(s): {} rolled forward, {} rolled back, {} diverged, {} failed",
+            "{}{} operation(s): {} rolled forward, {} rolled back, {} diverged, {} failed{}",
             if self.dry_run { "dry run: " } else { "" },
             s.operations,
             s.rolled_forward,
             s.rolled_back,
             s.diverged,
-            s.failed
+            s.failed,
+            if s.abandoned > 0 {
+                format!(", {} abandoned", s.abandoned)
+            } else {
+                String::new()
+            }
         );
         out
     }

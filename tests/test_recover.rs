@@ -261,3 +261,65 @@ fn nothing_to_recover() {
         "recover created a journal with nothing to record"
     );
 }
+
+/// Diverged with nothing left in staging: another journal's publication replaced the state
+/// after a crash that staged nothing. The operator ends the operation with `--abandon`,
+/// which touches nothing and unblocks publishing.
+#[test]
+fn diverged_operation_can_be_abandoned() {
+    let sc = Scenario::new(Mode::SingleOwner);
+    sc.crash_publish("after_journal_append");
+    // Another host (another journal) publishes v2 meanwhile.
+    let other = sc.env.path("other-journal.sqlite3");
+    let args = [
+        "publish",
+        "--config",
+        sc.cfg.to_str().unwrap(),
+        "--source",
+        sc.v2.to_str().unwrap(),
+        "--journal",
+        other.to_str().unwrap(),
+    ];
+    sc.env.run(&args).expect_code(0);
+    let frozen = snapshot(&sc.env);
+    sc.publish_env(&[]).expect_code(4);
+    let r = sc.recover_env(&[]);
+    r.expect_code(1);
+    let op = r.json()["operations"][0].clone();
+    assert_eq!(op["outcome"], "diverged");
+    let id = op["operation_id"].as_str().unwrap();
+    let msg = op["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("distributor recover --abandon {id}")),
+        "{msg}"
+    );
+
+    // Only a diverged operation can be abandoned; unknown ids are refused.
+    let bad = sc.env.run(&["recover", "--abandon", "0123abcd"]);
+    bad.expect_code(1);
+    assert!(
+        bad.stderr.contains("no operation 0123abcd"),
+        "{}",
+        bad.stderr
+    );
+
+    let dry = sc
+        .env
+        .run(&["recover", "--json", "--dry-run", "--abandon", id]);
+    dry.expect_code(0);
+    assert_eq!(events(&sc.env, id).last().unwrap(), "diverged");
+    let r = sc.env.run(&["recover", "--json", "--abandon", id]);
+    r.expect_code(0);
+    assert_eq!(outcome(&r), "abandoned");
+    assert_eq!(snapshot(&sc.env), frozen, "abandon touched the destination");
+    let h = sc.env.run(&["history", "--json", "--status", "abandoned"]);
+    assert_eq!(h.json()["operations"][0]["operation_id"], id);
+    let again = sc.env.run(&["recover", "--abandon", id]);
+    again.expect_code(1);
+    assert!(again.stderr.contains("is abandoned"), "{}", again.stderr);
+    // Publishing works again: v2 is already there.
+    let p = sc.publish_env(&[]);
+    p.expect_code(0);
+    assert_eq!(p.decision(), "unchanged");
+    sc.recover_env(&[]).expect_code(0);
+}

@@ -4,7 +4,7 @@ use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::publish::resolve_journal;
-use crate::recover::{RecoverOptions, recover};
+use crate::recover::{RecoverOptions, abandon, recover};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,6 +26,10 @@ pub struct RecoverArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// End this diverged operation without recovering it: the journal stops asking for its
+    /// recovery; the destination is not touched (its staging, if any, is left for you).
+    #[arg(long, value_name = "OP_ID")]
+    pub abandon: Option<String>,
     /// Seconds to wait for each destination lock.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub lock_timeout: f64,
@@ -46,7 +50,10 @@ pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
         lock_timeout: Duration::from_secs_f64(a.lock_timeout),
         actor: cli_actor(),
     };
-    let report = recover(config.as_ref(), &opts)?;
+    let report = match &a.abandon {
+        Some(op) => abandon(op, &opts)?,
+        None => recover(config.as_ref(), &opts)?,
+    };
     Ok(CommandOutput {
         stdout: if a.json {
             report.to_json()

@@ -5,10 +5,16 @@ use rusqlite::Connection;
 
 /// The migrations, in order. Be sure to never change the order or the entries here: only
 /// append. Each is a file in `migrations/`.
-pub const MIGRATIONS: &[(&str, &str)] = &[(
-    "0001_initial",
-    include_str!("../../migrations/0001_initial.sql"),
-)];
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_initial",
+        include_str!("../../migrations/0001_initial.sql"),
+    ),
+    (
+        "0002_abandoned",
+        include_str!("../../migrations/0002_abandoned.sql"),
+    ),
+];
 
 /// Schema version this build writes.
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
@@ -87,6 +93,35 @@ mod tests {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
         migrate(&mut c).unwrap();
+        let n: i64 = c
+            .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n as usize, SCHEMA_VERSION);
+    }
+
+    /// A journal written by the first schema is brought up to date and keeps its rows.
+    #[test]
+    fn migrates_from_schema_one() {
+        let mut c = Connection::open_in_memory().unwrap();
+        c.execute_batch(MIGRATIONS[0].1).unwrap();
+        c.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);
+             INSERT INTO schema_migrations VALUES (1, '0001_initial', 'then');
+             PRAGMA user_version = 1;
+             INSERT INTO journal_operations VALUES ('op', 't', 'publish', 'cli:x', 'p', 'd', '/b', 'single_owner',
+               'create', 'same_pipeline', NULL, NULL, NULL, NULL, 's', 't', 'sha256:x', NULL, 'post', '[]', '{}');
+             INSERT INTO journal_events (operation_id, at, event) VALUES ('op', 't', 'diverged'), ('op', 't2', 'abandoned');",
+        )
+        .unwrap();
+        migrate(&mut c).unwrap();
+        let status: String = c
+            .query_row(
+                "SELECT status FROM operations WHERE operation_id = 'op'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(status, "abandoned");
         let n: i64 = c
             .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();

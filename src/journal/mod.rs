@@ -40,6 +40,9 @@ pub mod event {
     /// `recover` wrote the operation's row from the `plan.json` in its staging directory,
     /// because this journal had never seen it (another host, a lost journal).
     pub const ADOPTED: &str = "adopted";
+    /// An operator ended a diverged operation without recovering it
+    /// (`recover --abandon`); the destination was not touched.
+    pub const ABANDONED: &str = "abandoned";
 }
 
 /// The operation row appended before anything runs.

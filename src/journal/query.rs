@@ -19,6 +19,7 @@ pub const STATUSES: &[&str] = &[
     "rolled_forward",
     "rolled_back",
     "diverged",
+    "abandoned",
 ];
 
 /// Filters of `history`; `None` means any.
