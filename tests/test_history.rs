@@ -423,3 +423,57 @@ fn config_locates_the_journal() {
             .ends_with("state/j.sqlite3")
     );
 }
+
+/// Every ```sql example in docs/integrations/journal.md runs against a real journal, and
+/// the takeover audit query finds the takeover.
+#[test]
+fn documented_queries_run() {
+    let env = Env::new();
+    let old = env.simple_config("old.yaml", "weather", "old", "dest", "");
+    let new = env.simple_config("new.yaml", "weather", "new", "dest", "");
+    let s1 = env.bundle(
+        "s1",
+        "run-1",
+        "2026-12-02T06:00:00Z",
+        &[("forecast.json", "1")],
+        &[],
+    );
+    let s2 = env.bundle(
+        "s2",
+        "run-2",
+        "2026-12-02T07:00:00Z",
+        &[("forecast.json", "2")],
+        &[],
+    );
+    env.publish(&old, &s1, &[]).expect_code(0);
+    env.publish(&new, &s2, &[]).expect_code(0);
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/integrations/journal.md"
+    ))
+    .unwrap();
+    let queries: Vec<&str> = page
+        .split("```sql\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    assert!(queries.len() >= 5, "{} sql examples", queries.len());
+    let c = rusqlite::Connection::open(env.journal()).unwrap();
+    for (i, q) in queries.iter().enumerate() {
+        let mut stmt = c
+            .prepare(q)
+            .unwrap_or_else(|e| panic!("query {i} does not prepare: {e}\n{q}"));
+        let n = stmt.column_count();
+        let rows: Vec<Vec<rusqlite::types::Value>> = stmt
+            .query_map([], |r| (0..n).map(|j| r.get(j)).collect())
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("query {i} fails: {e}\n{q}"));
+        if q.contains("FROM takeovers") {
+            assert_eq!(rows.len(), 1, "{q}");
+        }
+        if q.contains("a.path = 'forecast.json'") {
+            assert_eq!(rows.len(), 1, "{q}");
+        }
+    }
+}
