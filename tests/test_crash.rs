@@ -348,19 +348,8 @@ fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
             bundle.to_str().unwrap().into(),
         ]
     };
-    retime(&sets[0], 0);
-    let started = std::time::Instant::now();
-    env.publish(&cfg, &sets[0], &[]).expect_code(0);
-    let full = started.elapsed();
-    let mut interrupted = 0;
-    let fractions = [0.15, 0.3, 0.45, 0.6, 0.75, 0.9];
-    for (i, frac) in fractions.iter().enumerate() {
-        let round = i + 1;
-        let set = ["A", "B"][round % 2];
-        let bundle = &sets[round % 2];
-        retime(bundle, round);
-        let before = snapshot(&env);
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
+    let spawn = |bundle: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
             .args(publish_args(bundle))
             .env_clear()
             .env("HOME", env.path("home"))
@@ -368,8 +357,43 @@ fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .unwrap();
+            .unwrap()
+    };
+    // Kill times are measured from the moment the operation's staging appears, so they
+    // fall inside the operation whatever the machine's load.
+    let staging = env.path(&format!("{DEST}/.distributor-staging"));
+    let wait_for_staging = |child: &mut std::process::Child| {
+        while !staging.exists() {
+            if child.try_wait().unwrap().is_some() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
+    retime(&sets[0], 0);
+    env.publish(&cfg, &sets[0], &[]).expect_code(0);
+    // Calibrate: one uninterrupted replacement of all files.
+    retime(&sets[1], 1);
+    let mut child = spawn(&sets[1]);
+    wait_for_staging(&mut child);
+    let started = std::time::Instant::now();
+    assert!(child.wait().unwrap().success());
+    let mut full = started.elapsed();
+    let mut interrupted = 0;
+    let fractions = [0.0, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9];
+    for (i, frac) in fractions.iter().enumerate() {
+        let round = i + 2;
+        let set = ["A", "B"][round % 2];
+        let bundle = &sets[round % 2];
+        retime(bundle, round);
+        let before = snapshot(&env);
+        let mut child = spawn(bundle);
+        wait_for_staging(&mut child);
         std::thread::sleep(full.mul_f64(*frac));
+        if child.try_wait().unwrap().is_some() {
+            // It finished before the kill: operations run faster than calibrated now.
+            full = full.mul_f64(0.7);
+        }
         let _ = child.kill();
         let status = child.wait().unwrap();
         let r = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
@@ -377,6 +401,11 @@ fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
         let ctx = format!("kill after {frac} of {full:?} ({status}): {}", r.stdout);
         if !r.json()["operations"].as_array().unwrap().is_empty() {
             interrupted += 1;
+        } else {
+            assert!(
+                *frac > 0.0,
+                "{ctx}: a kill right after staging began found nothing"
+            );
         }
         let state: Value =
             serde_json::from_str(&env.read(&format!("{DEST}/.distributor.json"))).unwrap();

@@ -171,16 +171,20 @@ impl StagedOperation {
             .map(|a| a.path.as_str())
     }
 
-    /// Creates the operation's staging directory and writes, durably, the copies of the
-    /// pre- and post-state and then `plan.json` (atomically, last): a staging directory
-    /// without `plan.json` therefore never had anything staged or moved aside.
+    /// Creates the operation's staging directory and writes the copies of the pre- and
+    /// post-state, then `plan.json`, durably and atomically, last: a staging directory
+    /// without `plan.json` therefore never had anything staged or moved aside. The copies
+    /// only help an operator resolve a diverged operation; the syncfs before the commit
+    /// point makes them durable with everything else.
     pub fn write(&self, bundle: &Path, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
         let dir = self.dir(bundle);
         fs::create_dir(&dir).ctx("create staging", &dir)?;
         if let Some(pre) = pre {
-            write_synced(&dir.join(PRE_STATE_FILE), pre)?;
+            let p = dir.join(PRE_STATE_FILE);
+            fs::write(&p, pre).ctx("write", &p)?;
         }
-        write_synced(&dir.join(POST_STATE_FILE), post)?;
+        let p = dir.join(POST_STATE_FILE);
+        fs::write(&p, post).ctx("write", &p)?;
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| Error::Failed(e.to_string()))?;
         let tmp = dir.join(format!("{PLAN_FILE}.tmp"));
         write_synced(&tmp, &bytes)?;
