@@ -477,3 +477,25 @@ fn documented_queries_run() {
         }
     }
 }
+
+/// An upload through `distributor serve` is audited with the upload token's name.
+#[test]
+fn uploads_are_audited_with_the_token_name() {
+    use crate::common::server::{Server, bundle_tar, weather_and_traffic};
+    let env = Env::new();
+    let (w, _) = weather_and_traffic(&env);
+    let b = env.bundle(
+        "b",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "1")],
+        &[],
+    );
+    let server = Server::start(&env, &[&w], &[]);
+    server.upload("weather", "", &bundle_tar(&b)).expect(200);
+    drop(server);
+    let ops = history(&env, &["--pipeline", "weather"]);
+    assert_eq!(ops.len(), 1);
+    assert_eq!(ops[0]["actor"], "token:forecast-job");
+    assert_eq!(ops[0]["status"], "applied");
+}
