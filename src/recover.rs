@@ -452,7 +452,6 @@ fn recover_one(
     mut journal: Option<&mut Journal>,
     opts: &RecoverOptions,
 ) -> Result<Option<RecoveredOperation>> {
-    let mut r = blank(op, bundle, c);
     let op_dir = bundle.join(STAGING_DIR).join(op);
     let staged_now = fs::symlink_metadata(&op_dir).is_ok_and(|m| m.is_dir());
     let status = match journal.as_deref() {
@@ -463,38 +462,9 @@ fn recover_one(
     if !staged_now && !status.as_deref().is_some_and(unfinished) {
         return Ok(None);
     }
-    let from_journal = match (journal.as_deref(), &status) {
-        (Some(j), Some(_)) => j
-            .plan_json(op)?
-            .and_then(|p| serde_json::from_str::<StagedOperation>(&p).ok()),
-        _ => None,
-    };
-    let staged = match from_journal {
-        Some(s) => s,
-        None if staged_now && op_dir.join(PLAN_FILE).exists() => StagedOperation::read(&op_dir)?,
-        None if staged_now => {
-            // plan.json is written before anything is staged or moved aside: without it
-            // the operation never touched the destination.
-            if holds_files(&op_dir)? {
-                r.message = format!(
-                    "{} has no {PLAN_FILE} but holds files; inspect it and remove it by hand",
-                    op_dir.display()
-                );
-                return Ok(Some(r));
-            }
-            r.outcome = Outcome::RolledBack;
-            r.message = if opts.dry_run {
-                "would remove a staging directory that never held content".into()
-            } else {
-                local::remove_staging(bundle, op)?;
-                "removed a staging directory that never held content".into()
-            };
-            return Ok(Some(r));
-        }
-        None => {
-            r.message = "the journal's record of this operation cannot be read".into();
-            return Ok(Some(r));
-        }
+    let mut r = blank(op, bundle, c);
+    let Some(staged) = load(&mut r, bundle, journal.as_deref(), staged_now, opts.dry_run)? else {
+        return Ok(Some(r));
     };
     r.pipeline_id = Some(staged.origin.pipeline_id.clone());
     r.destination_id = Some(staged.destination_id.clone());
@@ -517,53 +487,104 @@ fn recover_one(
 
     let now = state_sha(bundle)?;
     r.state_sha256 = now.clone().ok().flatten();
-    let (outcome, why, act) = match &now {
-        Ok(Some(sha)) if *sha == staged.post_state_sha256 => (
-            Outcome::RolledForward,
-            ".distributor.json is the planned post-state: the commit point was reached",
-            ("finished the cleanup", "would finish the cleanup"),
-        ),
-        Ok(sha) if *sha == staged.pre_state_sha256 => (
-            Outcome::RolledBack,
-            if sha.is_some() {
-                ".distributor.json is the state before the operation: the commit point was not reached"
-            } else {
-                "there was no .distributor.json before and there is none now: the commit point was not reached"
-            },
-            (
-                "restored moved-aside content and removed placed content",
-                "would restore moved-aside content and remove placed content",
-            ),
-        ),
-        _ => (Outcome::Diverged, "", ("", "")),
-    };
-    r.outcome = outcome;
-    r.message = match outcome {
+    r.outcome = verdict(&staged, &now);
+    r.message = match r.outcome {
         Outcome::Diverged => diverged_message(bundle, &op_dir, &staged, &now, staged_now),
-        _ if opts.dry_run => format!("{why}; {}", act.1),
-        _ => format!("{why}; {}", act.0),
+        o => explain(o, staged.pre_state_sha256.is_some(), opts.dry_run),
     };
     if opts.dry_run {
         return Ok(Some(r));
     }
-    match outcome {
-        Outcome::RolledForward => cleanup(bundle, &staged)?,
-        Outcome::RolledBack => undo(bundle, &staged)?,
-        _ => {}
-    }
-    failpoint::hit("recover_before_event");
-    if let Some(j) = journal {
-        let ev = match outcome {
-            Outcome::RolledForward => event::RECOVERED_FORWARD,
-            Outcome::RolledBack => event::RECOVERED_BACK,
-            _ => event::DIVERGED,
-        };
-        // A diverged operation stays diverged until someone acts: record it once.
-        if !(ev == event::DIVERGED && status.as_deref() == Some("diverged")) {
-            j.event(op, ev, Some(&format!("by {}: {}", opts.actor, r.message)))?;
+    let ev = match r.outcome {
+        Outcome::RolledForward => {
+            cleanup(bundle, &staged)?;
+            event::RECOVERED_FORWARD
         }
+        Outcome::RolledBack => {
+            undo(bundle, &staged)?;
+            event::RECOVERED_BACK
+        }
+        _ => event::DIVERGED,
+    };
+    failpoint::hit("recover_before_event");
+    // A diverged operation stays diverged until someone acts: record it once.
+    let repeat = ev == event::DIVERGED && status.as_deref() == Some("diverged");
+    if let Some(j) = journal.filter(|_| !repeat) {
+        j.event(op, ev, Some(&format!("by {}: {}", opts.actor, r.message)))?;
     }
     Ok(Some(r))
+}
+
+/// The operation's record: the journal's, else its `plan.json`; `None` when there is none
+/// and `r` is the final report entry. A staging directory without either never touched
+/// the destination (`plan.json` is written before anything is staged or moved aside) and
+/// is removed when it holds no files.
+fn load(
+    r: &mut RecoveredOperation,
+    bundle: &Path,
+    journal: Option<&Journal>,
+    staged_now: bool,
+    dry_run: bool,
+) -> Result<Option<StagedOperation>> {
+    let op = r.operation_id.clone();
+    let op_dir = bundle.join(STAGING_DIR).join(&op);
+    let recorded = journal.map(|j| j.plan_json(&op)).transpose()?.flatten();
+    if let Some(s) = recorded.and_then(|p| serde_json::from_str::<StagedOperation>(&p).ok()) {
+        return Ok(Some(s));
+    }
+    if staged_now && op_dir.join(PLAN_FILE).exists() {
+        return StagedOperation::read(&op_dir).map(Some);
+    }
+    if !staged_now {
+        r.message = "the journal's record of this operation cannot be read".into();
+        return Ok(None);
+    }
+    if holds_files(&op_dir)? {
+        r.message = format!(
+            "{} has no {PLAN_FILE} but holds files; inspect it and remove it by hand",
+            op_dir.display()
+        );
+        return Ok(None);
+    }
+    r.outcome = Outcome::RolledBack;
+    r.message = if dry_run {
+        "would remove a staging directory that never held content".into()
+    } else {
+        local::remove_staging(bundle, &op)?;
+        "removed a staging directory that never held content".into()
+    };
+    Ok(None)
+}
+
+/// SPEC §8: post-state → forward; pre-state (or both absent) → back; else diverged.
+fn verdict(staged: &StagedOperation, now: &std::result::Result<Option<String>, String>) -> Outcome {
+    match now {
+        Ok(Some(sha)) if *sha == staged.post_state_sha256 => Outcome::RolledForward,
+        Ok(sha) if *sha == staged.pre_state_sha256 => Outcome::RolledBack,
+        _ => Outcome::Diverged,
+    }
+}
+
+/// Why an operation rolls forward or back, and what was (or would be) done.
+fn explain(outcome: Outcome, had_state: bool, dry_run: bool) -> String {
+    let (why, done, would) = match outcome {
+        Outcome::RolledForward => (
+            ".distributor.json is the planned post-state: the commit point was reached",
+            "finished the cleanup",
+            "would finish the cleanup",
+        ),
+        _ if had_state => (
+            ".distributor.json is the state before the operation: the commit point was not reached",
+            "restored moved-aside content and removed placed content",
+            "would restore moved-aside content and remove placed content",
+        ),
+        _ => (
+            "there was no .distributor.json before and there is none now: the commit point was not reached",
+            "restored moved-aside content and removed placed content",
+            "would restore moved-aside content and remove placed content",
+        ),
+    };
+    format!("{why}; {}", if dry_run { would } else { done })
 }
 
 fn outcome_word(o: Outcome) -> &'static str {
