@@ -445,3 +445,72 @@ fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
         fractions.len()
     );
 }
+
+/// A shared-root takeover interrupted on either side of its commit point: rolled back,
+/// the other owner has its paths and record back byte for byte; rolled forward, they
+/// changed hands and the untaken ones stay the other owner's.
+#[test]
+fn crash_during_a_shared_root_takeover() {
+    for (spec, forward) in [
+        ("during_move_aside:1", false),
+        ("after_links", false),
+        ("after_state_write", true),
+    ] {
+        let env = Env::new();
+        let sr = "    state:\n      mode: shared_root\n";
+        let a = env.simple_config("a.yaml", "weather", "a", DEST, sr);
+        let b = env.simple_config("b.yaml", "weather", "b", DEST, sr);
+        let s1 = env.bundle(
+            "s1",
+            "one",
+            "2026-12-02T06:00:00Z",
+            &[("x/1.txt", "a's"), ("keep.txt", "a keeps")],
+            &[],
+        );
+        let s2 = env.bundle(
+            "s2",
+            "two",
+            "2026-12-02T07:00:00Z",
+            &[("x/1.txt", "b's")],
+            &[],
+        );
+        env.publish(&a, &s1, &[]).expect_code(0);
+        let before = snapshot(&env);
+        let args = [
+            "publish",
+            "--config",
+            b.to_str().unwrap(),
+            "--source",
+            s2.to_str().unwrap(),
+        ];
+        assert_aborted(
+            &env.run_env(&args, &[("DISTRIBUTOR_FAILPOINT", spec)]),
+            spec,
+        );
+        let r = env.run(&["recover", "--json", "--config", b.to_str().unwrap()]);
+        r.expect_code(0);
+        let state: Value =
+            serde_json::from_str(&env.read(&format!("{DEST}/.distributor.json"))).unwrap();
+        if forward {
+            assert_eq!(outcome(&r), "rolled_forward");
+            assert_eq!(env.read(&format!("{DEST}/x/1.txt")), "b's");
+            let owner_of = |p: &str| {
+                state["outputs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|o| o["path"] == p)
+                    .unwrap()["owner"]
+                    .clone()
+            };
+            assert_eq!(owner_of("x/1.txt"), "weather/b");
+            assert_eq!(owner_of("keep.txt"), "weather/a");
+        } else {
+            assert_eq!(outcome(&r), "rolled_back", "{spec}");
+            assert_eq!(snapshot(&env), before, "{spec}");
+        }
+        assert!(!env.exists(&format!("{DEST}/.distributor-staging")));
+        let v = env.run(&["verify", "--json", "--config", b.to_str().unwrap()]);
+        v.expect_code(0);
+    }
+}
