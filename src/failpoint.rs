@@ -116,6 +116,10 @@ mod imp {
             eprintln!("DISTRIBUTOR_FAILPOINT: unknown failpoint '{name}'");
             std::process::abort();
         }
+        if action != Action::Abort && !super::IO.contains(&name) {
+            eprintln!("DISTRIBUTOR_FAILPOINT: '{name}' is not an I/O failpoint; it can only abort");
+            std::process::abort();
+        }
         Spec {
             name: name.to_string(),
             k,
