@@ -4,8 +4,9 @@
 //! one the code knows, the README quick start runs, and relative links resolve.
 //!
 //! Fences: ```yaml is a full config (required to be one in docs/config.md); ```yaml partial
-//! is a fragment and skipped. ```json state, ```json manifest and ```json report are full
-//! examples checked as such; plain ```json in the integration pages must parse.
+//! is a fragment and skipped. ```json state, ```json manifest, ```json report and
+//! ```json status are full examples checked as such; plain ```json in the integration pages
+//! must parse.
 
 use crate::common::Env;
 use distributor::model::{
@@ -262,6 +263,43 @@ fn report_example_has_the_fields_of_a_real_report() {
         }
     }
     assert!(seen >= 1, "no ```json report example found");
+}
+
+#[test]
+fn status_example_has_the_fields_of_a_real_status() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest/latest", "");
+    let b = env.bundle(
+        "b",
+        "tomorrow-2026-12-02",
+        "2026-12-02T06:00:00Z",
+        &[("forecast.json", "{}")],
+        &[],
+    );
+    env.publish(&cfg, &b, &[]).expect_code(0);
+    let real = env.run(&["status", "--json", "--config", cfg.to_str().unwrap()]);
+    real.expect_code(0);
+    let mut real_shape = BTreeSet::new();
+    shape(&real.json(), "", &mut real_shape);
+    let mut seen = 0;
+    for page in pages() {
+        for b in blocks(&read(&page))
+            .iter()
+            .filter(|b| b.info == "json status")
+        {
+            let doc: Value = serde_json::from_str(&b.body)
+                .unwrap_or_else(|e| panic!("{page}:{}: not JSON: {e}", b.line));
+            let mut doc_shape = BTreeSet::new();
+            shape(&doc, "", &mut doc_shape);
+            assert_eq!(
+                doc_shape, real_shape,
+                "{page}:{}: status example differs from a real status",
+                b.line
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen >= 1, "no ```json status example found");
 }
 
 #[test]
