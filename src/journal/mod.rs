@@ -149,12 +149,28 @@ impl Journal {
 
     fn configure(&mut self) -> Result<()> {
         self.conn
-            .busy_timeout(Duration::from_secs(30))
+            .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| jerr(&self.path, e))?;
-        let mode: String = self
-            .conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .map_err(|e| jerr(&self.path, e))?;
+        // Switching a new journal to WAL needs an exclusive lock, and SQLite answers
+        // "database is locked" at once, without its busy handler, while another process is
+        // doing the same: retry for as long as the busy timeout.
+        let started = std::time::Instant::now();
+        let mode: String = loop {
+            match self
+                .conn
+                .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            {
+                Err(rusqlite::Error::SqliteFailure(f, _))
+                    if matches!(
+                        f.code,
+                        rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                    ) && started.elapsed() < BUSY_TIMEOUT =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                r => break r.map_err(|e| jerr(&self.path, e))?,
+            }
+        };
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(Error::Journal {
                 path: self.path.clone(),
@@ -392,6 +408,9 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 }
+
+/// How long a journal statement waits for another process's lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Current UTC time, RFC 3339 with milliseconds.
 pub fn now() -> String {
