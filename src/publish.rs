@@ -270,9 +270,14 @@ fn publish_one(
         source: Box::new(e),
     };
     // Outside the lock, an unfinished operation may be one that another process (or
-    // another request of `distributor serve`) is carrying out right now: only a clean
-    // check ends a non-writing run here; otherwise wait for the lock and look again.
-    if !preview.decision.writes() && check_recovery(journal, &bundle).is_ok() {
+    // another request of `distributor serve`) is carrying out right now, and the preview
+    // may have seen its half-placed files (a conflict that is not one). A non-writing
+    // preview ends the run here only when no operation can have overlapped it: recovery
+    // is clean and distributor never locked this bundle path (every operation creates the
+    // lock file first and it is never removed). Otherwise wait for the lock and look again.
+    let never_locked = local::bundle_unsafe(&dest.path, &bundle).is_some()
+        || std::fs::symlink_metadata(bundle.join(local::LOCK_FILE)).is_err();
+    if !preview.decision.writes() && never_locked && check_recovery(journal, &bundle).is_ok() {
         return Ok((
             DestinationReport::from_plan(&preview, status_of(&preview, Status::Applied), None),
             code_of(&preview),

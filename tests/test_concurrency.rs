@@ -264,3 +264,35 @@ fn recover_waits_for_the_lock_and_times_out_clearly() {
     sc.recover_env(&[]).expect_code(0);
     sc.assert_recovered(Side::Before, "after the lock was released");
 }
+
+/// While another process holds the lock, its half-placed files look like unmanaged
+/// content: a publisher must not report that as a conflict from a look outside the lock,
+/// but wait and plan under the lock.
+#[test]
+fn a_conflict_seen_outside_the_lock_is_confirmed_under_it() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let b = env.bundle(
+        "b",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "1")],
+        &[],
+    );
+    // "Another process" is in the middle of an operation: it holds the lock and has
+    // placed a.txt, not yet recorded.
+    let lock = hold_lock(&env.path("dest"));
+    env.write("dest/a.txt", "half-placed by the other process");
+    let mut child = spawn_publish(&env, &cfg, &b);
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the publisher decided without waiting for the lock"
+    );
+    // The other process rolls back and releases the lock.
+    std::fs::remove_file(env.path("dest/a.txt")).unwrap();
+    drop(lock);
+    let reports = wait_all(vec![child]);
+    assert_eq!(reports[0]["destinations"][0]["decision"], "create");
+    assert_eq!(env.read("dest/a.txt"), "1");
+}
