@@ -275,9 +275,9 @@ fn publish_one(
     // preview ends the run here only when no operation can have overlapped it: recovery
     // is clean and distributor never locked this bundle path (every operation creates the
     // lock file first and it is never removed). Otherwise wait for the lock and look again.
-    let never_locked = local::bundle_unsafe(&dest.path, &bundle).is_some()
+    let nothing_to_wait_for = local::bundle_unsafe(&dest.path, &bundle).is_some()
         || std::fs::symlink_metadata(bundle.join(local::LOCK_FILE)).is_err();
-    if !preview.decision.writes() && never_locked && check_recovery(journal, &bundle).is_ok() {
+    if !preview.decision.writes() && nothing_to_wait_for && check_recovery(journal, &bundle).is_ok() {
         return Ok((
             DestinationReport::from_plan(&preview, status_of(&preview, Status::Applied), None),
             code_of(&preview),
