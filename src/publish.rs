@@ -277,7 +277,8 @@ fn publish_one(
     // lock file first and it is never removed). Otherwise wait for the lock and look again.
     let nothing_to_wait_for = local::bundle_unsafe(&dest.path, &bundle).is_some()
         || std::fs::symlink_metadata(bundle.join(local::LOCK_FILE)).is_err();
-    if !preview.decision.writes() && nothing_to_wait_for && check_recovery(journal, &bundle).is_ok() {
+    if !preview.decision.writes() && nothing_to_wait_for && check_recovery(journal, &bundle).is_ok()
+    {
         return Ok((
             DestinationReport::from_plan(&preview, status_of(&preview, Status::Applied), None),
             code_of(&preview),
