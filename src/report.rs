@@ -220,9 +220,14 @@ impl Report {
             }
         }
         let s = &self.summary;
+        let (write, delete) = if self.dry_run {
+            ("to write", "to delete")
+        } else {
+            ("written", "deleted")
+        };
         let _ = writeln!(
             out,
-            "\nsummary: {} destination(s); {} file(s) to write ({} bytes), {} to delete, {} unchanged, {} retained; {} conflict(s), {} failed",
+            "\nsummary: {} destination(s); {} file(s) {write} ({} bytes), {} {delete}, {} unchanged, {} retained; {} conflict(s), {} failed",
             s.destinations,
             s.files_written,
             s.bytes_written,
