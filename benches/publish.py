@@ -1,0 +1,436 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: `distributor publish` against `rsync -a --delete` + `sync -f`
+and `cp -a` + `sync -f` (issue 6). Run through benches/publish.sh, which builds the
+release binary first.
+
+Every scenario runs each tool several times, alternating the tools (the order rotates each
+round), and reports medians. Both sides are made durable: distributor syncs before its
+commit point, rsync and cp are followed by `sync -f` on the destination, inside the timed
+region. An untimed global `sync` before every timed run keeps one run's dirty pages (or
+the setup's) from being charged to the next.
+
+Scenarios:
+  a  first publish of 10,000 files of 4 KiB in 100 folders
+  b  republish of the same bundle (nothing changed)
+  c  1% of the files changed (new bundle, newer created_at)
+  d  4 files of 64 MiB
+  e  plan --json of one owner in a shared root holding 100,000 outputs of 20 owners
+     (time and peak RSS)
+  f  first publish of 100,000 outputs (time and peak RSS)
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+FULL = dict(a_files=10_000, a_dirs=100, a_size=4096, d_files=4, d_size=64 << 20,
+            e_owners=20, e_files=5_000, f_files=100_000, f_dirs=1_000, f_size=256,
+            reps=5, reps_big=3)
+QUICK = dict(a_files=1_000, a_dirs=10, a_size=4096, d_files=4, d_size=4 << 20,
+             e_owners=4, e_files=500, f_files=5_000, f_dirs=50, f_size=256,
+             reps=3, reps_big=2)
+
+T0 = "2026-12-02T06:00:00Z"
+T1 = "2026-12-02T07:00:00Z"
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- bundles
+
+def write_bundle(root, files, bundle_id, created_at):
+    """files: list of (rel, bytes). Writes them and the manifest; returns root."""
+    os.makedirs(root, exist_ok=True)
+    outputs = []
+    made = set()
+    for rel, data in files:
+        d = os.path.dirname(rel)
+        if d and d not in made:
+            os.makedirs(os.path.join(root, d), exist_ok=True)
+            made.add(d)
+        with open(os.path.join(root, rel), "wb") as f:
+            f.write(data)
+        outputs.append({"path": rel, "size": len(data),
+                        "sha256": hashlib.sha256(data).hexdigest()})
+    write_manifest(root, bundle_id, created_at, outputs)
+    return root
+
+
+def write_manifest(root, bundle_id, created_at, outputs):
+    m = {"manifest_version": 1, "id": bundle_id, "created_at": created_at,
+         "outputs": outputs}
+    with open(os.path.join(root, "distributor-manifest.json"), "w") as f:
+        json.dump(m, f)
+
+
+def tree_files(n, dirs, size, prefix=""):
+    per = max(1, n // dirs)
+    return [(f"{prefix}d{i // per:04d}/f{i:06d}.bin", os.urandom(size)) for i in range(n)]
+
+
+def changed_copy(src, dst, fraction, bundle_id, created_at):
+    """cp -a of src, then `fraction` of the files rewritten with new random bytes."""
+    shutil.copytree(src, dst, symlinks=True)  # copy2: keeps mtimes, as cp -a does
+    with open(os.path.join(src, "distributor-manifest.json")) as f:
+        outputs = json.load(f)["outputs"]
+    step = max(1, round(1 / fraction))
+    for i in range(0, len(outputs), step):
+        o = outputs[i]
+        data = os.urandom(o["size"])
+        with open(os.path.join(dst, o["path"]), "wb") as f:
+            f.write(data)
+        o["sha256"] = hashlib.sha256(data).hexdigest()
+    write_manifest(dst, bundle_id, created_at, outputs)
+    return dst
+
+
+# ---------------------------------------------------------------- running
+
+def timed(cmds):
+    """Runs commands in sequence, each checked; returns the seconds they took together."""
+    start = time.perf_counter()
+    for cmd in cmds:
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if p.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr.decode()}")
+    return time.perf_counter() - start
+
+
+# Runs a command and reports its wall time and peak RSS. Linux carries a process's peak
+# RSS across fork and exec, so a child forked from this (large) interpreter would report at
+# least the interpreter's size; a small helper process forks the command instead.
+RSS_HELPER = """
+import os, sys, time
+out = sys.argv[1]
+t = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, ru = os.wait4(pid, 0)
+secs = time.perf_counter() - t
+with open(out, "w") as f:
+    f.write(f"{secs} {ru.ru_maxrss} {os.waitstatus_to_exitcode(status)}")
+"""
+
+
+def timed_rss(cmd):
+    """Runs one command; returns (seconds, peak RSS KiB, stdout)."""
+    errf = tempfile.TemporaryFile()
+    with tempfile.NamedTemporaryFile("r", suffix=".bench") as res:
+        p = subprocess.Popen([sys.executable, "-c", RSS_HELPER, res.name] + cmd,
+                             stdout=subprocess.PIPE, stderr=errf)
+        out, _ = p.communicate()
+        secs, rss, code = res.read().split()
+    if p.returncode != 0 or int(code) != 0:
+        errf.seek(0)
+        raise SystemExit(f"{' '.join(cmd)} exited {code}:\n{errf.read().decode()}")
+    return float(secs), int(rss), out
+
+
+def settle():
+    subprocess.run(["sync"], check=True)
+
+
+class Bench:
+    def __init__(self, binary, work, sizes, cool):
+        self.bin = binary
+        self.work = work
+        self.s = sizes
+        self.n = 0
+        self.cool = cool
+        self.trash = []
+
+    def discard(self, run):
+        """Deleting many files right before a timed run slows the run's file creation
+        (ext4 skips recently freed inodes, scanning for others), so run directories are
+        kept until the scenario ends, then deleted together while nothing is timed."""
+        self.trash.append(run)
+
+    def empty_trash(self):
+        for d in self.trash:
+            rm(d)
+        self.trash.clear()
+        settle()
+        time.sleep(self.cool)
+
+    def fresh(self, tag):
+        self.n += 1
+        d = os.path.join(self.work, "runs", f"{tag}-{self.n}")
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        return d
+
+    def config(self, run, dest, pipeline="bench", mode="single_owner"):
+        path = os.path.join(run, f"config-{pipeline}.yaml")
+        with open(path, "w") as f:
+            f.write(f"version: 1\npipeline:\n  id: {pipeline}\ndestinations:\n"
+                    f"  - id: dest\n    path: {dest}\n    state:\n      mode: {mode}\n")
+        return path
+
+    def dist_cmd(self, run, cfg, src, command="publish"):
+        return [self.bin, command, "--json", "--config", cfg, "--source", src,
+                "--journal", os.path.join(run, "journal.sqlite3")]
+
+    def publish(self, run, cfg, src, expect=None, command="publish"):
+        secs, rss, out = timed_rss(self.dist_cmd(run, cfg, src, command))
+        rep = json.loads(out)
+        if expect:
+            got = rep["destinations"][0]["decision"]
+            if got != expect:
+                raise SystemExit(f"expected decision {expect}, got {got}: {rep['destinations'][0]['message']}")
+        return secs, rss
+
+    @staticmethod
+    def rsync(src, dst):
+        return [["rsync", "-a", "--delete", src + "/", dst + "/"], ["sync", "-f", dst]]
+
+    @staticmethod
+    def cp(src, dst):
+        return [["cp", "-a", src, dst], ["sync", "-f", os.path.dirname(dst)]]
+
+
+def rounds(reps, tools):
+    """Yields (round, tool) with the order rotated every round."""
+    for r in range(reps):
+        k = r % len(tools)
+        for t in tools[k:] + tools[:k]:
+            yield r, t
+
+
+def rm(path):
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- scenarios
+
+def scenario_first(b, name, src, reps, expect="create"):
+    times = {"distributor": [], "rsync": [], "cp": []}
+    rss = []
+    for _, tool in rounds(reps, list(times)):
+        run = b.fresh(name)
+        dst = os.path.join(run, "dst")
+        cfg = b.config(run, dst)
+        settle()
+        if tool == "distributor":
+            t, r = b.publish(run, cfg, src, expect)
+            rss.append(r)
+        elif tool == "rsync":
+            os.makedirs(dst)
+            t = timed(b.rsync(src, dst))
+        else:
+            t = timed(b.cp(src, dst))
+        times[tool].append(t)
+        log(f"  {tool:12} {t:7.3f} s")
+        b.discard(run)
+    b.empty_trash()
+    return times, max(rss)
+
+
+def scenario_republish(b, src, reps):
+    run = b.fresh("b")
+    dd, rd = os.path.join(run, "dst-d"), os.path.join(run, "dst-r")
+    cfg = b.config(run, dd)
+    b.publish(run, cfg, src, "create")
+    os.makedirs(rd)
+    timed(b.rsync(src, rd))
+    times = {"distributor": [], "rsync": []}
+    rss = []
+    for _, tool in rounds(reps, list(times)):
+        settle()
+        if tool == "distributor":
+            t, r = b.publish(run, cfg, src, "unchanged")
+            rss.append(r)
+        else:
+            t = timed(b.rsync(src, rd))
+        times[tool].append(t)
+        log(f"  {tool:12} {t:7.3f} s")
+    b.discard(run)
+    b.empty_trash()
+    return times, max(rss)
+
+
+def scenario_changed(b, src, changed, reps):
+    times = {"distributor": [], "rsync": []}
+    rss = []
+    for _, tool in rounds(reps, list(times)):
+        run = b.fresh("c")
+        dst = os.path.join(run, "dst")
+        cfg = b.config(run, dst)
+        if tool == "distributor":
+            b.publish(run, cfg, src, "create")
+            settle()
+            t, r = b.publish(run, cfg, changed, "replace_older")
+            rss.append(r)
+        else:
+            os.makedirs(dst)
+            timed(b.rsync(src, dst))
+            settle()
+            t = timed(b.rsync(changed, dst))
+        times[tool].append(t)
+        log(f"  {tool:12} {t:7.3f} s")
+        b.discard(run)
+    b.empty_trash()
+    return times, max(rss)
+
+
+def scenario_shared_plan(b, owners, reps):
+    run = b.fresh("e")
+    dst = os.path.join(run, "shared")
+    first = None
+    for k in range(owners):
+        src = os.path.join(b.work, "bundles", f"e-owner{k:02d}")
+        if not os.path.exists(src):
+            write_bundle(src, tree_files(b.s["e_files"], 50, 128, prefix=f"o{k:02d}/"),
+                         f"owner{k:02d}", T0)
+        cfg = b.config(run, dst, pipeline=f"p{k:02d}", mode="shared_root")
+        b.publish(run, cfg, src, "create")
+        if k == 0:
+            first = (cfg, src)
+    cfg, src = first
+    changed = os.path.join(b.work, "bundles", "e-owner00-changed")
+    if not os.path.exists(changed):
+        changed_copy(src, changed, 0.01, "owner00", T1)
+    times, rss = [], []
+    for _ in range(reps):
+        settle()
+        t, r = b.publish(run, cfg, changed, "replace_older", command="plan")
+        times.append(t)
+        rss.append(r)
+        log(f"  {'distributor':12} {t:7.3f} s {r // 1024} MiB")
+    with open(os.path.join(dst, ".distributor.json")) as f:
+        total = len(json.load(f)["outputs"])
+    b.discard(run)
+    b.empty_trash()
+    return {"distributor": times}, max(rss), total
+
+
+def journal_events_per_op(journal):
+    db = sqlite3.connect(journal)
+    try:
+        rows = db.execute("SELECT operation_id, count(*) FROM journal_events GROUP BY operation_id").fetchall()
+    finally:
+        db.close()
+    return sorted({c for _, c in rows})
+
+
+def journal_check(b, small, large):
+    """Events (autocommitted rows) per operation must not grow with the file count."""
+    out = {}
+    for tag, src in (("small", small), ("large", large)):
+        run = b.fresh("j")
+        cfg = b.config(run, os.path.join(run, "dst"))
+        b.publish(run, cfg, src, "create")
+        out[tag] = journal_events_per_op(os.path.join(run, "journal.sqlite3"))
+        b.discard(run)
+    b.empty_trash()
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+def med(v):
+    return statistics.median(v) if v else None
+
+
+def fmt_s(v):
+    return "n/a" if v is None else f"{v:.3f} s"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True, help="distributor release binary")
+    ap.add_argument("--work", required=True, help="scratch directory (emptied first)")
+    ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    ap.add_argument("--only", default="abcdef", help="scenarios to run, e.g. 'ad'")
+    args = ap.parse_args()
+    s = QUICK if args.quick else FULL
+    work = os.path.abspath(args.work)
+    rm(work)
+    os.makedirs(os.path.join(work, "bundles"))
+    b = Bench(os.path.abspath(args.bin), work, s, 2 if args.quick else 10)
+    started = time.perf_counter()
+
+    log("generating bundles ...")
+    a_src = write_bundle(os.path.join(work, "bundles", "a"),
+                         tree_files(s["a_files"], s["a_dirs"], s["a_size"]), "bench", T0)
+    c_src = changed_copy(a_src, os.path.join(work, "bundles", "c"), 0.01, "bench", T1)
+    rows = []
+    jc = None
+    R, RB = s["reps"], s["reps_big"]
+    a_label = f"a: first publish, {s['a_files']} x {s['a_size'] // 1024} KiB in {s['a_dirs']} dirs"
+    if "a" in args.only:
+        log(a_label)
+        t, rss = scenario_first(b, "a", a_src, R)
+        rows.append(("a", a_label, t, rss, "<= 1.0x rsync"))
+    if "b" in args.only:
+        label = "b: republish, nothing changed"
+        log(label)
+        t, rss = scenario_republish(b, a_src, R)
+        rows.append(("b", label, t, rss, "<= 0.5x rsync"))
+    if "c" in args.only:
+        label = "c: 1% of the files changed"
+        log(label)
+        t, rss = scenario_changed(b, a_src, c_src, R)
+        rows.append(("c", label, t, rss, "<= 1.0x rsync"))
+    if "d" in args.only:
+        label = f"d: first publish, {s['d_files']} x {s['d_size'] >> 20} MiB"
+        log(label)
+        d_src = write_bundle(os.path.join(work, "bundles", "d"),
+                             [(f"big{i}.bin", os.urandom(s["d_size"])) for i in range(s["d_files"])],
+                             "big", T0)
+        t, rss = scenario_first(b, "d", d_src, R)
+        rows.append(("d", label, t, rss, "<= 1.0x rsync"))
+        rm(d_src)
+    if "e" in args.only:
+        log("e: building the shared root ...")
+        t, rss, total = scenario_shared_plan(b, s["e_owners"], R)
+        label = f"e: plan --json, shared root of {total} outputs, {s['e_owners']} owners"
+        rows.append(("e", label, t, rss, "< 2 s, < 300 MiB"))
+    if "f" in args.only:
+        label = f"f: first publish, {s['f_files']} outputs of {s['f_size']} B"
+        log(label)
+        f_src = write_bundle(os.path.join(work, "bundles", "f"),
+                             tree_files(s["f_files"], s["f_dirs"], s["f_size"]), "many", T0)
+        t, rss = scenario_first(b, "f", f_src, RB)
+        rows.append(("f", label, t, rss, "peak RSS reported"))
+        jc = journal_check(b, a_src, f_src)
+        rm(f_src)
+
+    print()
+    print(f"| scenario | distributor | rsync+sync | cp+sync | distributor/rsync | distributor peak RSS | target | met |")
+    print(f"|---|---|---|---|---|---|---|---|")
+    for key, label, t, rss, target in rows:
+        d, r, c = med(t.get("distributor", [])), med(t.get("rsync", [])), med(t.get("cp", []))
+        ratio = d / r if (d is not None and r) else None
+        mib = rss / 1024
+        if key in "acd":
+            ok = ratio is not None and ratio <= 1.0
+        elif key == "b":
+            ok = ratio is not None and ratio <= 0.5
+        elif key == "e":
+            ok = d < 2.0 and mib < 300
+        else:
+            ok = None
+        met = "-" if ok is None else ("yes" if ok else "NO")
+        rtxt = "n/a" if ratio is None else f"{ratio:.2f}x"
+        print(f"| {label} | {fmt_s(d)} | {fmt_s(r)} | {fmt_s(c)} | {rtxt} | {mib:.0f} MiB | {target} | {met} |")
+    print()
+    if jc:
+        print(f"journal events per operation: {s['a_files']} files -> {jc['small']}, "
+              f"{s['f_files']} files -> {jc['large']} (must be equal)")
+    print(f"runs per tool: {R} (f: {RB}); total benchmark time {time.perf_counter() - started:.0f} s")
+    rm(os.path.join(work, "runs"))
+
+
+if __name__ == "__main__":
+    main()
