@@ -5,7 +5,7 @@
 use crate::backend::local::{self, Fingerprint};
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{Error, Result};
-use crate::execute::{ExecContext, execute};
+use crate::execute::{ExecContext, Progress, execute};
 use crate::hash::hash_file;
 use crate::journal::Journal;
 use crate::model::Decision;
@@ -47,6 +47,16 @@ pub struct Outcome {
 
 /// Publishes (or plans) a verified source to the configured destinations.
 pub fn publish(config: &Config, source: &Source, opts: &PublishOptions) -> Result<Outcome> {
+    publish_with_progress(config, source, opts, None)
+}
+
+/// [`publish`], telling `progress` how staging goes (the CLI draws a progress bar).
+pub fn publish_with_progress(
+    config: &Config,
+    source: &Source,
+    opts: &PublishOptions,
+    progress: Option<&dyn Progress>,
+) -> Result<Outcome> {
     let selected = select_destinations(config, &opts.destinations)?;
     let mut journal = if opts.dry_run {
         None
@@ -63,21 +73,22 @@ pub fn publish(config: &Config, source: &Source, opts: &PublishOptions) -> Resul
             reports.push(r);
             continue;
         }
-        let (report, code) = match publish_one(config, dest, source, opts, journal.as_mut()) {
-            Ok(x) => x,
-            Err(e) => {
-                if matches!(e.root(), Error::Source(_)) {
-                    invalid_source = Some(e.to_string());
+        let (report, code) =
+            match publish_one(config, dest, source, opts, journal.as_mut(), progress) {
+                Ok(x) => x,
+                Err(e) => {
+                    if matches!(e.root(), Error::Source(_)) {
+                        invalid_source = Some(e.to_string());
+                    }
+                    let code = e.exit_code();
+                    let mut r = failed_report(config, dest, source, e.to_string());
+                    if let Error::Planned { plan, .. } = &e {
+                        r = DestinationReport::from_plan(plan, Status::Failed, None);
+                    }
+                    r.message = e.to_string();
+                    (r, code)
                 }
-                let code = e.exit_code();
-                let mut r = failed_report(config, dest, source, e.to_string());
-                if let Error::Planned { plan, .. } = &e {
-                    r = DestinationReport::from_plan(plan, Status::Failed, None);
-                }
-                r.message = e.to_string();
-                (r, code)
-            }
-        };
+            };
         reports.push(report);
         codes.push(code);
     }
@@ -243,6 +254,7 @@ fn publish_one(
     source: &Source,
     opts: &PublishOptions,
     journal: Option<&mut Journal>,
+    progress: Option<&dyn Progress>,
 ) -> Result<(DestinationReport, u8)> {
     let Some(journal) = journal else {
         // Dry run: plan, and read the files a real run would write so both reach the
@@ -275,7 +287,13 @@ fn publish_one(
     // preview ends the run here only when no operation can have overlapped it: recovery
     // is clean and distributor never locked this bundle path (every operation creates the
     // lock file first and it is never removed). Otherwise wait for the lock and look again.
-    let nothing_to_wait_for = local::bundle_unsafe(&dest.path, &bundle).is_some()
+    // `unchanged` needs no second look: it holds only when the state file (replaced
+    // atomically) records this very source and every recorded path matches it, and an
+    // operation caught half-way has moved aside or placed files, which makes the preview a
+    // repair, a writing decision that is confirmed under the lock. So a republication of
+    // what is already there neither waits for the lock nor probes twice.
+    let nothing_to_wait_for = preview.decision == Decision::Unchanged
+        || local::bundle_unsafe(&dest.path, &bundle).is_some()
         || std::fs::symlink_metadata(bundle.join(local::LOCK_FILE)).is_err();
     if !preview.decision.writes() && nothing_to_wait_for && check_recovery(journal, &bundle).is_ok()
     {
@@ -297,6 +315,7 @@ fn publish_one(
     let ctx = ExecContext {
         pipeline_id: &config.pipeline_id,
         actor: &opts.actor,
+        progress,
     };
     match execute(&plan, source, journal, &ctx) {
         Ok(op) => Ok((

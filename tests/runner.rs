@@ -11,6 +11,7 @@ mod test_dry_run;
 mod test_faults;
 mod test_history;
 mod test_journal;
+mod test_performance;
 mod test_reconciliation;
 mod test_recover;
 mod test_server;

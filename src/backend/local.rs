@@ -37,6 +37,15 @@ pub struct Fingerprint {
     pub sha256: String,
 }
 
+impl Fingerprint {
+    /// True when `md` still has the size, mtime and inode recorded here.
+    pub fn matches(&self, md: &fs::Metadata) -> bool {
+        self.size == md.len()
+            && self.mtime_ns == md.mtime() * 1_000_000_000 + md.mtime_nsec()
+            && self.ino == md.ino()
+    }
+}
+
 /// Size, mtime and inode of a placed file.
 pub fn fingerprint_of(md: &fs::Metadata, sha256: &str) -> Fingerprint {
     Fingerprint {
@@ -180,9 +189,7 @@ fn probe_one(
             Some(expected) => {
                 let fp = fingerprints.get(rel);
                 match fp {
-                    Some(fp) if *fp == fingerprint_of(&md, &fp.sha256) && fp.sha256 == expected => {
-                        Some(fp.sha256.clone())
-                    }
+                    Some(fp) if fp.sha256 == expected && fp.matches(&md) => Some(fp.sha256.clone()),
                     _ => Some(hash_file(&path)?.1),
                 }
             }
@@ -299,10 +306,18 @@ pub fn check_inside(root: &Path, rel: &str) -> Result<()> {
 /// Creates the parent directories of `rel` under `root`, never through a symlink.
 /// Returns the directories it created, outermost first.
 pub fn make_parents(root: &Path, rel: &str) -> Result<Vec<PathBuf>> {
+    match rel.rsplit_once('/') {
+        Some((dir, _)) => make_dirs(root, dir),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Creates the directory `rel_dir` and its missing ancestors under `root`, never through a
+/// symlink. Returns the directories it created, outermost first.
+pub fn make_dirs(root: &Path, rel_dir: &str) -> Result<Vec<PathBuf>> {
     let mut created = Vec::new();
     let mut cur = root.to_path_buf();
-    let segs: Vec<&str> = rel.split('/').collect();
-    for seg in &segs[..segs.len().saturating_sub(1)] {
+    for seg in rel_dir.split('/') {
         cur.push(seg);
         match fs::symlink_metadata(&cur) {
             Ok(md) if md.is_dir() => {}
@@ -322,10 +337,30 @@ pub fn make_parents(root: &Path, rel: &str) -> Result<Vec<PathBuf>> {
     Ok(created)
 }
 
-/// Copies `src` to a new file `dst`, hashing the bytes as they are copied; returns size and
-/// hex sha256 of what was written. The destination must not exist. Not fsynced: the caller
-/// syncs the filesystem once before the commit point.
-pub fn copy_hashed(src: &Path, dst: &Path, buf: &mut [u8]) -> Result<(u64, String)> {
+/// What [`copy_hashed`] wrote.
+#[derive(Debug)]
+pub struct Copied {
+    /// Bytes written.
+    pub size: u64,
+    /// Lowercase hex sha256 of exactly those bytes.
+    pub sha256: String,
+    /// The new file's metadata after its last write. Size, mtime and inode survive the
+    /// rename into place, so this is the file's placement fingerprint.
+    pub metadata: fs::Metadata,
+}
+
+/// Copies `src` to a new file `dst`, hashing the bytes as they are copied: every byte
+/// written is a byte hashed, from the same buffer, so what the hash vouches for is what
+/// was written (a second read, or an in-kernel copy, could differ from what was hashed
+/// when the source changes underneath). `on_bytes` hears of each chunk written. The
+/// destination must not exist. Not fsynced: the caller syncs the filesystem once before
+/// the commit point.
+pub fn copy_hashed(
+    src: &Path,
+    dst: &Path,
+    buf: &mut [u8],
+    on_bytes: &mut dyn FnMut(u64),
+) -> Result<Copied> {
     let mut input = OpenOptions::new()
         .read(true)
         .custom_flags_nofollow()
@@ -348,8 +383,14 @@ pub fn copy_hashed(src: &Path, dst: &Path, buf: &mut [u8]) -> Result<(u64, Strin
         failpoint::io("io_stage_write").ctx("write", dst)?;
         output.write_all(&buf[..n]).ctx("write", dst)?;
         size += n as u64;
+        on_bytes(n as u64);
     }
-    Ok((size, hex(&h.finalize())))
+    let metadata = output.metadata().ctx("stat", dst)?;
+    Ok(Copied {
+        size,
+        sha256: hex(&h.finalize()),
+        metadata,
+    })
 }
 
 /// Renames `from` to `to` (both absolute, same filesystem), creating `to`'s parents below

@@ -4,6 +4,7 @@
 
 mod history;
 mod manifest;
+mod progress;
 mod publish;
 mod recover;
 mod serve;

@@ -1,11 +1,14 @@
 //! `distributor publish` and `distributor plan`.
 
+use super::progress::{Bar, wants_progress};
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::publish::{PublishOptions, publish, resolve_journal};
+use crate::execute::Progress;
+use crate::publish::{PublishOptions, publish_with_progress, resolve_journal};
 use crate::source::Source;
 use clap::Args;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -115,7 +118,18 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         actor: cli_actor(),
         command: args.command.to_string(),
     };
-    let outcome = publish(&config, &source, &opts)?;
+    let bar = wants_progress(
+        a.json,
+        std::io::stderr().is_terminal(),
+        std::env::var("TERM").ok().as_deref(),
+    )
+    .then(Bar::new);
+    let outcome = publish_with_progress(
+        &config,
+        &source,
+        &opts,
+        bar.as_ref().map(|b| b as &dyn Progress),
+    )?;
     let stdout = if a.json {
         outcome.report.to_json()
     } else {

@@ -5,19 +5,22 @@
 //!
 //! The caller holds the destination lock and has planned under it.
 
+mod stage;
 mod undo;
+
+pub use stage::Progress;
 
 pub use undo::{
     Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, StagedAction, StagedOperation, undo,
 };
 
-use crate::backend::local::{self, Fingerprint, STAGING_DIR, fingerprint_of};
+use crate::backend::local::{self, Fingerprint, STAGING_DIR};
 use crate::error::{Error, IoContext, Result};
 use crate::failpoint;
 use crate::hash::sha256_hex;
 use crate::journal::{ActionRecord, Journal, OperationRecord, event, now};
 use crate::model::FileOp;
-use crate::plan::DestinationPlan;
+use crate::plan::{DestinationPlan, FileAction};
 use crate::source::{Source, relative_link_target};
 use std::fs;
 use std::path::Path;
@@ -29,6 +32,8 @@ pub struct ExecContext<'a> {
     pub pipeline_id: &'a str,
     /// `cli:<user>` or `token:<name>`.
     pub actor: &'a str,
+    /// Hears how staging goes (the CLI's progress bar), if anyone listens.
+    pub progress: Option<&'a dyn Progress>,
 }
 
 /// Executes `plan`; returns the operation id. `plan.new_state` must be set.
@@ -64,7 +69,15 @@ pub fn execute(
     journal.begin_operation(&record, &actions)?;
     failpoint::hit("after_journal_append");
 
-    let result = run_steps(plan, source, &staged, pre.as_deref(), &post, journal);
+    let result = run_steps(
+        plan,
+        source,
+        &staged,
+        pre.as_deref(),
+        &post,
+        journal,
+        ctx.progress,
+    );
     match result {
         Ok(placements) => {
             // Past the commit point: the publication stands whatever fails now, and
@@ -115,6 +128,7 @@ fn run_steps(
     pre: Option<&[u8]>,
     post: &[u8],
     journal: &Journal,
+    progress: Option<&dyn Progress>,
 ) -> Result<Vec<(String, Fingerprint)>> {
     let bundle = plan.bundle_path.as_path();
     let op_dir = staged.dir(bundle);
@@ -126,20 +140,10 @@ fn run_steps(
     fs::create_dir(&new_root).ctx("create staging", &new_root)?;
     fs::create_dir(&old_root).ctx("create staging", &old_root)?;
 
-    // 4. Stage, hashing while copying.
-    let mut buf = vec![0u8; 1 << 20];
-    for f in plan.writes() {
-        failpoint::hit("during_staging");
-        local::make_parents(&new_root, &f.path)?;
-        let (size, sha) =
-            local::copy_hashed(&source.file(&f.path), &new_root.join(&f.path), &mut buf)?;
-        if size != f.size || sha != f.sha256 {
-            return Err(Error::Source(format!(
-                "output '{}' changed: read {size} bytes with sha256 {sha}, the manifest says {} bytes with sha256 {}",
-                f.path, f.size, f.sha256
-            )));
-        }
-    }
+    // 4. Stage, hashing while copying, several files at once (stage.rs); each file's
+    // fingerprint is taken from the staged copy, which the rename into place keeps.
+    let writes: Vec<&FileAction> = plan.writes().collect();
+    let fingerprints = stage::stage(&writes, source, &new_root, progress)?;
     journal.event(&staged.operation_id, event::STAGED, None)?;
     failpoint::hit("after_staging");
 
@@ -165,13 +169,12 @@ fn run_steps(
     failpoint::hit("after_move_aside");
 
     // 6. Place files, then links.
-    let mut placements = Vec::new();
-    for f in plan.writes() {
+    let mut placements = Vec::with_capacity(writes.len());
+    for (f, fingerprint) in writes.iter().zip(fingerprints) {
         failpoint::hit("during_placement");
         local::check_inside(bundle, &f.path)?;
         local::rename_into(&new_root.join(&f.path), bundle, &f.path)?;
-        let md = fs::symlink_metadata(bundle.join(&f.path)).ctx("stat", bundle.join(&f.path))?;
-        placements.push((f.path.clone(), fingerprint_of(&md, &f.sha256)));
+        placements.push((f.path.clone(), fingerprint));
     }
     failpoint::hit("after_placement");
     for l in plan

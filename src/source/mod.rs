@@ -15,6 +15,7 @@ use crate::hash::{is_sha256_hex, sha256_hex};
 use crate::model::{SourceRef, is_valid_source_id, parse_time};
 use chrono::{DateTime, FixedOffset};
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// File name of the manifest at the bundle root.
@@ -162,8 +163,10 @@ impl Source {
         let created = manifest
             .validate()
             .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;
+        // Directories shared by many outputs are checked once.
+        let mut dirs_checked: HashSet<&str> = HashSet::new();
         for o in &manifest.outputs {
-            check_bundle_file(&dir, &o.path, o.size)?;
+            check_bundle_file(&dir, &o.path, o.size, &mut dirs_checked)?;
         }
         let digest = manifest.digest();
         Ok(Source {
@@ -206,14 +209,25 @@ impl Source {
 }
 
 /// An output must be a regular file of the listed size, reached through real directories.
-fn check_bundle_file(dir: &Path, rel: &str, size: u64) -> Result<()> {
+/// `dirs_checked` holds the bundle-relative directories already found to be real ones.
+fn check_bundle_file<'a>(
+    dir: &Path,
+    rel: &'a str,
+    size: u64,
+    dirs_checked: &mut HashSet<&'a str>,
+) -> Result<()> {
     let mut cur = dir.to_path_buf();
     let segs: Vec<&str> = rel.split('/').collect();
+    let mut end = 0;
     for (i, seg) in segs.iter().enumerate() {
         cur.push(seg);
+        end += seg.len() + usize::from(i > 0);
+        let last = i + 1 == segs.len();
+        if !last && dirs_checked.contains(&rel[..end]) {
+            continue;
+        }
         let md = std::fs::symlink_metadata(&cur)
             .map_err(|e| Error::Source(format!("output '{rel}': {}: {e}", cur.display())))?;
-        let last = i + 1 == segs.len();
         if md.file_type().is_symlink() {
             return Err(Error::Source(format!(
                 "output '{rel}': {} is a symlink; outputs must be regular files",
@@ -231,6 +245,9 @@ fn check_bundle_file(dir: &Path, rel: &str, size: u64) -> Result<()> {
                 "output '{rel}': {} is not a directory",
                 cur.display()
             )));
+        }
+        if !last {
+            dirs_checked.insert(&rel[..end]);
         }
         if last && md.len() != size {
             return Err(Error::Source(format!(

@@ -1,0 +1,202 @@
+//! What makes publication fast, checked for behaviour (never for time; timings live in
+//! `benches/publish.sh`): a republication proves content by placement fingerprints and
+//! neither rehashes nor waits for the lock, the journal's work does not grow with the
+//! number of files, staging on several threads places every file, and the progress bar
+//! never reaches a stderr that is not a terminal.
+
+use crate::common::Env;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// `n` files of a few bytes in `dirs` directories.
+fn many(n: usize, dirs: usize) -> Vec<(String, String)> {
+    (0..n)
+        .map(|i| {
+            (
+                format!("d{}/f{i:05}.txt", i % dirs),
+                format!("content of file {i}\n"),
+            )
+        })
+        .collect()
+}
+
+fn bundle_of(
+    env: &Env,
+    rel: &str,
+    created_at: &str,
+    files: &[(String, String)],
+) -> std::path::PathBuf {
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    env.bundle(rel, "many", created_at, &refs, &[])
+}
+
+fn hold_lock(bundle: &Path) -> std::fs::File {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(bundle.join(".distributor.lock"))
+        .unwrap();
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    f
+}
+
+#[test]
+fn staging_on_several_threads_places_every_file_byte_for_byte() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "p", "d", "dest", "");
+    let files = many(600, 7);
+    let b = bundle_of(&env, "b", "2026-12-02T06:00:00Z", &files);
+    let r = env.publish(&cfg, &b, &[]);
+    r.expect_code(0);
+    assert_eq!(r.json()["summary"]["files_written"], 600);
+    for (p, c) in &files {
+        assert_eq!(&env.read(&format!("dest/{p}")), c, "{p}");
+    }
+    assert!(!env.exists("dest/.distributor-staging"));
+}
+
+#[test]
+fn a_staging_failure_rolls_back_every_file_staged_on_any_thread() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "p", "d", "dest", "");
+    let files = many(300, 5);
+    let b = bundle_of(&env, "b", "2026-12-02T06:00:00Z", &files);
+    // One file changes after the manifest was written, keeping its size.
+    env.write("b/d3/f00123.txt", "CONTENT OF FILE 123\n");
+    let r = env.publish(&cfg, &b, &[]);
+    r.expect_code(1);
+    assert!(
+        r.dest(0)["message"]
+            .as_str()
+            .unwrap()
+            .contains("d3/f00123.txt"),
+        "{}",
+        r.stdout
+    );
+    let left: Vec<_> = env.snapshot("dest").into_iter().map(|(p, _)| p).collect();
+    assert_eq!(
+        left,
+        vec![".distributor.lock".to_string()],
+        "nothing but the lock file stays"
+    );
+}
+
+/// Placement fingerprints (SPEC §5.4) prove unchanged content without reading it: a
+/// change that keeps size, mtime and inode is invisible to a republication, which shows it
+/// did not hash; a dry run, which hashes, sees it.
+#[test]
+fn republication_trusts_placement_fingerprints_and_does_not_rehash() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "p", "d", "dest", "");
+    let b = bundle_of(&env, "b", "2026-12-02T06:00:00Z", &many(20, 2));
+    env.publish(&cfg, &b, &[]).expect_code(0);
+    let placed = env.path("dest/d1/f00001.txt");
+    let mtime = std::fs::symlink_metadata(&placed)
+        .unwrap()
+        .modified()
+        .unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&placed)
+        .unwrap();
+    use std::io::Write;
+    (&f).write_all(b"CONTENT OF FILE 1\n").unwrap();
+    f.set_modified(mtime).unwrap();
+    drop(f);
+    let r = env.publish(&cfg, &b, &[]);
+    r.expect_code(0);
+    assert_eq!(
+        r.decision(),
+        "unchanged",
+        "the fingerprint vouched; nothing was read"
+    );
+    let dry = env.plan(&cfg, &b, &[]);
+    assert_eq!(
+        dry.decision(),
+        "repair",
+        "a dry run hashes what it cannot prove otherwise"
+    );
+    // A fingerprint that no longer matches makes the real run hash too.
+    std::fs::File::options()
+        .write(true)
+        .open(&placed)
+        .unwrap()
+        .set_modified(SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+    assert_eq!(env.publish(&cfg, &b, &[]).decision(), "repair");
+    assert_eq!(env.read("dest/d1/f00001.txt"), "content of file 1\n");
+}
+
+#[test]
+fn an_unchanged_republication_does_not_wait_for_the_lock() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "p", "d", "dest", "");
+    let b = bundle_of(&env, "b", "2026-12-02T06:00:00Z", &many(10, 2));
+    env.publish(&cfg, &b, &[]).expect_code(0);
+    let lock = hold_lock(&env.path("dest"));
+    let r = env.publish(&cfg, &b, &["--lock-timeout", "0"]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "unchanged");
+    assert_eq!(r.dest(0)["status"], "skipped");
+    // A publication that writes still waits for it.
+    let b2 = bundle_of(&env, "b2", "2026-12-02T07:00:00Z", &many(10, 2));
+    let r = env.publish(&cfg, &b2, &["--lock-timeout", "0"]);
+    r.expect_code(1);
+    drop(lock);
+}
+
+/// The journal records a publication in a fixed number of transactions: one for the
+/// operation and all its actions, one per step event, one for the commit with every
+/// placement. Ten times the files, the same number of event rows.
+#[test]
+fn journal_events_do_not_grow_with_the_number_of_files() {
+    let env = Env::new();
+    let mut events = Vec::new();
+    for (k, n) in [(0, 3), (1, 300)] {
+        let cfg = env.simple_config(&format!("c{k}.yaml"), "p", "d", &format!("dest{k}"), "");
+        let b = bundle_of(&env, &format!("b{k}"), "2026-12-02T06:00:00Z", &many(n, 3));
+        let r = env.publish(&cfg, &b, &[]);
+        r.expect_code(0);
+        let op = r.dest(0)["operation_id"].as_str().unwrap().to_string();
+        let db = rusqlite::Connection::open(env.journal()).unwrap();
+        let count = |table: &str| -> i64 {
+            db.query_row(
+                &format!("SELECT count(*) FROM {table} WHERE operation_id = ?1"),
+                [&op],
+                |row| row.get(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(count("journal_actions"), n as i64);
+        assert_eq!(count("journal_placements"), n as i64);
+        events.push(count("journal_events"));
+    }
+    assert_eq!(events[0], events[1], "event rows per operation");
+}
+
+#[test]
+fn no_progress_output_when_stderr_is_not_a_terminal() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "p", "d", "dest", "");
+    let b = bundle_of(&env, "b", "2026-12-02T06:00:00Z", &many(3000, 30));
+    // Text output, no --json: only the terminal test keeps the bar away.
+    let r = env.run_env(
+        &[
+            "publish",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            b.to_str().unwrap(),
+        ],
+        &[("TERM", "xterm-256color")],
+    );
+    r.expect_code(0);
+    assert_eq!(r.stderr, "", "stderr is not a terminal: nothing drawn");
+    for bar_char in ["\r", "\x1b[", "ETA", "files,"] {
+        assert!(!r.stdout.contains(bar_char), "{bar_char:?} on stdout");
+    }
+}
