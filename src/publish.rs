@@ -144,7 +144,7 @@ fn failed_report(
             .unwrap_or_default(),
         state_mode: dest.state_mode,
         takeover_mode: dest.takeover,
-        decision: Decision::Conflict,
+        decision: None,
         status: Status::Failed,
         operation_id: None,
         previous: None,
@@ -263,10 +263,11 @@ fn publish_one(
         for f in plan.writes() {
             let (size, sha) = hash_file(&source.file(&f.path))?;
             if size != f.size || sha != f.sha256 {
-                return Err(Error::Source(format!(
-                    "output '{}': read {size} bytes with sha256 {sha}, the manifest says {} bytes with sha256 {}",
-                    f.path, f.size, f.sha256
-                )));
+                let e = crate::source::content_mismatch(&f.path, size, &sha, f.size, &f.sha256);
+                return Err(Error::Planned {
+                    plan: Box::new(plan.clone()),
+                    source: Box::new(e),
+                });
             }
         }
         let status = status_of(&plan, Status::Planned);

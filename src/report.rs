@@ -52,8 +52,8 @@ pub struct DestinationReport {
     pub state_mode: StateMode,
     /// Takeover mode.
     pub takeover_mode: TakeoverMode,
-    /// Decision.
-    pub decision: Decision,
+    /// Decision; `None` (JSON `null`) when the destination failed before it was planned.
+    pub decision: Option<Decision>,
     /// Status.
     pub status: Status,
     /// Operation id when one was journaled.
@@ -80,7 +80,7 @@ impl DestinationReport {
             bundle_path: plan.bundle_path.to_string_lossy().into_owned(),
             state_mode: plan.state_mode,
             takeover_mode: plan.takeover_mode,
-            decision: plan.decision,
+            decision: Some(plan.decision),
             status,
             operation_id,
             previous: plan.previous.clone(),
@@ -123,7 +123,11 @@ impl Summary {
             ..Default::default()
         };
         for d in destinations {
-            *match d.decision {
+            let Some(decision) = d.decision else {
+                s.failed += 1;
+                continue;
+            };
+            *match decision {
                 Decision::Create => &mut s.create,
                 Decision::Unchanged => &mut s.unchanged,
                 Decision::Repair => &mut s.repair,
@@ -181,7 +185,7 @@ impl Report {
             let _ = writeln!(
                 out,
                 "  decision: {} [{}]",
-                d.decision,
+                d.decision.map_or("none", |x| x.as_str()),
                 status_word(d.status)
             );
             if !d.message.is_empty() {

@@ -512,7 +512,7 @@ fn validate_refuses_a_bad_source() {
     r.expect_code(1);
     assert!(
         r.stderr
-            .contains("invalid source: output 'a.txt': read 3 bytes with sha256"),
+            .contains("invalid source: output 'a.txt' changed: read 3 bytes with sha256"),
         "{}",
         r.stderr
     );

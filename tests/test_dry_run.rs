@@ -326,3 +326,39 @@ fn plan_report_is_the_dry_run_report() {
     };
     assert_eq!(strip(plan), strip(dry));
 }
+
+#[test]
+fn content_mismatch_reports_agree_between_dry_and_real_run() {
+    // Bytes changed after the manifest was written (same size): both runs read them, fail
+    // the destination with the planned decision and the same message, and write nothing.
+    let env = Env::new();
+    let c = cfg(&env, "");
+    let b1 = env.bundle("b1", "tomorrow", T0, &[("a.txt", "one")], &[]);
+    env.publish(&c, &b1, &[]).expect_code(0);
+    let b2 = env.bundle("b2", "tomorrow", T1, &[("a.txt", "two")], &[]);
+    std::fs::write(b2.join("a.txt"), "TWO").unwrap();
+    let before = env.snapshot("dest");
+    let r = dry_run_matches_real_run(&env, &c, &b2, &[]);
+    r.expect_code(1);
+    let d = r.dest(0);
+    assert_eq!(d["decision"], "replace_older");
+    assert_eq!(d["status"], "failed");
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap()
+            .contains("output 'a.txt' changed"),
+        "{d}"
+    );
+    assert_eq!(env.read("dest/latest/a.txt"), "one");
+    let after: Vec<_> = env
+        .snapshot("dest")
+        .into_iter()
+        .filter(|(p, _)| !p.ends_with(".distributor.lock"))
+        .collect();
+    let before: Vec<_> = before
+        .into_iter()
+        .filter(|(p, _)| !p.ends_with(".distributor.lock"))
+        .collect();
+    assert_eq!(after, before);
+}

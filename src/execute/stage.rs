@@ -12,7 +12,7 @@
 //! differ from the manifest.
 
 use crate::backend::local::{self, Fingerprint, fingerprint_of};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::failpoint;
 use crate::plan::FileAction;
 use crate::source::Source;
@@ -151,10 +151,9 @@ fn stage_one(
         &mut on_bytes,
     )?;
     if c.size != f.size || c.sha256 != f.sha256 {
-        return Err(Error::Source(format!(
-            "output '{}' changed: read {} bytes with sha256 {}, the manifest says {} bytes with sha256 {}",
-            f.path, c.size, c.sha256, f.size, f.sha256
-        )));
+        return Err(crate::source::content_mismatch(
+            &f.path, c.size, &c.sha256, f.size, &f.sha256,
+        ));
     }
     if let Some(p) = progress {
         p.file_done();

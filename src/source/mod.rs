@@ -130,6 +130,20 @@ impl Manifest {
     }
 }
 
+/// The error for an output whose bytes are not what the manifest lists: the source is
+/// invalid. One wording for staging, dry runs and `validate --source`.
+pub fn content_mismatch(
+    path: &str,
+    size: u64,
+    sha256: &str,
+    listed_size: u64,
+    listed_sha256: &str,
+) -> Error {
+    Error::Source(format!(
+        "output '{path}' changed: read {size} bytes with sha256 {sha256}, the manifest says {listed_size} bytes with sha256 {listed_sha256}"
+    ))
+}
+
 /// A source whose manifest and structure are verified.
 #[derive(Debug, Clone)]
 pub struct Source {
@@ -184,10 +198,7 @@ impl Source {
         for o in &self.manifest.outputs {
             let (size, sha) = crate::hash::hash_file(&self.file(&o.path))?;
             if size != o.size || sha != o.sha256 {
-                return Err(Error::Source(format!(
-                    "output '{}': read {size} bytes with sha256 {sha}, the manifest says {} bytes with sha256 {}",
-                    o.path, o.size, o.sha256
-                )));
+                return Err(content_mismatch(&o.path, size, &sha, o.size, &o.sha256));
             }
         }
         Ok(())
