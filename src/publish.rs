@@ -57,7 +57,7 @@ pub fn publish_with_progress(
     opts: &PublishOptions,
     progress: Option<&dyn Progress>,
 ) -> Result<Outcome> {
-    let selected = select_destinations(config, &opts.destinations)?;
+    let selected = config.select(&opts.destinations)?;
     let mut journal = if opts.dry_run {
         None
     } else {
@@ -113,24 +113,6 @@ pub fn publish_with_progress(
     })
 }
 
-fn select_destinations<'c>(config: &'c Config, ids: &[String]) -> Result<Vec<&'c Destination>> {
-    if ids.is_empty() {
-        return Ok(config.destinations.iter().collect());
-    }
-    ids.iter()
-        .map(|id| {
-            config.destination(id).ok_or_else(|| {
-                let known: Vec<&str> = config.destinations.iter().map(|d| d.id.as_str()).collect();
-                Error::Usage(format!(
-                    "--destination {id}: no such destination in {}; configured: {}",
-                    config.file.display(),
-                    known.join(", ")
-                ))
-            })
-        })
-        .collect()
-}
-
 fn failed_report(
     config: &Config,
     dest: &Destination,
@@ -173,7 +155,7 @@ pub fn bundle_path(config: &Config, dest: &Destination, source: &Source) -> Resu
                     Error::Config(format!(
                         "config {}: destinations[{}].path_mapping.template: {m}",
                         config.file.display(),
-                        dest.id
+                        config.index_of(dest)
                     ))
                 })?;
             dest.path.join(rel)
@@ -269,6 +251,21 @@ fn publish_one(
                     source: Box::new(e),
                 });
             }
+        }
+        // A dry run opens no journal, but an interrupted operation's staging is visible:
+        // the real run would refuse with exit 4, so the plan says so too.
+        let staging = local::staging_entries(&plan.bundle_path);
+        if !staging.is_empty() {
+            let e = Error::RecoveryRequired(format!(
+                "recovery required: {}/{} holds {}; run `distributor recover` (with the same --config/--journal) before publishing again",
+                plan.bundle_path.display(),
+                local::STAGING_DIR,
+                staging.join(", ")
+            ));
+            return Err(Error::Planned {
+                plan: Box::new(plan),
+                source: Box::new(e),
+            });
         }
         let status = status_of(&plan, Status::Planned);
         let code = code_of(&plan);

@@ -362,3 +362,32 @@ fn content_mismatch_reports_agree_between_dry_and_real_run() {
         .collect();
     assert_eq!(after, before);
 }
+
+#[test]
+fn dry_run_reports_recovery_required_when_staging_is_left() {
+    let env = Env::new();
+    let c = cfg(&env, "");
+    let b1 = env.bundle("b1", "tomorrow", T0, &[("a.txt", "one")], &[]);
+    env.publish(&c, &b1, &[]).expect_code(0);
+    let b2 = env.bundle("b2", "tomorrow", T1, &[("a.txt", "two")], &[]);
+    let (c_s, b2_s) = (c.to_str().unwrap(), b2.to_str().unwrap());
+    let crashed = env.run_env(
+        &["publish", "--json", "--config", c_s, "--source", b2_s],
+        &[("DISTRIBUTOR_FAILPOINT", "after_staging")],
+    );
+    assert_ne!(crashed.code, 0, "the failpoint aborts the run");
+    assert!(env.exists("dest/latest/.distributor-staging"));
+    let before = env.snapshot("");
+    let r = env.plan(&c, &b2, &[]);
+    r.expect_code(4);
+    assert_eq!(r.dest(0)["status"], "failed");
+    assert_eq!(r.dest(0)["decision"], "replace_older");
+    assert!(
+        r.dest(0)["message"]
+            .as_str()
+            .unwrap()
+            .contains("recovery required")
+    );
+    assert_eq!(env.snapshot(""), before, "the dry run wrote something");
+    env.publish(&c, &b2, &[]).expect_code(4);
+}

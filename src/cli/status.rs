@@ -1,8 +1,8 @@
 //! `distributor status --config F [--destination ID]... [--json]`.
 
 use super::CommandOutput;
-use crate::config::{Config, Destination};
-use crate::error::{Error, Result};
+use crate::config::Config;
+use crate::error::Result;
 use crate::inspect;
 use clap::Args;
 use std::fmt::Write;
@@ -22,27 +22,10 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-/// The selected destinations of a config.
-pub fn select<'c>(config: &'c Config, ids: &[String]) -> Result<Vec<&'c Destination>> {
-    if ids.is_empty() {
-        return Ok(config.destinations.iter().collect());
-    }
-    ids.iter()
-        .map(|id| {
-            config.destination(id).ok_or_else(|| {
-                Error::Usage(format!(
-                    "--destination {id}: no such destination in {}",
-                    config.file.display()
-                ))
-            })
-        })
-        .collect()
-}
-
 /// Runs the command.
 pub fn run(a: StatusArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
-    let dests = select(&config, &a.destinations)?;
+    let dests = config.select(&a.destinations)?;
     let st = inspect::status(&dests)?;
     if a.json {
         let v = serde_json::json!({"pipeline_id": config.pipeline_id, "destinations": st});

@@ -1,7 +1,6 @@
 //! `distributor verify --config F [--destination ID]... [--json]`.
 
 use super::CommandOutput;
-use super::status::select;
 use crate::config::Config;
 use crate::error::Result;
 use crate::inspect;
@@ -26,7 +25,7 @@ pub struct VerifyArgs {
 /// Runs the command.
 pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
-    let dests = select(&config, &a.destinations)?;
+    let dests = config.select(&a.destinations)?;
     let drift = inspect::verify(&dests)?;
     let code = if drift.iter().any(|d| d.drifted()) {
         3

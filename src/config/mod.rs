@@ -462,6 +462,35 @@ impl Config {
         })
     }
 
+    /// The destinations named by `--destination` flags, in the order given; all of them
+    /// when none is named. An unknown id is a usage error listing the configured ones.
+    pub fn select(&self, ids: &[String]) -> Result<Vec<&Destination>> {
+        if ids.is_empty() {
+            return Ok(self.destinations.iter().collect());
+        }
+        ids.iter()
+            .map(|id| {
+                self.destination(id).ok_or_else(|| {
+                    let known: Vec<&str> =
+                        self.destinations.iter().map(|d| d.id.as_str()).collect();
+                    Error::Usage(format!(
+                        "--destination {id}: no such destination in {}; configured: {}",
+                        self.file.display(),
+                        known.join(", ")
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// The index of a destination in the file, for key paths in messages.
+    pub fn index_of(&self, dest: &Destination) -> usize {
+        self.destinations
+            .iter()
+            .position(|d| d.id == dest.id)
+            .unwrap_or(0)
+    }
+
     /// Finds a destination by id.
     pub fn destination(&self, id: &str) -> Option<&Destination> {
         self.destinations.iter().find(|d| d.id == id)
