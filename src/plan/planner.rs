@@ -256,23 +256,10 @@ impl<'a, 's> Planner<'a, 's> {
         let mut new_outputs: Vec<RecordedOutput> = Vec::new();
         for o in &manifest.outputs {
             let entry = storage.get(&o.path);
-            let op = match recorded.get(o.path.as_str()) {
-                Some(rec) => {
-                    let same = matches!(rec, Recorded::Output(r) if r.sha256 == o.sha256 && r.size == o.size)
-                        && matches!(entry, Entry::File { size, sha256: Some(h) } if *size == o.size && *h == o.sha256);
-                    match entry {
-                        _ if same => FileOp::Unchanged,
-                        Entry::Missing => FileOp::Create,
-                        Entry::Dir { contents } => self.dir_in_the_way(&o.path, contents, &moved),
-                        Entry::Special => {
-                            self.special(&o.path);
-                            FileOp::Overwrite
-                        }
-                        _ => FileOp::Overwrite,
-                    }
-                }
-                None => self.unrecorded(&o.path, entry, &moved),
-            };
+            let rec = recorded.get(o.path.as_str());
+            let same = matches!(rec, Some(Recorded::Output(r)) if r.sha256 == o.sha256 && r.size == o.size)
+                && matches!(entry, Entry::File { size, sha256: Some(h) } if *size == o.size && *h == o.sha256);
+            let op = self.planned_op(&o.path, entry, rec.is_some(), same, &moved);
             self.check_ancestors(&o.path, &moved, &recorded);
             self.plan.files.push(FileAction {
                 path: o.path.clone(),
@@ -291,23 +278,10 @@ impl<'a, 's> Planner<'a, 's> {
         for l in &manifest.links {
             let entry = storage.get(&l.path);
             let text = relative_link_target(&l.path, &l.target);
-            let op = match recorded.get(l.path.as_str()) {
-                Some(rec) => {
-                    let same = matches!(rec, Recorded::Link(r) if r.target == l.target)
-                        && matches!(entry, Entry::Symlink { target } if *target == text);
-                    match entry {
-                        _ if same => FileOp::Unchanged,
-                        Entry::Missing => FileOp::Create,
-                        Entry::Dir { contents } => self.dir_in_the_way(&l.path, contents, &moved),
-                        Entry::Special => {
-                            self.special(&l.path);
-                            FileOp::Overwrite
-                        }
-                        _ => FileOp::Overwrite,
-                    }
-                }
-                None => self.unrecorded(&l.path, entry, &moved),
-            };
+            let rec = recorded.get(l.path.as_str());
+            let same = matches!(rec, Some(Recorded::Link(r)) if r.target == l.target)
+                && matches!(entry, Entry::Symlink { target } if *target == text);
+            let op = self.planned_op(&l.path, entry, rec.is_some(), same, &moved);
             self.check_ancestors(&l.path, &moved, &recorded);
             self.plan.links.push(LinkAction {
                 path: l.path.clone(),
@@ -540,6 +514,31 @@ impl<'a, 's> Planner<'a, 's> {
             self.src.created_at
         );
         self.conflict(ConflictKind::DestinationNewer, None, None, msg);
+    }
+
+    /// The operation on a planned path: `same` says storage already holds exactly the
+    /// recorded content the new bundle wants there.
+    fn planned_op(
+        &mut self,
+        path: &str,
+        entry: &Entry,
+        recorded: bool,
+        same: bool,
+        moved: &HashSet<&str>,
+    ) -> FileOp {
+        if !recorded {
+            return self.unrecorded(path, entry, moved);
+        }
+        match entry {
+            _ if same => FileOp::Unchanged,
+            Entry::Missing => FileOp::Create,
+            Entry::Dir { contents } => self.dir_in_the_way(path, contents, moved),
+            Entry::Special => {
+                self.special(path);
+                FileOp::Overwrite
+            }
+            Entry::File { .. } | Entry::Symlink { .. } => FileOp::Overwrite,
+        }
     }
 
     /// A planned path that no valid state records.
