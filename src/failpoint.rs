@@ -135,7 +135,9 @@ mod imp {
                 .append(true)
                 .open(path)
             {
-                let _ = writeln!(f, "{name}");
+                // One write per line: staging threads log concurrently, and a single
+                // O_APPEND write is never interleaved with another.
+                let _ = f.write_all(format!("{name}\n").as_bytes());
             }
         }
     }

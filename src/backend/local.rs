@@ -126,34 +126,58 @@ pub fn probe(
     if storage.bundle_unsafe.is_some() || fs::symlink_metadata(bundle).is_err() {
         return Ok(storage);
     }
-    for p in paths {
-        let mut blocked = false;
-        for (i, b) in p
-            .bytes()
-            .enumerate()
-            .chain(std::iter::once((p.len(), b'/')))
-        {
-            if b != b'/' {
-                continue;
-            }
-            let rel = &p[..i];
-            if blocked {
-                break;
-            }
-            if let Some(e) = storage.entries.get(rel) {
-                blocked = !matches!(e, Entry::Dir { .. });
-                continue;
-            }
+    // Directories on the way first, parents before children (a prefix sorts first), and
+    // nothing below one that is not a real directory: a path is never looked up through a
+    // symlink or a file.
+    let mut dirs: Vec<&str> = paths
+        .iter()
+        .flat_map(|p| p.match_indices('/').map(move |(i, _)| &p[..i]))
+        .collect::<HashSet<&str>>()
+        .into_iter()
+        .collect();
+    dirs.sort_unstable();
+    let reachable = |entries: &HashMap<String, Entry>, rel: &str| match rel.rsplit_once('/') {
+        Some((parent, _)) => matches!(entries.get(parent), Some(Entry::Dir { .. })),
+        None => true,
+    };
+    for d in dirs {
+        if reachable(&storage.entries, d) {
             let entry = probe_one(
+                bundle,
+                d,
+                confirm.get(d).copied(),
+                fingerprints,
+                dirs_wanted.contains(d),
+            )?;
+            storage.entries.insert(d.to_string(), entry);
+        }
+    }
+    // Then every path itself, on several threads: one lookup each (and a hash where no
+    // fingerprint vouches for the content), independent of each other.
+    let mut seen: HashSet<&str> = HashSet::with_capacity(paths.len());
+    let leaves: Vec<&str> = paths
+        .iter()
+        .copied()
+        .filter(|p| {
+            !storage.entries.contains_key(*p) && reachable(&storage.entries, p) && seen.insert(p)
+        })
+        .collect();
+    let entries = crate::parallel::try_map(
+        &leaves,
+        || (),
+        |rel, _| {
+            probe_one(
                 bundle,
                 rel,
                 confirm.get(rel).copied(),
                 fingerprints,
                 dirs_wanted.contains(rel),
-            )?;
-            blocked = !matches!(entry, Entry::Dir { .. });
-            storage.entries.insert(rel.to_string(), entry);
-        }
+            )
+        },
+    )?;
+    storage.entries.reserve(leaves.len());
+    for (rel, entry) in leaves.into_iter().zip(entries) {
+        storage.entries.insert(rel.to_string(), entry);
     }
     Ok(storage)
 }

@@ -14,10 +14,10 @@
 use crate::backend::local::{self, Fingerprint, fingerprint_of};
 use crate::error::Result;
 use crate::failpoint;
+use crate::parallel;
 use crate::plan::FileAction;
 use crate::source::Source;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Observes a publication's staging; the CLI draws a progress bar from it. Called from
 /// the staging threads, so implementations are `Sync` and their calls cheap.
@@ -31,12 +31,6 @@ pub trait Progress: Sync + std::fmt::Debug {
     /// Staging ended, done or failed: clear whatever was drawn.
     fn finish(&self);
 }
-
-/// Most threads staging uses; past this the disk, not the cores, is the limit.
-const MAX_THREADS: usize = 4;
-
-/// Most consecutive files one thread takes at a time.
-const MAX_CHUNK: usize = 256;
 
 /// Copy buffer per thread: large enough that big files take few system calls.
 const BUF_SIZE: usize = 1 << 20;
@@ -81,54 +75,13 @@ fn copy_all(
     new_root: &Path,
     progress: Option<&dyn Progress>,
 ) -> Result<Vec<Fingerprint>> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, MAX_THREADS)
-        .min(files.len().max(1));
-
-    // Threads take runs of consecutive files (in plan order, so mostly of one directory):
-    // two threads creating files in one directory would queue on its lock.
-    let chunk = (files.len() / (threads * 8)).clamp(1, MAX_CHUNK);
-    let next = AtomicUsize::new(0);
-    let first_error = AtomicUsize::new(usize::MAX);
-    let work = || {
-        let mut buf = vec![0u8; BUF_SIZE];
-        let mut done: Vec<(usize, Result<Fingerprint>)> = Vec::new();
-        loop {
-            let start = next.fetch_add(chunk, Ordering::Relaxed);
-            // Runs are handed out in increasing order: once past a failed file, every
-            // later run is past it too.
-            if start >= files.len() || start > first_error.load(Ordering::Relaxed) {
-                break;
-            }
-            let run = &files[start..(start + chunk).min(files.len())];
-            for (i, f) in run.iter().enumerate().map(|(k, f)| (start + k, f)) {
-                if i > first_error.load(Ordering::Relaxed) {
-                    break;
-                }
-                let r = stage_one(f, source, new_root, &mut buf, progress);
-                if r.is_err() {
-                    first_error.fetch_min(i, Ordering::Relaxed);
-                }
-                done.push((i, r));
-            }
-        }
-        done
-    };
-    let mut done = if threads == 1 {
-        work()
-    } else {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
-            let mut all = Vec::with_capacity(files.len());
-            for h in handles {
-                all.extend(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            }
-            all
-        })
-    };
-    done.sort_unstable_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, r)| r).collect()
+    // Every file is worth a thread: creating it alone costs more than starting one.
+    parallel::try_map_on(
+        parallel::MAX_THREADS,
+        files,
+        || vec![0u8; BUF_SIZE],
+        |f, buf| stage_one(f, source, new_root, buf, progress),
+    )
 }
 
 fn stage_one(
@@ -167,6 +120,7 @@ mod tests {
     use crate::model::FileOp;
     use crate::source::Source;
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[derive(Debug, Default)]
     struct Recorder {

@@ -177,11 +177,10 @@ impl Source {
         let created = manifest
             .validate()
             .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;
-        // Directories shared by many outputs are checked once.
-        let mut dirs_checked: HashSet<&str> = HashSet::new();
-        for o in &manifest.outputs {
-            check_bundle_file(&dir, &o.path, o.size, &mut dirs_checked)?;
-        }
+        // On several threads; each checks a directory shared by many outputs once.
+        crate::parallel::try_map(&manifest.outputs, HashSet::new, |o, dirs_checked| {
+            check_bundle_file(&dir, &o.path, o.size, dirs_checked)
+        })?;
         let digest = manifest.digest();
         Ok(Source {
             dir,

@@ -144,11 +144,47 @@ impl StateFile {
     }
 }
 
+/// The two keys that say how to read the rest of a state file. Read first, skipping every
+/// other value unparsed, so that the document itself is then read once, straight into its
+/// typed form (a generic JSON tree of 100,000 outputs costs more than the whole plan).
+#[derive(Default)]
+struct Head {
+    state_version: Option<serde_json::Value>,
+    state_mode: Option<serde_json::Value>,
+}
+
+impl<'de> Deserialize<'de> for Head {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Head, D::Error> {
+        struct HeadVisitor;
+        impl<'de> serde::de::Visitor<'de> for HeadVisitor {
+            type Value = Head;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Head, A::Error> {
+                let mut head = Head::default();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "state_version" => head.state_version = Some(map.next_value()?),
+                        "state_mode" => head.state_mode = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(head)
+            }
+        }
+        d.deserialize_map(HeadVisitor)
+    }
+}
+
 fn parse_state(bytes: &[u8]) -> Result<State, String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
-    let obj = value.as_object().ok_or("not a JSON object")?;
-    match obj.get("state_version").and_then(|v| v.as_u64()) {
+    let head: Head = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => "not a JSON object".to_string(),
+        _ => format!("not JSON: {e}"),
+    })?;
+    match head.state_version.as_ref().and_then(|v| v.as_u64()) {
         Some(1) => {}
         Some(v) if v > 1 => {
             return Err(format!(
@@ -157,7 +193,7 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
         }
         _ => return Err("state_version is missing or not 1".into()),
     }
-    let mode = match obj.get("state_mode").and_then(|v| v.as_str()) {
+    let mode = match head.state_mode.as_ref().and_then(|v| v.as_str()) {
         Some("single_owner") => StateMode::SingleOwner,
         Some("shared_root") => StateMode::SharedRoot,
         other => {
@@ -169,7 +205,7 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
     let state = match mode {
         StateMode::SingleOwner => {
             let d: SingleOwnerDoc =
-                serde_json::from_value(value).map_err(|e| format!("single_owner state: {e}"))?;
+                serde_json::from_slice(bytes).map_err(|e| format!("single_owner state: {e}"))?;
             let owner = Owner::new(d.pipeline_id, d.destination_id);
             let mut outputs = Vec::with_capacity(d.outputs.len());
             for o in d.outputs {
@@ -215,7 +251,7 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
         }
         StateMode::SharedRoot => {
             let d: SharedRootDoc =
-                serde_json::from_value(value).map_err(|e| format!("shared_root state: {e}"))?;
+                serde_json::from_slice(bytes).map_err(|e| format!("shared_root state: {e}"))?;
             let mut owners = Vec::with_capacity(d.owners.len());
             for o in d.owners {
                 let owner = Owner::new(o.pipeline_id, o.destination_id);
@@ -233,15 +269,16 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
                     operation_id: o.operation_id,
                 });
             }
+            // Owners by name, looked up once per path.
+            let by_name: std::collections::HashMap<String, &Owner> = owners
+                .iter()
+                .map(|r| (r.owner.to_string(), &r.owner))
+                .collect();
             let find = |name: Option<String>, path: &str| -> Result<Owner, String> {
                 let name = name.ok_or_else(|| format!("'{path}' names no owner"))?;
-                owners
-                    .iter()
-                    .find(|r| r.owner.to_string() == name)
-                    .map(|r| r.owner.clone())
-                    .ok_or_else(|| {
-                        format!("'{path}' names owner '{name}', which is not listed in owners")
-                    })
+                by_name.get(&name).map(|o| (*o).clone()).ok_or_else(|| {
+                    format!("'{path}' names owner '{name}', which is not listed in owners")
+                })
             };
             let mut outputs = Vec::with_capacity(d.outputs.len());
             for o in d.outputs {
