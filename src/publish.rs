@@ -8,13 +8,14 @@ use crate::error::{Error, Result};
 use crate::execute::{ExecContext, Progress, execute};
 use crate::hash::hash_file;
 use crate::journal::Journal;
-use crate::model::Decision;
+use crate::model::{Decision, Owner};
 use crate::plan::{DestinationPlan, PlanInput, Storage, plan_destination};
 use crate::report::{DestinationReport, Report, Status, Summary};
 use crate::source::Source;
 use crate::state::StateFile;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::Duration;
 
 /// What to publish and how.
@@ -171,12 +172,52 @@ pub fn plan_one(
     force: bool,
     fingerprints: &HashMap<String, Fingerprint>,
 ) -> Result<DestinationPlan> {
+    plan_with(
+        config,
+        dest,
+        source,
+        force,
+        fingerprints,
+        &mut StateMemo::default(),
+    )
+}
+
+/// The state file as last read and parsed: planning again under the lock parses it again
+/// only when its bytes changed.
+#[derive(Default)]
+struct StateMemo(Option<(Vec<u8>, Rc<StateFile>)>);
+
+impl StateMemo {
+    fn read(&mut self, bundle: &Path) -> Result<Rc<StateFile>> {
+        let Some(bytes) = local::read_state_bytes(bundle)? else {
+            // Absent, or not a regular file: nothing to parse.
+            return Ok(Rc::new(local::read_state(bundle)?));
+        };
+        if let Some((seen, state)) = &self.0
+            && *seen == bytes
+        {
+            return Ok(Rc::clone(state));
+        }
+        let state = Rc::new(StateFile::parse(&bytes));
+        self.0 = Some((bytes, Rc::clone(&state)));
+        Ok(state)
+    }
+}
+
+fn plan_with(
+    config: &Config,
+    dest: &Destination,
+    source: &Source,
+    force: bool,
+    fingerprints: &HashMap<String, Fingerprint>,
+    memo: &mut StateMemo,
+) -> Result<DestinationPlan> {
     let bundle = bundle_path(config, dest, source)?;
     let unsafe_reason = local::bundle_unsafe(&dest.path, &bundle);
     let state = if unsafe_reason.is_some() {
-        StateFile::Absent
+        Rc::new(StateFile::Absent)
     } else {
-        local::read_state(&bundle)?
+        memo.read(&bundle)?
     };
     let storage = probe_for_plan(dest, &bundle, source, &state, fingerprints)?;
     Ok(plan_destination(&PlanInput {
@@ -188,6 +229,17 @@ pub fn plan_one(
         storage: &storage,
         force,
     }))
+}
+
+/// False when `state` rules out an `unchanged` decision: that needs a record of this owner
+/// holding this very source (the planner checks the rest). True is only a maybe.
+fn could_be_unchanged(state: &StateFile, me: &Owner, source: &Source) -> bool {
+    match state {
+        StateFile::Valid(s) => s.owners.iter().any(|r| {
+            r.owner == *me && r.source.id == source.manifest.id && r.source.digest == source.digest
+        }),
+        StateFile::Absent | StateFile::Invalid(_) => false,
+    }
 }
 
 fn probe_for_plan(
@@ -204,10 +256,10 @@ fn probe_for_plan(
         .map(|o| o.path.as_str())
         .chain(m.links.iter().map(|l| l.path.as_str()))
         .collect();
-    let dirs_wanted: HashSet<&str> = paths.iter().copied().collect();
-    let mut confirm: HashMap<&str, &str> = HashMap::new();
+    let dirs_wanted: foldhash::HashSet<&str> = paths.iter().copied().collect();
+    let mut confirm: foldhash::HashMap<&str, &str> = foldhash::HashMap::default();
     if let StateFile::Valid(s) = state {
-        let new: HashMap<&str, (&str, u64)> = m
+        let new: foldhash::HashMap<&str, (&str, u64)> = m
             .outputs
             .iter()
             .map(|o| (o.path.as_str(), (o.sha256.as_str(), o.size)))
@@ -274,36 +326,67 @@ fn publish_one(
     let bundle = bundle_path(config, dest, source)?;
     let key = bundle.to_string_lossy().into_owned();
     let fingerprints = journal.fingerprints(&key)?;
-    let preview = plan_one(config, dest, source, opts.force, &fingerprints)?;
+    let mut memo = StateMemo::default();
     let with_plan = |plan: &DestinationPlan, e: Error| Error::Planned {
         plan: Box::new(plan.clone()),
         source: Box::new(e),
     };
-    // Outside the lock, an unfinished operation may be one that another process (or
-    // another request of `distributor serve`) is carrying out right now, and the preview
-    // may have seen its half-placed files (a conflict that is not one). A non-writing
-    // preview ends the run here only when no operation can have overlapped it: recovery
-    // is clean and distributor never locked this bundle path (every operation creates the
-    // lock file first and it is never removed). Otherwise wait for the lock and look again.
-    // `unchanged` needs no second look: it holds only when the state file (replaced
-    // atomically) records this very source and every recorded path matches it, and an
-    // operation caught half-way has moved aside or placed files, which makes the preview a
-    // repair, a writing decision that is confirmed under the lock. So a republication of
-    // what is already there neither waits for the lock nor probes twice.
-    let nothing_to_wait_for = preview.decision == Decision::Unchanged
-        || local::bundle_unsafe(&dest.path, &bundle).is_some()
-        || std::fs::symlink_metadata(bundle.join(local::LOCK_FILE)).is_err();
-    if !preview.decision.writes() && nothing_to_wait_for && check_recovery(journal, &bundle).is_ok()
-    {
-        return Ok((
-            DestinationReport::from_plan(&preview, status_of(&preview, Status::Applied), None),
-            code_of(&preview),
-        ));
+    let locked_before = local::bundle_unsafe(&dest.path, &bundle).is_none()
+        && std::fs::symlink_metadata(bundle.join(local::LOCK_FILE)).is_ok();
+    // Once distributor has locked a bundle path, every decision but `unchanged` is looked
+    // at again under the lock (below), so when the state file already rules `unchanged`
+    // out, a look outside the lock would be thrown away: go straight to the lock and plan
+    // once. A republication of the same source still gets its lock-free look.
+    let me = Owner::new(config.pipeline_id.clone(), dest.id.clone());
+    let preview = if locked_before && !could_be_unchanged(&*memo.read(&bundle)?, &me, source) {
+        None
+    } else {
+        Some(plan_with(
+            config,
+            dest,
+            source,
+            opts.force,
+            &fingerprints,
+            &mut memo,
+        )?)
+    };
+    if let Some(preview) = &preview {
+        // Outside the lock, an unfinished operation may be one that another process (or
+        // another request of `distributor serve`) is carrying out right now, and the
+        // preview may have seen its half-placed files (a conflict that is not one). A
+        // non-writing preview ends the run here only when no operation can have overlapped
+        // it: recovery is clean and distributor never locked this bundle path (every
+        // operation creates the lock file first and it is never removed). Otherwise wait
+        // for the lock and look again. `unchanged` needs no second look: it holds only when
+        // the state file (replaced atomically) records this very source and every recorded
+        // path matches it, and an operation caught half-way has moved aside or placed
+        // files, which makes the preview a repair, a writing decision that is confirmed
+        // under the lock. So a republication of what is already there neither waits for
+        // the lock nor probes twice.
+        let nothing_to_wait_for = preview.decision == Decision::Unchanged || !locked_before;
+        if !preview.decision.writes()
+            && nothing_to_wait_for
+            && check_recovery(journal, &bundle).is_ok()
+        {
+            return Ok((
+                DestinationReport::from_plan(preview, status_of(preview, Status::Applied), None),
+                code_of(preview),
+            ));
+        }
     }
-    let _lock =
-        local::lock(&dest.path, &bundle, opts.lock_timeout).map_err(|e| with_plan(&preview, e))?;
-    check_recovery(journal, &bundle).map_err(|e| with_plan(&preview, e))?;
-    let plan = plan_one(config, dest, source, opts.force, &fingerprints)?;
+    // A failure to lock or a pending recovery is reported with the planned decision; with
+    // no preview, it is planned now.
+    let mut planned = |e: Error| match &preview {
+        Some(p) => with_plan(p, e),
+        None => match plan_with(config, dest, source, opts.force, &fingerprints, &mut memo) {
+            Ok(p) => with_plan(&p, e),
+            Err(_) => e,
+        },
+    };
+    let lock = local::lock(&dest.path, &bundle, opts.lock_timeout);
+    let _lock = lock.map_err(&mut planned)?;
+    check_recovery(journal, &bundle).map_err(&mut planned)?;
+    let plan = plan_with(config, dest, source, opts.force, &fingerprints, &mut memo)?;
     if !plan.decision.writes() {
         return Ok((
             DestinationReport::from_plan(&plan, status_of(&plan, Status::Applied), None),

@@ -142,11 +142,17 @@ fn an_unchanged_republication_does_not_wait_for_the_lock() {
     r.expect_code(0);
     assert_eq!(r.decision(), "unchanged");
     assert_eq!(r.dest(0)["status"], "skipped");
-    // A publication that writes still waits for it.
+    // A publication that writes still waits for it (planning only under it, as the state
+    // rules `unchanged` out), and a timeout still reports what it would have done.
     let b2 = bundle_of(&env, "b2", "2026-12-02T07:00:00Z", &many(10, 2));
     let r = env.publish(&cfg, &b2, &["--lock-timeout", "0"]);
     r.expect_code(1);
+    assert_eq!(r.decision(), "replace_older");
+    assert_eq!(r.dest(0)["status"], "failed");
     drop(lock);
+    let r = env.publish(&cfg, &b2, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "replace_older");
 }
 
 /// The journal records a publication in a fixed number of transactions: one for the

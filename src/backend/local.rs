@@ -12,7 +12,7 @@ use crate::hash::{hash_file, hex};
 use crate::plan::{Entry, Storage};
 use crate::state::{STATE_FILE, StateFile};
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -115,13 +115,13 @@ pub fn probe(
     base: &Path,
     bundle: &Path,
     paths: &[&str],
-    confirm: &HashMap<&str, &str>,
+    confirm: &foldhash::HashMap<&str, &str>,
     fingerprints: &HashMap<String, Fingerprint>,
-    dirs_wanted: &HashSet<&str>,
+    dirs_wanted: &foldhash::HashSet<&str>,
 ) -> Result<Storage> {
     let mut storage = Storage {
         bundle_unsafe: bundle_unsafe(base, bundle),
-        entries: HashMap::new(),
+        entries: foldhash::HashMap::default(),
     };
     if storage.bundle_unsafe.is_some() || fs::symlink_metadata(bundle).is_err() {
         return Ok(storage);
@@ -132,14 +132,15 @@ pub fn probe(
     let mut dirs: Vec<&str> = paths
         .iter()
         .flat_map(|p| p.match_indices('/').map(move |(i, _)| &p[..i]))
-        .collect::<HashSet<&str>>()
+        .collect::<foldhash::HashSet<&str>>()
         .into_iter()
         .collect();
     dirs.sort_unstable();
-    let reachable = |entries: &HashMap<String, Entry>, rel: &str| match rel.rsplit_once('/') {
-        Some((parent, _)) => matches!(entries.get(parent), Some(Entry::Dir { .. })),
-        None => true,
-    };
+    let reachable =
+        |entries: &foldhash::HashMap<String, Entry>, rel: &str| match rel.rsplit_once('/') {
+            Some((parent, _)) => matches!(entries.get(parent), Some(Entry::Dir { .. })),
+            None => true,
+        };
     for d in dirs {
         if reachable(&storage.entries, d) {
             let entry = probe_one(
@@ -154,7 +155,8 @@ pub fn probe(
     }
     // Then every path itself, on several threads: one lookup each (and a hash where no
     // fingerprint vouches for the content), independent of each other.
-    let mut seen: HashSet<&str> = HashSet::with_capacity(paths.len());
+    let mut seen: foldhash::HashSet<&str> =
+        foldhash::HashSet::with_capacity_and_hasher(paths.len(), Default::default());
     let leaves: Vec<&str> = paths
         .iter()
         .copied()
@@ -503,7 +505,7 @@ pub fn remove_staging(bundle: &Path, op: &str) -> Result<()> {
     match fs::symlink_metadata(&dir) {
         Ok(md) if md.is_dir() => {
             failpoint::io("io_remove_staging").ctx("remove staging", &dir)?;
-            fs::remove_dir_all(&dir).ctx("remove staging", &dir)?
+            remove_tree(&dir)?
         }
         Ok(_) => {
             return Err(Error::Unsafe(format!(
@@ -515,6 +517,37 @@ pub fn remove_staging(bundle: &Path, op: &str) -> Result<()> {
     }
     let _ = fs::remove_dir(&staging);
     Ok(())
+}
+
+/// Removes `dir` and everything below it, never following a symlink. Staging mirrors
+/// the bundle's directories, and deleting costs kernel work per inode (on some mounts a
+/// discard per freed block), so the entries two levels down (`new/*`, `old/*`) go on
+/// several threads.
+fn remove_tree(dir: &Path) -> Result<()> {
+    let mut entries: Vec<(PathBuf, bool)> = Vec::new();
+    for top in fs::read_dir(dir).ctx("list", dir)? {
+        let top = top.ctx("list", dir)?;
+        if top.file_type().ctx("stat", top.path())?.is_dir() {
+            let path = top.path();
+            for e in fs::read_dir(&path).ctx("list", &path)? {
+                let e = e.ctx("list", &path)?;
+                let is_dir = e.file_type().ctx("stat", e.path())?.is_dir();
+                entries.push((e.path(), is_dir));
+            }
+        }
+    }
+    crate::parallel::try_map(
+        &entries,
+        || (),
+        |(path, is_dir), _| {
+            if *is_dir {
+                fs::remove_dir_all(path).ctx("remove staging", path)
+            } else {
+                fs::remove_file(path).ctx("remove staging", path)
+            }
+        },
+    )?;
+    fs::remove_dir_all(dir).ctx("remove staging", dir)
 }
 
 /// Entries of `<bundle>/.distributor-staging/`, if any.

@@ -147,7 +147,9 @@ fn run_steps(
     journal.event(&staged.operation_id, event::STAGED, None)?;
     failpoint::hit("after_staging");
 
-    // 5. Move aside what is overwritten or deleted.
+    // 5. Move aside what is overwritten or deleted (into `old/`, whose directories are
+    // made first, several at a time).
+    stage::make_parent_dirs(staged.moves(), &old_root)?;
     for rel in staged.moves() {
         let from = bundle.join(rel);
         if fs::symlink_metadata(&from).is_err() {

@@ -46,26 +46,46 @@ pub(super) fn stage(
     if let Some(p) = progress {
         p.start(files.len() as u64, files.iter().map(|f| f.size).sum());
     }
-    let result =
-        make_dirs(files, new_root).and_then(|()| copy_all(files, source, new_root, progress));
+    let result = make_parent_dirs(files.iter().map(|f| f.path.as_str()), new_root)
+        .and_then(|()| copy_all(files, source, new_root, progress));
     if let Some(p) = progress {
         p.finish();
     }
     result
 }
 
-/// Creates every staging directory up front, on one thread, so that the copying threads
-/// only ever create files and never race for a directory.
-fn make_dirs(files: &[&FileAction], new_root: &Path) -> Result<()> {
-    let mut dirs: Vec<&str> = files
-        .iter()
-        .filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d))
+/// Creates the parent directories of `paths` under `root` up front (staging's `new/` and
+/// `old/` trees), so that the copying threads only ever create files and never race for a
+/// directory. Each top-level directory's tree is made by one thread (parents before
+/// children); the trees on several.
+pub(super) fn make_parent_dirs<'p>(
+    paths: impl Iterator<Item = &'p str>,
+    root: &Path,
+) -> Result<()> {
+    let mut dirs: Vec<&str> = paths
+        .filter_map(|p| p.rsplit_once('/').map(|(d, _)| d))
         .collect();
     dirs.sort_unstable();
     dirs.dedup();
+    // Grouped by top-level name: a parent sorts before its children, so each group is
+    // made in order by one thread, and no two threads ever make the same directory.
+    let mut by_top: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
     for d in dirs {
-        local::make_dirs(new_root, d)?;
+        by_top
+            .entry(d.split('/').next().unwrap_or(d))
+            .or_default()
+            .push(d);
     }
+    let trees: Vec<Vec<&str>> = by_top.into_values().collect();
+    parallel::try_map_on(
+        parallel::MAX_THREADS,
+        &trees,
+        || (),
+        |tree, _| {
+            tree.iter()
+                .try_for_each(|d| local::make_dirs(root, d).map(drop))
+        },
+    )?;
     Ok(())
 }
 
@@ -197,6 +217,25 @@ mod tests {
         );
         assert_eq!(rec.bytes.load(Ordering::Relaxed) as u64, total);
         assert_eq!(rec.files.load(Ordering::Relaxed), 40);
+    }
+
+    #[test]
+    fn makes_nested_and_look_alike_directories_once_each() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = ["a/f", "a.x/f", "a/b/f", "a/b.c/f", "a/b/d/f", "z/y/x/f"];
+        let files: Vec<FileAction> = (0..40)
+            .map(|i| FileAction {
+                path: format!("{}{i}", paths[i % paths.len()]),
+                op: FileOp::Create,
+                size: 0,
+                sha256: String::new(),
+            })
+            .collect();
+        let refs: Vec<&FileAction> = files.iter().collect();
+        make_parent_dirs(refs.iter().map(|f| f.path.as_str()), tmp.path()).unwrap();
+        for d in ["a", "a.x", "a/b", "a/b.c", "a/b/d", "z/y/x"] {
+            assert!(tmp.path().join(d).is_dir(), "{d}");
+        }
     }
 
     #[test]

@@ -14,7 +14,6 @@ pub use takeover::takeover_permitted;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef, StateMode, TakeoverMode};
 use crate::state::State;
 use serde::Serialize;
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// What storage holds at one bundle-relative path, as the backend saw it.
@@ -52,7 +51,7 @@ pub struct Storage {
     /// symlink, a special file or a file: the reason.
     pub bundle_unsafe: Option<String>,
     /// Entries by bundle-relative path. A path not listed is treated as missing.
-    pub entries: HashMap<String, Entry>,
+    pub entries: foldhash::HashMap<String, Entry>,
 }
 
 impl Storage {
