@@ -56,8 +56,8 @@ pub(super) fn stage(
 
 /// Creates the parent directories of `paths` under `root` up front (staging's `new/` and
 /// `old/` trees), so that the copying threads only ever create files and never race for a
-/// directory. Each top-level directory's tree is made by one thread (parents before
-/// children); the trees on several.
+/// directory. On one thread: creating entries in one directory takes its lock, and the
+/// top-level directories all share `root`.
 pub(super) fn make_parent_dirs<'p>(
     paths: impl Iterator<Item = &'p str>,
     root: &Path,
@@ -65,27 +65,12 @@ pub(super) fn make_parent_dirs<'p>(
     let mut dirs: Vec<&str> = paths
         .filter_map(|p| p.rsplit_once('/').map(|(d, _)| d))
         .collect();
+    // A parent sorts before its children: each is made once, after its parent.
     dirs.sort_unstable();
     dirs.dedup();
-    // Grouped by top-level name: a parent sorts before its children, so each group is
-    // made in order by one thread, and no two threads ever make the same directory.
-    let mut by_top: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
     for d in dirs {
-        by_top
-            .entry(d.split('/').next().unwrap_or(d))
-            .or_default()
-            .push(d);
+        local::make_dirs(root, d)?;
     }
-    let trees: Vec<Vec<&str>> = by_top.into_values().collect();
-    parallel::try_map_on(
-        parallel::MAX_THREADS,
-        &trees,
-        || (),
-        |tree, _| {
-            tree.iter()
-                .try_for_each(|d| local::make_dirs(root, d).map(drop))
-        },
-    )?;
     Ok(())
 }
 
