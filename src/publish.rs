@@ -12,7 +12,7 @@ use crate::model::{Decision, Owner};
 use crate::plan::{DestinationPlan, PlanInput, Storage, plan_destination};
 use crate::report::{DestinationReport, Report, Status, Summary};
 use crate::source::Source;
-use crate::state::StateFile;
+use crate::state::{RecordedOutput, StateFile};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -242,6 +242,27 @@ fn could_be_unchanged(state: &StateFile, me: &Owner, source: &Source) -> bool {
     }
 }
 
+/// The recorded outputs the source publishes again with the same size and sha256: the
+/// files whose content the probe proves, by placement fingerprint or by hashing.
+fn unchanged_outputs<'s>(
+    state: &'s StateFile,
+    source: &Source,
+) -> impl Iterator<Item = &'s RecordedOutput> {
+    let recorded = match state {
+        StateFile::Valid(s) => s.outputs.as_slice(),
+        StateFile::Absent | StateFile::Invalid(_) => &[],
+    };
+    let new: foldhash::HashMap<&str, (&str, u64)> = source
+        .manifest
+        .outputs
+        .iter()
+        .map(|o| (o.path.as_str(), (o.sha256.as_str(), o.size)))
+        .collect();
+    recorded
+        .iter()
+        .filter(move |o| new.get(o.path.as_str()) == Some(&(o.sha256.as_str(), o.size)))
+}
+
 fn probe_for_plan(
     dest: &Destination,
     bundle: &Path,
@@ -257,19 +278,11 @@ fn probe_for_plan(
         .chain(m.links.iter().map(|l| l.path.as_str()))
         .collect();
     let dirs_wanted: foldhash::HashSet<&str> = paths.iter().copied().collect();
-    let mut confirm: foldhash::HashMap<&str, &str> = foldhash::HashMap::default();
+    let confirm: foldhash::HashMap<&str, &str> = unchanged_outputs(state, source)
+        .map(|o| (o.path.as_str(), o.sha256.as_str()))
+        .collect();
     if let StateFile::Valid(s) = state {
-        let new: foldhash::HashMap<&str, (&str, u64)> = m
-            .outputs
-            .iter()
-            .map(|o| (o.path.as_str(), (o.sha256.as_str(), o.size)))
-            .collect();
-        for o in &s.outputs {
-            paths.push(&o.path);
-            if new.get(o.path.as_str()) == Some(&(o.sha256.as_str(), o.size)) {
-                confirm.insert(&o.path, &o.sha256);
-            }
-        }
+        paths.extend(s.outputs.iter().map(|o| o.path.as_str()));
         paths.extend(s.links.iter().map(|l| l.path.as_str()));
     }
     local::probe(
@@ -325,8 +338,18 @@ fn publish_one(
     };
     let bundle = bundle_path(config, dest, source)?;
     let key = bundle.to_string_lossy().into_owned();
-    let fingerprints = journal.fingerprints(&key)?;
     let mut memo = StateMemo::default();
+    // Placement fingerprints spare hashing the files published again unchanged; only theirs
+    // are read from the journal.
+    let fingerprints = if local::bundle_unsafe(&dest.path, &bundle).is_none() {
+        let state = memo.read(&bundle)?;
+        journal.fingerprints(
+            &key,
+            unchanged_outputs(&state, source).map(|o| o.path.as_str()),
+        )?
+    } else {
+        HashMap::new()
+    };
     let with_plan = |plan: &DestinationPlan, e: Error| Error::Planned {
         plan: Box::new(plan.clone()),
         source: Box::new(e),

@@ -14,6 +14,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0002_abandoned",
         include_str!("../../migrations/0002_abandoned.sql"),
     ),
+    (
+        "0003_latest_placements",
+        include_str!("../../migrations/0003_latest_placements.sql"),
+    ),
 ];
 
 /// Schema version this build writes.

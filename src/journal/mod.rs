@@ -370,30 +370,43 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 
-    /// The latest placement fingerprint of every path distributor placed in `bundle_path`.
-    pub fn fingerprints(&self, bundle_path: &str) -> Result<HashMap<String, Fingerprint>> {
+    /// The latest placement fingerprint in `bundle_path` of each path in `wanted` that
+    /// distributor placed there. Placements are read newest first and the read stops once
+    /// every wanted path is found, so a destination whose files were replaced many times
+    /// costs what its latest placements cost, not its whole history.
+    pub fn fingerprints<'w>(
+        &self,
+        bundle_path: &str,
+        wanted: impl IntoIterator<Item = &'w str>,
+    ) -> Result<HashMap<String, Fingerprint>> {
+        let wanted: foldhash::HashSet<&str> = wanted.into_iter().collect();
+        let mut found = HashMap::with_capacity(wanted.len());
+        if wanted.is_empty() {
+            return Ok(found);
+        }
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT path, size, mtime_ns, ino, sha256 FROM journal_placements
-                 WHERE id IN (SELECT max(id) FROM journal_placements WHERE bundle_path = ?1 GROUP BY path)",
-            )
+            .prepare(LATEST_PLACEMENTS)
             .map_err(|e| jerr(&self.path, e))?;
-        let rows = stmt
-            .query_map([bundle_path], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    Fingerprint {
-                        size: r.get::<_, i64>(1)? as u64,
-                        mtime_ns: r.get(2)?,
-                        ino: r.get::<_, i64>(3)? as u64,
-                        sha256: r.get(4)?,
-                    },
-                ))
-            })
-            .map_err(|e| jerr(&self.path, e))?;
-        rows.collect::<rusqlite::Result<HashMap<_, _>>>()
-            .map_err(|e| jerr(&self.path, e))
+        let mut rows = stmt.query([bundle_path]).map_err(|e| jerr(&self.path, e))?;
+        let err = |e| jerr(&self.path, e);
+        while found.len() < wanted.len() {
+            let Some(r) = rows.next().map_err(err)? else {
+                break;
+            };
+            let path = r.get_ref(0).and_then(|v| Ok(v.as_str()?)).map_err(err)?;
+            if !wanted.contains(path) || found.contains_key(path) {
+                continue;
+            }
+            let fp = Fingerprint {
+                size: r.get::<_, i64>(1).map_err(err)? as u64,
+                mtime_ns: r.get(2).map_err(err)?,
+                ino: r.get::<_, i64>(3).map_err(err)? as u64,
+                sha256: r.get(4).map_err(err)?,
+            };
+            found.insert(path.to_string(), fp);
+        }
+        Ok(found)
     }
 
     /// The stored plan JSON of an operation.
@@ -408,6 +421,10 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 }
+
+/// A bundle path's placements, newest first (through `journal_placements_latest`).
+const LATEST_PLACEMENTS: &str = "SELECT path, size, mtime_ns, ino, sha256 FROM journal_placements
+     WHERE bundle_path = ?1 ORDER BY id DESC";
 
 /// How long a journal statement waits for another process's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -428,5 +445,90 @@ pub(crate) fn jerr(path: &Path, e: rusqlite::Error) -> Error {
     Error::Journal {
         path: path.to_path_buf(),
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn operation(op: &str, bundle: &str) -> OperationRecord {
+        let s = |v: &str| v.to_string();
+        OperationRecord {
+            operation_id: s(op),
+            started_at: now(),
+            command: s("publish"),
+            actor: s("cli:test"),
+            pipeline_id: s("weather"),
+            destination_id: s("latest"),
+            bundle_path: s(bundle),
+            state_mode: s("single_owner"),
+            decision: s("replace_same_pipeline"),
+            takeover_mode: s("same_pipeline"),
+            previous_owner: None,
+            previous_source: None,
+            source: (s("s"), s("2026-12-02T06:00:00Z"), s("d")),
+            pre_state_sha256: None,
+            post_state_sha256: s("p"),
+            takeovers_json: s("[]"),
+            plan_json: s("{}"),
+        }
+    }
+
+    fn fp(ino: u64) -> Fingerprint {
+        Fingerprint {
+            size: 1,
+            mtime_ns: ino as i64,
+            ino,
+            sha256: format!("sha-{ino}"),
+        }
+    }
+
+    /// Commits operation `op` on `bundle` placing `paths`, each with fingerprint `fp(ino)`.
+    fn place(j: &mut Journal, op: &str, bundle: &str, paths: &[(&str, u64)]) {
+        j.begin_operation(&operation(op, bundle), &[]).unwrap();
+        let placements: Vec<(String, Fingerprint)> =
+            paths.iter().map(|(p, i)| (p.to_string(), fp(*i))).collect();
+        j.commit(op, bundle, &placements).unwrap();
+    }
+
+    #[test]
+    fn fingerprints_are_the_latest_placement_of_each_wanted_path() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+        place(&mut j, "o1", "/d", &[("a", 1), ("b", 2), ("c", 3)]);
+        place(&mut j, "o2", "/other", &[("a", 9), ("b", 9)]);
+        place(&mut j, "o3", "/d", &[("a", 4)]);
+        place(&mut j, "o4", "/d", &[("b", 5)]);
+        let got = j.fingerprints("/d", ["a", "b", "c", "never"]).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got["a"], fp(4));
+        assert_eq!(got["b"], fp(5));
+        // Placed long ago and not since: still found, behind newer placements.
+        assert_eq!(got["c"], fp(3));
+        // Only what is asked for.
+        let got = j.fingerprints("/d", ["c"]).unwrap();
+        assert_eq!(got.keys().collect::<Vec<_>>(), ["c"]);
+        assert!(j.fingerprints("/d", []).unwrap().is_empty());
+        assert!(j.fingerprints("/nowhere", ["a"]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn fingerprints_read_newest_first_through_an_index_without_sorting() {
+        // Reading stops once every wanted path is found only if rows come newest first
+        // straight from an index: a sort would read the whole history first.
+        let tmp = tempfile::tempdir().unwrap();
+        let j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+        let plan: Vec<String> = j
+            .connection()
+            .prepare(&format!("EXPLAIN QUERY PLAN {LATEST_PLACEMENTS}"))
+            .unwrap()
+            .query_map(["/d"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let plan = plan.join("; ");
+        assert!(plan.contains("journal_placements_latest"), "{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
     }
 }
