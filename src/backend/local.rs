@@ -423,10 +423,14 @@ pub fn copy_hashed(
 /// `to_root` first.
 pub fn rename_into(from: &Path, to_root: &Path, rel: &str) -> Result<Vec<PathBuf>> {
     let created = make_parents(to_root, rel)?;
-    let to = to_root.join(rel);
-    failpoint::io("io_rename").ctx("rename into place", &to)?;
-    fs::rename(from, &to).ctx("rename into place", &to)?;
+    rename(from, &to_root.join(rel))?;
     Ok(created)
+}
+
+/// Renames `from` to `to`, whose parent exists.
+pub fn rename(from: &Path, to: &Path) -> Result<()> {
+    failpoint::io("io_rename").ctx("rename into place", to)?;
+    fs::rename(from, to).ctx("rename into place", to)
 }
 
 /// Flushes everything written on the filesystem holding `path` (one `syncfs`).
@@ -519,10 +523,10 @@ pub fn remove_staging(bundle: &Path, op: &str) -> Result<()> {
     Ok(())
 }
 
-/// Removes `dir` and everything below it, never following a symlink. Staging mirrors
-/// the bundle's directories, and deleting costs kernel work per inode (on some mounts a
-/// discard per freed block), so the entries two levels down (`new/*`, `old/*`) go on
-/// several threads.
+/// Removes `dir` and everything below it, never following a symlink. Deleting costs
+/// kernel work per inode (on some mounts a discard per freed block), so the entries two
+/// levels down (`new/*`, `old/*`: staged files, or the directories of a mirrored staging)
+/// go on several threads.
 fn remove_tree(dir: &Path) -> Result<()> {
     let mut entries: Vec<(PathBuf, bool)> = Vec::new();
     for top in fs::read_dir(dir).ctx("list", dir)? {

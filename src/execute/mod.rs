@@ -11,7 +11,8 @@ mod undo;
 pub use stage::Progress;
 
 pub use undo::{
-    Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, StagedAction, StagedOperation, undo,
+    Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, StagedAction, StagedOperation,
+    StagingLayout, undo,
 };
 
 use crate::backend::local::{self, Fingerprint, STAGING_DIR};
@@ -23,7 +24,7 @@ use crate::model::FileOp;
 use crate::plan::{DestinationPlan, FileAction};
 use crate::source::{Source, relative_link_target};
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Who runs the operation, for the journal.
 #[derive(Debug, Clone)]
@@ -132,32 +133,40 @@ fn run_steps(
 ) -> Result<Vec<(String, Fingerprint)>> {
     let bundle = plan.bundle_path.as_path();
     let op_dir = staged.dir(bundle);
-    let new_root = op_dir.join("new");
-    let old_root = op_dir.join("old");
     local::make_staging_root(bundle)?;
     // plan.json first: staging without it never held anything else.
     staged.write(bundle, pre, post)?;
-    fs::create_dir(&new_root).ctx("create staging", &new_root)?;
-    fs::create_dir(&old_root).ctx("create staging", &old_root)?;
+    for d in [op_dir.join("new"), op_dir.join("old")]
+        .into_iter()
+        .chain(staged.new_buckets(&op_dir))
+    {
+        fs::create_dir(&d).ctx("create staging", &d)?;
+    }
 
-    // 4. Stage, hashing while copying, several files at once (stage.rs); each file's
-    // fingerprint is taken from the staged copy, which the rename into place keeps.
-    let writes: Vec<&FileAction> = plan.writes().collect();
-    let fingerprints = stage::stage(&writes, source, &new_root, progress)?;
+    // 4. Stage, hashing while copying, several files at once (stage.rs), each file as
+    // `new/<bucket>/<action index>`; each file's fingerprint is taken from the staged copy, which
+    // the rename into place keeps.
+    let writes: Vec<(&FileAction, PathBuf)> = plan
+        .writes()
+        .zip(staged.file_writes())
+        .map(|(f, (i, a))| {
+            debug_assert_eq!(f.path, a.path);
+            (f, staged.staged_new(&op_dir, i))
+        })
+        .collect();
+    let fingerprints = stage::stage(&writes, source, progress)?;
     journal.event(&staged.operation_id, event::STAGED, None)?;
     failpoint::hit("after_staging");
 
-    // 5. Move aside what is overwritten or deleted (into `old/`, whose directories are
-    // made first, several at a time).
-    stage::make_parent_dirs(staged.moves(), &old_root)?;
-    for rel in staged.moves() {
-        let from = bundle.join(rel);
+    // 5. Move aside what is overwritten or deleted, each as `old/<action index>`.
+    for (i, a) in staged.moves() {
+        let from = bundle.join(&a.path);
         if fs::symlink_metadata(&from).is_err() {
             continue;
         }
         failpoint::hit("during_move_aside");
-        local::check_inside(bundle, rel)?;
-        local::rename_into(&from, &old_root, rel)?;
+        local::check_inside(bundle, &a.path)?;
+        local::rename(&from, &staged.staged_old(&op_dir, i))?;
     }
     // Directories standing where a file goes hold only moved-aside content now.
     for rel in staged.writes() {
@@ -172,10 +181,10 @@ fn run_steps(
 
     // 6. Place files, then links.
     let mut placements = Vec::with_capacity(writes.len());
-    for (f, fingerprint) in writes.iter().zip(fingerprints) {
+    for ((f, staged_file), fingerprint) in writes.iter().zip(fingerprints) {
         failpoint::hit("during_placement");
         local::check_inside(bundle, &f.path)?;
-        local::rename_into(&new_root.join(&f.path), bundle, &f.path)?;
+        local::rename_into(staged_file, bundle, &f.path)?;
         placements.push((f.path.clone(), fingerprint));
     }
     failpoint::hit("after_placement");

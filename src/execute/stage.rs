@@ -1,5 +1,6 @@
-//! Step 4, staging: copies every file a plan writes into `.distributor-staging/<op>/new/`,
-//! hashing each byte as it is copied (SPEC §6), on several threads at once.
+//! Step 4, staging: copies every file a plan writes into `.distributor-staging/<op>/new/`
+//! (flat: each file named by its action's index, so no directory is made), hashing each
+//! byte as it is copied (SPEC §6), on several threads at once.
 //!
 //! Why threads: staging many small files is bound by creating them (the kernel's inode
 //! allocation and the copy are CPU work), and large files by copying and hashing; both
@@ -17,7 +18,7 @@ use crate::failpoint;
 use crate::parallel;
 use crate::plan::FileAction;
 use crate::source::Source;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Observes a publication's staging; the CLI draws a progress bar from it. Called from
 /// the staging threads, so implementations are `Sync` and their calls cheap.
@@ -35,64 +36,33 @@ pub trait Progress: Sync + std::fmt::Debug {
 /// Copy buffer per thread: large enough that big files take few system calls.
 const BUF_SIZE: usize = 1 << 20;
 
-/// Stages `files` under `new_root`; returns each file's fingerprint, in the order of
-/// `files`.
+/// Stages each file of `files` at the path paired with it (in an existing directory);
+/// returns each file's fingerprint, in the order of `files`.
 pub(super) fn stage(
-    files: &[&FileAction],
+    files: &[(&FileAction, PathBuf)],
     source: &Source,
-    new_root: &Path,
     progress: Option<&dyn Progress>,
 ) -> Result<Vec<Fingerprint>> {
     if let Some(p) = progress {
-        p.start(files.len() as u64, files.iter().map(|f| f.size).sum());
+        p.start(files.len() as u64, files.iter().map(|(f, _)| f.size).sum());
     }
-    let result = make_parent_dirs(files.iter().map(|f| f.path.as_str()), new_root)
-        .and_then(|()| copy_all(files, source, new_root, progress));
+    // Every file is worth a thread: creating it alone costs more than starting one.
+    let result = parallel::try_map_on(
+        parallel::MAX_THREADS,
+        files,
+        || vec![0u8; BUF_SIZE],
+        |(f, to), buf| stage_one(f, source, to, buf, progress),
+    );
     if let Some(p) = progress {
         p.finish();
     }
     result
 }
 
-/// Creates the parent directories of `paths` under `root` up front (staging's `new/` and
-/// `old/` trees), so that the copying threads only ever create files and never race for a
-/// directory. On one thread: creating entries in one directory takes its lock, and the
-/// top-level directories all share `root`.
-pub(super) fn make_parent_dirs<'p>(
-    paths: impl Iterator<Item = &'p str>,
-    root: &Path,
-) -> Result<()> {
-    let mut dirs: Vec<&str> = paths
-        .filter_map(|p| p.rsplit_once('/').map(|(d, _)| d))
-        .collect();
-    // A parent sorts before its children: each is made once, after its parent.
-    dirs.sort_unstable();
-    dirs.dedup();
-    for d in dirs {
-        local::make_dirs(root, d)?;
-    }
-    Ok(())
-}
-
-fn copy_all(
-    files: &[&FileAction],
-    source: &Source,
-    new_root: &Path,
-    progress: Option<&dyn Progress>,
-) -> Result<Vec<Fingerprint>> {
-    // Every file is worth a thread: creating it alone costs more than starting one.
-    parallel::try_map_on(
-        parallel::MAX_THREADS,
-        files,
-        || vec![0u8; BUF_SIZE],
-        |f, buf| stage_one(f, source, new_root, buf, progress),
-    )
-}
-
 fn stage_one(
     f: &FileAction,
     source: &Source,
-    new_root: &Path,
+    to: &Path,
     buf: &mut [u8],
     progress: Option<&dyn Progress>,
 ) -> Result<Fingerprint> {
@@ -102,12 +72,7 @@ fn stage_one(
             p.bytes(n);
         }
     };
-    let c = local::copy_hashed(
-        &source.file(&f.path),
-        &new_root.join(&f.path),
-        buf,
-        &mut on_bytes,
-    )?;
+    let c = local::copy_hashed(&source.file(&f.path), to, buf, &mut on_bytes)?;
     if c.size != f.size || c.sha256 != f.sha256 {
         return Err(crate::source::content_mismatch(
             &f.path, c.size, &c.sha256, f.size, &f.sha256,
@@ -175,26 +140,37 @@ mod tests {
             .collect()
     }
 
+    /// Each action paired with `root/<index>`, as the executor stages them.
+    fn targets<'a>(files: &'a [FileAction], root: &Path) -> Vec<(&'a FileAction, PathBuf)> {
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f, root.join(i.to_string())))
+            .collect()
+    }
+
     #[test]
     fn stages_every_file_and_returns_fingerprints_in_plan_order() {
         let tmp = tempfile::tempdir().unwrap();
         let src = bundle(&tmp.path().join("b"), 40);
         let files = actions(&src);
-        let refs: Vec<&FileAction> = files.iter().collect();
         let new_root = tmp.path().join("new");
         std::fs::create_dir(&new_root).unwrap();
+        let pairs = targets(&files, &new_root);
         let rec = Recorder::default();
-        let fps = stage(&refs, &src, &new_root, Some(&rec)).unwrap();
+        let fps = stage(&pairs, &src, Some(&rec)).unwrap();
         assert_eq!(fps.len(), files.len());
-        for (f, fp) in files.iter().zip(&fps) {
-            let md = std::fs::symlink_metadata(new_root.join(&f.path)).unwrap();
+        for ((f, to), fp) in pairs.iter().zip(&fps) {
+            let md = std::fs::symlink_metadata(to).unwrap();
             assert!(fp.matches(&md), "{}", f.path);
             assert_eq!(fp.sha256, f.sha256);
             assert_eq!(
-                std::fs::read(new_root.join(&f.path)).unwrap(),
+                std::fs::read(to).unwrap(),
                 std::fs::read(src.file(&f.path)).unwrap()
             );
         }
+        // Flat: nothing but the staged files, no directory.
+        assert_eq!(std::fs::read_dir(&new_root).unwrap().count(), files.len());
         let total: u64 = files.iter().map(|f| f.size).sum();
         assert_eq!(
             *rec.events.lock().unwrap(),
@@ -202,25 +178,6 @@ mod tests {
         );
         assert_eq!(rec.bytes.load(Ordering::Relaxed) as u64, total);
         assert_eq!(rec.files.load(Ordering::Relaxed), 40);
-    }
-
-    #[test]
-    fn makes_nested_and_look_alike_directories_once_each() {
-        let tmp = tempfile::tempdir().unwrap();
-        let paths = ["a/f", "a.x/f", "a/b/f", "a/b.c/f", "a/b/d/f", "z/y/x/f"];
-        let files: Vec<FileAction> = (0..40)
-            .map(|i| FileAction {
-                path: format!("{}{i}", paths[i % paths.len()]),
-                op: FileOp::Create,
-                size: 0,
-                sha256: String::new(),
-            })
-            .collect();
-        let refs: Vec<&FileAction> = files.iter().collect();
-        make_parent_dirs(refs.iter().map(|f| f.path.as_str()), tmp.path()).unwrap();
-        for d in ["a", "a.x", "a/b", "a/b.c", "a/b/d", "z/y/x"] {
-            assert!(tmp.path().join(d).is_dir(), "{d}");
-        }
     }
 
     #[test]
@@ -233,15 +190,15 @@ mod tests {
         for k in [30, 7] {
             files[k].sha256 = "0".repeat(64);
         }
-        let refs: Vec<&FileAction> = files.iter().collect();
         for round in 0..5 {
             let new_root = tmp.path().join(format!("new{round}"));
             std::fs::create_dir(&new_root).unwrap();
-            let err = stage(&refs, &src, &new_root, None).unwrap_err().to_string();
+            let pairs = targets(&files, &new_root);
+            let err = stage(&pairs, &src, None).unwrap_err().to_string();
             assert!(err.contains(&format!("'{}'", files[7].path)), "{err}");
             // Everything before the failing file was attempted.
-            for f in &files[..7] {
-                assert!(new_root.join(&f.path).exists(), "{}", f.path);
+            for (f, to) in &pairs[..7] {
+                assert!(to.exists(), "{}", f.path);
             }
         }
     }

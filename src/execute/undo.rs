@@ -90,6 +90,30 @@ pub struct StagedOperation {
     pub actions: Vec<StagedAction>,
     /// Directories that did not exist and may be created, outermost first.
     pub new_dirs: Vec<String>,
+    /// How `new/` and `old/` name what they hold.
+    #[serde(default)]
+    pub staging_layout: StagingLayout,
+}
+
+/// Files staged per directory under `new/`: the staging threads take runs of up to this
+/// many consecutive files (`parallel.rs`), so each thread mostly creates files in a
+/// directory of its own instead of queueing on one directory's lock.
+const NEW_BUCKET: usize = 256;
+
+/// How an operation's staging names the files it stages (`new/`) and the content it moves
+/// aside (`old/`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StagingLayout {
+    /// By the index of the action in `actions`: `new/0/17` (a directory per 256 actions),
+    /// `old/3`. A few directories at most, whatever the bundle's tree. Every operation is
+    /// staged this way.
+    Flat,
+    /// By the action's bundle-relative path, under directories mirroring the bundle's.
+    /// Written by distributor before flat staging (a `plan.json` without
+    /// `staging_layout`); `recover` still reads it.
+    #[default]
+    Mirrored,
 }
 
 impl StagedOperation {
@@ -147,20 +171,61 @@ impl StagedOperation {
             origin,
             actions,
             new_dirs,
+            staging_layout: StagingLayout::Flat,
         }
+    }
+
+    /// Where the file written by action `i` is staged until it is placed: flat,
+    /// `new/<i / 256>/<i>`.
+    pub fn staged_new(&self, op_dir: &Path, i: usize) -> PathBuf {
+        match self.staging_layout {
+            StagingLayout::Flat => op_dir
+                .join("new")
+                .join((i / NEW_BUCKET).to_string())
+                .join(i.to_string()),
+            StagingLayout::Mirrored => op_dir.join("new").join(&self.actions[i].path),
+        }
+    }
+
+    /// The directories under `new/` that staging needs (flat layout).
+    pub fn new_buckets(&self, op_dir: &Path) -> Vec<PathBuf> {
+        let mut buckets: Vec<usize> = self.file_writes().map(|(i, _)| i / NEW_BUCKET).collect();
+        buckets.dedup();
+        buckets
+            .into_iter()
+            .map(|b| op_dir.join("new").join(b.to_string()))
+            .collect()
+    }
+
+    /// Where the content replaced or deleted by action `i` is kept until cleanup: flat,
+    /// `old/<i>`.
+    pub fn staged_old(&self, op_dir: &Path, i: usize) -> PathBuf {
+        op_dir.join("old").join(match self.staging_layout {
+            StagingLayout::Flat => i.to_string(),
+            StagingLayout::Mirrored => self.actions[i].path.clone(),
+        })
+    }
+
+    /// The actions that move content aside (overwrites and deletes), with their indexes.
+    pub fn moves(&self) -> impl Iterator<Item = (usize, &StagedAction)> {
+        self.actions
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !a.kind.ends_with("_create"))
+    }
+
+    /// The actions that write a file (creates and overwrites), with their indexes, in plan
+    /// order.
+    pub fn file_writes(&self) -> impl Iterator<Item = (usize, &StagedAction)> {
+        self.actions
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.kind == "file_create" || a.kind == "file_overwrite")
     }
 
     /// `<bundle>/.distributor-staging/<op>`.
     pub fn dir(&self, bundle: &Path) -> PathBuf {
         bundle.join(STAGING_DIR).join(&self.operation_id)
-    }
-
-    /// Paths moved aside: overwritten or deleted.
-    pub fn moves(&self) -> impl Iterator<Item = &str> {
-        self.actions
-            .iter()
-            .filter(|a| !a.kind.ends_with("_create"))
-            .map(|a| a.path.as_str())
     }
 
     /// Paths written: created or overwritten.
@@ -258,19 +323,17 @@ pub fn undo(bundle: &Path, op: &StagedOperation) -> Result<()> {
     if !fs::symlink_metadata(&op_dir).is_ok_and(|m| m.is_dir()) {
         return local::remove_staging(bundle, &op.operation_id);
     }
-    let new_root = op_dir.join("new");
-    let old_root = op_dir.join("old");
     let lexists = |p: &Path| fs::symlink_metadata(p).is_ok();
     // 1. Remove new content this operation placed.
-    for a in op.actions.iter().rev() {
+    for (i, a) in op.actions.iter().enumerate().rev() {
         let p = bundle.join(&a.path);
         let Ok(md) = fs::symlink_metadata(&p) else {
             continue;
         };
         let placed = match a.kind.as_str() {
-            "file_create" => !lexists(&new_root.join(&a.path)),
+            "file_create" => !lexists(&op.staged_new(&op_dir, i)),
             "link_create" => true,
-            "file_overwrite" | "link_overwrite" => lexists(&old_root.join(&a.path)),
+            "file_overwrite" | "link_overwrite" => lexists(&op.staged_old(&op_dir, i)),
             _ => false,
         };
         if placed && !md.is_dir() && holds_new_content(&p, &md, a)? {
@@ -284,8 +347,8 @@ pub fn undo(bundle: &Path, op: &StagedOperation) -> Result<()> {
         let _ = fs::remove_dir(bundle.join(d));
     }
     // 3. Put moved-aside content back, never over something else.
-    for a in op.actions.iter().filter(|a| !a.kind.ends_with("_create")) {
-        let from = old_root.join(&a.path);
+    for (i, a) in op.moves() {
+        let from = op.staged_old(&op_dir, i);
         if !lexists(&from) {
             continue;
         }
@@ -310,4 +373,97 @@ pub fn undo(bundle: &Path, op: &StagedOperation) -> Result<()> {
     failpoint::hit("undo_before_remove_staging");
     // 4. Drop staging.
     local::remove_staging(bundle, &op.operation_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::sha256_hex;
+
+    const OP: &str = "0b6f1a52-7d0e-4c1e-9a55-3f1f6c2e8d10";
+
+    /// An operation that overwrote `a/x.txt` and created `b/y.txt`, in `layout`, as
+    /// `plan.json` holds it (a mirrored plan is written without `staging_layout`, as
+    /// distributor wrote it before flat staging).
+    fn interrupted(bundle: &Path, layout: StagingLayout) -> StagedOperation {
+        let file = |kind: &str, path: &str, content: &str| StagedAction {
+            kind: kind.into(),
+            path: path.into(),
+            size: Some(content.len() as u64),
+            sha256: Some(sha256_hex(content.as_bytes())),
+            target: None,
+        };
+        let mut plan = serde_json::json!({
+            "operation_id": OP,
+            "destination_id": "latest",
+            "bundle_path": bundle,
+            "pre_state_sha256": null,
+            "post_state_sha256": "0",
+            "origin": {
+                "started_at": "2026-12-03T08:00:00.000Z", "command": "publish",
+                "actor": "cli:test", "pipeline_id": "weather", "state_mode": "single_owner",
+                "decision": "replace_older", "takeover_mode": "same_pipeline",
+                "previous_owner": null, "previous_source": null,
+                "source": {"id": "s", "created_at": "2026-12-03T08:00:00Z", "digest": "sha256:0"},
+                "takeovers": []
+            },
+            "actions": [file("file_overwrite", "a/x.txt", "new x"), file("file_create", "b/y.txt", "new y")],
+            "new_dirs": ["b"],
+        });
+        if layout == StagingLayout::Flat {
+            plan["staging_layout"] = "flat".into();
+        }
+        let op_dir = bundle.join(STAGING_DIR).join(OP);
+        fs::create_dir_all(&op_dir).unwrap();
+        fs::write(op_dir.join(PLAN_FILE), plan.to_string()).unwrap();
+        let op = StagedOperation::read(&op_dir).unwrap();
+        assert_eq!(op.staging_layout, layout);
+        // Placed: the new x over the moved-aside original, and y in a new directory.
+        let old = op.staged_old(&op_dir, 0);
+        fs::create_dir_all(old.parent().unwrap()).unwrap();
+        fs::write(&old, "original x").unwrap();
+        fs::create_dir_all(bundle.join("a")).unwrap();
+        fs::create_dir_all(bundle.join("b")).unwrap();
+        fs::write(bundle.join("a/x.txt"), "new x").unwrap();
+        fs::write(bundle.join("b/y.txt"), "new y").unwrap();
+        op
+    }
+
+    #[test]
+    fn flat_staging_names_content_by_action_index() {
+        let tmp = tempfile::tempdir().unwrap();
+        let op = interrupted(tmp.path(), StagingLayout::Flat);
+        let op_dir = op.dir(tmp.path());
+        assert_eq!(op.staged_old(&op_dir, 0), op_dir.join("old/0"));
+        assert_eq!(op.staged_new(&op_dir, 1), op_dir.join("new/0/1"));
+        assert_eq!(op.staged_new(&op_dir, 300), op_dir.join("new/1/300"));
+        undo(tmp.path(), &op).unwrap();
+        assert_eq!(
+            fs::read_to_string(tmp.path().join("a/x.txt")).unwrap(),
+            "original x"
+        );
+        assert!(!tmp.path().join("b").exists());
+        assert!(!tmp.path().join(STAGING_DIR).exists());
+    }
+
+    #[test]
+    fn a_mirrored_staging_from_before_flat_staging_is_still_rolled_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let op = interrupted(tmp.path(), StagingLayout::Mirrored);
+        let op_dir = op.dir(tmp.path());
+        assert_eq!(op.staged_old(&op_dir, 0), op_dir.join("old/a/x.txt"));
+        undo(tmp.path(), &op).unwrap();
+        assert_eq!(
+            fs::read_to_string(tmp.path().join("a/x.txt")).unwrap(),
+            "original x"
+        );
+        assert!(!tmp.path().join("b").exists());
+        assert!(!tmp.path().join(STAGING_DIR).exists());
+        // A second undo has nothing to do.
+        undo(tmp.path(), &op).unwrap();
+        assert_eq!(
+            fs::read_to_string(tmp.path().join("a/x.txt")).unwrap(),
+            "original x"
+        );
+    }
 }
