@@ -2,7 +2,7 @@
 //! probe storage, plan, and (unless dry run) lock, re-plan under the lock, and execute
 //! through the journal. Shared by the CLI and the HTTP server.
 
-use crate::backend::local::{self, Fingerprint};
+use crate::backend::local;
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{Error, Result};
 use crate::execute::{ExecContext, Progress, execute};
@@ -13,7 +13,6 @@ use crate::plan::{DestinationPlan, PlanInput, Storage, plan_destination};
 use crate::report::{DestinationReport, Report, Status, Summary};
 use crate::source::Source;
 use crate::state::{RecordedOutput, StateFile};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
@@ -170,7 +169,7 @@ pub fn plan_one(
     dest: &Destination,
     source: &Source,
     force: bool,
-    fingerprints: &HashMap<String, Fingerprint>,
+    fingerprints: &local::Fingerprints,
 ) -> Result<DestinationPlan> {
     plan_with(
         config,
@@ -209,7 +208,7 @@ fn plan_with(
     dest: &Destination,
     source: &Source,
     force: bool,
-    fingerprints: &HashMap<String, Fingerprint>,
+    fingerprints: &local::Fingerprints,
     memo: &mut StateMemo,
 ) -> Result<DestinationPlan> {
     let bundle = bundle_path(config, dest, source)?;
@@ -268,7 +267,7 @@ fn probe_for_plan(
     bundle: &Path,
     source: &Source,
     state: &StateFile,
-    fingerprints: &HashMap<String, Fingerprint>,
+    fingerprints: &local::Fingerprints,
 ) -> Result<Storage> {
     let m = &source.manifest;
     let mut paths: Vec<&str> = m
@@ -306,7 +305,13 @@ fn publish_one(
     let Some(journal) = journal else {
         // Dry run: plan, and read the files a real run would write so both reach the
         // same verdict on the source.
-        let plan = plan_one(config, dest, source, opts.force, &HashMap::new())?;
+        let plan = plan_one(
+            config,
+            dest,
+            source,
+            opts.force,
+            &local::Fingerprints::default(),
+        )?;
         for f in plan.writes() {
             let (size, sha) = hash_file(&source.file(&f.path))?;
             if size != f.size || sha != f.sha256 {
@@ -348,7 +353,7 @@ fn publish_one(
             unchanged_outputs(&state, source).map(|o| o.path.as_str()),
         )?
     } else {
-        HashMap::new()
+        local::Fingerprints::default()
     };
     let with_plan = |plan: &DestinationPlan, e: Error| Error::Planned {
         plan: Box::new(plan.clone()),

@@ -12,7 +12,6 @@ use crate::hash::{hash_file, hex};
 use crate::plan::{Entry, Storage};
 use crate::state::{STATE_FILE, StateFile};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -23,6 +22,9 @@ use std::time::{Duration, Instant};
 pub const LOCK_FILE: &str = ".distributor.lock";
 /// Name of the staging directory at the bundle root.
 pub const STAGING_DIR: &str = ".distributor-staging";
+
+/// The latest placement fingerprint of each of some paths, by bundle-relative path.
+pub type Fingerprints = foldhash::HashMap<String, Fingerprint>;
 
 /// What distributor recorded when it placed a file: proves content without rehashing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +118,7 @@ pub fn probe(
     bundle: &Path,
     paths: &[&str],
     confirm: &foldhash::HashMap<&str, &str>,
-    fingerprints: &HashMap<String, Fingerprint>,
+    fingerprints: &Fingerprints,
     dirs_wanted: &foldhash::HashSet<&str>,
 ) -> Result<Storage> {
     let mut storage = Storage {
@@ -188,7 +190,7 @@ fn probe_one(
     bundle: &Path,
     rel: &str,
     confirm: Option<&str>,
-    fingerprints: &HashMap<String, Fingerprint>,
+    fingerprints: &Fingerprints,
     list_dir: bool,
 ) -> Result<Entry> {
     let path = bundle.join(rel);

@@ -13,7 +13,6 @@ pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 use crate::backend::local::Fingerprint;
 use crate::error::{Error, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -378,9 +377,12 @@ impl Journal {
         &self,
         bundle_path: &str,
         wanted: impl IntoIterator<Item = &'w str>,
-    ) -> Result<HashMap<String, Fingerprint>> {
+    ) -> Result<crate::backend::local::Fingerprints> {
         let wanted: foldhash::HashSet<&str> = wanted.into_iter().collect();
-        let mut found = HashMap::with_capacity(wanted.len());
+        let mut found = crate::backend::local::Fingerprints::with_capacity_and_hasher(
+            wanted.len(),
+            Default::default(),
+        );
         if wanted.is_empty() {
             return Ok(found);
         }

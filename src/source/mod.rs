@@ -14,8 +14,8 @@ use crate::error::{Error, Result};
 use crate::hash::{is_sha256_hex, sha256_hex};
 use crate::model::{SourceRef, is_valid_source_id, parse_time};
 use chrono::{DateTime, FixedOffset};
+use foldhash::HashSet;
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// File name of the manifest at the bundle root.
@@ -178,7 +178,7 @@ impl Source {
             .validate()
             .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;
         // On several threads; each checks a directory shared by many outputs once.
-        crate::parallel::try_map(&manifest.outputs, HashSet::new, |o, dirs_checked| {
+        crate::parallel::try_map(&manifest.outputs, HashSet::default, |o, dirs_checked| {
             check_bundle_file(&dir, &o.path, o.size, dirs_checked)
         })?;
         let digest = manifest.digest();

@@ -1,6 +1,6 @@
 //! Safe relative paths (SPEC §3.2), shared by manifests, state, templates and uploads.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 
 /// Maximum length of a path, in bytes.
 pub const MAX_PATH: usize = 4096;
@@ -47,8 +47,8 @@ pub fn check_safe_path(p: &str) -> Result<(), String> {
 /// Checks a set of paths for duplicates and directory prefixes (`a` and `a/b`).
 /// Returns the offending pair's description.
 pub fn check_path_set<'a>(paths: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
-    let mut seen: HashSet<&str> = HashSet::new();
     let all: Vec<&str> = paths.into_iter().collect();
+    let mut seen: HashSet<&str> = HashSet::with_capacity_and_hasher(all.len(), Default::default());
     for p in &all {
         if !seen.insert(p) {
             return Err(format!("path '{p}' appears more than once"));
