@@ -388,6 +388,23 @@ fn refuses_to_start_on_bad_setups() {
     ]);
     r.expect_code(2);
     assert!(r.stderr.contains("--listen nonsense"), "{}", r.stderr);
+    // A limit of zero would refuse every upload.
+    for flag in [
+        "--max-upload-bytes",
+        "--max-entries",
+        "--max-extracted-bytes",
+        "--upload-idle-timeout",
+        "--max-concurrent-uploads",
+    ] {
+        let r = serve(&["--config", w.to_str().unwrap(), flag, "0"]);
+        r.expect_code(2);
+        assert!(
+            r.stderr
+                .contains(&format!("{flag} 0: accepted is a number >= 1")),
+            "{}",
+            r.stderr
+        );
+    }
     // A second server on the same spool is refused.
     let _first = Server::start(&env, &[&w], &[]);
     let r = serve(&["--config", w.to_str().unwrap()]);

@@ -4,8 +4,8 @@
 
 use crate::common::Env;
 use crate::common::server::{
-    RawEntry, SECRET, Server, file, gzip, journal_operations, raw_request, raw_tar, read_response,
-    tar_with_manifest, weather_and_traffic,
+    RawEntry, SECRET, Server, chunk, file, gzip, journal_operations, raw_request, raw_tar,
+    read_response, tar_with_manifest, weather_and_traffic,
 };
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -455,4 +455,68 @@ fn a_stalled_upload_is_abandoned_after_the_idle_timeout() {
     );
     assert!(server.spool_leftovers().is_empty());
     assert!(!env.exists("dest/latest"));
+}
+
+/// With `--max-concurrent-uploads 1`, a second upload waits while the first holds the slot:
+/// its body is not read (nothing spooled for it) and it is answered only after the first,
+/// even though it is complete and the first is stalled.
+#[test]
+fn uploads_beyond_max_concurrent_uploads_wait_for_a_slot() {
+    let (env, server) = setup(&["--max-concurrent-uploads", "1"]);
+    let slow = tar_with_manifest("forecast", CREATED, &[("a.txt", b"one")], &[]);
+    let head = format!(
+        "POST /v1/pipelines/weather/bundles HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {SECRET}\r\nContent-Type: application/x-tar\r\nTransfer-Encoding: chunked\r\n\r\n",
+        server.addr
+    );
+    let (first, rest) = slow.split_at(1024);
+    let mut a = raw_request(&server.addr, &head, &chunk(first));
+    let start = Instant::now();
+    while server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        server.spool_leftovers().len(),
+        1,
+        "the first upload holds the slot"
+    );
+    let quick = tar_with_manifest(
+        "forecast",
+        "2026-12-02T07:00:00Z",
+        &[("a.txt", b"two")],
+        &[],
+    );
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (server, quick) = (&server, &quick);
+        s.spawn(move || {
+            let r = server.upload("weather", "", quick);
+            tx.send(r).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(800));
+        assert!(
+            rx.try_recv().is_err(),
+            "the second upload was answered while the first held the only slot"
+        );
+        assert_eq!(
+            server.spool_leftovers().len(),
+            1,
+            "the waiting upload was spooled"
+        );
+        a.write_all(&chunk(rest)).unwrap();
+        a.write_all(b"0\r\n\r\n").unwrap();
+        let (status, body) = read_response(&mut a);
+        assert_eq!(status, 200, "{body}");
+        let second = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        second.expect(200);
+        assert_eq!(second.json()["destinations"][0]["status"], "applied");
+    });
+    assert_eq!(env.read("dest/latest/a.txt"), "two");
+    let logs = server.wait_for_request_logs(2);
+    let queued: Vec<u64> = logs
+        .iter()
+        .filter_map(|l| l["queued_ms"].as_u64())
+        .collect();
+    assert_eq!(queued.len(), 2, "{logs:?}");
+    assert!(queued.iter().any(|&q| q >= 700), "{queued:?}");
+    assert!(server.spool_leftovers().is_empty());
 }

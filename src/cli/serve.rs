@@ -3,8 +3,8 @@
 use super::CommandOutput;
 use crate::error::{Error, Result};
 use crate::server::limits::{
-    DEFAULT_MAX_ENTRIES, DEFAULT_MAX_EXTRACTED_BYTES, DEFAULT_MAX_UPLOAD_BYTES,
-    DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS, Limits,
+    DEFAULT_MAX_CONCURRENT_UPLOADS, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_EXTRACTED_BYTES,
+    DEFAULT_MAX_UPLOAD_BYTES, DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS, Limits,
 };
 use crate::server::{ServeOptions, serve};
 use clap::Args;
@@ -35,6 +35,10 @@ pub struct ServeArgs {
     /// Seconds an upload's body may send nothing before the request is abandoned (400).
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS)]
     pub upload_idle_timeout: u64,
+    /// Uploads received, unpacked and published at once; more wait for a slot before
+    /// their body is read (this bounds the spool's disk use).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONCURRENT_UPLOADS)]
+    pub max_concurrent_uploads: u64,
     /// Directory for receiving and unpacking uploads (default: a fresh one in the system
     /// temp dir, removed at exit).
     #[arg(long, value_name = "DIR")]
@@ -65,6 +69,7 @@ pub fn run(a: ServeArgs) -> Result<CommandOutput> {
         ("--max-entries", a.max_entries),
         ("--max-extracted-bytes", a.max_extracted_bytes),
         ("--upload-idle-timeout", a.upload_idle_timeout),
+        ("--max-concurrent-uploads", a.max_concurrent_uploads),
     ] {
         if v == 0 {
             return Err(Error::Usage(format!("{flag} 0: accepted is a number >= 1")));
@@ -83,6 +88,9 @@ pub fn run(a: ServeArgs) -> Result<CommandOutput> {
         allow_unauthenticated: a.allow_unauthenticated,
         journal: a.journal,
         lock_timeout: Duration::from_secs_f64(a.lock_timeout),
+        max_concurrent_uploads: usize::try_from(a.max_concurrent_uploads)
+            .unwrap_or(usize::MAX)
+            .min(tokio::sync::Semaphore::MAX_PERMITS),
     })?;
     Ok(CommandOutput {
         stdout: String::new(),

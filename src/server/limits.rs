@@ -17,6 +17,11 @@ pub const MAX_EXTENSION_BYTES: u64 = 64 * 1024;
 /// abandoned (so a stalled client holds neither spool space nor a graceful shutdown).
 pub const DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS: u64 = 60;
 
+/// Default `--max-concurrent-uploads`: uploads received, unpacked and published at once.
+/// Each may hold up to `--max-upload-bytes` plus `--max-extracted-bytes` of spool, so this
+/// bounds the spool's disk use; further uploads wait for a slot before their body is read.
+pub const DEFAULT_MAX_CONCURRENT_UPLOADS: u64 = 4;
+
 /// The limits of one upload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {

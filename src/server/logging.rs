@@ -22,6 +22,8 @@ pub struct RequestLog {
     pub token: Option<String>,
     /// Whether the upload was a dry run.
     pub dry_run: Option<bool>,
+    /// Milliseconds the upload waited for a slot (`--max-concurrent-uploads`).
+    pub queued_ms: Option<u64>,
     /// Body bytes received.
     pub upload_bytes: Option<u64>,
     /// Per destination: id, decision and status from the report.

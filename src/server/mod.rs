@@ -58,6 +58,8 @@ pub struct ServeOptions {
     pub journal: Option<PathBuf>,
     /// How long a publication waits for a destination lock.
     pub lock_timeout: Duration,
+    /// Uploads handled at once; more wait for a slot before their body is read.
+    pub max_concurrent_uploads: usize,
 }
 
 /// Shared by every request.
@@ -75,6 +77,11 @@ pub struct AppState {
     pub allow_unauthenticated: bool,
     /// Lock timeout for publications.
     pub lock_timeout: Duration,
+    /// One permit per upload being received, unpacked or published
+    /// (`--max-concurrent-uploads`).
+    pub upload_slots: Arc<tokio::sync::Semaphore>,
+    /// How many permits `upload_slots` holds in all.
+    pub max_concurrent_uploads: usize,
 }
 
 /// Runs the server until SIGTERM or SIGINT; returns once in-flight publications finished.
@@ -95,6 +102,8 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         spool,
         allow_unauthenticated: opts.allow_unauthenticated,
         lock_timeout: opts.lock_timeout,
+        upload_slots: Arc::new(tokio::sync::Semaphore::new(opts.max_concurrent_uploads)),
+        max_concurrent_uploads: opts.max_concurrent_uploads,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -222,6 +231,7 @@ async fn run(state: Arc<AppState>, addr: SocketAddr) -> Result<()> {
             "max_entries": state.limits.max_entries,
             "max_extracted_bytes": state.limits.max_extracted_bytes,
             "upload_idle_timeout_secs": state.limits.idle_timeout.as_secs_f64(),
+            "max_concurrent_uploads": state.max_concurrent_uploads,
             "authentication": if state.tokens.is_empty() { "none" } else { "bearer" },
         }),
     );

@@ -245,6 +245,14 @@ async fn upload_inner(
             "the request body is larger than {max} bytes (--max-upload-bytes)"
         )));
     }
+    // A slot before anything is read or spooled: it bounds the spool's disk use. Waiting
+    // requests hold only their connection.
+    let waiting = std::time::Instant::now();
+    let slot = Arc::clone(&state.upload_slots)
+        .acquire_owned()
+        .await
+        .map_err(|_| ApiError::internal("the server is shutting down".to_string()))?;
+    log.queued_ms = Some(waiting.elapsed().as_millis() as u64);
     let spool = state.spool.request()?;
     let received = spool.receive(body, max, state.limits.idle_timeout).await?;
     log.upload_bytes = Some(received);
@@ -257,9 +265,14 @@ async fn upload_inner(
     };
     // The spool moves into the blocking task: if the client goes away, the publication
     // still finishes and the spool is still removed after it.
-    let outcome = tokio::task::spawn_blocking(move || job.run(spool))
-        .await
-        .map_err(|e| ApiError::internal(format!("the publication task failed: {e}")))??;
+    // The slot goes with it, and is given back once the spool is removed.
+    let outcome = tokio::task::spawn_blocking(move || {
+        let outcome = job.run(spool);
+        drop(slot);
+        outcome
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the publication task failed: {e}")))??;
     log.destinations = outcome
         .report
         .destinations
