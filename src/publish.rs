@@ -325,7 +325,7 @@ fn publish_one(
         // A dry run opens no journal, but an interrupted operation's staging is visible:
         // the real run would refuse with exit 4, so the plan says so too.
         let staging = local::staging_entries(&plan.bundle_path);
-        if !staging.is_empty() {
+        if !stands_during_recovery(plan.decision) && !staging.is_empty() {
             let e = Error::RecoveryRequired(format!(
                 "recovery required: {}/{} holds {}; run `distributor recover` (with the same --config/--journal) before publishing again",
                 plan.bundle_path.display(),
@@ -413,13 +413,19 @@ fn publish_one(
     };
     let lock = local::lock(&dest.path, &bundle, opts.lock_timeout);
     let _lock = lock.map_err(&mut planned)?;
-    check_recovery(journal, &bundle).map_err(&mut planned)?;
     let plan = plan_with(config, dest, source, opts.force, &fingerprints, &mut memo)?;
+    let report = |plan: &DestinationPlan| {
+        Ok((
+            DestinationReport::from_plan(plan, status_of(plan, Status::Applied), None),
+            code_of(plan),
+        ))
+    };
+    if stands_during_recovery(plan.decision) {
+        return report(&plan);
+    }
+    check_recovery(journal, &bundle).map_err(|e| with_plan(&plan, e))?;
     if !plan.decision.writes() {
-        return Ok((
-            DestinationReport::from_plan(&plan, status_of(&plan, Status::Applied), None),
-            code_of(&plan),
-        ));
+        return report(&plan);
     }
     let ctx = ExecContext {
         pipeline_id: &config.pipeline_id,
@@ -436,6 +442,19 @@ fn publish_one(
             source: Box::new(e),
         }),
     }
+}
+
+/// Whether a decision is reported even while recovery is due at its bundle path. SPEC §6
+/// refuses (exit 4) a writing decision then. `unchanged` and `skip_destination_newer` write
+/// nothing and hold whatever an interrupted operation left (the state records this very
+/// source, every recorded path matching it, or a newer one), so they stand. A conflict is
+/// refused like a writing decision: what it objects to may be the interrupted operation's
+/// half-placed files, and recovery is what resolves them.
+fn stands_during_recovery(decision: Decision) -> bool {
+    matches!(
+        decision,
+        Decision::Unchanged | Decision::SkipDestinationNewer
+    )
 }
 
 /// Refuses (exit 4) when an operation on `bundle` is unfinished or staging holds anything.

@@ -83,13 +83,7 @@ fn crash_and_recover(mode: Mode, spec: &str, side: Side, lose_journal: bool) {
         sc.lose_journal();
     }
     // Publishing again is refused until recovery: exit 4, naming the command to run.
-    let refused = sc.publish_env(&[]);
-    refused.expect_code(4);
-    let refusal = refused.dest(0)["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    assert!(refusal.contains("distributor recover"), "{ctx}: {refusal}");
+    let refusal = sc.assert_refused_until_recovered(&ctx);
 
     let r = sc.recover_env(&[]);
     r.expect_code(0);

@@ -391,3 +391,41 @@ fn dry_run_reports_recovery_required_when_staging_is_left() {
     assert_eq!(env.snapshot(""), before, "the dry run wrote something");
     env.publish(&c, &b2, &[]).expect_code(4);
 }
+
+/// SPEC §6 refuses (exit 4) a destination whose decision writes: with a staging entry left
+/// behind, `unchanged` and `skip_destination_newer` write nothing and are reported as usual
+/// (exit 0) by the dry run and the real run alike, and a writing decision is refused by
+/// both.
+#[test]
+fn a_decision_that_writes_nothing_stands_while_recovery_is_due() {
+    let env = Env::new();
+    let c = cfg(&env, "");
+    let b1 = env.bundle("b1", "tomorrow", T0, &[("a.txt", "one")], &[]);
+    env.publish(&c, &b1, &[]).expect_code(0);
+    env.write("dest/latest/.distributor-staging/junk", "left behind");
+    let older = env.bundle(
+        "b0",
+        "tomorrow",
+        "2026-12-02T05:00:00Z",
+        &[("a.txt", "zero")],
+        &[],
+    );
+    for (bundle, decision) in [(&b1, "unchanged"), (&older, "skip_destination_newer")] {
+        for r in [env.plan(&c, bundle, &[]), env.publish(&c, bundle, &[])] {
+            r.expect_code(0);
+            assert_eq!(r.dest(0)["decision"], decision);
+            assert_eq!(r.dest(0)["status"], "skipped");
+        }
+    }
+    let b2 = env.bundle("b2", "tomorrow", T1, &[("a.txt", "two")], &[]);
+    for r in [env.plan(&c, &b2, &[]), env.publish(&c, &b2, &[])] {
+        r.expect_code(4);
+        assert_eq!(r.dest(0)["decision"], "replace_older");
+        assert_eq!(r.dest(0)["status"], "failed");
+    }
+    assert_eq!(env.read("dest/latest/a.txt"), "one");
+    assert_eq!(
+        env.read("dest/latest/.distributor-staging/junk"),
+        "left behind"
+    );
+}

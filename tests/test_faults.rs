@@ -124,7 +124,7 @@ fn run_case(mode: Mode, c: &Case) {
     );
     if c.recover {
         assert!(msg.contains("distributor recover"), "{ctx}: {msg}");
-        sc.publish_env(&[]).expect_code(4);
+        sc.assert_refused_until_recovered(&ctx);
         let rec = sc.recover_env(&[]);
         rec.expect_code(0);
         let want = match c.side {

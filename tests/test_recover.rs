@@ -64,7 +64,7 @@ fn diverged_state_is_left_alone_then_resolved_by_the_operator() {
             "diverged recovery touched the destination"
         );
         // Still refused, still diverged, recorded once.
-        sc.publish_env(&[]).expect_code(4);
+        sc.assert_refused_until_recovered("diverged");
         let text = sc
             .env
             .run(&["recover", "--config", sc.cfg.to_str().unwrap()]);
@@ -282,7 +282,7 @@ fn diverged_operation_can_be_abandoned() {
     ];
     sc.env.run(&args).expect_code(0);
     let frozen = snapshot(&sc.env);
-    sc.publish_env(&[]).expect_code(4);
+    sc.assert_refused_until_recovered("diverged, v2 published by another host");
     let r = sc.recover_env(&[]);
     r.expect_code(1);
     let op = r.json()["operations"][0].clone();

@@ -37,6 +37,8 @@ pub enum Side {
 pub const DEST: &str = "dest/root";
 pub const V1_AT: &str = "2026-12-02T06:00:00Z";
 pub const V2_AT: &str = "2026-12-02T07:00:00Z";
+/// A third publication, newer than both, that recovery must be done before.
+pub const V3_AT: &str = "2026-12-02T08:00:00Z";
 
 /// The first publication: every kind of path the second one overwrites, deletes, turns
 /// from file to link, from link to file and from directory to file.
@@ -108,6 +110,51 @@ impl Scenario {
             v2,
             before,
         }
+    }
+
+    /// Asserts that publishing waits for recovery (SPEC §6): a newer bundle is refused with
+    /// exit 4 and a message naming `distributor recover`; v2 again is refused too, unless
+    /// the state already records it (past the commit point, or published by another host),
+    /// where it is `unchanged`, writes nothing and stands (exit 0). Returns the refusal's
+    /// message. Writes nothing to the destination.
+    pub fn assert_refused_until_recovered(&self, ctx: &str) -> String {
+        if !self.env.exists("b3") {
+            self.env
+                .bundle("b3", "tomorrow", V3_AT, &[("keep.txt", "v3")], &[]);
+        }
+        let before = snapshot(&self.env);
+        let b3 = self.env.path("b3");
+        let newer = self.env.run(&[
+            "publish",
+            "--json",
+            "--config",
+            self.cfg.to_str().unwrap(),
+            "--source",
+            b3.to_str().unwrap(),
+        ]);
+        newer.expect_code(4);
+        let msg = newer.dest(0)["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(msg.contains("distributor recover"), "{ctx}: {msg}");
+        let again = self.publish_env(&[]);
+        match again.code {
+            4 => {}
+            0 => assert_eq!(
+                again.dest(0)["decision"],
+                "unchanged",
+                "{ctx}: {}",
+                again.stdout
+            ),
+            c => panic!("{ctx}: republishing v2 exited {c}: {}", again.stdout),
+        }
+        assert_eq!(
+            snapshot(&self.env),
+            before,
+            "{ctx}: a refused publication wrote"
+        );
+        msg
     }
 
     /// Publishes v2 with `DISTRIBUTOR_FAILPOINT=spec` and asserts that it aborted there.
