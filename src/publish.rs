@@ -284,6 +284,8 @@ fn probe_for_plan(
         paths.extend(s.outputs.iter().map(|o| o.path.as_str()));
         paths.extend(s.links.iter().map(|l| l.path.as_str()));
     }
+    // What stands at the state file's own path: a writing plan replaces it.
+    paths.push(crate::state::STATE_FILE);
     local::probe(
         &dest.path,
         bundle,

@@ -21,6 +21,7 @@ mod test_server_uploads;
 mod test_smoke;
 mod test_takeover_matrix;
 mod test_transfer;
+mod test_unmanaged;
 mod test_verify;
 
 #[test]

@@ -207,11 +207,11 @@ fn probe_one(
             target: t.to_string_lossy().into_owned(),
         }
     } else if ft.is_dir() {
-        let mut contents = Vec::new();
+        let (mut contents, mut dirs) = (Vec::new(), Vec::new());
         if list_dir {
-            list_tree(bundle, rel, &mut contents)?;
+            list_tree_and_dirs(bundle, rel, &mut contents, &mut dirs)?;
         }
-        Entry::Dir { contents }
+        Entry::Dir { contents, dirs }
     } else if ft.is_file() {
         let sha256 = match confirm {
             Some(expected) => {
@@ -234,6 +234,16 @@ fn probe_one(
 
 /// Every non-directory under `rel`, bundle-relative, recursively; symlinks not followed.
 pub fn list_tree(bundle: &Path, rel: &str, out: &mut Vec<String>) -> Result<()> {
+    list_tree_and_dirs(bundle, rel, out, &mut Vec::new())
+}
+
+/// [`list_tree`], and every directory under `rel` into `dirs`.
+fn list_tree_and_dirs(
+    bundle: &Path,
+    rel: &str,
+    out: &mut Vec<String>,
+    dirs: &mut Vec<String>,
+) -> Result<()> {
     let dir = if rel.is_empty() {
         bundle.to_path_buf()
     } else {
@@ -248,7 +258,8 @@ pub fn list_tree(bundle: &Path, rel: &str, out: &mut Vec<String>) -> Result<()> 
             format!("{rel}/{name}")
         };
         if e.file_type().ctx("stat", e.path())?.is_dir() {
-            list_tree(bundle, &child, out)?;
+            dirs.push(child.clone());
+            list_tree_and_dirs(bundle, &child, out, dirs)?;
         } else {
             out.push(child);
         }
@@ -554,6 +565,26 @@ fn remove_tree(dir: &Path) -> Result<()> {
         },
     )?;
     fs::remove_dir_all(dir).ctx("remove staging", dir)
+}
+
+/// Removes `dir`, a directory whose content was all moved aside: its empty
+/// subdirectories first, deepest first. Anything else found in it (a file, a symlink:
+/// somebody put it there after planning) stops the removal with an error, and nothing
+/// that is not an empty directory is ever removed. Symlinks are never followed.
+pub fn remove_emptied_tree(dir: &Path) -> Result<()> {
+    for e in fs::read_dir(dir).ctx("list", dir)? {
+        let e = e.ctx("list", dir)?;
+        let path = e.path();
+        if e.file_type().ctx("stat", &path)?.is_dir() {
+            remove_emptied_tree(&path)?;
+        } else {
+            return Err(Error::Failed(format!(
+                "{} appeared in a directory distributor is replacing with a file; only empty directories were removed there",
+                path.display()
+            )));
+        }
+    }
+    fs::remove_dir(dir).ctx("remove emptied directory", dir)
 }
 
 /// Entries of `<bundle>/.distributor-staging/`, if any.

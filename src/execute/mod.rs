@@ -173,7 +173,7 @@ fn run_steps(
         let p = bundle.join(rel);
         if fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
             local::check_inside(bundle, rel)?;
-            fs::remove_dir(&p).ctx("remove emptied directory", &p)?;
+            local::remove_emptied_tree(&p)?;
         }
     }
     journal.event(&staged.operation_id, event::MOVED_ASIDE, None)?;

@@ -34,10 +34,13 @@ pub enum Entry {
         /// Link text.
         target: String,
     },
-    /// A directory and the non-directory paths under it (bundle-relative), recursively.
+    /// A directory and the paths under it (bundle-relative), recursively; listed only
+    /// where a planned file or link goes.
     Dir {
         /// Files, symlinks and special files below it.
         contents: Vec<String>,
+        /// Directories below it.
+        dirs: Vec<String>,
     },
     /// A socket, FIFO or device.
     Special,

@@ -303,6 +303,7 @@ impl<'a, 's> Planner<'a, 's> {
                 let op = if retain {
                     FileOp::Retain
                 } else {
+                    self.check_deletable(&o.path);
                     FileOp::Delete
                 };
                 self.check_ancestors(&o.path, &moved, &recorded);
@@ -325,8 +326,10 @@ impl<'a, 's> Planner<'a, 's> {
                 let op = if retain {
                     FileOp::Retain
                 } else {
+                    self.check_deletable(&l.path);
                     FileOp::Delete
                 };
+                self.check_ancestors(&l.path, &moved, &recorded);
                 self.plan.links.push(LinkAction {
                     path: l.path.clone(),
                     target: l.target.clone(),
@@ -368,6 +371,21 @@ impl<'a, 's> Planner<'a, 's> {
                 from_source_id: rec.source.id.clone(),
                 paths: sorted(paths),
             });
+        }
+
+        // The commit point renames the new state over `.distributor.json`: a directory or
+        // special file there would make it fail after everything else was placed.
+        if matches!(
+            storage.get(crate::state::STATE_FILE),
+            Entry::Dir { .. } | Entry::Special
+        ) {
+            let path = crate::state::STATE_FILE;
+            self.conflict(
+                ConflictKind::UnsafeStorage,
+                Some(path),
+                None,
+                format!("'{path}' is a directory or special file; distributor writes its state there and never replaces one"),
+            );
         }
 
         // Decide.
@@ -535,7 +553,7 @@ impl<'a, 's> Planner<'a, 's> {
         match entry {
             _ if same => FileOp::Unchanged,
             Entry::Missing => FileOp::Create,
-            Entry::Dir { contents } => self.dir_in_the_way(path, contents, moved),
+            Entry::Dir { contents, dirs } => self.dir_in_the_way(path, contents, dirs, moved),
             Entry::Special => {
                 self.special(path);
                 FileOp::Overwrite
@@ -562,7 +580,7 @@ impl<'a, 's> Planner<'a, 's> {
                 );
                 FileOp::Overwrite
             }
-            Entry::Dir { contents } => self.dir_in_the_way(path, contents, moved),
+            Entry::Dir { contents, dirs } => self.dir_in_the_way(path, contents, dirs, moved),
             Entry::Special => {
                 self.special(path);
                 FileOp::Overwrite
@@ -570,19 +588,55 @@ impl<'a, 's> Planner<'a, 's> {
         }
     }
 
-    /// A directory where a file or link goes: fine only when everything under it is being
-    /// moved aside by this plan (it is then removed as emptied).
-    fn dir_in_the_way(&mut self, path: &str, contents: &[String], moved: &HashSet<&str>) -> FileOp {
-        if contents.iter().all(|c| moved.contains(c.as_str())) {
+    /// A directory where a file or link goes: fine only when it holds recorded content
+    /// that this plan moves aside and nothing else (every file under it is moved aside and
+    /// every directory under it leads to such a file), so it is the directory tree of that
+    /// content, emptied and removed by the move. An empty directory, or one holding anything
+    /// else, is unrecorded: somebody made it, and distributor does not remove it.
+    fn dir_in_the_way(
+        &mut self,
+        path: &str,
+        contents: &[String],
+        dirs: &[String],
+        moved: &HashSet<&str>,
+    ) -> FileOp {
+        let all_moved = contents.iter().all(|c| moved.contains(c.as_str()));
+        let leading: HashSet<&str> = contents
+            .iter()
+            .flat_map(|c| c.match_indices('/').map(move |(i, _)| &c[..i]))
+            .collect();
+        if !contents.is_empty() && all_moved && dirs.iter().all(|d| leading.contains(d.as_str())) {
             return FileOp::Create;
         }
+        let what = if contents.is_empty() && dirs.is_empty() {
+            "an empty directory stands"
+        } else if contents.is_empty() {
+            "a directory holding only directories stands"
+        } else {
+            "a directory stands"
+        };
         self.conflict(
             ConflictKind::UnmanagedDirectory,
             Some(path),
             None,
-            format!("a directory stands at '{path}' where a file goes, holding content this publication does not manage"),
+            format!("{what} at '{path}' where a file goes, holding nothing this publication manages; distributor does not remove directories it did not make"),
         );
         FileOp::Overwrite
+    }
+
+    /// A recorded path this plan deletes must hold a file or link: a directory or special
+    /// file there is somebody else's, and deletion touches only what state records.
+    fn check_deletable(&mut self, path: &str) {
+        match self.input.storage.get(path) {
+            Entry::Dir { .. } => self.conflict(
+                ConflictKind::UnmanagedDirectory,
+                Some(path),
+                None,
+                format!("'{path}' is recorded as distributor's, but a directory stands there now; deletion touches only what state records, so distributor will not remove it or what it holds"),
+            ),
+            Entry::Special => self.special(path),
+            Entry::Missing | Entry::File { .. } | Entry::Symlink { .. } => {}
+        }
     }
 
     fn special(&mut self, path: &str) {
