@@ -628,6 +628,50 @@ fn manifest_refuses_a_symlink_pointing_outside() {
     assert!(!env.exists("m-dir/distributor-manifest.json"));
 }
 
+/// SPEC §3.1: a symlink to a file inside DIR becomes a link, however its text reaches the
+/// file: relative, climbing out of DIR and back in, or absolute.
+#[test]
+fn manifest_links_every_symlink_that_reaches_a_file_inside() {
+    let env = Env::new();
+    env.write("m/maps/t.png", "png");
+    let dir = env.path("m");
+    for (name, target) in [
+        ("rel", "maps/t.png".to_string()),
+        ("viaparent", "../m/maps/t.png".to_string()),
+        ("abs", dir.join("maps/t.png").display().to_string()),
+        ("maps/up", "../maps/./t.png".to_string()),
+    ] {
+        std::os::unix::fs::symlink(&target, dir.join(name)).unwrap();
+    }
+    let r = env.run(&[
+        "manifest",
+        dir.to_str().unwrap(),
+        "--id",
+        "x",
+        "--created-at",
+        T0,
+    ]);
+    r.expect_code(0);
+    let m: serde_json::Value =
+        serde_json::from_str(&env.read("m/distributor-manifest.json")).unwrap();
+    let links: Vec<(String, String)> = m["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["path"].as_str().unwrap().to_string(),
+                l["target"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = ["abs", "maps/up", "rel", "viaparent"]
+        .iter()
+        .map(|p| (p.to_string(), "maps/t.png".to_string()))
+        .collect();
+    assert_eq!(links, want);
+}
+
 #[test]
 fn manifest_never_writes_through_a_symlinked_manifest() {
     let env = Env::new();

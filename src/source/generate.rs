@@ -7,7 +7,7 @@ use super::{LinkEntry, MANIFEST_FILE, Manifest, OutputEntry};
 use crate::error::{Error, IoContext, Result};
 use crate::hash::hash_file;
 use crate::model::{is_valid_source_id, parse_time};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// Builds and writes `<dir>/distributor-manifest.json`; returns the manifest.
 pub fn write_manifest(dir: &Path, id: &str, created_at: &str) -> Result<Manifest> {
@@ -48,9 +48,9 @@ pub fn write_manifest(dir: &Path, id: &str, created_at: &str) -> Result<Manifest
     }
     let mut link_entries = Vec::new();
     for (rel, target) in links {
-        let target = resolve_inside(&rel, &target).ok_or_else(|| {
+        let target = resolve_inside(dir, &rel).ok_or_else(|| {
             Error::Source(format!(
-                "symlink {rel} -> {} points outside {}",
+                "symlink {rel} -> {} points outside {} (or at nothing)",
                 target.display(),
                 dir.display()
             ))
@@ -135,23 +135,13 @@ fn walk(
     Ok(())
 }
 
-/// Resolves a symlink's text against the link's directory, lexically, staying inside the
-/// bundle; returns the bundle-relative target.
-fn resolve_inside(link: &str, target: &Path) -> Option<String> {
-    if target.is_absolute() {
-        return None;
-    }
-    let mut parts: Vec<String> = link.split('/').map(str::to_string).collect();
-    parts.pop();
-    for c in target.components() {
-        match c {
-            Component::Normal(s) => parts.push(s.to_str()?.to_string()),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                parts.pop()?;
-            }
-            _ => return None,
-        }
-    }
-    (!parts.is_empty()).then(|| parts.join("/"))
+/// Where the symlink `link` (relative to `dir`) leads, bundle-relative, when that is
+/// inside `dir`: resolved by the filesystem, following the whole chain, so a relative
+/// target that climbs out of `dir` and back in, or an absolute one naming a file of `dir`,
+/// is the file it names. None when it leads outside `dir` or nowhere.
+fn resolve_inside(dir: &Path, link: &str) -> Option<String> {
+    let root = std::fs::canonicalize(dir).ok()?;
+    let target = std::fs::canonicalize(dir.join(link)).ok()?;
+    let rel = target.strip_prefix(&root).ok()?.to_str()?;
+    (!rel.is_empty()).then(|| rel.to_string())
 }
