@@ -119,12 +119,16 @@ impl Manifest {
         outputs.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
         let mut links: Vec<&LinkEntry> = self.links.iter().collect();
         links.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
-        let mut text = String::new();
+        // One line per entry, written straight into one buffer (no string per entry).
+        let mut text = String::with_capacity(self.outputs.len() * 112 + self.links.len() * 64);
         for o in outputs {
-            text.push_str(&format!("o\0{}\0{}\0{}\n", o.path, o.size, o.sha256));
+            use std::fmt::Write;
+            let _ = writeln!(text, "o\0{}\0{}\0{}", o.path, o.size, o.sha256);
         }
         for l in links {
-            text.push_str(&format!("l\0{}\0{}\n", l.path, l.target));
+            for part in ["l\0", &l.path, "\0", &l.target, "\n"] {
+                text.push_str(part);
+            }
         }
         format!("sha256:{}", sha256_hex(text.as_bytes()))
     }
