@@ -4,8 +4,8 @@
 
 use crate::common::Env;
 use crate::common::server::{
-    RawEntry, SECRET, Server, chunk, file, gzip, journal_operations, raw_request, raw_tar,
-    read_response, tar_with_manifest, weather_and_traffic,
+    OTHER_SECRET, RawEntry, SECRET, Server, chunk, file, gzip, journal_operations, manifest_json,
+    raw_request, raw_tar, read_response, tar_with_manifest, weather_and_traffic,
 };
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -519,4 +519,51 @@ fn uploads_beyond_max_concurrent_uploads_wait_for_a_slot() {
     assert_eq!(queued.len(), 2, "{logs:?}");
     assert!(queued.iter().any(|&q| q >= 700), "{queued:?}");
     assert!(server.spool_leftovers().is_empty());
+}
+
+/// A body over `--max-upload-bytes` from a caller without a valid token is answered for
+/// the token (401, 403) and only a valid token learns it is too large (413): the limit is
+/// checked after authentication.
+#[test]
+fn the_token_is_checked_before_the_body_size() {
+    let env = Env::new();
+    let (w, t) = weather_and_traffic(&env);
+    let server = Server::start(&env, &[&w, &t], &["--max-upload-bytes", "5000"]);
+    let big = tar_with_manifest("forecast", CREATED, &[("a.txt", &[b'x'; 8000])], &[]);
+    let path = "/v1/pipelines/weather/bundles";
+    let ct = Some("application/x-tar");
+    let r = server.post_raw(path, None, ct, &big);
+    r.expect(401);
+    let r = server.post_raw(path, Some(OTHER_SECRET), ct, &big);
+    r.expect(403);
+    let r = server.post_raw(path, Some(SECRET), ct, &big);
+    r.expect(413);
+    assert_eq!(r.kind(), "too_large");
+    assert!(server.spool_leftovers().is_empty());
+    assert!(!env.exists("dest/latest"));
+}
+
+/// The manifest is parsed in memory, so it has a bound of its own: a gzip of a few
+/// hundred KiB that unpacks to a 64 MiB manifest is refused (413) while unpacking.
+#[test]
+fn an_oversized_manifest_is_refused_while_unpacking() {
+    let (env, server) = setup(&[]);
+    let mut manifest = manifest_json("forecast", CREATED, &[("a.txt", b"one")]);
+    manifest.resize((64 << 20) + 1, b' ');
+    let body = gzip(&raw_tar(&[
+        file("distributor-manifest.json", &manifest),
+        file("a.txt", b"one"),
+    ]));
+    assert!(body.len() < 1 << 20, "{}", body.len());
+    let r = server.post_raw(
+        "/v1/pipelines/weather/bundles",
+        Some(SECRET),
+        Some("application/gzip"),
+        &body,
+    );
+    r.expect(413);
+    assert_eq!(r.kind(), "too_large");
+    assert!(r.message().contains("largest manifest"), "{}", r.message());
+    assert!(server.spool_leftovers().is_empty());
+    assert!(!env.exists("dest/latest"));
 }

@@ -8,8 +8,9 @@
 //! the tar crate, which would read them into memory whatever their size.
 
 use super::error::ApiError;
-use super::limits::{Limits, MAX_EXTENSION_BYTES};
+use super::limits::{Limits, MAX_EXTENSION_BYTES, MAX_MANIFEST_BYTES};
 use crate::hash::hex;
+use crate::source::MANIFEST_FILE;
 use crate::source::check_safe_path;
 use flate2::read::MultiGzDecoder;
 use sha2::{Digest, Sha256};
@@ -294,6 +295,11 @@ impl Unpacker<'_> {
             return Err(duplicate(path));
         }
         self.make_parents(path)?;
+        if path == MANIFEST_FILE && size > MAX_MANIFEST_BYTES {
+            return Err(ApiError::too_large(format!(
+                "{MANIFEST_FILE} is {size} bytes; the largest manifest accepted is {MAX_MANIFEST_BYTES} bytes"
+            )));
+        }
         if self.extracted_bytes.saturating_add(size) > self.limits.max_extracted_bytes {
             return Err(ApiError::too_large(format!(
                 "the archive's files add up to more than {} bytes (--max-extracted-bytes)",

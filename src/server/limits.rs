@@ -13,6 +13,11 @@ pub const DEFAULT_MAX_EXTRACTED_BYTES: u64 = 4 << 30;
 /// record from being read into memory.
 pub const MAX_EXTENSION_BYTES: u64 = 64 * 1024;
 
+/// Largest `distributor-manifest.json` accepted in an upload. The manifest is parsed in
+/// memory, so unlike the other files it gets a bound of its own, far below
+/// `--max-extracted-bytes`: 64 MiB holds several hundred thousand outputs.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+
 /// Default `--upload-idle-timeout`: seconds a request body may stall before the upload is
 /// abandoned (so a stalled client holds neither spool space nor a graceful shutdown).
 pub const DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS: u64 = 60;

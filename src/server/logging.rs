@@ -97,8 +97,8 @@ pub async fn log_requests(req: Request, next: Next) -> Response {
     resp
 }
 
-/// Middleware: replies that are errors but not JSON (axum's own 404/405 and rejections,
-/// tower-http's early 413) are rewritten as `{"error": {"kind", "message"}}` so every
+/// Middleware: replies that are errors but not JSON (axum's own 404/405 and extractor
+/// rejections) are rewritten as `{"error": {"kind", "message"}}` so every
 /// error a client sees has one shape.
 pub async fn json_errors(req: Request, next: Next) -> Response {
     let resp = next.run(req).await;

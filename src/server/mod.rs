@@ -39,7 +39,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::limit::RequestBodyLimitLayer;
 
 /// How to run the server.
 #[derive(Debug, Clone)]
@@ -188,19 +187,17 @@ fn resolve_listen(listen: &str) -> Result<SocketAddr> {
 
 /// The router: every route, the body limit, panic catching, JSON errors and request logs.
 pub fn router(state: Arc<AppState>) -> Router {
-    let body_limit = usize::try_from(state.limits.max_upload_bytes).unwrap_or(usize::MAX);
     Router::new()
         .route("/v1/health", get(routes::health))
-        .route(
-            "/v1/pipelines/{pipeline_id}/bundles",
-            post(routes::upload).layer(RequestBodyLimitLayer::new(body_limit)),
-        )
+        .route("/v1/pipelines/{pipeline_id}/bundles", post(routes::upload))
         .route(
             "/v1/pipelines/{pipeline_id}/destinations",
             get(routes::destinations),
         )
         .fallback(routes::not_found)
-        // The upload handler streams the body itself under RequestBodyLimitLayer.
+        // The upload handler checks the body's size itself, after the token (so a request
+        // without a valid token is a 401 or 403 whatever its size), from Content-Length
+        // and again while streaming.
         .layer(DefaultBodyLimit::disable())
         .layer(CatchPanicLayer::custom(logging::panic_response))
         .layer(middleware::from_fn(logging::json_errors))

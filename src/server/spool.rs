@@ -10,7 +10,7 @@ use super::error::ApiError;
 use super::logging;
 use crate::error::{Error, IoContext, Result};
 use axum::body::Body;
-use http_body_util::{BodyExt, LengthLimitError};
+use http_body_util::BodyExt;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -171,7 +171,7 @@ impl RequestSpool {
                 ));
             };
             let Some(frame) = frame else { break };
-            let frame = frame.map_err(|e| body_error(e, max))?;
+            let frame = frame.map_err(body_error)?;
             let Ok(data) = frame.into_data() else {
                 continue; // trailers
             };
@@ -209,14 +209,6 @@ fn over_limit(max: u64) -> ApiError {
     ))
 }
 
-fn body_error(e: axum::Error, max: u64) -> ApiError {
-    let inner = e.into_inner();
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(inner.as_ref());
-    while let Some(s) = src {
-        if s.is::<LengthLimitError>() {
-            return over_limit(max);
-        }
-        src = s.source();
-    }
-    ApiError::bad_bundle(format!("the upload was interrupted: {inner}"))
+fn body_error(e: axum::Error) -> ApiError {
+    ApiError::bad_bundle(format!("the upload was interrupted: {}", e.into_inner()))
 }
