@@ -468,3 +468,28 @@ fn sigterm_during_an_upload_finishes_it_and_exits_0() {
     let lines = server.log_lines().join("\n");
     assert!(lines.contains("\"shutdown\"") && lines.contains("\"stopped\""));
 }
+
+/// A client that sends half a request head and then nothing is dropped after
+/// `--upload-idle-timeout`, so it neither holds its connection nor a graceful shutdown.
+#[test]
+fn a_stalled_request_head_is_dropped_and_does_not_hold_shutdown() {
+    let env = Env::new();
+    let (w, _) = weather_and_traffic(&env);
+    let mut server = Server::start(&env, &[&w], &["--upload-idle-timeout", "1"]);
+    let half = "POST /v1/pipelines/weather/bundles HTTP/1.1\r\nHost: x\r\n";
+    // Without a shutdown: the server closes the connection after about a second.
+    let mut s = raw_request(&server.addr, half, b"");
+    let start = Instant::now();
+    let mut buf = [0u8; 512];
+    let n = std::io::Read::read(&mut s, &mut buf).unwrap_or(0);
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(800) && waited < Duration::from_secs(10),
+        "{waited:?}, read {n} bytes"
+    );
+    // During a shutdown: SIGTERM with a stalled head in flight still exits 0, promptly.
+    let _s = raw_request(&server.addr, half, b"");
+    std::thread::sleep(Duration::from_millis(200));
+    server.signal_term();
+    assert_eq!(server.wait_exit(10).code(), Some(0));
+}

@@ -32,7 +32,8 @@ pub struct ServeArgs {
     /// Most file content unpacked from one upload, in bytes (413 beyond it).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_EXTRACTED_BYTES)]
     pub max_extracted_bytes: u64,
-    /// Seconds an upload's body may send nothing before the request is abandoned (400).
+    /// Seconds an upload's body may send nothing before the request is abandoned (400);
+    /// also the longest a request head may take before its connection is closed.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS)]
     pub upload_idle_timeout: u64,
     /// Uploads received, unpacked and published at once; more wait for a slot before

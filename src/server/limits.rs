@@ -19,7 +19,8 @@ pub const MAX_EXTENSION_BYTES: u64 = 64 * 1024;
 pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 
 /// Default `--upload-idle-timeout`: seconds a request body may stall before the upload is
-/// abandoned (so a stalled client holds neither spool space nor a graceful shutdown).
+/// abandoned, and a request head may take before its connection is closed (so a stalled
+/// client holds neither spool space, a connection nor a graceful shutdown).
 pub const DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS: u64 = 60;
 
 /// Default `--max-concurrent-uploads`: uploads received, unpacked and published at once.

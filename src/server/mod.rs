@@ -29,6 +29,10 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{get, post};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use limits::Limits;
 use routes::Pipeline;
 use serde_json::json;
@@ -242,10 +246,43 @@ async fn run(state: Arc<AppState>, addr: SocketAddr) -> Result<()> {
             json!({"signal": signal, "message": "no new connections; finishing in-flight requests"}),
         );
     };
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .ctx("serve on", bound.to_string())?;
+    // Each connection is served by hyper with a timer, so a client that stops sending its
+    // request head is dropped after --upload-idle-timeout, as a stalled body is: neither
+    // holds a connection, nor a graceful shutdown, forever.
+    let app = router(Arc::clone(&state));
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors, say: wait, and accept again.
+                        logging::event("accept_failed", json!({"message": e.to_string()}));
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let mut http = http1::Builder::new();
+                http.timer(TokioTimer::new())
+                    .header_read_timeout(state.limits.idle_timeout);
+                let conn = http.serve_connection(
+                    TokioIo::new(stream),
+                    TowerToHyperService::new(app.clone()),
+                );
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    // A client that goes away or times out ends its connection; nothing to
+                    // report beyond the request log.
+                    let _ = conn.await;
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    graceful.shutdown().await;
     logging::event("stopped", json!({"address": bound.to_string()}));
     Ok(())
 }
