@@ -567,3 +567,50 @@ fn an_oversized_manifest_is_refused_while_unpacking() {
     assert!(server.spool_leftovers().is_empty());
     assert!(!env.exists("dest/latest"));
 }
+
+/// An archive that lost its end (cut at an entry boundary, a gzip without its trailer or
+/// with a wrong checksum) or has something appended is refused, though every entry in it
+/// reads fine.
+#[test]
+fn an_archive_without_its_end_or_with_data_after_it_is_400() {
+    let (env, server) = setup(&[]);
+    let tar = tar_with_manifest("t", CREATED, &[("a.txt", b"one")], &[]);
+    // The end of the last entry: the last non-zero byte, rounded up to a block.
+    let last = tar.iter().rposition(|&b| b != 0).unwrap() + 1;
+    let cut = last.div_ceil(512) * 512;
+    assert!(cut + 1024 <= tar.len(), "the tar ends with two zero blocks");
+    refused(
+        &env,
+        &server,
+        &tar[..cut],
+        400,
+        "invalid_bundle",
+        "no end-of-archive marker",
+    );
+    let mut appended = tar.clone();
+    appended.extend_from_slice(b"and something else");
+    refused(
+        &env,
+        &server,
+        &appended,
+        400,
+        "invalid_bundle",
+        "data follows",
+    );
+    let gz = gzip(&tar);
+    refused(
+        &env,
+        &server,
+        &gz[..gz.len() - 8],
+        400,
+        "invalid_bundle",
+        "",
+    );
+    let mut bad_crc = gz.clone();
+    let at = bad_crc.len() - 8;
+    bad_crc[at] ^= 0xff;
+    refused(&env, &server, &bad_crc, 400, "invalid_bundle", "");
+    // The whole archive, as sent, is fine.
+    server.upload("weather", "", &gz).expect(200);
+    server.upload("weather", "", &tar).expect(200);
+}

@@ -212,7 +212,42 @@ impl Unpacker<'_> {
                 "the archive ends after an extension header, before the entry it names (truncated?)",
             ));
         }
+        self.check_end(&mut archive.into_inner())?;
         Ok(self.out)
+    }
+
+    /// After the last entry (the tar reader has taken the first zero block, or met the
+    /// body's end): the rest must be zeros, at least the second of the two zero blocks that
+    /// end a tar and at most a generous record padding, and reading it to its end checks a
+    /// gzip body's length and checksum. Anything else is a truncated or corrupt upload, or
+    /// one with something appended.
+    fn check_end(&self, rest: &mut dyn Read) -> Result<(), ApiError> {
+        const MAX_PADDING: u64 = 1 << 20;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut zeros: u64 = 0;
+        loop {
+            let n = rest.read(&mut buf).map_err(|e| self.read_error(e))?;
+            if n == 0 {
+                break;
+            }
+            if buf[..n].iter().any(|&b| b != 0) {
+                return Err(ApiError::bad_bundle(
+                    "data follows the end of the tar archive; send the archive alone",
+                ));
+            }
+            zeros += n as u64;
+            if zeros > MAX_PADDING {
+                return Err(ApiError::bad_bundle(format!(
+                    "more than {MAX_PADDING} bytes of padding follow the end of the tar archive"
+                )));
+            }
+        }
+        if zeros < 512 {
+            return Err(ApiError::bad_bundle(
+                "the tar archive has no end-of-archive marker (two zero blocks): it is truncated",
+            ));
+        }
+        Ok(())
     }
 
     fn read_error(&self, e: io::Error) -> ApiError {
