@@ -297,12 +297,19 @@ fn walk_for_staging(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(Error::io("list", dir, e)),
     };
+    // A bundle path (it holds state or staging) is where the walk stops: below it is
+    // published content, which may hold anything, a directory named like staging too, and
+    // is never an operation of distributor's.
+    if fs::symlink_metadata(dir.join(STAGING_DIR)).is_ok() {
+        out.push(dir.to_path_buf());
+        return Ok(());
+    }
+    if fs::symlink_metadata(dir.join(STATE_FILE)).is_ok() {
+        return Ok(());
+    }
     for e in rd {
         let e = e.ctx("list", dir)?;
-        let name = e.file_name();
-        if name == STAGING_DIR {
-            out.push(dir.to_path_buf());
-        } else if e.file_type().ctx("stat", e.path())?.is_dir() {
+        if e.file_type().ctx("stat", e.path())?.is_dir() {
             walk_for_staging(&e.path(), out)?;
         }
     }

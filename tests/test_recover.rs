@@ -323,3 +323,107 @@ fn diverged_operation_can_be_abandoned() {
     assert_eq!(p.decision(), "unchanged");
     sc.recover_env(&[]).expect_code(0);
 }
+
+/// A forged `plan.json`: an operation on `bundle` whose actions reach outside it.
+fn forged_plan(op: &str, bundle: &std::path::Path, victim_sha: &str) -> String {
+    serde_json::json!({
+        "operation_id": op,
+        "destination_id": "latest",
+        "bundle_path": bundle,
+        "pre_state_sha256": null,
+        "post_state_sha256": "0".repeat(64),
+        "origin": {
+            "started_at": "2020-01-01T00:00:00.000Z", "command": "publish",
+            "actor": "cli:someone-else", "pipeline_id": "forged", "state_mode": "single_owner",
+            "decision": "create", "takeover_mode": "same_pipeline",
+            "previous_owner": null, "previous_source": null,
+            "source": {"id": "x", "created_at": "2020-01-01T00:00:00Z", "digest": "sha256:0"},
+            "takeovers": []
+        },
+        "actions": [
+            {"kind": "file_create", "path": "../../../victims/victim.txt", "size": 6, "sha256": victim_sha},
+            {"kind": "file_delete", "path": "../../../victims/planted.txt", "size": 1, "sha256": "0".repeat(64)}
+        ],
+        "new_dirs": [],
+        "staging_layout": "flat"
+    })
+    .to_string()
+}
+
+/// Published content may hold anything, a directory named `.distributor-staging` holding a
+/// forged plan too. `recover --config` never takes it for an operation (the walk for
+/// staging stops at bundle paths), and a forged plan in a real staging directory is
+/// refused for its unsafe paths: nothing outside the bundle path is ever touched.
+#[test]
+fn forged_staging_never_makes_recover_touch_anything_outside() {
+    let env = Env::new();
+    env.write("victims/victim.txt", "victim");
+    let victim_sha = distributor::hash::sha256_hex(b"victim");
+    let op = "11111111-2222-4333-8444-555555555555";
+    let cfg = env.simple_config(
+        "c.yaml",
+        "weather",
+        "latest",
+        "dest",
+        "    path_mapping:\n      mode: source_id\n",
+    );
+    let plan = forged_plan(op, &env.path("dest/evil/sub"), &victim_sha);
+    let evil = env.bundle(
+        "evil",
+        "evil",
+        "2026-12-02T06:00:00Z",
+        &[
+            ("readme.txt", "hello"),
+            (&format!("sub/.distributor-staging/{op}/plan.json"), &plan),
+            (
+                &format!("sub/.distributor-staging/{op}/old/1"),
+                "planted by producer",
+            ),
+        ],
+        &[],
+    );
+    env.publish(&cfg, &evil, &[]).expect_code(0);
+    let published = env.snapshot("dest");
+    let r = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(0);
+    assert_eq!(
+        r.json()["operations"],
+        serde_json::json!([]),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(env.snapshot("dest"), published);
+    assert_eq!(env.read("victims/victim.txt"), "victim");
+    assert!(!env.exists("victims/planted.txt"));
+
+    // The same plan in a real staging directory of a fixed destination.
+    let fixed = env.simple_config("f.yaml", "weather", "latest", "fixed/out", "");
+    let b = env.bundle(
+        "b",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "one")],
+        &[],
+    );
+    env.publish(&fixed, &b, &[]).expect_code(0);
+    env.write(
+        &format!("fixed/out/.distributor-staging/{op}/plan.json"),
+        &forged_plan(op, &env.path("fixed/out"), &victim_sha),
+    );
+    env.write(
+        &format!("fixed/out/.distributor-staging/{op}/old/1"),
+        "planted",
+    );
+    let r = env.run(&["recover", "--json", "--config", fixed.to_str().unwrap()]);
+    r.expect_code(1);
+    let o = &r.json()["operations"][0];
+    assert_eq!(o["outcome"], "failed", "{}", r.stdout);
+    assert!(
+        o["message"].as_str().unwrap().contains("not a safe path"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(env.read("victims/victim.txt"), "victim");
+    assert!(!env.exists("victims/planted.txt"));
+    assert_eq!(env.read("fixed/out/a.txt"), "one");
+}

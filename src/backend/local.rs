@@ -323,6 +323,14 @@ impl NoFollow for OpenOptions {
 /// Checks that every ancestor of `rel` below `root` is a real directory (missing is
 /// fine); refuses symlinks and files on the way.
 pub fn check_inside(root: &Path, rel: &str) -> Result<()> {
+    // `..`, an absolute path or an empty segment would leave `root` lexically.
+    crate::source::check_safe_path(rel).map_err(|e| {
+        Error::Unsafe(format!(
+            "'{}' is not a safe path inside {} ({e}); refusing to touch it",
+            rel.escape_debug(),
+            root.display()
+        ))
+    })?;
     let mut cur = root.to_path_buf();
     let segs: Vec<&str> = rel.split('/').collect();
     for seg in &segs[..segs.len().saturating_sub(1)] {
@@ -483,6 +491,11 @@ pub fn write_state_atomic(bundle: &Path, tmp: &Path, bytes: &[u8]) -> Result<()>
 /// Removes `dir` and its emptied ancestors up to, not including, `bundle`. Stops at the
 /// first directory that is not empty.
 pub fn prune_empty_dirs(bundle: &Path, rel_dir: &str) {
+    // Only a real directory reached through real directories: `remove_dir` on a path
+    // through a symlink would remove an empty directory outside the bundle path.
+    if check_inside(bundle, &format!("{rel_dir}/x")).is_err() {
+        return;
+    }
     let mut rel = rel_dir.to_string();
     while !rel.is_empty() {
         if fs::remove_dir(bundle.join(&rel)).is_err() {

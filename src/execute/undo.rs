@@ -259,12 +259,54 @@ impl StagedOperation {
         local::sync_dir(&bundle.join(STAGING_DIR))
     }
 
-    /// Reads `plan.json` from a staging directory.
+    /// Reads `plan.json` from a staging directory, and refuses one that does not describe
+    /// an operation staged right there (see [`StagedOperation::check`]).
     pub fn read(op_dir: &Path) -> Result<StagedOperation> {
         let path = op_dir.join(PLAN_FILE);
         let bytes = fs::read(&path).ctx("read", &path)?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| Error::Failed(format!("{}: not a distributor plan: {e}", path.display())))
+        let op: StagedOperation = serde_json::from_slice(&bytes).map_err(|e| {
+            Error::Failed(format!("{}: not a distributor plan: {e}", path.display()))
+        })?;
+        let bundle = op_dir.parent().and_then(Path::parent).unwrap_or(op_dir);
+        if op_dir.file_name().and_then(|n| n.to_str()) != Some(op.operation_id.as_str()) {
+            return Err(Error::Unsafe(format!(
+                "{}: names operation {}, not the directory it is in; not recovered",
+                path.display(),
+                op.operation_id
+            )));
+        }
+        op.check(bundle)?;
+        Ok(op)
+    }
+
+    /// Refuses a record that could make recovery touch anything but its own bundle path:
+    /// it must be for `bundle`, and every path in it must be a safe relative path (SPEC
+    /// §3.2). A `plan.json` is read from the destination, where anyone who can write
+    /// there may have put one.
+    pub fn check(&self, bundle: &Path) -> Result<()> {
+        if self.bundle_path != bundle {
+            return Err(Error::Unsafe(format!(
+                "operation {} is recorded for {}, but was found in {}; not recovered",
+                self.operation_id,
+                self.bundle_path.display(),
+                bundle.display()
+            )));
+        }
+        let paths = self
+            .actions
+            .iter()
+            .map(|a| a.path.as_str())
+            .chain(self.new_dirs.iter().map(String::as_str));
+        for p in paths {
+            crate::source::check_safe_path(p).map_err(|e| {
+                Error::Unsafe(format!(
+                    "operation {}: '{}' is not a safe path ({e}); not recovered",
+                    self.operation_id,
+                    p.escape_debug()
+                ))
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -319,6 +361,7 @@ fn holds_new_content(p: &Path, md: &fs::Metadata, a: &StagedAction) -> Result<bo
 /// either nothing was done yet or a previous undo finished (staging goes last), so there is
 /// nothing to do.
 pub fn undo(bundle: &Path, op: &StagedOperation) -> Result<()> {
+    op.check(bundle)?;
     let op_dir = op.dir(bundle);
     if !fs::symlink_metadata(&op_dir).is_ok_and(|m| m.is_dir()) {
         return local::remove_staging(bundle, &op.operation_id);
@@ -344,7 +387,10 @@ pub fn undo(bundle: &Path, op: &StagedOperation) -> Result<()> {
     }
     // 2. Remove directories it created, deepest first, when empty.
     for d in op.new_dirs.iter().rev() {
-        let _ = fs::remove_dir(bundle.join(d));
+        // Never through a symlink: that could remove an empty directory elsewhere.
+        if local::check_inside(bundle, &format!("{d}/x")).is_ok() {
+            let _ = fs::remove_dir(bundle.join(d));
+        }
     }
     // 3. Put moved-aside content back, never over something else.
     for (i, a) in op.moves() {
@@ -352,6 +398,7 @@ pub fn undo(bundle: &Path, op: &StagedOperation) -> Result<()> {
         if !lexists(&from) {
             continue;
         }
+        local::check_inside(bundle, &a.path)?;
         let to = bundle.join(&a.path);
         if fs::symlink_metadata(&to).is_ok_and(|m| m.is_dir()) {
             // A directory made for new content that step 1 removed: remove it when empty.
@@ -366,7 +413,6 @@ pub fn undo(bundle: &Path, op: &StagedOperation) -> Result<()> {
             )));
         }
         failpoint::hit("undo_restore");
-        local::check_inside(bundle, &a.path)?;
         local::rename_into(&from, bundle, &a.path)?;
     }
     local::sync_filesystem(bundle)?;

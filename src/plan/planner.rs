@@ -375,16 +375,18 @@ impl<'a, 's> Planner<'a, 's> {
 
         // The commit point renames the new state over `.distributor.json`: a directory or
         // special file there would make it fail after everything else was placed.
+        // A symlink there is somebody's too: replacing it would lose it, and recovery could
+        // not tell the state before from the state after.
         if matches!(
             storage.get(crate::state::STATE_FILE),
-            Entry::Dir { .. } | Entry::Special
+            Entry::Dir { .. } | Entry::Special | Entry::Symlink { .. }
         ) {
             let path = crate::state::STATE_FILE;
             self.conflict(
                 ConflictKind::UnsafeStorage,
                 Some(path),
                 None,
-                format!("'{path}' is a directory or special file; distributor writes its state there and never replaces one"),
+                format!("'{path}' is a symlink, directory or special file; distributor writes its state there and never replaces one"),
             );
         }
 
