@@ -59,6 +59,34 @@ fn update_and_delete_are_refused_by_triggers() {
     assert_eq!(status, "applied");
 }
 
+/// INSERT OR REPLACE (and an upsert) deletes the row it collides with without firing a
+/// DELETE trigger: schema 4 refuses any insert whose key is taken, so no row is rewritten.
+#[test]
+fn insert_or_replace_cannot_rewrite_a_row() {
+    let (env, _, _) = published();
+    let c = Connection::open(env.journal()).unwrap();
+    let before: String = c
+        .query_row("SELECT status || ' ' || actor FROM operations", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    for sql in [
+        "INSERT OR REPLACE INTO journal_operations SELECT operation_id, started_at, command, 'cli:mallory', pipeline_id, destination_id, bundle_path, state_mode, decision, takeover_mode, previous_owner, previous_source_id, previous_source_created_at, previous_source_digest, source_id, source_created_at, source_digest, pre_state_sha256, post_state_sha256, takeovers_json, plan_json FROM journal_operations",
+        "INSERT OR REPLACE INTO journal_events (id, operation_id, at, event, detail) SELECT id, operation_id, at, 'rolled_back', NULL FROM journal_events",
+        "INSERT OR REPLACE INTO journal_actions SELECT * FROM journal_actions",
+        "INSERT OR REPLACE INTO journal_placements SELECT * FROM journal_placements",
+    ] {
+        let e = c.execute(sql, []).unwrap_err();
+        assert!(e.to_string().contains("append-only"), "{sql}: {e}");
+    }
+    let after: String = c
+        .query_row("SELECT status || ' ' || actor FROM operations", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(after, before);
+}
+
 #[test]
 fn migrations_are_recorded_and_applied_once() {
     let (env, cfg, b2) = published();

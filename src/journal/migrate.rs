@@ -18,6 +18,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0003_latest_placements",
         include_str!("../../migrations/0003_latest_placements.sql"),
     ),
+    (
+        "0004_no_replace",
+        include_str!("../../migrations/0004_no_replace.sql"),
+    ),
 ];
 
 /// Schema version this build writes.
