@@ -499,3 +499,40 @@ fn uploads_are_audited_with_the_token_name() {
     assert_eq!(ops[0]["actor"], "token:forecast-job");
     assert_eq!(ops[0]["status"], "applied");
 }
+
+/// The actor comes from $USER; a newline there is escaped, so it cannot forge a line of
+/// `history`.
+#[test]
+fn a_control_character_in_user_is_escaped_in_the_actor() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let b = env.bundle(
+        "b",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "one")],
+        &[],
+    );
+    let r = env.run_env(
+        &[
+            "publish",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            b.to_str().unwrap(),
+        ],
+        &[("USER", "bob\n2026-01-01T00:00:00Z  forged")],
+    );
+    r.expect_code(0);
+    let h = env.run(&["history", "--json"]);
+    assert_eq!(
+        h.json()["operations"][0]["actor"],
+        "cli:bob\\n2026-01-01T00:00:00Z  forged"
+    );
+    let text = env.run(&["history"]);
+    assert!(
+        !text.stdout.lines().any(|l| l.starts_with("2026-01-01")),
+        "{}",
+        text.stdout
+    );
+}

@@ -119,5 +119,17 @@ pub fn cli_actor() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| "unknown".to_string());
+    // The journal and `history` show it on one line: a control character (a newline in
+    // $USER) would let it forge more lines, so those are escaped.
+    let user: String = user
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
     format!("cli:{user}")
 }
