@@ -221,6 +221,33 @@ fn foreign_sqlite_database_is_refused_and_left_alone() {
     assert_eq!(tables, ["notes"]);
 }
 
+/// A foreign database that claims a schema version (PRAGMA user_version is anybody's to
+/// set) is refused too, before anything is written to it: not even its journal mode
+/// changes (byte 18 of the header stays 1, rollback journal; WAL would make it 2).
+#[test]
+fn foreign_database_with_a_user_version_is_refused_untouched() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let b = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "one")],
+        &[],
+    );
+    Connection::open(env.journal())
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE notes (t TEXT); INSERT INTO notes VALUES ('mine'); PRAGMA user_version = 3;",
+        )
+        .unwrap();
+    let before = std::fs::read(env.journal()).unwrap();
+    assert_eq!(before[18], 1);
+    refused_everywhere(&env, &cfg, &b, "not a distributor journal");
+    assert!(!env.exists("dest"), "the destination was created");
+    assert_eq!(std::fs::read(env.journal()).unwrap(), before);
+}
+
 /// Eight processes publish to eight destinations at once through one journal that does
 /// not exist yet (creating it, switching it to WAL and migrating it concurrently): all
 /// succeed and every operation is recorded applied. Repeated, because the race is in the

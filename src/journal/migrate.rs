@@ -27,6 +27,47 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
 /// Schema version this build writes.
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 
+/// The tables every distributor journal has had since schema 1.
+const CORE_TABLES: &[&str] = &[
+    "schema_migrations",
+    "journal_operations",
+    "journal_actions",
+    "journal_events",
+    "journal_placements",
+];
+
+/// Refuses, before anything is written to it (not even the switch to WAL), a database
+/// that is not a distributor journal this build can use: a newer schema, or one that
+/// claims a schema version without distributor's tables, or that holds other tables and
+/// no version at all.
+pub fn refuse_foreign(conn: &Connection) -> Result<(), String> {
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(describe)?;
+    if version as usize > SCHEMA_VERSION {
+        return Err(format!(
+            "was written by a newer distributor (schema {version}); this build knows schema {SCHEMA_VERSION}; upgrade distributor or use another --journal"
+        ));
+    }
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        .and_then(|mut s| {
+            s.query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<Vec<String>>>()
+        })
+        .map_err(describe)?;
+    let ours = CORE_TABLES
+        .iter()
+        .all(|t| tables.iter().any(|have| have == t));
+    if (version == 0 && !tables.is_empty()) || (version > 0 && !ours) {
+        return Err(
+            "is an SQLite database but not a distributor journal (it holds other tables and no distributor schema); use another --journal"
+                .to_string(),
+        );
+    }
+    Ok(())
+}
+
 /// Brings the database to [`SCHEMA_VERSION`]; refuses a database from a newer schema.
 pub fn migrate(conn: &mut Connection) -> Result<(), String> {
     let version: i64 = conn

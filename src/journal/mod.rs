@@ -150,6 +150,10 @@ impl Journal {
         self.conn
             .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| jerr(&self.path, e))?;
+        migrate::refuse_foreign(&self.conn).map_err(|message| Error::Journal {
+            path: self.path.clone(),
+            message,
+        })?;
         // Switching a new journal to WAL needs an exclusive lock, and SQLite answers
         // "database is locked" at once, without its busy handler, while another process is
         // doing the same: retry for as long as the busy timeout.
