@@ -484,12 +484,7 @@ mod tests {
         assert_eq!(op.staged_new(&op_dir, 1), op_dir.join("new/0/1"));
         assert_eq!(op.staged_new(&op_dir, 300), op_dir.join("new/1/300"));
         undo(tmp.path(), &op).unwrap();
-        assert_eq!(
-            fs::read_to_string(tmp.path().join("a/x.txt")).unwrap(),
-            "original x"
-        );
-        assert!(!tmp.path().join("b").exists());
-        assert!(!tmp.path().join(STAGING_DIR).exists());
+        assert_rolled_back(tmp.path());
     }
 
     #[test]
@@ -499,17 +494,19 @@ mod tests {
         let op_dir = op.dir(tmp.path());
         assert_eq!(op.staged_old(&op_dir, 0), op_dir.join("old/a/x.txt"));
         undo(tmp.path(), &op).unwrap();
-        assert_eq!(
-            fs::read_to_string(tmp.path().join("a/x.txt")).unwrap(),
-            "original x"
-        );
-        assert!(!tmp.path().join("b").exists());
-        assert!(!tmp.path().join(STAGING_DIR).exists());
+        assert_rolled_back(tmp.path());
         // A second undo has nothing to do.
         undo(tmp.path(), &op).unwrap();
+        assert_rolled_back(tmp.path());
+    }
+
+    /// Just before the operation: the original x back, the new directory and staging gone.
+    fn assert_rolled_back(bundle: &Path) {
         assert_eq!(
-            fs::read_to_string(tmp.path().join("a/x.txt")).unwrap(),
+            fs::read_to_string(bundle.join("a/x.txt")).unwrap(),
             "original x"
         );
+        assert!(!bundle.join("b").exists());
+        assert!(!bundle.join(STAGING_DIR).exists());
     }
 }
