@@ -536,3 +536,38 @@ fn a_control_character_in_user_is_escaped_in_the_actor() {
         text.stdout
     );
 }
+
+/// A forced replacement that takes another owner's paths is a takeover too: the audit
+/// (`--action replace_takeover`) lists it, with its decision, `force_replace`.
+#[test]
+fn takeover_audit_includes_forced_replacements_that_took_paths() {
+    let env = Env::new();
+    let sr = "    state:\n      mode: shared_root\n";
+    let a = env.simple_config("a.yaml", "weather", "a", "dest", sr);
+    let t = env.simple_config("t.yaml", "traffic", "t", "dest", sr);
+    let s1 = env.bundle(
+        "s1",
+        "one",
+        "2026-12-02T06:00:00Z",
+        &[("x.txt", "1"), ("k.txt", "k")],
+        &[],
+    );
+    let s2 = env.bundle("s2", "two", "2026-12-02T07:00:00Z", &[("x.txt", "2")], &[]);
+    env.publish(&a, &s1, &[]).expect_code(0);
+    // Another pipeline: not permitted by the default same_pipeline, so a conflict...
+    env.publish(&t, &s2, &[]).expect_code(3);
+    assert!(history(&env, &["--action", "replace_takeover"]).is_empty());
+    // ...that --force replaces.
+    let r = env.publish(&t, &s2, &["--force"]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "force_replace");
+    let audit = history(&env, &["--action", "replace_takeover"]);
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0]["decision"], "force_replace");
+    assert_eq!(
+        audit[0]["takeovers"],
+        serde_json::json!([{"from_owner": "weather/a", "from_source_id": "one", "paths": ["x.txt"]}])
+    );
+    // The plain decision filter still means the decision.
+    assert_eq!(history(&env, &["--action", "force_replace"]).len(), 1);
+}

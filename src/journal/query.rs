@@ -178,12 +178,16 @@ fn summary(r: &Row<'_>) -> rusqlite::Result<OperationSummary> {
     })
 }
 
-/// Operations matching `f`, newest first.
+/// Operations matching `f`, newest first. `replace_takeover` is the takeover audit
+/// (SPEC §9): it also matches a `force_replace` that took paths from another owner, since
+/// content changed hands there too.
 pub fn list(j: &Journal, f: &Filter) -> Result<Vec<OperationSummary>> {
     let sql = format!(
         "{SELECT}
          WHERE (?1 IS NULL OR o.pipeline_id = ?1) AND (?2 IS NULL OR o.destination_id = ?2)
-           AND (?3 IS NULL OR o.decision = ?3) AND (?4 IS NULL OR o.status = ?4)
+           AND (?3 IS NULL OR o.decision = ?3
+                OR (?3 = 'replace_takeover' AND jo.takeovers_json NOT IN ('', '[]')))
+           AND (?4 IS NULL OR o.status = ?4)
            AND (?5 IS NULL OR o.started_at >= ?5) AND (?6 IS NULL OR o.started_at < ?6)
          ORDER BY o.started_at DESC, jo.rowid DESC
          LIMIT ?7"
