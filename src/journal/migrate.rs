@@ -41,21 +41,24 @@ const CORE_TABLES: &[&str] = &[
 /// claims a schema version without distributor's tables, or that holds other tables and
 /// no version at all.
 pub fn refuse_foreign(conn: &Connection) -> Result<(), String> {
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
+    // One statement, so the version and the tables come from one snapshot: another
+    // process may be creating this journal right now, and its migration commits both at
+    // once.
+    let (version, tables): (i64, Option<String>) = conn
+        .query_row(
+            "SELECT (SELECT user_version FROM pragma_user_version),
+                    (SELECT group_concat(name, '/') FROM sqlite_master
+                      WHERE type = 'table' AND name NOT LIKE 'sqlite_%')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .map_err(describe)?;
+    let tables: Vec<&str> = tables.as_deref().map_or(Vec::new(), |t| t.split('/').collect());
     if version as usize > SCHEMA_VERSION {
         return Err(format!(
             "was written by a newer distributor (schema {version}); this build knows schema {SCHEMA_VERSION}; upgrade distributor or use another --journal"
         ));
     }
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
-        .and_then(|mut s| {
-            s.query_map([], |r| r.get(0))?
-                .collect::<rusqlite::Result<Vec<String>>>()
-        })
-        .map_err(describe)?;
     let ours = CORE_TABLES
         .iter()
         .all(|t| tables.iter().any(|have| have == t));
