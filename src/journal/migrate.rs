@@ -53,7 +53,9 @@ pub fn refuse_foreign(conn: &Connection) -> Result<(), String> {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .map_err(describe)?;
-    let tables: Vec<&str> = tables.as_deref().map_or(Vec::new(), |t| t.split('/').collect());
+    let tables: Vec<&str> = tables
+        .as_deref()
+        .map_or(Vec::new(), |t| t.split('/').collect());
     if version as usize > SCHEMA_VERSION {
         return Err(format!(
             "was written by a newer distributor (schema {version}); this build knows schema {SCHEMA_VERSION}; upgrade distributor or use another --journal"
