@@ -346,29 +346,35 @@ fn publish_one(
     let bundle = bundle_path(config, dest, source)?;
     let key = bundle.to_string_lossy().into_owned();
     let mut memo = StateMemo::default();
+    // The state as it is now, when the bundle path can be read at all.
+    let state = match local::bundle_unsafe(&dest.path, &bundle) {
+        None => Some(memo.read(&bundle)?),
+        Some(_) => None,
+    };
     // Placement fingerprints spare hashing the files published again unchanged; only theirs
     // are read from the journal.
-    let fingerprints = if local::bundle_unsafe(&dest.path, &bundle).is_none() {
-        let state = memo.read(&bundle)?;
-        journal.fingerprints(
+    let fingerprints = match &state {
+        Some(state) => journal.fingerprints(
             &key,
-            unchanged_outputs(&state, source).map(|o| o.path.as_str()),
-        )?
-    } else {
-        local::Fingerprints::default()
+            unchanged_outputs(state, source).map(|o| o.path.as_str()),
+        )?,
+        None => local::Fingerprints::default(),
     };
     let with_plan = |plan: &DestinationPlan, e: Error| Error::Planned {
         plan: Box::new(plan.clone()),
         source: Box::new(e),
     };
-    let locked_before = local::bundle_unsafe(&dest.path, &bundle).is_none()
-        && std::fs::symlink_metadata(bundle.join(local::LOCK_FILE)).is_ok();
+    let locked_before =
+        state.is_some() && std::fs::symlink_metadata(bundle.join(local::LOCK_FILE)).is_ok();
     // Once distributor has locked a bundle path, every decision but `unchanged` is looked
     // at again under the lock (below), so when the state file already rules `unchanged`
     // out, a look outside the lock would be thrown away: go straight to the lock and plan
     // once. A republication of the same source still gets its lock-free look.
     let me = Owner::new(config.pipeline_id.clone(), dest.id.clone());
-    let preview = if locked_before && !could_be_unchanged(&*memo.read(&bundle)?, &me, source) {
+    let rules_out_unchanged = state
+        .as_ref()
+        .is_some_and(|s| !could_be_unchanged(s, &me, source));
+    let preview = if locked_before && rules_out_unchanged {
         None
     } else {
         Some(plan_with(

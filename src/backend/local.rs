@@ -323,6 +323,15 @@ impl NoFollow for OpenOptions {
 /// Checks that every ancestor of `rel` below `root` is a real directory (missing is
 /// fine); refuses symlinks and files on the way.
 pub fn check_inside(root: &Path, rel: &str) -> Result<()> {
+    check_segments(root, rel, false)
+}
+
+/// [`check_inside`] for a directory: `rel_dir` itself, too, is a real directory or missing.
+pub fn check_dir_inside(root: &Path, rel_dir: &str) -> Result<()> {
+    check_segments(root, rel_dir, true)
+}
+
+fn check_segments(root: &Path, rel: &str, last_too: bool) -> Result<()> {
     // `..`, an absolute path or an empty segment would leave `root` lexically.
     crate::source::check_safe_path(rel).map_err(|e| {
         Error::Unsafe(format!(
@@ -333,7 +342,8 @@ pub fn check_inside(root: &Path, rel: &str) -> Result<()> {
     })?;
     let mut cur = root.to_path_buf();
     let segs: Vec<&str> = rel.split('/').collect();
-    for seg in &segs[..segs.len().saturating_sub(1)] {
+    let checked = if last_too { segs.len() } else { segs.len() - 1 };
+    for seg in &segs[..checked] {
         cur.push(seg);
         match fs::symlink_metadata(&cur) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -493,7 +503,7 @@ pub fn write_state_atomic(bundle: &Path, tmp: &Path, bytes: &[u8]) -> Result<()>
 pub fn prune_empty_dirs(bundle: &Path, rel_dir: &str) {
     // Only a real directory reached through real directories: `remove_dir` on a path
     // through a symlink would remove an empty directory outside the bundle path.
-    if check_inside(bundle, &format!("{rel_dir}/x")).is_err() {
+    if check_dir_inside(bundle, rel_dir).is_err() {
         return;
     }
     let mut rel = rel_dir.to_string();

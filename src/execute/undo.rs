@@ -388,7 +388,7 @@ pub fn undo(bundle: &Path, op: &StagedOperation) -> Result<()> {
     // 2. Remove directories it created, deepest first, when empty.
     for d in op.new_dirs.iter().rev() {
         // Never through a symlink: that could remove an empty directory elsewhere.
-        if local::check_inside(bundle, &format!("{d}/x")).is_ok() {
+        if local::check_dir_inside(bundle, d).is_ok() {
             let _ = fs::remove_dir(bundle.join(d));
         }
     }

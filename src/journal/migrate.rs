@@ -73,42 +73,20 @@ pub fn refuse_foreign(conn: &Connection) -> Result<(), String> {
     Ok(())
 }
 
-/// Brings the database to [`SCHEMA_VERSION`]; refuses a database from a newer schema.
+/// Brings the database to [`SCHEMA_VERSION`]; refuses what [`refuse_foreign`] refuses.
 pub fn migrate(conn: &mut Connection) -> Result<(), String> {
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(describe)?;
-    if version as usize == SCHEMA_VERSION {
+    refuse_foreign(conn)?;
+    if user_version(conn)? as usize == SCHEMA_VERSION {
         return Ok(());
-    }
-    if version as usize > SCHEMA_VERSION {
-        return Err(format!(
-            "was written by a newer distributor (schema {version}); this build knows schema {SCHEMA_VERSION}; upgrade distributor or use another --journal"
-        ));
     }
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)
         .map_err(describe)?;
-    // Another process may have migrated while we waited for the lock.
-    let version: i64 = tx
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(describe)?;
+    // Another process may have migrated (or somebody else written) while we waited for
+    // the lock: look again.
+    refuse_foreign(&tx)?;
+    let version = user_version(&tx)?;
     if version == 0 {
-        // A fresh journal is an empty database; never create our tables inside someone
-        // else's.
-        let foreign: i64 = tx
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(describe)?;
-        if foreign > 0 {
-            return Err(
-                "is an SQLite database but not a distributor journal (it holds other tables and no distributor schema); use another --journal"
-                    .to_string(),
-            );
-        }
         tx.execute_batch(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);",
         )
@@ -126,6 +104,11 @@ pub fn migrate(conn: &mut Connection) -> Result<(), String> {
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
         .map_err(describe)?;
     tx.commit().map_err(describe)
+}
+
+fn user_version(conn: &Connection) -> Result<i64, String> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(describe)
 }
 
 fn describe(e: rusqlite::Error) -> String {
