@@ -6,7 +6,8 @@ use crate::common::Env;
 use rusqlite::Connection;
 use std::path::PathBuf;
 
-fn published() -> (Env, PathBuf, PathBuf) {
+/// A config and a bundle, nothing published and no journal yet.
+fn unpublished() -> (Env, PathBuf, PathBuf) {
     let env = Env::new();
     let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
     let b = env.bundle(
@@ -16,6 +17,11 @@ fn published() -> (Env, PathBuf, PathBuf) {
         &[("a.txt", "one")],
         &[],
     );
+    (env, cfg, b)
+}
+
+fn published() -> (Env, PathBuf, PathBuf) {
+    let (env, cfg, b) = unpublished();
     env.publish(&cfg, &b, &[]).expect_code(0);
     let b2 = env.bundle(
         "b2",
@@ -160,15 +166,7 @@ fn newer_schema_is_refused() {
 
 #[test]
 fn corrupt_journal_is_refused_before_any_destination_write() {
-    let env = Env::new();
-    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
-    let b = env.bundle(
-        "b1",
-        "tomorrow",
-        "2026-12-02T06:00:00Z",
-        &[("a.txt", "one")],
-        &[],
-    );
+    let (env, cfg, b) = unpublished();
     std::fs::write(
         env.journal(),
         "this is not an SQLite database\n".repeat(200),
@@ -180,15 +178,7 @@ fn corrupt_journal_is_refused_before_any_destination_write() {
 
 #[test]
 fn journal_that_cannot_be_opened_is_refused() {
-    let env = Env::new();
-    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
-    let b = env.bundle(
-        "b1",
-        "tomorrow",
-        "2026-12-02T06:00:00Z",
-        &[("a.txt", "one")],
-        &[],
-    );
+    let (env, cfg, b) = unpublished();
     std::fs::create_dir_all(env.journal()).unwrap();
     refused_everywhere(&env, &cfg, &b, "journal");
     assert!(!env.exists("dest"), "the destination was created");
@@ -196,15 +186,7 @@ fn journal_that_cannot_be_opened_is_refused() {
 
 #[test]
 fn foreign_sqlite_database_is_refused_and_left_alone() {
-    let env = Env::new();
-    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
-    let b = env.bundle(
-        "b1",
-        "tomorrow",
-        "2026-12-02T06:00:00Z",
-        &[("a.txt", "one")],
-        &[],
-    );
+    let (env, cfg, b) = unpublished();
     Connection::open(env.journal())
         .unwrap()
         .execute_batch("CREATE TABLE notes (t TEXT); INSERT INTO notes VALUES ('mine');")
@@ -226,15 +208,7 @@ fn foreign_sqlite_database_is_refused_and_left_alone() {
 /// changes (byte 18 of the header stays 1, rollback journal; WAL would make it 2).
 #[test]
 fn foreign_database_with_a_user_version_is_refused_untouched() {
-    let env = Env::new();
-    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
-    let b = env.bundle(
-        "b1",
-        "tomorrow",
-        "2026-12-02T06:00:00Z",
-        &[("a.txt", "one")],
-        &[],
-    );
+    let (env, cfg, b) = unpublished();
     Connection::open(env.journal())
         .unwrap()
         .execute_batch(

@@ -314,10 +314,7 @@ pub fn assert_aborted(r: &Run, spec: &str) {
 
 /// The destination, lock file excluded (it is created by the lock, before any operation).
 pub fn snapshot(env: &Env) -> Vec<(String, String)> {
-    env.snapshot(DEST)
-        .into_iter()
-        .filter(|(p, _)| p != ".distributor.lock")
-        .collect()
+    env.snapshot_unlocked(DEST)
 }
 
 fn without_state(s: Vec<(String, String)>) -> Vec<(String, String)> {

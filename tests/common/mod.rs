@@ -246,6 +246,15 @@ impl Env {
         out.sort();
         out
     }
+
+    /// [`Env::snapshot`] without the bundle paths' lock files: a refused or failed writing
+    /// run takes the lock (creating the file) before it finds out it may not write.
+    pub fn snapshot_unlocked(&self, rel: &str) -> Vec<(String, String)> {
+        self.snapshot(rel)
+            .into_iter()
+            .filter(|(p, _)| !p.ends_with(".distributor.lock"))
+            .collect()
+    }
 }
 
 fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
