@@ -39,5 +39,6 @@ pub mod report;
 pub mod server;
 pub mod source;
 pub mod state;
+pub mod tree;
 
 pub use error::{Error, Result};

@@ -11,6 +11,8 @@ use crate::failpoint;
 use crate::hash::{hash_file, hex};
 use crate::plan::{Entry, Storage};
 use crate::state::{STATE_FILE, StateFile};
+use crate::tree::{Meta, Tree};
+use rustix::fs::FileType;
 use sha2::{Digest, Sha256};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -45,6 +47,11 @@ impl Fingerprint {
         self.size == md.len()
             && self.mtime_ns == md.mtime() * 1_000_000_000 + md.mtime_nsec()
             && self.ino == md.ino()
+    }
+
+    /// [`Fingerprint::matches`] for what a [`Tree`] lookup found.
+    pub fn matches_meta(&self, md: &Meta) -> bool {
+        self.size == md.size && self.mtime_ns == md.mtime_ns && self.ino == md.ino
     }
 }
 
@@ -125,38 +132,45 @@ pub fn probe(
         bundle_unsafe: bundle_unsafe(base, bundle),
         entries: foldhash::HashMap::default(),
     };
-    if storage.bundle_unsafe.is_some() || fs::symlink_metadata(bundle).is_err() {
+    if storage.bundle_unsafe.is_some() {
         return Ok(storage);
     }
-    // Directories on the way first, parents before children (a prefix sorts first), and
-    // nothing below one that is not a real directory: a path is never looked up through a
-    // symlink or a file.
-    let mut dirs: Vec<&str> = paths
-        .iter()
-        .flat_map(|p| p.match_indices('/').map(move |(i, _)| &p[..i]))
-        .collect::<foldhash::HashSet<&str>>()
-        .into_iter()
-        .collect();
-    dirs.sort_unstable();
+    let mut tree = match Tree::open(bundle) {
+        Ok(tree) => tree,
+        // Nothing there yet: every path is missing.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(storage),
+        Err(e) => return Err(Error::io("open", bundle, e)),
+    };
+    // Directories on the way first, parents before children, each opened from its parent
+    // without following a symlink: a path is never looked up through a symlink or a file.
     let reachable =
         |entries: &foldhash::HashMap<String, Entry>, rel: &str| match rel.rsplit_once('/') {
             Some((parent, _)) => matches!(entries.get(parent), Some(Entry::Dir { .. })),
             None => true,
         };
-    for d in dirs {
-        if reachable(&storage.entries, d) {
-            let entry = probe_one(
+    for d in crate::tree::ancestors(paths.iter().copied()) {
+        if !reachable(&storage.entries, d) {
+            continue;
+        }
+        let entry = if tree.open_dir(d).ctx("open", bundle.join(d))? {
+            list_dir(bundle, d, dirs_wanted.contains(d))?
+        } else {
+            // Missing, or something else than a real directory: what, exactly. (Should it
+            // have become a directory in between, it was not opened and what is below it
+            // reads as missing: a writing plan, made again under the lock.)
+            probe_one(
+                &tree,
                 bundle,
                 d,
                 confirm.get(d).copied(),
                 fingerprints,
-                dirs_wanted.contains(d),
-            )?;
-            storage.entries.insert(d.to_string(), entry);
-        }
+                false,
+            )?
+        };
+        storage.entries.insert(d.to_string(), entry);
     }
-    // Then every path itself, on several threads: one lookup each (and a hash where no
-    // fingerprint vouches for the content), independent of each other.
+    // Then every path itself, on several threads: one lookup each by name in its
+    // directory's handle (and a hash where no fingerprint vouches for the content).
     let mut seen: foldhash::HashSet<&str> =
         foldhash::HashSet::with_capacity_and_hasher(paths.len(), Default::default());
     let leaves: Vec<&str> = paths
@@ -171,6 +185,7 @@ pub fn probe(
         || (),
         |rel, _| {
             probe_one(
+                &tree,
                 bundle,
                 rel,
                 confirm.get(rel).copied(),
@@ -186,49 +201,51 @@ pub fn probe(
     Ok(storage)
 }
 
+/// A directory's entry; its tree is listed only when `list` (a planned path where a
+/// directory stands: the planner decides whether it may go).
+fn list_dir(bundle: &Path, rel: &str, list: bool) -> Result<Entry> {
+    let (mut contents, mut dirs) = (Vec::new(), Vec::new());
+    if list {
+        list_tree_and_dirs(bundle, rel, &mut contents, &mut dirs)?;
+    }
+    Ok(Entry::Dir { contents, dirs })
+}
+
 fn probe_one(
+    tree: &Tree,
     bundle: &Path,
     rel: &str,
     confirm: Option<&str>,
     fingerprints: &Fingerprints,
-    list_dir: bool,
+    list: bool,
 ) -> Result<Entry> {
-    let path = bundle.join(rel);
-    let md = match fs::symlink_metadata(&path) {
+    let md = match tree.lstat(rel) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Entry::Missing),
         Err(e) if e.raw_os_error() == Some(20) => return Ok(Entry::Missing), // ENOTDIR
-        Err(e) => return Err(Error::io("stat", path, e)),
+        Err(e) => return Err(Error::io("stat", bundle.join(rel), e)),
         Ok(md) => md,
     };
-    let ft = md.file_type();
-    Ok(if ft.is_symlink() {
-        let t = fs::read_link(&path).ctx("read link", &path)?;
-        Entry::Symlink {
-            target: t.to_string_lossy().into_owned(),
-        }
-    } else if ft.is_dir() {
-        let (mut contents, mut dirs) = (Vec::new(), Vec::new());
-        if list_dir {
-            list_tree_and_dirs(bundle, rel, &mut contents, &mut dirs)?;
-        }
-        Entry::Dir { contents, dirs }
-    } else if ft.is_file() {
-        let sha256 = match confirm {
-            Some(expected) => {
-                let fp = fingerprints.get(rel);
-                match fp {
-                    Some(fp) if fp.sha256 == expected && fp.matches(&md) => Some(fp.sha256.clone()),
-                    _ => Some(hash_file(&path)?.1),
-                }
+    Ok(match md.file_type {
+        FileType::Symlink => Entry::Symlink {
+            target: tree.read_link(rel).ctx("read link", bundle.join(rel))?,
+        },
+        FileType::Directory => list_dir(bundle, rel, list)?,
+        FileType::RegularFile => {
+            let sha256 = match confirm {
+                Some(expected) => match fingerprints.get(rel) {
+                    Some(fp) if fp.sha256 == expected && fp.matches_meta(&md) => {
+                        Some(fp.sha256.clone())
+                    }
+                    _ => Some(hash_file(&bundle.join(rel))?.1),
+                },
+                None => None,
+            };
+            Entry::File {
+                size: md.size,
+                sha256,
             }
-            None => None,
-        };
-        Entry::File {
-            size: md.len(),
-            sha256,
         }
-    } else {
-        Entry::Special
+        _ => Entry::Special,
     })
 }
 

@@ -13,8 +13,10 @@ pub use paths::{check_path_set, check_safe_path, relative_link_target};
 use crate::error::{Error, Result};
 use crate::hash::{is_sha256_hex, sha256_hex};
 use crate::model::{SourceRef, is_valid_source_id, parse_time};
+use crate::tree::Tree;
 use chrono::{DateTime, FixedOffset};
 use foldhash::HashSet;
+use rustix::fs::FileType;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -181,10 +183,13 @@ impl Source {
         let created = manifest
             .validate()
             .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;
-        // On several threads; each checks a directory shared by many outputs once.
-        crate::parallel::try_map(&manifest.outputs, HashSet::default, |o, dirs_checked| {
-            check_bundle_file(&dir, &o.path, o.size, dirs_checked)
-        })?;
+        if !all_files_sound(&dir, &manifest.outputs) {
+            // Something is wrong: walk each path again, on several threads, to name the
+            // first output in manifest order that fails and why.
+            crate::parallel::try_map(&manifest.outputs, HashSet::default, |o, dirs_checked| {
+                check_bundle_file(&dir, &o.path, o.size, dirs_checked)
+            })?;
+        }
         let digest = manifest.digest();
         Ok(Source {
             dir,
@@ -220,6 +225,31 @@ impl Source {
     pub fn file(&self, rel: &str) -> PathBuf {
         self.dir.join(rel)
     }
+}
+
+/// True when every output is a regular file of the listed size reached through real
+/// directories: each directory is opened once without following a symlink and each file
+/// looked up in its directory's handle (see [`crate::tree`]). False on anything else,
+/// including a failure to look: [`check_bundle_file`] then says what is wrong.
+fn all_files_sound(dir: &Path, outputs: &[OutputEntry]) -> bool {
+    let Ok(mut tree) = Tree::open(dir) else {
+        return false;
+    };
+    for d in crate::tree::ancestors(outputs.iter().map(|o| o.path.as_str())) {
+        if !matches!(tree.open_dir(d), Ok(true)) {
+            return false;
+        }
+    }
+    let unsound = || Err(Error::Source(String::new()));
+    crate::parallel::try_map(
+        outputs,
+        || (),
+        |o, _| match tree.lstat(&o.path) {
+            Ok(m) if m.file_type == FileType::RegularFile && m.size == o.size => Ok(()),
+            _ => unsound(),
+        },
+    )
+    .is_ok()
 }
 
 /// An output must be a regular file of the listed size, reached through real directories.
