@@ -83,7 +83,7 @@ pub fn publish_with_progress(
                     let code = e.exit_code();
                     let mut r = failed_report(config, dest, source, e.to_string());
                     if let Error::Planned { plan, .. } = &e {
-                        r = DestinationReport::from_plan(plan, Status::Failed, None);
+                        r = DestinationReport::from_plan((**plan).clone(), Status::Failed, None);
                     }
                     r.message = e.to_string();
                     (r, code)
@@ -341,7 +341,7 @@ fn publish_one(
         }
         let status = status_of(&plan, Status::Planned);
         let code = code_of(&plan);
-        return Ok((DestinationReport::from_plan(&plan, status, None), code));
+        return Ok((DestinationReport::from_plan(plan, status, None), code));
     };
     let bundle = bundle_path(config, dest, source)?;
     let key = bundle.to_string_lossy().into_owned();
@@ -386,7 +386,7 @@ fn publish_one(
             &mut memo,
         )?)
     };
-    if let Some(preview) = &preview {
+    if let Some(p) = &preview {
         // Outside the lock, an unfinished operation may be one that another process (or
         // another request of `distributor serve`) is carrying out right now, and the
         // preview may have seen its half-placed files (a conflict that is not one). A
@@ -399,15 +399,11 @@ fn publish_one(
         // files, which makes the preview a repair, a writing decision that is confirmed
         // under the lock. So a republication of what is already there neither waits for
         // the lock nor probes twice.
-        let nothing_to_wait_for = preview.decision == Decision::Unchanged || !locked_before;
-        if !preview.decision.writes()
-            && nothing_to_wait_for
-            && check_recovery(journal, &bundle).is_ok()
-        {
-            return Ok((
-                DestinationReport::from_plan(preview, status_of(preview, Status::Applied), None),
-                code_of(preview),
-            ));
+        let nothing_to_wait_for = p.decision == Decision::Unchanged || !locked_before;
+        if !p.decision.writes() && nothing_to_wait_for && check_recovery(journal, &bundle).is_ok() {
+            let (status, code) = (status_of(p, Status::Applied), code_of(p));
+            let preview = preview.expect("looked at above");
+            return Ok((DestinationReport::from_plan(preview, status, None), code));
         }
     }
     // A failure to lock or a pending recovery is reported with the planned decision; with
@@ -422,18 +418,16 @@ fn publish_one(
     let lock = local::lock(&dest.path, &bundle, opts.lock_timeout);
     let _lock = lock.map_err(&mut planned)?;
     let plan = plan_with(config, dest, source, opts.force, &fingerprints, &mut memo)?;
-    let report = |plan: &DestinationPlan| {
-        Ok((
-            DestinationReport::from_plan(plan, status_of(plan, Status::Applied), None),
-            code_of(plan),
-        ))
+    let report = |plan: DestinationPlan| {
+        let (status, code) = (status_of(&plan, Status::Applied), code_of(&plan));
+        Ok((DestinationReport::from_plan(plan, status, None), code))
     };
     if stands_during_recovery(plan.decision) {
-        return report(&plan);
+        return report(plan);
     }
     check_recovery(journal, &bundle).map_err(|e| with_plan(&plan, e))?;
     if !plan.decision.writes() {
-        return report(&plan);
+        return report(plan);
     }
     let ctx = ExecContext {
         pipeline_id: &config.pipeline_id,
@@ -442,7 +436,7 @@ fn publish_one(
     };
     match execute(&plan, source, journal, &ctx) {
         Ok(op) => Ok((
-            DestinationReport::from_plan(&plan, Status::Applied, Some(op)),
+            DestinationReport::from_plan(plan, Status::Applied, Some(op)),
             0,
         )),
         Err(e) => Err(Error::Planned {

@@ -74,21 +74,21 @@ pub struct DestinationReport {
 
 impl DestinationReport {
     /// Builds the entry of a plan.
-    pub fn from_plan(plan: &DestinationPlan, status: Status, operation_id: Option<String>) -> Self {
+    pub fn from_plan(plan: DestinationPlan, status: Status, operation_id: Option<String>) -> Self {
         DestinationReport {
-            destination_id: plan.destination_id.clone(),
+            destination_id: plan.destination_id,
             bundle_path: plan.bundle_path.to_string_lossy().into_owned(),
             state_mode: plan.state_mode,
             takeover_mode: plan.takeover_mode,
             decision: Some(plan.decision),
             status,
             operation_id,
-            previous: plan.previous.clone(),
-            takeovers: plan.takeovers.clone(),
-            conflicts: plan.conflicts.clone(),
-            files: plan.files.clone(),
-            links: plan.links.clone(),
-            message: plan.message.clone(),
+            previous: plan.previous,
+            takeovers: plan.takeovers,
+            conflicts: plan.conflicts,
+            files: plan.files,
+            links: plan.links,
+            message: plan.message,
         }
     }
 }

@@ -181,7 +181,7 @@ impl Journal {
             });
         }
         self.conn
-            .execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
+            .execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA mmap_size = 268435456;")
             .map_err(|e| jerr(&self.path, e))
     }
 

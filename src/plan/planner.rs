@@ -52,6 +52,13 @@ impl Recorded<'_> {
     }
 }
 
+/// Recorded outputs and links of the replaced owner that a merge keeps.
+#[derive(Default)]
+struct Retained<'s> {
+    outputs: Vec<&'s RecordedOutput>,
+    links: Vec<&'s RecordedLink>,
+}
+
 /// Where identity comparison landed before reconciliation.
 #[derive(PartialEq, Eq, Clone, Copy)]
 enum Basis {
@@ -256,7 +263,9 @@ impl<'a, 's> Planner<'a, 's> {
 
         // Files.
         let storage = self.input.storage;
-        let mut new_outputs: Vec<RecordedOutput> = Vec::new();
+        // Recorded paths this owner keeps (merge): with the manifest's, the new state's
+        // records, built only when the decision writes.
+        let mut retained = Retained::default();
         for o in &manifest.outputs {
             let entry = storage.get(&o.path);
             let rec = recorded.get(o.path.as_str());
@@ -270,14 +279,7 @@ impl<'a, 's> Planner<'a, 's> {
                 size: o.size,
                 sha256: o.sha256.clone(),
             });
-            new_outputs.push(RecordedOutput {
-                path: o.path.clone(),
-                size: o.size,
-                sha256: o.sha256.clone(),
-                owner: self.me.clone(),
-            });
         }
-        let mut new_links: Vec<RecordedLink> = Vec::new();
         for l in &manifest.links {
             let entry = storage.get(&l.path);
             let text = relative_link_target(&l.path, &l.target);
@@ -290,11 +292,6 @@ impl<'a, 's> Planner<'a, 's> {
                 path: l.path.clone(),
                 target: l.target.clone(),
                 op,
-            });
-            new_links.push(RecordedLink {
-                path: l.path.clone(),
-                target: l.target.clone(),
-                owner: self.me.clone(),
             });
         }
         // Old paths the manifest omits: delete or retain.
@@ -314,10 +311,7 @@ impl<'a, 's> Planner<'a, 's> {
                     sha256: o.sha256.clone(),
                 });
                 if retain {
-                    new_outputs.push(RecordedOutput {
-                        owner: self.me.clone(),
-                        ..o.clone()
-                    });
+                    retained.outputs.push(o);
                 }
             }
         }
@@ -336,10 +330,7 @@ impl<'a, 's> Planner<'a, 's> {
                     op,
                 });
                 if retain {
-                    new_links.push(RecordedLink {
-                        owner: self.me.clone(),
-                        ..l.clone()
-                    });
+                    retained.links.push(l);
                 }
             }
         }
@@ -396,7 +387,7 @@ impl<'a, 's> Planner<'a, 's> {
             if !newer.is_empty() && d.transfer.destination_newer == DestinationNewer::Conflict {
                 self.newer_conflicts(&newer);
             }
-            return self.conflict_or_force(new_outputs, new_links, &moved, &newer);
+            return self.conflict_or_force(&retained, &moved, &newer);
         }
         if !newer.is_empty() {
             match d.transfer.destination_newer {
@@ -412,7 +403,7 @@ impl<'a, 's> Planner<'a, 's> {
                 }
                 DestinationNewer::Conflict => {
                     self.newer_conflicts(&newer);
-                    return self.conflict_or_force(new_outputs, new_links, &moved, &newer);
+                    return self.conflict_or_force(&retained, &moved, &newer);
                 }
             }
         }
@@ -441,7 +432,7 @@ impl<'a, 's> Planner<'a, 's> {
         };
         self.plan.message = self.reason(replaced);
         if self.plan.decision.writes() {
-            self.plan.new_state = Some(self.new_state(new_outputs, new_links, &moved));
+            self.plan.new_state = Some(self.new_state(&retained, &moved));
         }
         self.plan
     }
@@ -703,8 +694,7 @@ impl<'a, 's> Planner<'a, 's> {
 
     fn conflict_or_force(
         mut self,
-        outputs: Vec<RecordedOutput>,
-        links: Vec<RecordedLink>,
+        retained: &Retained<'_>,
         moved: &HashSet<&str>,
         newer: &[String],
     ) -> DestinationPlan {
@@ -738,7 +728,7 @@ impl<'a, 's> Planner<'a, 's> {
                     .message
                     .push_str("; invalid state is replaced by fresh state, nothing is deleted");
             }
-            let state = self.new_state(outputs, links, moved);
+            let state = self.new_state(retained, moved);
             self.plan.new_state = Some(state);
             return self.plan;
         }
@@ -806,13 +796,36 @@ impl<'a, 's> Planner<'a, 's> {
     }
 
     /// The state after this publication.
-    fn new_state(
-        &self,
-        outputs: Vec<RecordedOutput>,
-        links: Vec<RecordedLink>,
-        moved: &HashSet<&str>,
-    ) -> State {
+    fn new_state(&self, retained: &Retained<'_>, moved: &HashSet<&str>) -> State {
         let d = self.input.destination;
+        let manifest = &self.input.source.manifest;
+        let outputs: Vec<RecordedOutput> = manifest
+            .outputs
+            .iter()
+            .map(|o| RecordedOutput {
+                path: o.path.clone(),
+                size: o.size,
+                sha256: o.sha256.clone(),
+                owner: self.me.clone(),
+            })
+            .chain(retained.outputs.iter().map(|o| RecordedOutput {
+                owner: self.me.clone(),
+                ..(*o).clone()
+            }))
+            .collect();
+        let links: Vec<RecordedLink> = manifest
+            .links
+            .iter()
+            .map(|l| RecordedLink {
+                path: l.path.clone(),
+                target: l.target.clone(),
+                owner: self.me.clone(),
+            })
+            .chain(retained.links.iter().map(|l| RecordedLink {
+                owner: self.me.clone(),
+                ..(*l).clone()
+            }))
+            .collect();
         let mine = OwnerRecord {
             owner: self.me.clone(),
             source: self.src.clone(),
