@@ -57,16 +57,48 @@ pub fn publish_with_progress(
     opts: &PublishOptions,
     progress: Option<&dyn Progress>,
 ) -> Result<Outcome> {
-    let selected = config.select(&opts.destinations)?;
-    let mut journal = if opts.dry_run {
-        None
-    } else {
-        Some(Journal::open(&opts.journal)?)
+    // A source read without checking its files (`Source::read`) has them checked here, on
+    // other threads, while this one reads what the first destination holds (its state file
+    // and the placement fingerprints the journal has for it): neither depends on the
+    // other, and nothing is planned before the check passed (SPEC §3.1). Until then
+    // nothing is written either: the journal is only opened if it already exists. Later
+    // destinations are read when their turn comes, after the ones before them published.
+    let selected = config.select(&opts.destinations);
+    let (checked, early) = std::thread::scope(|s| {
+        let check = (!source.files_checked()).then(|| s.spawn(|| source.check_files()));
+        let early = match (&selected, opts.dry_run) {
+            (Ok(selected), false) => Some(read_early(
+                config,
+                selected.first().copied(),
+                source,
+                opts,
+                check.is_some(),
+            )),
+            _ => None,
+        };
+        let checked = match check {
+            Some(h) => h.join().expect("the source check does not panic"),
+            None => Ok(()),
+        };
+        (checked, early)
+    });
+    checked?;
+    let selected = selected?;
+    let (mut journal, mut first_read) = match early {
+        None => (None, None),
+        Some((journal, read)) => {
+            let journal = match journal? {
+                Some(j) => j,
+                None => Journal::open(&opts.journal)?,
+            };
+            (Some(journal), read)
+        }
     };
     let mut reports = Vec::new();
     let mut codes: Vec<u8> = Vec::new();
     let mut invalid_source: Option<String> = None;
     for dest in selected {
+        let read = first_read.take();
         if let Some(why) = &invalid_source {
             let mut r = failed_report(config, dest, source, why.clone());
             r.message = format!("not attempted: {why}");
@@ -74,7 +106,7 @@ pub fn publish_with_progress(
             continue;
         }
         let (report, code) =
-            match publish_one(config, dest, source, opts, journal.as_mut(), progress) {
+            match publish_one(config, dest, source, opts, journal.as_mut(), read, progress) {
                 Ok(x) => x,
                 Err(e) => {
                     if matches!(e.root(), Error::Source(_)) {
@@ -270,6 +302,8 @@ fn probe_for_plan(
     fingerprints: &local::Fingerprints,
 ) -> Result<Storage> {
     let m = &source.manifest;
+    // Each path once: the manifest's and the state's paths are distinct within each (both
+    // are validated), and a recorded path the manifest lists again is not added twice.
     let mut paths: Vec<&str> = m
         .outputs
         .iter()
@@ -281,10 +315,12 @@ fn probe_for_plan(
         .map(|o| (o.path.as_str(), o.sha256.as_str()))
         .collect();
     if let StateFile::Valid(s) = state {
-        paths.extend(s.outputs.iter().map(|o| o.path.as_str()));
-        paths.extend(s.links.iter().map(|l| l.path.as_str()));
+        let recorded = (s.outputs.iter().map(|o| o.path.as_str()))
+            .chain(s.links.iter().map(|l| l.path.as_str()));
+        paths.extend(recorded.filter(|p| !dirs_wanted.contains(p)));
     }
-    // What stands at the state file's own path: a writing plan replaces it.
+    // What stands at the state file's own path (a reserved name, in neither list): a
+    // writing plan replaces it.
     paths.push(crate::state::STATE_FILE);
     local::probe(
         &dest.path,
@@ -296,12 +332,73 @@ fn probe_for_plan(
     )
 }
 
+/// What is read of a destination before planning: its bundle path, the state file as it is
+/// now (when the bundle path can be read at all), and the journal's placement fingerprints
+/// of the files the source publishes again unchanged (they spare hashing them).
+struct EarlyRead {
+    bundle: PathBuf,
+    memo: StateMemo,
+    state: Option<Rc<StateFile>>,
+    fingerprints: local::Fingerprints,
+}
+
+/// Opens the journal and reads `first` (see [`EarlyRead`]). With `maybe_invalid` (the
+/// source's files are being checked meanwhile), the journal is opened only if it exists:
+/// `Ok(None)` when it does not, and there are no fingerprints then.
+fn read_early(
+    config: &Config,
+    first: Option<&Destination>,
+    source: &Source,
+    opts: &PublishOptions,
+    maybe_invalid: bool,
+) -> (Result<Option<Journal>>, Option<Result<EarlyRead>>) {
+    let journal = if maybe_invalid {
+        Journal::open_existing(&opts.journal)
+    } else {
+        Journal::open(&opts.journal).map(Some)
+    };
+    let read = match (&journal, first) {
+        (Ok(j), Some(d)) => Some(read_destination(config, d, source, j.as_ref())),
+        _ => None,
+    };
+    (journal, read)
+}
+
+/// [`EarlyRead`] of one destination; no fingerprints without a journal.
+fn read_destination(
+    config: &Config,
+    dest: &Destination,
+    source: &Source,
+    journal: Option<&Journal>,
+) -> Result<EarlyRead> {
+    let bundle = bundle_path(config, dest, source)?;
+    let mut memo = StateMemo::default();
+    let state = match local::bundle_unsafe(&dest.path, &bundle) {
+        None => Some(memo.read(&bundle)?),
+        Some(_) => None,
+    };
+    let fingerprints = match (&state, journal) {
+        (Some(state), Some(journal)) => journal.fingerprints(
+            &bundle.to_string_lossy(),
+            unchanged_outputs(state, source).map(|o| o.path.as_str()),
+        )?,
+        _ => local::Fingerprints::default(),
+    };
+    Ok(EarlyRead {
+        bundle,
+        memo,
+        state,
+        fingerprints,
+    })
+}
+
 fn publish_one(
     config: &Config,
     dest: &Destination,
     source: &Source,
     opts: &PublishOptions,
     journal: Option<&mut Journal>,
+    read: Option<Result<EarlyRead>>,
     progress: Option<&dyn Progress>,
 ) -> Result<(DestinationReport, u8)> {
     let Some(journal) = journal else {
@@ -343,22 +440,14 @@ fn publish_one(
         let code = code_of(&plan);
         return Ok((DestinationReport::from_plan(plan, status, None), code));
     };
-    let bundle = bundle_path(config, dest, source)?;
-    let key = bundle.to_string_lossy().into_owned();
-    let mut memo = StateMemo::default();
-    // The state as it is now, when the bundle path can be read at all.
-    let state = match local::bundle_unsafe(&dest.path, &bundle) {
-        None => Some(memo.read(&bundle)?),
-        Some(_) => None,
-    };
-    // Placement fingerprints spare hashing the files published again unchanged; only theirs
-    // are read from the journal.
-    let fingerprints = match &state {
-        Some(state) => journal.fingerprints(
-            &key,
-            unchanged_outputs(state, source).map(|o| o.path.as_str()),
-        )?,
-        None => local::Fingerprints::default(),
+    let EarlyRead {
+        bundle,
+        mut memo,
+        state,
+        fingerprints,
+    } = match read {
+        Some(read) => read?,
+        None => read_destination(config, dest, source, Some(journal))?,
     };
     let with_plan = |plan: &DestinationPlan, e: Error| Error::Planned {
         plan: Box::new(plan.clone()),

@@ -113,12 +113,19 @@ impl<'p> Tree<'p> {
 /// Every directory on the way to some root-relative paths (their proper prefixes at a
 /// `/`), each once, sorted so that a parent comes before its children.
 pub fn ancestors<'p>(paths: impl IntoIterator<Item = &'p str>) -> Vec<&'p str> {
-    let mut dirs: Vec<&str> = paths
-        .into_iter()
-        .flat_map(|p| p.match_indices('/').map(move |(i, _)| &p[..i]))
-        .collect::<foldhash::HashSet<&str>>()
-        .into_iter()
-        .collect();
+    let mut set: foldhash::HashSet<&str> = foldhash::HashSet::default();
+    // Paths mostly come grouped by directory: a path in the same directory as the one
+    // before adds nothing new.
+    let mut last_dir = None;
+    for p in paths {
+        let dir = p.rsplit_once('/').map(|(d, _)| d);
+        if dir.is_none() || dir == last_dir {
+            continue;
+        }
+        last_dir = dir;
+        set.extend(p.match_indices('/').map(|(i, _)| &p[..i]));
+    }
+    let mut dirs: Vec<&str> = set.into_iter().collect();
     dirs.sort_unstable();
     dirs
 }
@@ -159,6 +166,10 @@ mod tests {
 
     #[test]
     fn ancestors_come_parents_first_each_once() {
-        assert_eq!(ancestors(["x/y/z", "x/y/w", "a", "x/q"]), vec!["x", "x/y"]);
+        assert_eq!(
+            ancestors(["x/y/z", "x/y/w", "a", "x/q", "b/c/d", "x/y/v"]),
+            vec!["b", "b/c", "x", "x/y"]
+        );
+        assert!(ancestors(["a", "b"]).is_empty());
     }
 }

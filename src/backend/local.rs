@@ -171,14 +171,10 @@ pub fn probe(
     }
     // Then every path itself, on several threads: one lookup each by name in its
     // directory's handle (and a hash where no fingerprint vouches for the content).
-    let mut seen: foldhash::HashSet<&str> =
-        foldhash::HashSet::with_capacity_and_hasher(paths.len(), Default::default());
     let leaves: Vec<&str> = paths
         .iter()
         .copied()
-        .filter(|p| {
-            !storage.entries.contains_key(*p) && reachable(&storage.entries, p) && seen.insert(p)
-        })
+        .filter(|p| !storage.entries.contains_key(*p) && reachable(&storage.entries, p))
         .collect();
     let entries = crate::parallel::try_map(
         &leaves,

@@ -98,9 +98,9 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
     }
     let config = Config::load(&a.config)?;
     let source = match (&a.source, &a.manifest, &config.source_path) {
-        (Some(dir), _, _) => Source::open(dir)?,
-        (None, Some(file), _) => Source::open_manifest(file)?,
-        (None, None, Some(dir)) => Source::open(dir)?,
+        (Some(dir), _, _) => Source::read(dir)?,
+        (None, Some(file), _) => Source::read_manifest(file)?,
+        (None, None, Some(dir)) => Source::read(dir)?,
         (None, None, None) => {
             return Err(Error::Usage(format!(
                 "no source: pass --source DIR or --manifest FILE, or set source.path in {}",

@@ -161,6 +161,9 @@ pub struct Source {
     pub created: DateTime<FixedOffset>,
     /// Source digest.
     pub digest: String,
+    /// Whether every output was found to be a regular file of the listed size: always
+    /// after [`Source::open`]; after [`Source::read`], once [`Source::check_files`] passed.
+    pub(crate) files_checked: bool,
 }
 
 impl Source {
@@ -169,8 +172,24 @@ impl Source {
         Source::open_manifest(&dir.join(MANIFEST_FILE))
     }
 
-    /// Reads a manifest file; the bundle directory is the file's directory.
+    /// Reads a manifest file and verifies it and the files' structure; the bundle
+    /// directory is the file's directory.
     pub fn open_manifest(file: &Path) -> Result<Source> {
+        let mut source = Source::read_manifest(file)?;
+        source.check_files()?;
+        source.files_checked = true;
+        Ok(source)
+    }
+
+    /// Reads `<dir>/distributor-manifest.json` and verifies the manifest, leaving the
+    /// outputs' files to [`Source::check_files`]: `publish` checks them while it reads the
+    /// destinations' state, and plans nothing before they passed (SPEC §3.1).
+    pub fn read(dir: &Path) -> Result<Source> {
+        Source::read_manifest(&dir.join(MANIFEST_FILE))
+    }
+
+    /// [`Source::read`] of a manifest file; the bundle directory is the file's directory.
+    pub fn read_manifest(file: &Path) -> Result<Source> {
         let dir = file
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -183,20 +202,33 @@ impl Source {
         let created = manifest
             .validate()
             .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;
-        if !all_files_sound(&dir, &manifest.outputs) {
-            // Something is wrong: walk each path again, on several threads, to name the
-            // first output in manifest order that fails and why.
-            crate::parallel::try_map(&manifest.outputs, HashSet::default, |o, dirs_checked| {
-                check_bundle_file(&dir, &o.path, o.size, dirs_checked)
-            })?;
-        }
         let digest = manifest.digest();
         Ok(Source {
             dir,
             manifest,
             created,
             digest,
+            files_checked: false,
         })
+    }
+
+    /// Whether the outputs' files are known to be sound (see [`Source::check_files`]).
+    pub fn files_checked(&self) -> bool {
+        self.files_checked
+    }
+
+    /// Checks that every output exists in the bundle as a regular file (not a symlink) of
+    /// the listed size, reached through real directories; the error names the first output
+    /// in manifest order that is not.
+    pub fn check_files(&self) -> Result<()> {
+        if !all_files_sound(&self.dir, &self.manifest.outputs) {
+            // Something is wrong: walk each path again, on several threads, to name the
+            // first output in manifest order that fails and why.
+            crate::parallel::try_map(&self.manifest.outputs, HashSet::default, |o, seen| {
+                check_bundle_file(&self.dir, &o.path, o.size, seen)
+            })?;
+        }
+        Ok(())
     }
 
     /// Reads and hashes every output and compares it with the manifest. Publication never
