@@ -614,3 +614,28 @@ fn no_journal_location_at_all_is_a_usage_error() {
     assert!(r.stderr.contains("no journal location"), "{}", r.stderr);
     assert!(!env.exists("dest"));
 }
+
+#[test]
+fn an_invalid_source_is_reported_before_a_missing_journal_location() {
+    // publish checks the source's files while it reads the destination; without a
+    // journal location it never gets that far, and the invalid source still comes first.
+    let env = Env::new();
+    let cfg = config(&env, "destinations:\n  - id: a\n    path: {D}/a\n");
+    let b = env.bundle("b", "tomorrow", T0, &[("a.txt", "one")], &[]);
+    std::fs::write(b.join("a.txt"), "longer than listed").unwrap();
+    let r = env.run_env_without_journal(
+        &[
+            "publish",
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            b.to_str().unwrap(),
+        ],
+        &[("HOME", "")],
+    );
+    r.expect_code(1);
+    assert_eq!(r.json()["error"]["kind"], "invalid_source", "{}", r.stderr);
+    assert!(r.stderr.contains("size is 18 bytes"), "{}", r.stderr);
+    assert!(!env.exists("dest"));
+}

@@ -108,7 +108,10 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
             )));
         }
     };
-    let journal = resolve_journal(a.journal.as_deref(), Some(&config))?;
+    // An invalid source is reported before anything else, as it always was (its files are
+    // otherwise checked by `publish`, while it reads the destination).
+    let journal = resolve_journal(a.journal.as_deref(), Some(&config))
+        .or_else(|e| source.check_files().and(Err(e)))?;
     let opts = PublishOptions {
         destinations: a.destinations,
         dry_run: args.dry_run,
