@@ -8,7 +8,8 @@
 //! input order. Every item before it is always processed; items after it may be skipped.
 
 use crate::error::Result;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Most threads any map uses; past this the disk, not the cores, is the limit.
 pub const MAX_THREADS: usize = 4;
@@ -63,46 +64,85 @@ where
         return items.iter().map(|item| f(item, &mut s)).collect();
     }
     let run = (items.len() / (threads * 8)).clamp(1, MAX_RUN);
-    let next = AtomicUsize::new(0);
+    // Each result goes straight to its item's slot: one allocation for all of them, in
+    // input order, whatever thread computed it.
+    let mut slots: Vec<Option<Result<R>>> =
+        std::iter::repeat_with(|| None).take(items.len()).collect();
     let first_error = AtomicUsize::new(usize::MAX);
-    let work = || {
-        let mut s = scratch();
-        let mut done: Vec<(usize, Result<R>)> = Vec::new();
-        loop {
-            let start = next.fetch_add(run, Ordering::Relaxed);
-            // Runs are handed out in increasing order: once past a failed item, every later
-            // run is past it too.
-            if start >= items.len() || start > first_error.load(Ordering::Relaxed) {
-                break;
-            }
-            let end = (start + run).min(items.len());
-            for (i, item) in items[start..end]
-                .iter()
-                .enumerate()
-                .map(|(k, t)| (start + k, t))
-            {
-                if i > first_error.load(Ordering::Relaxed) {
+    {
+        // Runs are handed out in increasing order: once past a failed item, every later
+        // run is past it too.
+        let runs = Mutex::new(slots.chunks_mut(run).zip(items.chunks(run)).enumerate());
+        let work = || {
+            let mut s = scratch();
+            loop {
+                let Some((k, (out, part))) = runs.lock().unwrap_or_else(|p| p.into_inner()).next()
+                else {
+                    break;
+                };
+                let start = k * run;
+                if start > first_error.load(Ordering::Relaxed) {
                     break;
                 }
-                let r = f(item, &mut s);
-                if r.is_err() {
-                    first_error.fetch_min(i, Ordering::Relaxed);
+                for (j, (slot, item)) in out.iter_mut().zip(part).enumerate() {
+                    let i = start + j;
+                    if i > first_error.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let r = f(item, &mut s);
+                    if r.is_err() {
+                        first_error.fetch_min(i, Ordering::Relaxed);
+                    }
+                    *slot = Some(r);
                 }
-                done.push((i, r));
+            }
+        };
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
+            for h in handles {
+                h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            }
+        });
+    }
+    let mut out = Vec::with_capacity(slots.len());
+    for slot in slots {
+        match slot {
+            Some(Ok(r)) => out.push(r),
+            Some(Err(e)) => return Err(e),
+            None => unreachable!("every item before the first failing one is processed"),
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `f` holds for every item, on as many threads as the count of items is worth;
+/// stops looking once it does not. Nothing is stored per item.
+pub fn all<T: Sync>(items: &[T], f: impl Fn(&T) -> bool + Sync) -> bool {
+    let threads = threads_for(items.len());
+    if threads == 1 {
+        return items.iter().all(f);
+    }
+    let run = (items.len() / (threads * 8)).clamp(1, MAX_RUN);
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let work = || {
+        while !failed.load(Ordering::Relaxed) {
+            let start = next.fetch_add(run, Ordering::Relaxed);
+            if start >= items.len() {
+                break;
+            }
+            if !items[start..(start + run).min(items.len())].iter().all(&f) {
+                failed.store(true, Ordering::Relaxed);
             }
         }
-        done
     };
-    let mut done = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
-        let mut all = Vec::with_capacity(items.len());
         for h in handles {
-            all.extend(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         }
-        all
     });
-    done.sort_unstable_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, r)| r).collect()
+    !failed.into_inner()
 }
 
 #[cfg(test)]
@@ -152,6 +192,16 @@ mod tests {
             let seen = seen.into_inner().unwrap();
             assert!((0..=1234).all(|i| seen.contains(&i)));
         }
+    }
+
+    #[test]
+    fn all_holds_only_when_every_item_passes() {
+        let items: Vec<usize> = (0..5000).collect();
+        assert!(all(&items, |&i| i < 5000));
+        for bad in [0, 1234, 4999] {
+            assert!(!all(&items, |&i| i != bad), "{bad}");
+        }
+        assert!(all(&items[..0], |_| false));
     }
 
     #[test]

@@ -272,16 +272,10 @@ fn all_files_sound(dir: &Path, outputs: &[OutputEntry]) -> bool {
             return false;
         }
     }
-    let unsound = || Err(Error::Source(String::new()));
-    crate::parallel::try_map(
+    crate::parallel::all(
         outputs,
-        || (),
-        |o, _| match tree.lstat(&o.path) {
-            Ok(m) if m.file_type == FileType::RegularFile && m.size == o.size => Ok(()),
-            _ => unsound(),
-        },
+        |o| matches!(tree.lstat(&o.path), Ok(m) if m.file_type == FileType::RegularFile && m.size == o.size),
     )
-    .is_ok()
 }
 
 /// An output must be a regular file of the listed size, reached through real directories.
