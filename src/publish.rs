@@ -275,23 +275,42 @@ fn could_be_unchanged(state: &StateFile, me: &Owner, source: &Source) -> bool {
 
 /// The recorded outputs the source publishes again with the same size and sha256: the
 /// files whose content the probe proves, by placement fingerprint or by hashing.
-fn unchanged_outputs<'s>(
-    state: &'s StateFile,
-    source: &Source,
-) -> impl Iterator<Item = &'s RecordedOutput> {
+fn unchanged_outputs<'s>(state: &'s StateFile, source: &Source) -> Vec<&'s RecordedOutput> {
     let recorded = match state {
         StateFile::Valid(s) => s.outputs.as_slice(),
         StateFile::Absent | StateFile::Invalid(_) => &[],
     };
-    let new: foldhash::HashMap<&str, (&str, u64)> = source
-        .manifest
-        .outputs
-        .iter()
-        .map(|o| (o.path.as_str(), (o.sha256.as_str(), o.size)))
-        .collect();
+    let new = source.manifest.outputs.as_slice();
+    let same = |r: &RecordedOutput, o: &crate::source::OutputEntry| {
+        r.sha256 == o.sha256 && r.size == o.size
+    };
+    // State files list outputs sorted by path, and so do manifests that `distributor
+    // manifest` wrote: then one merge finds the pairs, without hashing every path twice.
+    if recorded.iter().map(|r| r.path.as_str()).is_sorted()
+        && new.iter().map(|o| o.path.as_str()).is_sorted()
+    {
+        let (mut i, mut j, mut out) = (0, 0, Vec::with_capacity(recorded.len().min(new.len())));
+        while i < recorded.len() && j < new.len() {
+            match recorded[i].path.cmp(&new[j].path) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    if same(&recorded[i], &new[j]) {
+                        out.push(&recorded[i]);
+                    }
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        return out;
+    }
+    let by_path: foldhash::HashMap<&str, &crate::source::OutputEntry> =
+        new.iter().map(|o| (o.path.as_str(), o)).collect();
     recorded
         .iter()
-        .filter(move |o| new.get(o.path.as_str()) == Some(&(o.sha256.as_str(), o.size)))
+        .filter(|r| by_path.get(r.path.as_str()).is_some_and(|o| same(r, o)))
+        .collect()
 }
 
 fn probe_for_plan(
@@ -312,6 +331,7 @@ fn probe_for_plan(
         .collect();
     let dirs_wanted: foldhash::HashSet<&str> = paths.iter().copied().collect();
     let confirm: foldhash::HashMap<&str, &str> = unchanged_outputs(state, source)
+        .into_iter()
         .map(|o| (o.path.as_str(), o.sha256.as_str()))
         .collect();
     if let StateFile::Valid(s) = state {
@@ -380,7 +400,9 @@ fn read_destination(
     let fingerprints = match (&state, journal) {
         (Some(state), Some(journal)) => journal.fingerprints(
             &bundle.to_string_lossy(),
-            unchanged_outputs(state, source).map(|o| o.path.as_str()),
+            unchanged_outputs(state, source)
+                .into_iter()
+                .map(|o| o.path.as_str()),
         )?,
         _ => local::Fingerprints::default(),
     };

@@ -162,9 +162,23 @@ impl Summary {
 impl Report {
     /// Pretty JSON with a trailing newline.
     pub fn to_json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(self).expect("report serializes");
-        s.push('\n');
-        s
+        // A report of many files is megabytes long: written into a buffer of about its size
+        // instead of one doubled again and again.
+        let estimate: usize = self
+            .destinations
+            .iter()
+            .map(|d| {
+                let files: usize = d.files.iter().map(|f| 200 + f.path.len()).sum();
+                let links: usize = (d.links.iter())
+                    .map(|l| 120 + l.path.len() + l.target.len())
+                    .sum();
+                4096 + files + links
+            })
+            .sum();
+        let mut out = Vec::with_capacity(4096 + estimate);
+        serde_json::to_writer_pretty(&mut out, self).expect("report serializes");
+        out.push(b'\n');
+        String::from_utf8(out).expect("serde_json writes UTF-8")
     }
 
     /// The text plan.

@@ -90,9 +90,28 @@ fn a_staging_failure_rolls_back_every_file_staged_on_any_thread() {
 /// did not hash; a dry run, which hashes, sees it.
 #[test]
 fn republication_trusts_placement_fingerprints_and_does_not_rehash() {
+    fingerprints_vouch(false);
+}
+
+/// The same with a manifest whose outputs are not sorted by path (`distributor manifest`
+/// sorts them; producers writing their own may not): the outputs published again are
+/// matched with the recorded ones another way, with the same result.
+#[test]
+fn fingerprints_vouch_for_the_outputs_of_an_unsorted_manifest_too() {
+    fingerprints_vouch(true);
+}
+
+fn fingerprints_vouch(unsorted: bool) {
     let env = Env::new();
     let cfg = env.simple_config("c.yaml", "p", "d", "dest", "");
     let b = bundle_of(&env, "b", "2026-12-02T06:00:00Z", &many(20, 2));
+    if unsorted {
+        let path = b.join("distributor-manifest.json");
+        let mut m: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        m["outputs"].as_array_mut().unwrap().reverse();
+        std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    }
     env.publish(&cfg, &b, &[]).expect_code(0);
     let placed = env.path("dest/d1/f00001.txt");
     let mtime = std::fs::symlink_metadata(&placed)

@@ -157,7 +157,10 @@ impl<'a, 's> Planner<'a, 's> {
     fn run(mut self) -> DestinationPlan {
         let d = self.input.destination;
         let manifest = &self.input.source.manifest;
-        let mut recorded: HashMap<&str, Recorded<'s>> = HashMap::default();
+        let mut recorded: HashMap<&str, Recorded<'s>> = HashMap::with_capacity_and_hasher(
+            self.state.outputs.len() + self.state.links.len(),
+            Default::default(),
+        );
         for o in &self.state.outputs {
             recorded.insert(&o.path, Recorded::Output(o));
         }
@@ -250,22 +253,26 @@ impl<'a, 's> Planner<'a, 's> {
             }
         }
         // Recorded paths that are replaced by new content are moved aside too.
-        let moved: HashSet<&str> = delete_set
-            .iter()
-            .copied()
-            .chain(
+        let mut moved: HashSet<&str> =
+            HashSet::with_capacity_and_hasher(recorded.len(), Default::default());
+        moved.extend(
+            delete_set.iter().copied().chain(
                 new_paths
                     .iter()
                     .copied()
                     .filter(|p| recorded.contains_key(p)),
-            )
-            .collect();
+            ),
+        );
 
         // Files.
         let storage = self.input.storage;
         // Recorded paths this owner keeps (merge): with the manifest's, the new state's
         // records, built only when the decision writes.
         let mut retained = Retained::default();
+        self.plan
+            .files
+            .reserve(manifest.outputs.len() + delete_set.len());
+        self.plan.links.reserve(manifest.links.len());
         for o in &manifest.outputs {
             let entry = storage.get(&o.path);
             let rec = recorded.get(o.path.as_str());
