@@ -273,9 +273,13 @@ fn could_be_unchanged(state: &StateFile, me: &Owner, source: &Source) -> bool {
     }
 }
 
-/// The recorded outputs the source publishes again with the same size and sha256: the
-/// files whose content the probe proves, by placement fingerprint or by hashing.
-fn unchanged_outputs<'s>(state: &'s StateFile, source: &Source) -> Vec<&'s RecordedOutput> {
+/// The recorded outputs the source publishes again with the same size and sha256 (the
+/// files whose content the probe proves, by placement fingerprint or by hashing), each
+/// with its manifest entry.
+fn unchanged_outputs<'s, 'm>(
+    state: &'s StateFile,
+    source: &'m Source,
+) -> Vec<(&'s RecordedOutput, &'m crate::source::OutputEntry)> {
     let recorded = match state {
         StateFile::Valid(s) => s.outputs.as_slice(),
         StateFile::Absent | StateFile::Invalid(_) => &[],
@@ -296,7 +300,7 @@ fn unchanged_outputs<'s>(state: &'s StateFile, source: &Source) -> Vec<&'s Recor
                 std::cmp::Ordering::Greater => j += 1,
                 std::cmp::Ordering::Equal => {
                     if same(&recorded[i], &new[j]) {
-                        out.push(&recorded[i]);
+                        out.push((&recorded[i], &new[j]));
                     }
                     i += 1;
                     j += 1;
@@ -309,7 +313,10 @@ fn unchanged_outputs<'s>(state: &'s StateFile, source: &Source) -> Vec<&'s Recor
         new.iter().map(|o| (o.path.as_str(), o)).collect();
     recorded
         .iter()
-        .filter(|r| by_path.get(r.path.as_str()).is_some_and(|o| same(r, o)))
+        .filter_map(|r| {
+            let o = by_path.get(r.path.as_str())?;
+            same(r, o).then_some((r, *o))
+        })
         .collect()
 }
 
@@ -332,7 +339,7 @@ fn probe_for_plan(
     let dirs_wanted: foldhash::HashSet<&str> = paths.iter().copied().collect();
     let confirm: foldhash::HashMap<&str, &str> = unchanged_outputs(state, source)
         .into_iter()
-        .map(|o| (o.path.as_str(), o.sha256.as_str()))
+        .map(|(o, _)| (o.path.as_str(), o.sha256.as_str()))
         .collect();
     if let StateFile::Valid(s) = state {
         let recorded = (s.outputs.iter().map(|o| o.path.as_str()))
@@ -355,23 +362,23 @@ fn probe_for_plan(
 /// What is read of a destination before planning: its bundle path, the state file as it is
 /// now (when the bundle path can be read at all), and the journal's placement fingerprints
 /// of the files the source publishes again unchanged (they spare hashing them).
-struct EarlyRead {
+struct EarlyRead<'m> {
     bundle: PathBuf,
     memo: StateMemo,
     state: Option<Rc<StateFile>>,
-    fingerprints: local::Fingerprints,
+    fingerprints: local::Fingerprints<'m>,
 }
 
 /// Opens the journal and reads `first` (see [`EarlyRead`]). With `maybe_invalid` (the
 /// source's files are being checked meanwhile), the journal is opened only if it exists:
 /// `Ok(None)` when it does not, and there are no fingerprints then.
-fn read_early(
+fn read_early<'m>(
     config: &Config,
     first: Option<&Destination>,
-    source: &Source,
+    source: &'m Source,
     opts: &PublishOptions,
     maybe_invalid: bool,
-) -> (Result<Option<Journal>>, Option<Result<EarlyRead>>) {
+) -> (Result<Option<Journal>>, Option<Result<EarlyRead<'m>>>) {
     let journal = if maybe_invalid {
         Journal::open_existing(&opts.journal)
     } else {
@@ -385,27 +392,27 @@ fn read_early(
 }
 
 /// [`EarlyRead`] of one destination; no fingerprints without a journal.
-fn read_destination(
+fn read_destination<'m>(
     config: &Config,
     dest: &Destination,
-    source: &Source,
+    source: &'m Source,
     journal: Option<&Journal>,
-) -> Result<EarlyRead> {
+) -> Result<EarlyRead<'m>> {
     let bundle = bundle_path(config, dest, source)?;
     let mut memo = StateMemo::default();
     let state = match local::bundle_unsafe(&dest.path, &bundle) {
         None => Some(memo.read(&bundle)?),
         Some(_) => None,
     };
-    let fingerprints = match (&state, journal) {
-        (Some(state), Some(journal)) => journal.fingerprints(
-            &bundle.to_string_lossy(),
+    let mut fingerprints = local::Fingerprints::default();
+    if let (Some(state), Some(journal)) = (&state, journal) {
+        fingerprints = local::Fingerprints::wanting(
             unchanged_outputs(state, source)
                 .into_iter()
-                .map(|o| o.path.as_str()),
-        )?,
-        _ => local::Fingerprints::default(),
-    };
+                .map(|(_, o)| (o.path.as_str(), o.sha256.as_str())),
+        );
+        journal.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
+    }
     Ok(EarlyRead {
         bundle,
         memo,
@@ -420,7 +427,7 @@ fn publish_one(
     source: &Source,
     opts: &PublishOptions,
     journal: Option<&mut Journal>,
-    read: Option<Result<EarlyRead>>,
+    read: Option<Result<EarlyRead<'_>>>,
     progress: Option<&dyn Progress>,
 ) -> Result<(DestinationReport, u8)> {
     let Some(journal) = journal else {

@@ -25,8 +25,88 @@ pub const LOCK_FILE: &str = ".distributor.lock";
 /// Name of the staging directory at the bundle root.
 pub const STAGING_DIR: &str = ".distributor-staging";
 
-/// The latest placement fingerprint of each of some paths, by bundle-relative path.
-pub type Fingerprints = foldhash::HashMap<String, Fingerprint>;
+/// The newest placement fingerprint of each of some paths, read back from the journal to
+/// prove their content without rehashing: filled by `Journal::fingerprints`, newest
+/// placement first, and asked with [`Fingerprints::vouching`]. Paths and hashes are
+/// borrowed from the manifest being published, so reading thousands of rows allocates
+/// nothing per row.
+#[derive(Debug, Default)]
+pub struct Fingerprints<'a> {
+    slots: foldhash::HashMap<&'a str, Slot<'a>>,
+    open: usize,
+}
+
+#[derive(Debug)]
+enum Slot<'a> {
+    /// No placement offered yet; the content hash the path is wanted for.
+    Wanted(&'a str),
+    /// The newest placement, which recorded the wanted hash.
+    Found(&'a str, Placed),
+    /// The newest placement recorded another hash: it vouches for nothing wanted (an
+    /// older one never does: the file it describes was replaced since).
+    Other,
+}
+
+/// Size, mtime and inode recorded when a file was placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    /// Size.
+    pub size: u64,
+    /// mtime in nanoseconds since the epoch.
+    pub mtime_ns: i64,
+    /// Inode number.
+    pub ino: u64,
+}
+
+impl Placed {
+    /// True when what a [`Tree`] lookup found still has the size, mtime and inode
+    /// recorded here.
+    pub fn matches_meta(&self, md: &Meta) -> bool {
+        self.size == md.size && self.mtime_ns == md.mtime_ns && self.ino == md.ino
+    }
+}
+
+impl<'a> Fingerprints<'a> {
+    /// Wants the newest placement of each path, to prove it holds the given sha256.
+    pub fn wanting(paths: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let slots: foldhash::HashMap<&'a str, Slot<'a>> = paths
+            .into_iter()
+            .map(|(p, sha)| (p, Slot::Wanted(sha)))
+            .collect();
+        Fingerprints {
+            open: slots.len(),
+            slots,
+        }
+    }
+
+    /// How many wanted paths no placement was offered for yet.
+    pub fn open(&self) -> usize {
+        self.open
+    }
+
+    /// Offers a placement of `path` that recorded `sha256`; placements must come newest
+    /// first: the first one offered for a wanted path decides.
+    pub fn offer(&mut self, path: &str, sha256: &str, placed: Placed) {
+        if let Some(slot) = self.slots.get_mut(path)
+            && let Slot::Wanted(wanted) = *slot
+        {
+            *slot = if wanted == sha256 {
+                Slot::Found(wanted, placed)
+            } else {
+                Slot::Other
+            };
+            self.open -= 1;
+        }
+    }
+
+    /// The newest placement of `path`, when it recorded `sha256`.
+    pub fn vouching(&self, path: &str, sha256: &str) -> Option<&Placed> {
+        match self.slots.get(path) {
+            Some(Slot::Found(sha, placed)) if *sha == sha256 => Some(placed),
+            _ => None,
+        }
+    }
+}
 
 /// What distributor recorded when it placed a file: proves content without rehashing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,11 +127,6 @@ impl Fingerprint {
         self.size == md.len()
             && self.mtime_ns == md.mtime() * 1_000_000_000 + md.mtime_nsec()
             && self.ino == md.ino()
-    }
-
-    /// [`Fingerprint::matches`] for what a [`Tree`] lookup found.
-    pub fn matches_meta(&self, md: &Meta) -> bool {
-        self.size == md.size && self.mtime_ns == md.mtime_ns && self.ino == md.ino
     }
 }
 
@@ -164,7 +239,7 @@ pub fn probe(
                 d,
                 confirm.get(d).copied(),
                 fingerprints,
-                false,
+                &foldhash::HashSet::default(),
             )?
         };
         storage.entries.insert(d.to_string(), entry);
@@ -186,7 +261,7 @@ pub fn probe(
                 rel,
                 confirm.get(rel).copied(),
                 fingerprints,
-                dirs_wanted.contains(rel),
+                dirs_wanted,
             )
         },
     )?;
@@ -213,7 +288,7 @@ fn probe_one(
     rel: &str,
     confirm: Option<&str>,
     fingerprints: &Fingerprints,
-    list: bool,
+    list_if_in: &foldhash::HashSet<&str>,
 ) -> Result<Entry> {
     let md = match tree.lstat(rel) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Entry::Missing),
@@ -225,13 +300,12 @@ fn probe_one(
         FileType::Symlink => Entry::Symlink {
             target: tree.read_link(rel).ctx("read link", bundle.join(rel))?,
         },
-        FileType::Directory => list_dir(bundle, rel, list)?,
+        // Listed only where a planned path is: looked up for directories alone.
+        FileType::Directory => list_dir(bundle, rel, list_if_in.contains(rel))?,
         FileType::RegularFile => {
             let sha256 = match confirm {
-                Some(expected) => match fingerprints.get(rel) {
-                    Some(fp) if fp.sha256 == expected && fp.matches_meta(&md) => {
-                        Some(fp.sha256.clone())
-                    }
+                Some(expected) => match fingerprints.vouching(rel, expected) {
+                    Some(placed) if placed.matches_meta(&md) => Some(expected.to_string()),
                     _ => Some(hash_file(&bundle.join(rel))?.1),
                 },
                 None => None,

@@ -373,22 +373,16 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 
-    /// The latest placement fingerprint in `bundle_path` of each path in `wanted` that
-    /// distributor placed there. Placements are read newest first and the read stops once
-    /// every wanted path is found, so a destination whose files were replaced many times
-    /// costs what its latest placements cost, not its whole history.
-    pub fn fingerprints<'w>(
+    /// Fills `wanted` with the newest placement fingerprint of each of its paths at
+    /// `bundle_path`: the bundle path's placements are read newest first, through an
+    /// index, and only until every wanted path has had its newest placement offered.
+    pub fn fingerprints(
         &self,
         bundle_path: &str,
-        wanted: impl IntoIterator<Item = &'w str>,
-    ) -> Result<crate::backend::local::Fingerprints> {
-        let wanted: foldhash::HashSet<&str> = wanted.into_iter().collect();
-        let mut found = crate::backend::local::Fingerprints::with_capacity_and_hasher(
-            wanted.len(),
-            Default::default(),
-        );
-        if wanted.is_empty() {
-            return Ok(found);
+        wanted: &mut crate::backend::local::Fingerprints<'_>,
+    ) -> Result<()> {
+        if wanted.open() == 0 {
+            return Ok(());
         }
         let mut stmt = self
             .conn
@@ -396,23 +390,19 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))?;
         let mut rows = stmt.query([bundle_path]).map_err(|e| jerr(&self.path, e))?;
         let err = |e| jerr(&self.path, e);
-        while found.len() < wanted.len() {
+        while wanted.open() > 0 {
             let Some(r) = rows.next().map_err(err)? else {
                 break;
             };
-            let path = r.get_ref(0).and_then(|v| Ok(v.as_str()?)).map_err(err)?;
-            if !wanted.contains(path) || found.contains_key(path) {
-                continue;
-            }
-            let fp = Fingerprint {
+            let text = |i| r.get_ref(i).and_then(|v| Ok(v.as_str()?)).map_err(err);
+            let placed = crate::backend::local::Placed {
                 size: r.get::<_, i64>(1).map_err(err)? as u64,
                 mtime_ns: r.get(2).map_err(err)?,
                 ino: r.get::<_, i64>(3).map_err(err)? as u64,
-                sha256: r.get(4).map_err(err)?,
             };
-            found.insert(path.to_string(), fp);
+            wanted.offer(text(0)?, text(4)?, placed);
         }
-        Ok(found)
+        Ok(())
     }
 
     /// The stored plan JSON of an operation.
@@ -457,6 +447,7 @@ pub(crate) fn jerr(path: &Path, e: rusqlite::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::local::{Fingerprints, Placed};
 
     fn operation(op: &str, bundle: &str) -> OperationRecord {
         let s = |v: &str| v.to_string();
@@ -498,6 +489,15 @@ mod tests {
         j.commit(op, bundle, &placements).unwrap();
     }
 
+    fn placed(ino: u64) -> Placed {
+        let f = fp(ino);
+        Placed {
+            size: f.size,
+            mtime_ns: f.mtime_ns,
+            ino: f.ino,
+        }
+    }
+
     #[test]
     fn fingerprints_are_the_latest_placement_of_each_wanted_path() {
         let tmp = tempfile::tempdir().unwrap();
@@ -506,17 +506,44 @@ mod tests {
         place(&mut j, "o2", "/other", &[("a", 9), ("b", 9)]);
         place(&mut j, "o3", "/d", &[("a", 4)]);
         place(&mut j, "o4", "/d", &[("b", 5)]);
-        let got = j.fingerprints("/d", ["a", "b", "c", "never"]).unwrap();
-        assert_eq!(got.len(), 3);
-        assert_eq!(got["a"], fp(4));
-        assert_eq!(got["b"], fp(5));
+        let wanted = [
+            ("a", "sha-4"),
+            ("b", "sha-5"),
+            ("c", "sha-3"),
+            ("never", "sha-1"),
+        ];
+        let mut got = Fingerprints::wanting(wanted);
+        j.fingerprints("/d", &mut got).unwrap();
+        assert_eq!(got.vouching("a", "sha-4"), Some(&placed(4)));
+        assert_eq!(got.vouching("b", "sha-5"), Some(&placed(5)));
         // Placed long ago and not since: still found, behind newer placements.
-        assert_eq!(got["c"], fp(3));
+        assert_eq!(got.vouching("c", "sha-3"), Some(&placed(3)));
+        assert_eq!(got.vouching("never", "sha-1"), None);
+        assert_eq!(got.open(), 1, "only 'never' was not found");
+        // Only for the hash it was wanted for.
+        assert_eq!(got.vouching("a", "sha-1"), None);
         // Only what is asked for.
-        let got = j.fingerprints("/d", ["c"]).unwrap();
-        assert_eq!(got.keys().collect::<Vec<_>>(), ["c"]);
-        assert!(j.fingerprints("/d", []).unwrap().is_empty());
-        assert!(j.fingerprints("/nowhere", ["a"]).unwrap().is_empty());
+        let mut got = Fingerprints::wanting([("c", "sha-3")]);
+        j.fingerprints("/d", &mut got).unwrap();
+        assert_eq!(got.vouching("a", "sha-4"), None);
+        assert_eq!(got.vouching("c", "sha-3"), Some(&placed(3)));
+        let mut none = Fingerprints::wanting([("a", "sha-4")]);
+        j.fingerprints("/nowhere", &mut none).unwrap();
+        assert_eq!(none.vouching("a", "sha-4"), None);
+    }
+
+    #[test]
+    fn only_the_newest_placement_of_a_path_vouches() {
+        // `a` was placed with sha-1 (inode 1), then replaced with sha-4 (inode 4): a file
+        // matching the old fingerprint is not proof of sha-1 (inode 1 may be reused).
+        let tmp = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+        place(&mut j, "o1", "/d", &[("a", 1)]);
+        place(&mut j, "o2", "/d", &[("a", 4)]);
+        let mut got = Fingerprints::wanting([("a", "sha-1")]);
+        j.fingerprints("/d", &mut got).unwrap();
+        assert_eq!(got.vouching("a", "sha-1"), None);
+        assert_eq!(got.open(), 0, "decided by the newest placement");
     }
 
     #[test]
