@@ -57,48 +57,16 @@ pub fn publish_with_progress(
     opts: &PublishOptions,
     progress: Option<&dyn Progress>,
 ) -> Result<Outcome> {
-    // A source read without checking its files (`Source::read`) has them checked here, on
-    // other threads, while this one reads what the first destination holds (its state file
-    // and the placement fingerprints the journal has for it): neither depends on the
-    // other, and nothing is planned before the check passed (SPEC §3.1). Until then
-    // nothing is written either: the journal is only opened if it already exists. Later
-    // destinations are read when their turn comes, after the ones before them published.
-    let selected = config.select(&opts.destinations);
-    let (checked, early) = std::thread::scope(|s| {
-        let check = (!source.files_checked()).then(|| s.spawn(|| source.check_files()));
-        let early = match (&selected, opts.dry_run) {
-            (Ok(selected), false) => Some(read_early(
-                config,
-                selected.first().copied(),
-                source,
-                opts,
-                check.is_some(),
-            )),
-            _ => None,
-        };
-        let checked = match check {
-            Some(h) => h.join().expect("the source check does not panic"),
-            None => Ok(()),
-        };
-        (checked, early)
-    });
-    checked?;
-    let selected = selected?;
-    let (mut journal, mut first_read) = match early {
-        None => (None, None),
-        Some((journal, read)) => {
-            let journal = match journal? {
-                Some(j) => j,
-                None => Journal::open(&opts.journal)?,
-            };
-            (Some(journal), read)
-        }
+    let selected = config.select(&opts.destinations)?;
+    let mut journal = if opts.dry_run {
+        None
+    } else {
+        Some(Journal::open(&opts.journal)?)
     };
     let mut reports = Vec::new();
     let mut codes: Vec<u8> = Vec::new();
     let mut invalid_source: Option<String> = None;
     for dest in selected {
-        let read = first_read.take();
         if let Some(why) = &invalid_source {
             let mut r = failed_report(config, dest, source, why.clone());
             r.message = format!("not attempted: {why}");
@@ -106,7 +74,7 @@ pub fn publish_with_progress(
             continue;
         }
         let (report, code) =
-            match publish_one(config, dest, source, opts, journal.as_mut(), read, progress) {
+            match publish_one(config, dest, source, opts, journal.as_mut(), progress) {
                 Ok(x) => x,
                 Err(e) => {
                     if matches!(e.root(), Error::Source(_)) {
@@ -362,42 +330,20 @@ fn probe_for_plan(
 /// What is read of a destination before planning: its bundle path, the state file as it is
 /// now (when the bundle path can be read at all), and the journal's placement fingerprints
 /// of the files the source publishes again unchanged (they spare hashing them).
-struct EarlyRead<'m> {
+struct DestinationRead<'m> {
     bundle: PathBuf,
     memo: StateMemo,
     state: Option<Rc<StateFile>>,
     fingerprints: local::Fingerprints<'m>,
 }
 
-/// Opens the journal and reads `first` (see [`EarlyRead`]). With `maybe_invalid` (the
-/// source's files are being checked meanwhile), the journal is opened only if it exists:
-/// `Ok(None)` when it does not, and there are no fingerprints then.
-fn read_early<'m>(
-    config: &Config,
-    first: Option<&Destination>,
-    source: &'m Source,
-    opts: &PublishOptions,
-    maybe_invalid: bool,
-) -> (Result<Option<Journal>>, Option<Result<EarlyRead<'m>>>) {
-    let journal = if maybe_invalid {
-        Journal::open_existing(&opts.journal)
-    } else {
-        Journal::open(&opts.journal).map(Some)
-    };
-    let read = match (&journal, first) {
-        (Ok(j), Some(d)) => Some(read_destination(config, d, source, j.as_ref())),
-        _ => None,
-    };
-    (journal, read)
-}
-
-/// [`EarlyRead`] of one destination; no fingerprints without a journal.
+/// Reads one destination (see [`DestinationRead`]).
 fn read_destination<'m>(
     config: &Config,
     dest: &Destination,
     source: &'m Source,
-    journal: Option<&Journal>,
-) -> Result<EarlyRead<'m>> {
+    journal: &Journal,
+) -> Result<DestinationRead<'m>> {
     let bundle = bundle_path(config, dest, source)?;
     let mut memo = StateMemo::default();
     let state = match local::bundle_unsafe(&dest.path, &bundle) {
@@ -405,7 +351,7 @@ fn read_destination<'m>(
         Some(_) => None,
     };
     let mut fingerprints = local::Fingerprints::default();
-    if let (Some(state), Some(journal)) = (&state, journal) {
+    if let Some(state) = &state {
         fingerprints = local::Fingerprints::wanting(
             unchanged_outputs(state, source)
                 .into_iter()
@@ -413,7 +359,7 @@ fn read_destination<'m>(
         );
         journal.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
     }
-    Ok(EarlyRead {
+    Ok(DestinationRead {
         bundle,
         memo,
         state,
@@ -427,7 +373,6 @@ fn publish_one(
     source: &Source,
     opts: &PublishOptions,
     journal: Option<&mut Journal>,
-    read: Option<Result<EarlyRead<'_>>>,
     progress: Option<&dyn Progress>,
 ) -> Result<(DestinationReport, u8)> {
     let Some(journal) = journal else {
@@ -469,15 +414,12 @@ fn publish_one(
         let code = code_of(&plan);
         return Ok((DestinationReport::from_plan(plan, status, None), code));
     };
-    let EarlyRead {
+    let DestinationRead {
         bundle,
         mut memo,
         state,
         fingerprints,
-    } = match read {
-        Some(read) => read?,
-        None => read_destination(config, dest, source, Some(journal))?,
-    };
+    } = read_destination(config, dest, source, journal)?;
     let with_plan = |plan: &DestinationPlan, e: Error| Error::Planned {
         plan: Box::new(plan.clone()),
         source: Box::new(e),

@@ -98,9 +98,9 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
     }
     let config = Config::load(&a.config)?;
     let source = match (&a.source, &a.manifest, &config.source_path) {
-        (Some(dir), _, _) => Source::read(dir)?,
-        (None, Some(file), _) => Source::read_manifest(file)?,
-        (None, None, Some(dir)) => Source::read(dir)?,
+        (Some(dir), _, _) => Source::open(dir)?,
+        (None, Some(file), _) => Source::open_manifest(file)?,
+        (None, None, Some(dir)) => Source::open(dir)?,
         (None, None, None) => {
             return Err(Error::Usage(format!(
                 "no source: pass --source DIR or --manifest FILE, or set source.path in {}",
@@ -108,10 +108,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
             )));
         }
     };
-    // An invalid source is reported before anything else, as it always was (its files are
-    // otherwise checked by `publish`, while it reads the destination).
-    let journal = resolve_journal(a.journal.as_deref(), Some(&config))
-        .or_else(|e| source.check_files().and(Err(e)))?;
+    let journal = resolve_journal(a.journal.as_deref(), Some(&config))?;
     let opts = PublishOptions {
         destinations: a.destinations,
         dry_run: args.dry_run,

@@ -47,7 +47,6 @@ fn source(id: &str, at: &str, outputs: &[(&str, char)]) -> Source {
         created: crate::model::parse_time(at).unwrap(),
         digest: manifest.digest(),
         manifest,
-        files_checked: true,
     }
 }
 

@@ -161,9 +161,6 @@ pub struct Source {
     pub created: DateTime<FixedOffset>,
     /// Source digest.
     pub digest: String,
-    /// Whether every output was found to be a regular file of the listed size: always
-    /// after [`Source::open`]; after [`Source::read`], once [`Source::check_files`] passed.
-    pub(crate) files_checked: bool,
 }
 
 impl Source {
@@ -175,21 +172,13 @@ impl Source {
     /// Reads a manifest file and verifies it and the files' structure; the bundle
     /// directory is the file's directory.
     pub fn open_manifest(file: &Path) -> Result<Source> {
-        let mut source = Source::read_manifest(file)?;
+        let source = Source::read_manifest(file)?;
         source.check_files()?;
-        source.files_checked = true;
         Ok(source)
     }
 
-    /// Reads `<dir>/distributor-manifest.json` and verifies the manifest, leaving the
-    /// outputs' files to [`Source::check_files`]: `publish` checks them while it reads the
-    /// destinations' state, and plans nothing before they passed (SPEC §3.1).
-    pub fn read(dir: &Path) -> Result<Source> {
-        Source::read_manifest(&dir.join(MANIFEST_FILE))
-    }
-
-    /// [`Source::read`] of a manifest file; the bundle directory is the file's directory.
-    pub fn read_manifest(file: &Path) -> Result<Source> {
+    /// Reads a manifest file and verifies the manifest alone.
+    fn read_manifest(file: &Path) -> Result<Source> {
         let dir = file
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -208,13 +197,7 @@ impl Source {
             manifest,
             created,
             digest,
-            files_checked: false,
         })
-    }
-
-    /// Whether the outputs' files are known to be sound (see [`Source::check_files`]).
-    pub fn files_checked(&self) -> bool {
-        self.files_checked
     }
 
     /// Checks that every output exists in the bundle as a regular file (not a symlink) of
