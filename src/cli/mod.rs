@@ -46,6 +46,18 @@ pub struct CommandOutput {
     pub code: u8,
 }
 
+/// A JSON report of many files is megabytes long; through a pipe of the default 64 KiB the
+/// reader has to be woken for every 64 KiB. When stdout is a pipe and the output is larger,
+/// the pipe is made to hold it (up to 1 MiB, what an unprivileged process may ask for).
+/// Nothing happens when stdout is not a pipe or the kernel refuses.
+fn widen_pipe(stdout: &impl std::os::fd::AsFd, len: usize) {
+    const DEFAULT: usize = 64 << 10;
+    const MOST: usize = 1 << 20;
+    if len > DEFAULT {
+        let _ = rustix::pipe::fcntl_setpipe_size(stdout, len.min(MOST));
+    }
+}
+
 /// Parses arguments, runs the command and returns the exit code (SPEC §10).
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -70,6 +82,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(out) => {
             let mut stdout = std::io::stdout().lock();
+            widen_pipe(&stdout, out.stdout.len());
             // A closed pipe is not an error worth reporting.
             let _ = stdout.write_all(out.stdout.as_bytes());
             let _ = stdout.flush();
@@ -132,4 +145,24 @@ pub fn cli_actor() -> String {
         })
         .collect();
     format!("cli:{user}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::widen_pipe;
+
+    #[test]
+    fn a_pipe_is_widened_for_large_output_only() {
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let before = rustix::pipe::fcntl_getpipe_size(&w).unwrap();
+        widen_pipe(&w, 1000);
+        assert_eq!(rustix::pipe::fcntl_getpipe_size(&w).unwrap(), before);
+        widen_pipe(&w, 300 << 10);
+        assert!(rustix::pipe::fcntl_getpipe_size(&w).unwrap() >= 300 << 10);
+        widen_pipe(&w, 64 << 20);
+        assert!(rustix::pipe::fcntl_getpipe_size(&r).unwrap() <= 1 << 20);
+        // Not a pipe: nothing happens, nothing fails.
+        let f = tempfile::tempfile().unwrap();
+        widen_pipe(&f, 300 << 10);
+    }
 }
