@@ -218,13 +218,26 @@ fn plan_with(
     } else {
         memo.read(&bundle)?
     };
-    let storage = probe_for_plan(dest, &bundle, source, &state, fingerprints)?;
+    plan_state(config, dest, source, force, fingerprints, &bundle, &state)
+}
+
+/// Probes storage and plans from a state already read.
+fn plan_state(
+    config: &Config,
+    dest: &Destination,
+    source: &Source,
+    force: bool,
+    fingerprints: &local::Fingerprints,
+    bundle: &Path,
+    state: &StateFile,
+) -> Result<DestinationPlan> {
+    let storage = probe_for_plan(dest, bundle, source, state, fingerprints)?;
     Ok(plan_destination(&PlanInput {
         pipeline_id: &config.pipeline_id,
         destination: dest,
-        bundle_path: &bundle,
+        bundle_path: bundle,
         source,
-        state: &state,
+        state,
         storage: &storage,
         force,
     }))
@@ -434,16 +447,19 @@ fn publish_one(
     let rules_out_unchanged = state
         .as_ref()
         .is_some_and(|s| !could_be_unchanged(s, &me, source));
+    // The lock-free look plans from the state just read (under the lock it is read again).
     let preview = if locked_before && rules_out_unchanged {
         None
     } else {
-        Some(plan_with(
+        let read = state.as_deref().unwrap_or(&StateFile::Absent);
+        Some(plan_state(
             config,
             dest,
             source,
             opts.force,
             &fingerprints,
-            &mut memo,
+            &bundle,
+            read,
         )?)
     };
     if let Some(p) = &preview {
