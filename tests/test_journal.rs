@@ -41,7 +41,7 @@ fn update_and_delete_are_refused_by_triggers() {
         "journal_operations",
         "journal_actions",
         "journal_events",
-        "journal_placements",
+        "journal_placement_sets",
     ] {
         let n: i64 = c
             .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
@@ -80,7 +80,7 @@ fn insert_or_replace_cannot_rewrite_a_row() {
         "INSERT OR REPLACE INTO journal_operations SELECT operation_id, started_at, command, 'cli:mallory', pipeline_id, destination_id, bundle_path, state_mode, decision, takeover_mode, previous_owner, previous_source_id, previous_source_created_at, previous_source_digest, source_id, source_created_at, source_digest, pre_state_sha256, post_state_sha256, takeovers_json, plan_json FROM journal_operations",
         "INSERT OR REPLACE INTO journal_events (id, operation_id, at, event, detail) SELECT id, operation_id, at, 'rolled_back', NULL FROM journal_events",
         "INSERT OR REPLACE INTO journal_actions SELECT * FROM journal_actions",
-        "INSERT OR REPLACE INTO journal_placements SELECT * FROM journal_placements",
+        "INSERT OR REPLACE INTO journal_placement_sets SELECT * FROM journal_placement_sets",
     ] {
         let e = c.execute(sql, []).unwrap_err();
         assert!(e.to_string().contains("append-only"), "{sql}: {e}");

@@ -22,6 +22,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0004_no_replace",
         include_str!("../../migrations/0004_no_replace.sql"),
     ),
+    (
+        "0005_placement_sets",
+        include_str!("../../migrations/0005_placement_sets.sql"),
+    ),
 ];
 
 /// Schema version this build writes.

@@ -292,7 +292,9 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 
-    /// Appends the commit event and the placement fingerprints in one transaction.
+    /// Appends the commit event and the placement fingerprints in one transaction: the
+    /// fingerprints as one row of `journal_placement_sets` (schema 5), a JSON array of
+    /// `[path, size, mtime_ns, ino, sha256]`.
     pub fn commit(
         &mut self,
         operation_id: &str,
@@ -301,25 +303,28 @@ impl Journal {
     ) -> Result<()> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| jerr(&path, e))?;
-        {
-            let mut stmt = tx
-                .prepare(
-                    "INSERT INTO journal_placements (operation_id, bundle_path, path, size, mtime_ns, ino, sha256)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                )
-                .map_err(|e| jerr(&path, e))?;
-            for (p, fp) in placements {
-                stmt.execute(params![
-                    operation_id,
-                    bundle_path,
-                    p,
-                    fp.size as i64,
-                    fp.mtime_ns,
-                    fp.ino as i64,
-                    fp.sha256
-                ])
-                .map_err(|e| jerr(&path, e))?;
-            }
+        if !placements.is_empty() {
+            let set: Vec<SetEntry<'_>> = placements
+                .iter()
+                .map(|(p, fp)| {
+                    SetEntry(
+                        p.into(),
+                        fp.size,
+                        fp.mtime_ns,
+                        fp.ino,
+                        fp.sha256.as_str().into(),
+                    )
+                })
+                .collect();
+            let json = serde_json::to_string(&set).map_err(|e| Error::Journal {
+                path: path.clone(),
+                message: format!("cannot record the placements of {operation_id}: {e}"),
+            })?;
+            tx.execute(
+                "INSERT INTO journal_placement_sets (operation_id, bundle_path, placements) VALUES (?1, ?2, ?3)",
+                params![operation_id, bundle_path, json],
+            )
+            .map_err(|e| jerr(&path, e))?;
         }
         tx.execute(
             "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, NULL)",
@@ -374,8 +379,10 @@ impl Journal {
     }
 
     /// Fills `wanted` with the newest placement fingerprint of each of its paths at
-    /// `bundle_path`: the bundle path's placements are read newest first, through an
-    /// index, and only until every wanted path has had its newest placement offered.
+    /// `bundle_path`: the bundle path's placement sets are read newest first, then (for a
+    /// journal older than schema 5) its per-file placement rows, newest first, each
+    /// through an index, and only until every wanted path has had its newest placement
+    /// offered. Every set is newer than every per-file row: schema 5 writes sets only.
     pub fn fingerprints(
         &self,
         bundle_path: &str,
@@ -384,12 +391,36 @@ impl Journal {
         if wanted.open() == 0 {
             return Ok(());
         }
-        let mut stmt = self
-            .conn
-            .prepare(LATEST_PLACEMENTS)
-            .map_err(|e| jerr(&self.path, e))?;
-        let mut rows = stmt.query([bundle_path]).map_err(|e| jerr(&self.path, e))?;
         let err = |e| jerr(&self.path, e);
+        let mut stmt = self.conn.prepare(LATEST_PLACEMENT_SETS).map_err(err)?;
+        let mut sets = stmt.query([bundle_path]).map_err(err)?;
+        while wanted.open() > 0 {
+            let Some(r) = sets.next().map_err(err)? else {
+                break;
+            };
+            let text = r.get_ref(1).and_then(|v| Ok(v.as_str()?)).map_err(err)?;
+            let set: Vec<SetEntry<'_>> =
+                serde_json::from_str(text).map_err(|e| Error::Journal {
+                    path: self.path.clone(),
+                    message: format!(
+                        "journal_placement_sets row {} is not a JSON array of [path, size, mtime_ns, ino, sha256]: {e}",
+                        r.get::<_, i64>(0).unwrap_or_default()
+                    ),
+                })?;
+            for SetEntry(path, size, mtime_ns, ino, sha256) in &set {
+                let placed = crate::backend::local::Placed {
+                    size: *size,
+                    mtime_ns: *mtime_ns,
+                    ino: *ino,
+                };
+                wanted.offer(path, sha256, placed);
+            }
+        }
+        if wanted.open() == 0 {
+            return Ok(());
+        }
+        let mut stmt = self.conn.prepare(LATEST_PLACEMENTS).map_err(err)?;
+        let mut rows = stmt.query([bundle_path]).map_err(err)?;
         while wanted.open() > 0 {
             let Some(r) = rows.next().map_err(err)? else {
                 break;
@@ -418,7 +449,23 @@ impl Journal {
     }
 }
 
-/// A bundle path's placements, newest first (through `journal_placements_latest`).
+/// One file of a placement set: path, size, mtime_ns, inode, sha256. Paths and hashes
+/// are borrowed from the stored text unless JSON escapes had to be undone.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SetEntry<'a>(
+    #[serde(borrow)] std::borrow::Cow<'a, str>,
+    u64,
+    i64,
+    u64,
+    #[serde(borrow)] std::borrow::Cow<'a, str>,
+);
+
+/// A bundle path's placement sets, newest first (through `journal_placement_sets_latest`).
+const LATEST_PLACEMENT_SETS: &str = "SELECT id, placements FROM journal_placement_sets
+     WHERE bundle_path = ?1 ORDER BY id DESC";
+
+/// A bundle path's per-file placements (schemas 1-4), newest first (through
+/// `journal_placements_latest`).
 const LATEST_PLACEMENTS: &str = "SELECT path, size, mtime_ns, ino, sha256 FROM journal_placements
      WHERE bundle_path = ?1 ORDER BY id DESC";
 
@@ -546,22 +593,146 @@ mod tests {
         assert_eq!(got.open(), 0, "decided by the newest placement");
     }
 
+    /// Writes a per-file placement row as schemas 1-4 did.
+    fn legacy_row(j: &mut Journal, op: &str, bundle: &str, path: &str, ino: u64) {
+        j.begin_operation(&operation(op, bundle), &[]).ok();
+        let f = fp(ino);
+        j.connection()
+            .execute(
+                "INSERT INTO journal_placements (operation_id, bundle_path, path, size, mtime_ns, ino, sha256)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![op, bundle, path, f.size as i64, f.mtime_ns, f.ino as i64, f.sha256],
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn a_commit_records_its_placements_as_one_set() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+        place(&mut j, "o1", "/d", &[("a", 1), ("dir/b", 2)]);
+        let c = j.connection();
+        let count = |sql: &str| c.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+        assert_eq!(count("SELECT count(*) FROM journal_placement_sets"), 1);
+        assert_eq!(count("SELECT count(*) FROM journal_placements"), 0);
+        // The `placements` view shows one row per file, as journal_placements did.
+        type Row = (String, String, String, i64, i64, i64, String);
+        let rows: Vec<Row> = c
+            .prepare("SELECT operation_id, bundle_path, path, size, mtime_ns, ino, sha256 FROM placements ORDER BY path")
+            .unwrap()
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let s = |v: &str| v.to_string();
+        assert_eq!(
+            rows,
+            vec![
+                (s("o1"), s("/d"), s("a"), 1, 1, 1, s("sha-1")),
+                (s("o1"), s("/d"), s("dir/b"), 1, 2, 2, s("sha-2")),
+            ]
+        );
+        // A commit that placed nothing (deletions only) writes no set.
+        place(&mut j, "o2", "/d", &[]);
+        let n: i64 = j
+            .connection()
+            .query_row("SELECT count(*) FROM journal_placement_sets", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn paths_that_json_escapes_come_back_intact() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+        let odd = "quote\"d/sn\u{f8}w \u{2603}.txt";
+        place(&mut j, "o1", "/d", &[(odd, 7)]);
+        let mut got = Fingerprints::wanting([(odd, "sha-7")]);
+        j.fingerprints("/d", &mut got).unwrap();
+        assert_eq!(got.vouching(odd, "sha-7"), Some(&placed(7)));
+    }
+
+    /// A journal from before schema 5 holds per-file rows: they are still read, after
+    /// every set (sets are newer), so the newest placement of a path still decides.
+    #[test]
+    fn placements_of_older_schemas_are_read_after_the_sets() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+        legacy_row(&mut j, "o1", "/d", "a", 1);
+        legacy_row(&mut j, "o1", "/d", "b", 2);
+        legacy_row(&mut j, "o1", "/other", "c", 3);
+        place(&mut j, "o2", "/d", &[("a", 4)]);
+        let mut got = Fingerprints::wanting([("a", "sha-4"), ("b", "sha-2"), ("c", "sha-3")]);
+        j.fingerprints("/d", &mut got).unwrap();
+        assert_eq!(got.vouching("a", "sha-4"), Some(&placed(4)));
+        assert_eq!(got.vouching("b", "sha-2"), Some(&placed(2)));
+        assert_eq!(got.vouching("c", "sha-3"), None, "another bundle path's");
+        // The old placement of `a` (sha-1) is behind the newer set: it vouches for nothing.
+        let mut old = Fingerprints::wanting([("a", "sha-1")]);
+        j.fingerprints("/d", &mut old).unwrap();
+        assert_eq!(old.vouching("a", "sha-1"), None);
+        let n: i64 = j
+            .connection()
+            .query_row(
+                "SELECT count(*) FROM placements WHERE bundle_path = '/d'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 3, "the view shows rows and set entries alike");
+        // The old rows stay as they are.
+        for sql in [
+            "UPDATE journal_placements SET ino = 0",
+            "DELETE FROM journal_placements",
+            "INSERT OR REPLACE INTO journal_placements SELECT * FROM journal_placements",
+        ] {
+            let e = j.connection().execute(sql, []).unwrap_err();
+            assert!(e.to_string().contains("append-only"), "{sql}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_garbled_placement_set_is_a_journal_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+        j.begin_operation(&operation("o1", "/d"), &[]).unwrap();
+        j.connection()
+            .execute(
+                "INSERT INTO journal_placement_sets (operation_id, bundle_path, placements) VALUES ('o1', '/d', '[[\"a\", 1]]')",
+                [],
+            )
+            .unwrap();
+        let mut got = Fingerprints::wanting([("a", "sha-1")]);
+        let e = j.fingerprints("/d", &mut got).unwrap_err().to_string();
+        assert!(e.contains("journal_placement_sets row 1"), "{e}");
+        assert!(e.contains("[path, size, mtime_ns, ino, sha256]"), "{e}");
+    }
+
     #[test]
     fn fingerprints_read_newest_first_through_an_index_without_sorting() {
         // Reading stops once every wanted path is found only if rows come newest first
         // straight from an index: a sort would read the whole history first.
         let tmp = tempfile::tempdir().unwrap();
         let j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
-        let plan: Vec<String> = j
-            .connection()
-            .prepare(&format!("EXPLAIN QUERY PLAN {LATEST_PLACEMENTS}"))
-            .unwrap()
-            .query_map(["/d"], |r| r.get::<_, String>(3))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        let plan = plan.join("; ");
-        assert!(plan.contains("journal_placements_latest"), "{plan}");
-        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+        for (query, index) in [
+            (LATEST_PLACEMENT_SETS, "journal_placement_sets_latest"),
+            (LATEST_PLACEMENTS, "journal_placements_latest"),
+        ] {
+            let plan: Vec<String> = j
+                .connection()
+                .prepare(&format!("EXPLAIN QUERY PLAN {query}"))
+                .unwrap()
+                .query_map(["/d"], |r| r.get::<_, String>(3))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            let plan = plan.join("; ");
+            assert!(plan.contains(index), "{plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+        }
     }
 }
