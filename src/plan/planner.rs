@@ -43,12 +43,40 @@ enum Recorded<'s> {
     Link(&'s RecordedLink),
 }
 
-impl Recorded<'_> {
-    fn owner(&self) -> &Owner {
+impl<'s> Recorded<'s> {
+    fn owner(&self) -> &'s Owner {
         match self {
             Recorded::Output(o) => &o.owner,
             Recorded::Link(l) => &l.owner,
         }
+    }
+}
+
+/// A recorded path, and whether the manifest lists it again.
+struct Rec<'s> {
+    what: Recorded<'s>,
+    claimed: bool,
+}
+
+/// Recorded paths by path.
+type Records<'s> = HashMap<&'s str, Rec<'s>>;
+
+/// The recorded paths this plan moves aside: those the manifest lists again (replaced by
+/// new content, or left in place when unchanged) and, unless a merge retains them, those of
+/// the replaced owner it omits (deleted). Asked of the records, not kept as a set of its
+/// own: most plans never ask.
+struct Moved<'r, 's> {
+    records: &'r Records<'s>,
+    /// Omitted paths of `old_owner` are deleted (not retained).
+    deletes: bool,
+    old_owner: Option<&'s Owner>,
+}
+
+impl Moved<'_, '_> {
+    fn contains(&self, path: &str) -> bool {
+        self.records
+            .get(path)
+            .is_some_and(|r| r.claimed || (self.deletes && Some(r.what.owner()) == self.old_owner))
     }
 }
 
@@ -157,15 +185,19 @@ impl<'a, 's> Planner<'a, 's> {
     fn run(mut self) -> DestinationPlan {
         let d = self.input.destination;
         let manifest = &self.input.source.manifest;
-        let mut recorded: HashMap<&str, Recorded<'s>> = HashMap::with_capacity_and_hasher(
+        let mut recorded: Records<'s> = HashMap::with_capacity_and_hasher(
             self.state.outputs.len() + self.state.links.len(),
             Default::default(),
         );
+        let rec = |what| Rec {
+            what,
+            claimed: false,
+        };
         for o in &self.state.outputs {
-            recorded.insert(&o.path, Recorded::Output(o));
+            recorded.insert(&o.path, rec(Recorded::Output(o)));
         }
         for l in &self.state.links {
-            recorded.insert(&l.path, Recorded::Link(l));
+            recorded.insert(&l.path, rec(Recorded::Link(l)));
         }
         // The record whose content this publication replaces: the single owner (whoever it
         // is), or the current owner's own record in a shared root.
@@ -192,11 +224,11 @@ impl<'a, 's> Planner<'a, 's> {
             .map(|o| o.path.as_str())
             .chain(manifest.links.iter().map(|l| l.path.as_str()))
             .collect();
-        let new_set: HashSet<&str> = new_paths.iter().copied().collect();
         let mut colliding_checked: HashSet<Owner> = HashSet::default();
         for p in &new_paths {
-            if let Some(rec) = recorded.get(p) {
-                let owner = rec.owner();
+            if let Some(rec) = recorded.get_mut(*p) {
+                rec.claimed = true;
+                let owner = rec.what.owner();
                 if Some(owner) == replaced.map(|r| &r.owner) {
                     continue;
                 }
@@ -230,39 +262,28 @@ impl<'a, 's> Planner<'a, 's> {
         }
 
         // Old outputs of the replaced owner and whether omitted ones are retained.
-        let old_owner = replaced.map(|r| r.owner.clone());
+        let old_owner: Option<&'s Owner> = replaced.map(|r| &r.owner);
         let retain = d.reconciliation == ReconciliationMode::Merge
             && matches!(basis, Basis::Same | Basis::Older | Basis::Changed)
             && replaced.is_some_and(|r| r.source.id == self.src.id && r.owner == self.me);
-        let mut delete_set: HashSet<&str> = HashSet::default();
-        let owned_by_old = |path: &str| -> bool {
+        // The replaced owner's recorded paths the manifest does not list again: deleted,
+        // or retained by a merge.
+        let omitted = |path: &str| {
             recorded
                 .get(path)
-                .is_some_and(|r| Some(r.owner()) == old_owner.as_ref())
+                .is_some_and(|r| !r.claimed && Some(r.what.owner()) == old_owner)
         };
-        if !retain {
-            for o in &self.state.outputs {
-                if owned_by_old(&o.path) && !new_set.contains(o.path.as_str()) {
-                    delete_set.insert(&o.path);
-                }
-            }
-            for l in &self.state.links {
-                if owned_by_old(&l.path) && !new_set.contains(l.path.as_str()) {
-                    delete_set.insert(&l.path);
-                }
-            }
-        }
-        // Recorded paths that are replaced by new content are moved aside too.
-        let mut moved: HashSet<&str> =
-            HashSet::with_capacity_and_hasher(recorded.len(), Default::default());
-        moved.extend(
-            delete_set.iter().copied().chain(
-                new_paths
-                    .iter()
-                    .copied()
-                    .filter(|p| recorded.contains_key(p)),
-            ),
-        );
+        let omitted_outputs: Vec<&'s RecordedOutput> = (self.state.outputs.iter())
+            .filter(|o| omitted(&o.path))
+            .collect();
+        let omitted_links: Vec<&'s RecordedLink> = (self.state.links.iter())
+            .filter(|l| omitted(&l.path))
+            .collect();
+        let moved = Moved {
+            records: &recorded,
+            deletes: !retain,
+            old_owner,
+        };
 
         // Files.
         let storage = self.input.storage;
@@ -271,11 +292,11 @@ impl<'a, 's> Planner<'a, 's> {
         let mut retained = Retained::default();
         self.plan
             .files
-            .reserve(manifest.outputs.len() + delete_set.len());
+            .reserve(manifest.outputs.len() + omitted_outputs.len());
         self.plan.links.reserve(manifest.links.len());
         for o in &manifest.outputs {
             let entry = storage.get(&o.path);
-            let rec = recorded.get(o.path.as_str());
+            let rec = recorded.get(o.path.as_str()).map(|r| &r.what);
             let same = matches!(rec, Some(Recorded::Output(r)) if r.sha256 == o.sha256 && r.size == o.size)
                 && matches!(entry, Entry::File { size, sha256: Some(h) } if *size == o.size && *h == o.sha256);
             let op = self.planned_op(&o.path, entry, rec.is_some(), same, &moved);
@@ -290,7 +311,7 @@ impl<'a, 's> Planner<'a, 's> {
         for l in &manifest.links {
             let entry = storage.get(&l.path);
             let text = relative_link_target(&l.path, &l.target);
-            let rec = recorded.get(l.path.as_str());
+            let rec = recorded.get(l.path.as_str()).map(|r| &r.what);
             let same = matches!(rec, Some(Recorded::Link(r)) if r.target == l.target)
                 && matches!(entry, Entry::Symlink { target } if *target == text);
             let op = self.planned_op(&l.path, entry, rec.is_some(), same, &moved);
@@ -302,54 +323,59 @@ impl<'a, 's> Planner<'a, 's> {
             });
         }
         // Old paths the manifest omits: delete or retain.
-        for o in &self.state.outputs {
-            if owned_by_old(&o.path) && !new_set.contains(o.path.as_str()) {
-                let op = if retain {
-                    FileOp::Retain
-                } else {
-                    self.check_deletable(&o.path);
-                    FileOp::Delete
-                };
-                self.check_ancestors(&o.path, &moved, &recorded);
-                self.plan.files.push(FileAction {
-                    path: o.path.clone(),
-                    op,
-                    size: o.size,
-                    sha256: o.sha256.clone(),
-                });
-                if retain {
-                    retained.outputs.push(o);
-                }
+        for &o in &omitted_outputs {
+            let op = if retain {
+                FileOp::Retain
+            } else {
+                self.check_deletable(&o.path);
+                FileOp::Delete
+            };
+            self.check_ancestors(&o.path, &moved, &recorded);
+            self.plan.files.push(FileAction {
+                path: o.path.clone(),
+                op,
+                size: o.size,
+                sha256: o.sha256.clone(),
+            });
+            if retain {
+                retained.outputs.push(o);
             }
         }
-        for l in &self.state.links {
-            if owned_by_old(&l.path) && !new_set.contains(l.path.as_str()) {
-                let op = if retain {
-                    FileOp::Retain
-                } else {
-                    self.check_deletable(&l.path);
-                    FileOp::Delete
-                };
-                self.check_ancestors(&l.path, &moved, &recorded);
-                self.plan.links.push(LinkAction {
-                    path: l.path.clone(),
-                    target: l.target.clone(),
-                    op,
-                });
-                if retain {
-                    retained.links.push(l);
-                }
+        for &l in &omitted_links {
+            let op = if retain {
+                FileOp::Retain
+            } else {
+                self.check_deletable(&l.path);
+                FileOp::Delete
+            };
+            self.check_ancestors(&l.path, &moved, &recorded);
+            self.plan.links.push(LinkAction {
+                path: l.path.clone(),
+                target: l.target.clone(),
+                op,
+            });
+            if retain {
+                retained.links.push(l);
             }
         }
-        self.plan.files.sort_by(|a, b| a.path.cmp(&b.path));
-        self.plan.links.sort_by(|a, b| a.path.cmp(&b.path));
+        // Manifests and state files are mostly sorted by path already: then the plan is.
+        if !self.plan.files.is_sorted_by(|a, b| a.path <= b.path) {
+            self.plan.files.sort_by(|a, b| a.path.cmp(&b.path));
+        }
+        if !self.plan.links.is_sorted_by(|a, b| a.path <= b.path) {
+            self.plan.links.sort_by(|a, b| a.path.cmp(&b.path));
+        }
 
         // Takeover entries: the replaced record when its identity differs, then other owners.
         if let Some(r) = replaced.filter(|_| basis == Basis::Takeover) {
             {
                 let paths: Vec<String> = new_paths
                     .iter()
-                    .filter(|p| recorded.get(*p).is_some_and(|rec| rec.owner() == &r.owner))
+                    .filter(|p| {
+                        recorded
+                            .get(*p)
+                            .is_some_and(|rec| rec.what.owner() == &r.owner)
+                    })
                     .map(|p| p.to_string())
                     .collect();
                 self.plan.takeovers.push(TakeoverEntry {
@@ -545,7 +571,7 @@ impl<'a, 's> Planner<'a, 's> {
         entry: &Entry,
         recorded: bool,
         same: bool,
-        moved: &HashSet<&str>,
+        moved: &Moved<'_, '_>,
     ) -> FileOp {
         if !recorded {
             return self.unrecorded(path, entry, moved);
@@ -563,7 +589,7 @@ impl<'a, 's> Planner<'a, 's> {
     }
 
     /// A planned path that no valid state records.
-    fn unrecorded(&mut self, path: &str, entry: &Entry, moved: &HashSet<&str>) -> FileOp {
+    fn unrecorded(&mut self, path: &str, entry: &Entry, moved: &Moved<'_, '_>) -> FileOp {
         match entry {
             Entry::Missing => FileOp::Create,
             Entry::File { .. } | Entry::Symlink { .. } => {
@@ -598,7 +624,7 @@ impl<'a, 's> Planner<'a, 's> {
         path: &str,
         contents: &[String],
         dirs: &[String],
-        moved: &HashSet<&str>,
+        moved: &Moved<'_, '_>,
     ) -> FileOp {
         let all_moved = contents.iter().all(|c| moved.contains(c.as_str()));
         let leading: HashSet<&str> = contents
@@ -652,12 +678,7 @@ impl<'a, 's> Planner<'a, 's> {
 
     /// Every ancestor of a touched path must be a directory, or a path this plan moves
     /// aside; a symlink or special file on the way is unsafe.
-    fn check_ancestors(
-        &mut self,
-        path: &str,
-        moved: &HashSet<&str>,
-        recorded: &HashMap<&str, Recorded<'s>>,
-    ) {
+    fn check_ancestors(&mut self, path: &str, moved: &Moved<'_, '_>, recorded: &Records<'s>) {
         for (i, b) in path.bytes().enumerate() {
             if b != b'/' {
                 continue;
@@ -678,7 +699,7 @@ impl<'a, 's> Planner<'a, 's> {
                 Entry::File { .. } => {
                     let whose = recorded
                         .get(anc)
-                        .map(|r| format!(" (recorded for {})", r.owner()))
+                        .map(|r| format!(" (recorded for {})", r.what.owner()))
                         .unwrap_or_default();
                     self.conflict(
                         ConflictKind::UnsafeStorage,
@@ -702,7 +723,7 @@ impl<'a, 's> Planner<'a, 's> {
     fn conflict_or_force(
         mut self,
         retained: &Retained<'_>,
-        moved: &HashSet<&str>,
+        moved: &Moved<'_, '_>,
         newer: &[String],
     ) -> DestinationPlan {
         let d = self.input.destination;
@@ -803,7 +824,7 @@ impl<'a, 's> Planner<'a, 's> {
     }
 
     /// The state after this publication.
-    fn new_state(&self, retained: &Retained<'_>, moved: &HashSet<&str>) -> State {
+    fn new_state(&self, retained: &Retained<'_>, moved: &Moved<'_, '_>) -> State {
         let d = self.input.destination;
         let manifest = &self.input.source.manifest;
         let outputs: Vec<RecordedOutput> = manifest
