@@ -254,18 +254,16 @@ fn could_be_unchanged(state: &StateFile, me: &Owner, source: &Source) -> bool {
     }
 }
 
-/// The recorded outputs the source publishes again with the same size and sha256 (the
-/// files whose content the probe proves, by placement fingerprint or by hashing), each
-/// with its manifest entry.
-fn unchanged_outputs<'s, 'm>(
-    state: &'s StateFile,
-    source: &'m Source,
-) -> Vec<(&'s RecordedOutput, &'m crate::source::OutputEntry)> {
+/// For each output of the manifest, whether the state records it with the same size and
+/// sha256: the files whose content the probe proves (by placement fingerprint or by
+/// hashing), and the only ones placement fingerprints are read for.
+fn recorded_same(state: &StateFile, source: &Source) -> Vec<bool> {
     let recorded = match state {
         StateFile::Valid(s) => s.outputs.as_slice(),
         StateFile::Absent | StateFile::Invalid(_) => &[],
     };
     let new = source.manifest.outputs.as_slice();
+    let mut out = vec![false; new.len()];
     let same = |r: &RecordedOutput, o: &crate::source::OutputEntry| {
         r.sha256 == o.sha256 && r.size == o.size
     };
@@ -274,15 +272,13 @@ fn unchanged_outputs<'s, 'm>(
     if recorded.iter().map(|r| r.path.as_str()).is_sorted()
         && new.iter().map(|o| o.path.as_str()).is_sorted()
     {
-        let (mut i, mut j, mut out) = (0, 0, Vec::with_capacity(recorded.len().min(new.len())));
+        let (mut i, mut j) = (0, 0);
         while i < recorded.len() && j < new.len() {
             match recorded[i].path.cmp(&new[j].path) {
                 std::cmp::Ordering::Less => i += 1,
                 std::cmp::Ordering::Greater => j += 1,
                 std::cmp::Ordering::Equal => {
-                    if same(&recorded[i], &new[j]) {
-                        out.push((&recorded[i], &new[j]));
-                    }
+                    out[j] = same(&recorded[i], &new[j]);
                     i += 1;
                     j += 1;
                 }
@@ -290,54 +286,47 @@ fn unchanged_outputs<'s, 'm>(
         }
         return out;
     }
-    let by_path: foldhash::HashMap<&str, &crate::source::OutputEntry> =
-        new.iter().map(|o| (o.path.as_str(), o)).collect();
-    recorded
-        .iter()
-        .filter_map(|r| {
-            let o = by_path.get(r.path.as_str())?;
-            same(r, o).then_some((r, *o))
-        })
-        .collect()
+    let by_path: foldhash::HashMap<&str, usize> = (new.iter().enumerate())
+        .map(|(j, o)| (o.path.as_str(), j))
+        .collect();
+    for r in recorded {
+        if let Some(&j) = by_path.get(r.path.as_str()) {
+            out[j] = same(r, &new[j]);
+        }
+    }
+    out
 }
 
-fn probe_for_plan(
+fn probe_for_plan<'a>(
     dest: &Destination,
     bundle: &Path,
-    source: &Source,
-    state: &StateFile,
+    source: &'a Source,
+    state: &'a StateFile,
     fingerprints: &local::Fingerprints,
-) -> Result<Storage> {
+) -> Result<Storage<'a>> {
     let m = &source.manifest;
     // Each path once: the manifest's and the state's paths are distinct within each (both
     // are validated), and a recorded path the manifest lists again is not added twice.
-    let mut paths: Vec<&str> = m
-        .outputs
-        .iter()
-        .map(|o| o.path.as_str())
-        .chain(m.links.iter().map(|l| l.path.as_str()))
+    // Outputs recorded with the same content are to be proven to hold it.
+    let mut paths: Vec<(&str, Option<&str>)> = (m.outputs.iter())
+        .zip(recorded_same(state, source))
+        .map(|(o, same)| (o.path.as_str(), same.then_some(o.sha256.as_str())))
+        .chain(m.links.iter().map(|l| (l.path.as_str(), None)))
         .collect();
-    let dirs_wanted: foldhash::HashSet<&str> = paths.iter().copied().collect();
-    let confirm: foldhash::HashMap<&str, &str> = unchanged_outputs(state, source)
-        .into_iter()
-        .map(|(o, _)| (o.path.as_str(), o.sha256.as_str()))
-        .collect();
+    let dirs_wanted: foldhash::HashSet<&str> = paths.iter().map(|(p, _)| *p).collect();
     if let StateFile::Valid(s) = state {
         let recorded = (s.outputs.iter().map(|o| o.path.as_str()))
             .chain(s.links.iter().map(|l| l.path.as_str()));
-        paths.extend(recorded.filter(|p| !dirs_wanted.contains(p)));
+        paths.extend(
+            recorded
+                .filter(|p| !dirs_wanted.contains(p))
+                .map(|p| (p, None)),
+        );
     }
     // What stands at the state file's own path (a reserved name, in neither list): a
     // writing plan replaces it.
-    paths.push(crate::state::STATE_FILE);
-    local::probe(
-        &dest.path,
-        bundle,
-        &paths,
-        &confirm,
-        fingerprints,
-        &dirs_wanted,
-    )
+    paths.push((crate::state::STATE_FILE, None));
+    local::probe(&dest.path, bundle, &paths, fingerprints, &dirs_wanted)
 }
 
 /// What is read of a destination before planning: its bundle path, the state file as it is
@@ -366,9 +355,10 @@ fn read_destination<'m>(
     let mut fingerprints = local::Fingerprints::default();
     if let Some(state) = &state {
         fingerprints = local::Fingerprints::wanting(
-            unchanged_outputs(state, source)
-                .into_iter()
-                .map(|(_, o)| (o.path.as_str(), o.sha256.as_str())),
+            (source.manifest.outputs.iter())
+                .zip(recorded_same(state, source))
+                .filter(|(_, same)| *same)
+                .map(|(o, _)| (o.path.as_str(), o.sha256.as_str())),
         );
         journal.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
     }

@@ -193,16 +193,15 @@ pub fn bundle_unsafe(base: &Path, bundle: &Path) -> Option<String> {
 }
 
 /// Probes the bundle path for the planner: every path in `paths` and their ancestors.
-/// Files listed in `confirm` (path → expected sha256) get their content proven, by the
-/// placement fingerprint when it still matches, or else by hashing them.
-pub fn probe(
+/// A path given with an expected sha256 gets its content proven when it is a file, by the
+/// placement fingerprint when it still matches, or else by hashing it.
+pub fn probe<'a>(
     base: &Path,
     bundle: &Path,
-    paths: &[&str],
-    confirm: &foldhash::HashMap<&str, &str>,
+    paths: &[(&'a str, Option<&'a str>)],
     fingerprints: &Fingerprints,
     dirs_wanted: &foldhash::HashSet<&str>,
-) -> Result<Storage> {
+) -> Result<Storage<'a>> {
     let mut storage = Storage {
         bundle_unsafe: bundle_unsafe(base, bundle),
         entries: foldhash::HashMap::default(),
@@ -218,12 +217,12 @@ pub fn probe(
     };
     // Directories on the way first, parents before children, each opened from its parent
     // without following a symlink: a path is never looked up through a symlink or a file.
-    let reachable =
-        |entries: &foldhash::HashMap<String, Entry>, rel: &str| match rel.rsplit_once('/') {
-            Some((parent, _)) => matches!(entries.get(parent), Some(Entry::Dir { .. })),
-            None => true,
-        };
-    for d in crate::tree::ancestors(paths.iter().copied()) {
+    let reachable = |entries: &foldhash::HashMap<&str, Entry>, rel: &str| match rel.rsplit_once('/')
+    {
+        Some((parent, _)) => matches!(entries.get(parent), Some(Entry::Dir { .. })),
+        None => true,
+    };
+    for d in crate::tree::ancestors(paths.iter().map(|(p, _)| *p)) {
         if !reachable(&storage.entries, d) {
             continue;
         }
@@ -233,48 +232,41 @@ pub fn probe(
             // Missing, or something else than a real directory: what, exactly. (Should it
             // have become a directory in between, it was not opened and what is below it
             // reads as missing: a writing plan, made again under the lock.)
-            probe_one(
-                &tree,
-                bundle,
-                d,
-                confirm.get(d).copied(),
-                fingerprints,
-                &foldhash::HashSet::default(),
-            )?
+            let no_list = foldhash::HashSet::default();
+            match probe_one(&tree, bundle, d, None, fingerprints, &no_list)? {
+                // A file where a directory is wanted (rare): its content proven too if it
+                // was asked for.
+                Entry::File { .. } => {
+                    let confirm = paths.iter().find(|(p, _)| *p == d).and_then(|(_, c)| *c);
+                    probe_one(&tree, bundle, d, confirm, fingerprints, &no_list)?
+                }
+                entry => entry,
+            }
         };
-        storage.entries.insert(d.to_string(), entry);
+        storage.entries.insert(d, entry);
     }
     // Then every path itself, on several threads: one lookup each by name in its
     // directory's handle (and a hash where no fingerprint vouches for the content).
-    let leaves: Vec<&str> = paths
+    let leaves: Vec<(&str, Option<&str>)> = paths
         .iter()
         .copied()
-        .filter(|p| !storage.entries.contains_key(*p) && reachable(&storage.entries, p))
+        .filter(|(p, _)| !storage.entries.contains_key(*p) && reachable(&storage.entries, p))
         .collect();
     let entries = crate::parallel::try_map(
         &leaves,
         || (),
-        |rel, _| {
-            probe_one(
-                &tree,
-                bundle,
-                rel,
-                confirm.get(rel).copied(),
-                fingerprints,
-                dirs_wanted,
-            )
-        },
+        |&(rel, confirm), _| probe_one(&tree, bundle, rel, confirm, fingerprints, dirs_wanted),
     )?;
     storage.entries.reserve(leaves.len());
-    for (rel, entry) in leaves.into_iter().zip(entries) {
-        storage.entries.insert(rel.to_string(), entry);
+    for ((rel, _), entry) in leaves.into_iter().zip(entries) {
+        storage.entries.insert(rel, entry);
     }
     Ok(storage)
 }
 
 /// A directory's entry; its tree is listed only when `list` (a planned path where a
 /// directory stands: the planner decides whether it may go).
-fn list_dir(bundle: &Path, rel: &str, list: bool) -> Result<Entry> {
+fn list_dir(bundle: &Path, rel: &str, list: bool) -> Result<Entry<'static>> {
     let (mut contents, mut dirs) = (Vec::new(), Vec::new());
     if list {
         list_tree_and_dirs(bundle, rel, &mut contents, &mut dirs)?;
@@ -282,14 +274,14 @@ fn list_dir(bundle: &Path, rel: &str, list: bool) -> Result<Entry> {
     Ok(Entry::Dir { contents, dirs })
 }
 
-fn probe_one(
+fn probe_one<'a>(
     tree: &Tree,
     bundle: &Path,
     rel: &str,
-    confirm: Option<&str>,
+    confirm: Option<&'a str>,
     fingerprints: &Fingerprints,
     list_if_in: &foldhash::HashSet<&str>,
-) -> Result<Entry> {
+) -> Result<Entry<'a>> {
     let md = match tree.lstat(rel) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Entry::Missing),
         Err(e) if e.raw_os_error() == Some(20) => return Ok(Entry::Missing), // ENOTDIR
@@ -305,8 +297,8 @@ fn probe_one(
         FileType::RegularFile => {
             let sha256 = match confirm {
                 Some(expected) => match fingerprints.vouching(rel, expected) {
-                    Some(placed) if placed.matches_meta(&md) => Some(expected.to_string()),
-                    _ => Some(hash_file(&bundle.join(rel))?.1),
+                    Some(placed) if placed.matches_meta(&md) => Some(expected.into()),
+                    _ => Some(hash_file(&bundle.join(rel))?.1.into()),
                 },
                 None => None,
             };

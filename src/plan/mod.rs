@@ -14,11 +14,14 @@ pub use takeover::takeover_permitted;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef, StateMode, TakeoverMode};
 use crate::state::State;
 use serde::Serialize;
+use std::borrow::Cow;
 use std::path::PathBuf;
 
-/// What storage holds at one bundle-relative path, as the backend saw it.
+/// What storage holds at one bundle-relative path, as the backend saw it. A proven hash
+/// is borrowed (`'a`) when a placement fingerprint proved the file holds the hash it was
+/// asked about, and owned when the file was hashed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Entry {
+pub enum Entry<'a> {
     /// Nothing there.
     Missing,
     /// A regular file. `sha256` is its content hash when the backend proved it (by
@@ -27,7 +30,7 @@ pub enum Entry {
         /// Size in bytes.
         size: u64,
         /// Proven content hash.
-        sha256: Option<String>,
+        sha256: Option<Cow<'a, str>>,
     },
     /// A symlink and its text.
     Symlink {
@@ -49,17 +52,18 @@ pub enum Entry {
 /// The backend's view of a bundle path: every planned path, every recorded path and all
 /// their ancestors.
 #[derive(Debug, Clone, Default)]
-pub struct Storage {
+pub struct Storage<'a> {
     /// Set when the bundle path itself (or a mapped directory on the way to it) is a
     /// symlink, a special file or a file: the reason.
     pub bundle_unsafe: Option<String>,
-    /// Entries by bundle-relative path. A path not listed is treated as missing.
-    pub entries: foldhash::HashMap<String, Entry>,
+    /// Entries by bundle-relative path, borrowed from the manifest and the state they
+    /// were probed for. A path not listed is treated as missing.
+    pub entries: foldhash::HashMap<&'a str, Entry<'a>>,
 }
 
-impl Storage {
+impl<'a> Storage<'a> {
     /// The entry at `path` (missing when not listed).
-    pub fn get(&self, path: &str) -> &Entry {
+    pub fn get(&self, path: &str) -> &Entry<'a> {
         self.entries.get(path).unwrap_or(&Entry::Missing)
     }
 }

@@ -31,7 +31,7 @@ pub struct PlanInput<'a> {
     /// What `.distributor.json` held.
     pub state: &'a StateFile,
     /// What storage holds.
-    pub storage: &'a Storage,
+    pub storage: &'a Storage<'a>,
     /// `--force`.
     pub force: bool,
 }

@@ -75,14 +75,14 @@ fn state(owner: &Owner, src: &Source, outputs: &[(&str, char)]) -> State {
 }
 
 /// Storage holding exactly the recorded outputs of `state`, proven by hash.
-fn storage_of(state: &State) -> Storage {
+fn storage_of(state: &State) -> Storage<'_> {
     let mut s = Storage::default();
     for o in &state.outputs {
         s.entries.insert(
-            o.path.clone(),
+            &o.path,
             Entry::File {
                 size: o.size,
-                sha256: Some(o.sha256.clone()),
+                sha256: Some(o.sha256.as_str().into()),
             },
         );
     }
