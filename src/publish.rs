@@ -308,9 +308,19 @@ fn probe_for_plan<'a>(
     // Each path once: the manifest's and the state's paths are distinct within each (both
     // are validated), and a recorded path the manifest lists again is not added twice.
     // Outputs recorded with the same content are to be proven to hold it.
-    let mut paths: Vec<(&str, Option<&str>)> = (m.outputs.iter())
+    // Asked in manifest order, the order the fingerprints were wanted in.
+    let mut hint = 0;
+    let mut paths: Vec<(&str, Option<local::Proof>)> = (m.outputs.iter())
         .zip(recorded_same(state, source))
-        .map(|(o, same)| (o.path.as_str(), same.then_some(o.sha256.as_str())))
+        .map(|(o, same)| {
+            let proof = same.then(|| local::Proof {
+                sha256: &o.sha256,
+                placed: fingerprints
+                    .vouching_after(&mut hint, &o.path, &o.sha256)
+                    .copied(),
+            });
+            (o.path.as_str(), proof)
+        })
         .chain(m.links.iter().map(|l| (l.path.as_str(), None)))
         .collect();
     let dirs_wanted: foldhash::HashSet<&str> = paths.iter().map(|(p, _)| *p).collect();
@@ -326,7 +336,7 @@ fn probe_for_plan<'a>(
     // What stands at the state file's own path (a reserved name, in neither list): a
     // writing plan replaces it.
     paths.push((crate::state::STATE_FILE, None));
-    local::probe(&dest.path, bundle, &paths, fingerprints, &dirs_wanted)
+    local::probe(&dest.path, bundle, &paths, &dirs_wanted)
 }
 
 /// What is read of a destination before planning: its bundle path, the state file as it is

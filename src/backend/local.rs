@@ -28,20 +28,29 @@ pub const STAGING_DIR: &str = ".distributor-staging";
 /// The newest placement fingerprint of each of some paths, read back from the journal to
 /// prove their content without rehashing: filled by `Journal::fingerprints`, newest
 /// placement first, and asked with [`Fingerprints::vouching`]. Paths and hashes are
-/// borrowed from the manifest being published, so reading thousands of rows allocates
-/// nothing per row.
+/// borrowed from the manifest being published, so reading thousands of entries allocates
+/// nothing per entry. Slots sit in the order the paths were given; when that is path order
+/// (a manifest `distributor manifest` wrote, whose placements the journal also holds in
+/// path order) a path is found by looking right after the last one found, else by binary
+/// search, with no map at all; other orders get a map.
 #[derive(Debug, Default)]
 pub struct Fingerprints<'a> {
-    slots: foldhash::HashMap<&'a str, Slot<'a>>,
+    /// Wanted paths and the hash each is wanted for.
+    wanted: Vec<(&'a str, &'a str)>,
+    slots: Vec<Slot>,
+    /// Index by path, when `wanted` is not sorted by path.
+    by_path: Option<foldhash::HashMap<&'a str, usize>>,
+    /// Right after the slot last offered to: offers mostly come in path order.
+    next: usize,
     open: usize,
 }
 
-#[derive(Debug)]
-enum Slot<'a> {
-    /// No placement offered yet; the content hash the path is wanted for.
-    Wanted(&'a str),
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// No placement offered yet.
+    Wanted,
     /// The newest placement, which recorded the wanted hash.
-    Found(&'a str, Placed),
+    Found(Placed),
     /// The newest placement recorded another hash: it vouches for nothing wanted (an
     /// older one never does: the file it describes was replaced since).
     Other,
@@ -69,13 +78,18 @@ impl Placed {
 impl<'a> Fingerprints<'a> {
     /// Wants the newest placement of each path, to prove it holds the given sha256.
     pub fn wanting(paths: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-        let slots: foldhash::HashMap<&'a str, Slot<'a>> = paths
-            .into_iter()
-            .map(|(p, sha)| (p, Slot::Wanted(sha)))
-            .collect();
+        let wanted: Vec<(&'a str, &'a str)> = paths.into_iter().collect();
+        let by_path = (!wanted.is_sorted_by(|a, b| a.0 < b.0)).then(|| {
+            (wanted.iter().enumerate())
+                .map(|(i, (p, _))| (*p, i))
+                .collect()
+        });
         Fingerprints {
-            open: slots.len(),
-            slots,
+            slots: vec![Slot::Wanted; wanted.len()],
+            open: wanted.len(),
+            wanted,
+            by_path,
+            next: 0,
         }
     }
 
@@ -84,14 +98,27 @@ impl<'a> Fingerprints<'a> {
         self.open
     }
 
+    /// The slot of `path`: looked for at `hint` first.
+    fn index(&self, path: &str, hint: usize) -> Option<usize> {
+        if self.wanted.get(hint).is_some_and(|(p, _)| *p == path) {
+            return Some(hint);
+        }
+        match &self.by_path {
+            Some(map) => map.get(path).copied(),
+            None => (self.wanted).binary_search_by(|(p, _)| (*p).cmp(path)).ok(),
+        }
+    }
+
     /// Offers a placement of `path` that recorded `sha256`; placements must come newest
     /// first: the first one offered for a wanted path decides.
     pub fn offer(&mut self, path: &str, sha256: &str, placed: Placed) {
-        if let Some(slot) = self.slots.get_mut(path)
-            && let Slot::Wanted(wanted) = *slot
-        {
-            *slot = if wanted == sha256 {
-                Slot::Found(wanted, placed)
+        let Some(i) = self.index(path, self.next) else {
+            return;
+        };
+        self.next = i + 1;
+        if let Slot::Wanted = self.slots[i] {
+            self.slots[i] = if self.wanted[i].1 == sha256 {
+                Slot::Found(placed)
             } else {
                 Slot::Other
             };
@@ -101,8 +128,16 @@ impl<'a> Fingerprints<'a> {
 
     /// The newest placement of `path`, when it recorded `sha256`.
     pub fn vouching(&self, path: &str, sha256: &str) -> Option<&Placed> {
-        match self.slots.get(path) {
-            Some(Slot::Found(sha, placed)) if *sha == sha256 => Some(placed),
+        self.vouching_after(&mut 0, path, sha256)
+    }
+
+    /// [`Fingerprints::vouching`] for paths asked in the order they were wanted: `hint`
+    /// (start at 0) is where the next one is looked for first.
+    pub fn vouching_after(&self, hint: &mut usize, path: &str, sha256: &str) -> Option<&Placed> {
+        let i = self.index(path, *hint)?;
+        *hint = i + 1;
+        match &self.slots[i] {
+            Slot::Found(placed) if self.wanted[i].1 == sha256 => Some(placed),
             _ => None,
         }
     }
@@ -192,14 +227,23 @@ pub fn bundle_unsafe(base: &Path, bundle: &Path) -> Option<String> {
     None
 }
 
+/// What the probe is to prove of a file: the hash it should hold and, when the journal has
+/// one that recorded that hash, the fingerprint of its newest placement.
+#[derive(Debug, Clone, Copy)]
+pub struct Proof<'a> {
+    /// The content hash to prove.
+    pub sha256: &'a str,
+    /// Proves it without hashing while the file still matches it.
+    pub placed: Option<Placed>,
+}
+
 /// Probes the bundle path for the planner: every path in `paths` and their ancestors.
-/// A path given with an expected sha256 gets its content proven when it is a file, by the
+/// A path given with a [`Proof`] gets its content proven when it is a file, by the
 /// placement fingerprint when it still matches, or else by hashing it.
 pub fn probe<'a>(
     base: &Path,
     bundle: &Path,
-    paths: &[(&'a str, Option<&'a str>)],
-    fingerprints: &Fingerprints,
+    paths: &[(&'a str, Option<Proof<'a>>)],
     dirs_wanted: &foldhash::HashSet<&str>,
 ) -> Result<Storage<'a>> {
     let mut storage = Storage {
@@ -233,12 +277,12 @@ pub fn probe<'a>(
             // have become a directory in between, it was not opened and what is below it
             // reads as missing: a writing plan, made again under the lock.)
             let no_list = foldhash::HashSet::default();
-            match probe_one(&tree, bundle, d, None, fingerprints, &no_list)? {
+            match probe_one(&tree, bundle, d, None, &no_list)? {
                 // A file where a directory is wanted (rare): its content proven too if it
                 // was asked for.
                 Entry::File { .. } => {
                     let confirm = paths.iter().find(|(p, _)| *p == d).and_then(|(_, c)| *c);
-                    probe_one(&tree, bundle, d, confirm, fingerprints, &no_list)?
+                    probe_one(&tree, bundle, d, confirm, &no_list)?
                 }
                 entry => entry,
             }
@@ -247,7 +291,7 @@ pub fn probe<'a>(
     }
     // Then every path itself, on several threads: one lookup each by name in its
     // directory's handle (and a hash where no fingerprint vouches for the content).
-    let leaves: Vec<(&str, Option<&str>)> = paths
+    let leaves: Vec<(&str, Option<Proof>)> = paths
         .iter()
         .copied()
         .filter(|(p, _)| !storage.entries.contains_key(*p) && reachable(&storage.entries, p))
@@ -255,7 +299,7 @@ pub fn probe<'a>(
     let entries = crate::parallel::try_map(
         &leaves,
         || (),
-        |&(rel, confirm), _| probe_one(&tree, bundle, rel, confirm, fingerprints, dirs_wanted),
+        |&(rel, proof), _| probe_one(&tree, bundle, rel, proof, dirs_wanted),
     )?;
     storage.entries.reserve(leaves.len());
     for ((rel, _), entry) in leaves.into_iter().zip(entries) {
@@ -278,8 +322,7 @@ fn probe_one<'a>(
     tree: &Tree,
     bundle: &Path,
     rel: &str,
-    confirm: Option<&'a str>,
-    fingerprints: &Fingerprints,
+    proof: Option<Proof<'a>>,
     list_if_in: &foldhash::HashSet<&str>,
 ) -> Result<Entry<'a>> {
     let md = match tree.lstat(rel) {
@@ -295,11 +338,12 @@ fn probe_one<'a>(
         // Listed only where a planned path is: looked up for directories alone.
         FileType::Directory => list_dir(bundle, rel, list_if_in.contains(rel))?,
         FileType::RegularFile => {
-            let sha256 = match confirm {
-                Some(expected) => match fingerprints.vouching(rel, expected) {
-                    Some(placed) if placed.matches_meta(&md) => Some(expected.into()),
-                    _ => Some(hash_file(&bundle.join(rel))?.1.into()),
-                },
+            let sha256 = match proof {
+                Some(Proof {
+                    sha256,
+                    placed: Some(placed),
+                }) if placed.matches_meta(&md) => Some(sha256.into()),
+                Some(_) => Some(hash_file(&bundle.join(rel))?.1.into()),
                 None => None,
             };
             Entry::File {
@@ -703,5 +747,54 @@ pub fn staging_entries(bundle: &Path) -> Vec<String> {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect(),
         Err(_) => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placed(ino: u64) -> Placed {
+        Placed {
+            size: 1,
+            mtime_ns: ino as i64,
+            ino,
+        }
+    }
+
+    /// Whatever order paths are wanted and offered in (sorted: found by looking after the
+    /// last one, else by binary search; unsorted: through a map), the first offer for a
+    /// path decides and vouches only for the hash it was wanted for.
+    #[test]
+    fn fingerprints_find_their_slot_in_any_order() {
+        for wanted in [
+            vec![("a", "h-a"), ("b/x", "h-b"), ("c", "h-c")],
+            vec![("c", "h-c"), ("a", "h-a"), ("b/x", "h-b")],
+        ] {
+            let mut f = Fingerprints::wanting(wanted.clone());
+            assert_eq!(f.open(), 3);
+            f.offer("c", "h-c", placed(3));
+            f.offer("zzz", "h-z", placed(9)); // not wanted: ignored
+            f.offer("a", "h-old", placed(1)); // newest placement of `a` recorded another hash
+            f.offer("a", "h-a", placed(2)); // older: decides nothing
+            assert_eq!(f.open(), 1, "{wanted:?}");
+            f.offer("b/x", "h-b", placed(4));
+            assert_eq!(f.open(), 0);
+            assert_eq!(f.vouching("c", "h-c"), Some(&placed(3)));
+            assert_eq!(f.vouching("c", "h-other"), None);
+            assert_eq!(f.vouching("a", "h-a"), None);
+            assert_eq!(f.vouching("zzz", "h-z"), None);
+            // Asked in the wanted order with a hint, and out of it: the same answers.
+            let mut hint = 0;
+            for (p, h) in &wanted {
+                assert_eq!(
+                    f.vouching_after(&mut hint, p, h),
+                    f.vouching(p, h),
+                    "{p} in {wanted:?}"
+                );
+            }
+            let mut hint = 2;
+            assert_eq!(f.vouching_after(&mut hint, "b/x", "h-b"), Some(&placed(4)));
+        }
     }
 }
