@@ -147,43 +147,72 @@ impl StateFile {
 /// The two keys that say how to read the rest of a state file. Read first, skipping every
 /// other value unparsed, so that the document itself is then read once, straight into its
 /// typed form (a generic JSON tree of 100,000 outputs costs more than the whole plan).
+/// distributor writes them first: reading stops as soon as both are in, and the typed
+/// pass reads the whole document (and finds any syntax error in it, reported the same).
 #[derive(Default)]
 struct Head {
     state_version: Option<serde_json::Value>,
     state_mode: Option<serde_json::Value>,
 }
 
-impl<'de> Deserialize<'de> for Head {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Head, D::Error> {
-        struct HeadVisitor;
-        impl<'de> serde::de::Visitor<'de> for HeadVisitor {
-            type Value = Head;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Head, A::Error> {
-                let mut head = Head::default();
-                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                    match key.as_ref() {
-                        "state_version" => head.state_version = Some(map.next_value()?),
-                        "state_mode" => head.state_mode = Some(map.next_value()?),
-                        _ => {
-                            map.next_value::<serde::de::IgnoredAny>()?;
-                        }
-                    }
+/// The error that stops the head's reading once both keys are in.
+const HEAD_READ: &str = "distributor: state head read";
+
+struct HeadSeed<'h>(&'h mut Head);
+
+impl<'de> serde::de::DeserializeSeed<'de> for HeadSeed<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for HeadSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let head = self.0;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "state_version" => head.state_version = Some(map.next_value()?),
+                "state_mode" => head.state_mode = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
                 }
-                Ok(head)
+            }
+            if head.state_version.is_some() && head.state_mode.is_some() {
+                return Err(serde::de::Error::custom(HEAD_READ));
             }
         }
-        d.deserialize_map(HeadVisitor)
+        Ok(())
+    }
+}
+
+/// A syntax error is "not JSON" whichever pass finds it.
+fn not_json_or(e: serde_json::Error, what: &str) -> String {
+    match e.classify() {
+        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+            format!("not JSON: {e}")
+        }
+        _ => format!("{what}: {e}"),
     }
 }
 
 fn parse_state(bytes: &[u8]) -> Result<State, String> {
-    let head: Head = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => "not a JSON object".to_string(),
-        _ => format!("not JSON: {e}"),
-    })?;
+    let mut head = Head::default();
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let read = serde::de::DeserializeSeed::deserialize(HeadSeed(&mut head), &mut de);
+    match read.and_then(|()| de.end()) {
+        Ok(()) => {}
+        Err(e) if e.classify() == serde_json::error::Category::Data => {
+            if !e.to_string().starts_with(HEAD_READ) {
+                return Err("not a JSON object".to_string());
+            }
+        }
+        Err(e) => return Err(format!("not JSON: {e}")),
+    }
     match head.state_version.as_ref().and_then(|v| v.as_u64()) {
         Some(1) => {}
         Some(v) if v > 1 => {
@@ -205,7 +234,7 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
     let state = match mode {
         StateMode::SingleOwner => {
             let d: SingleOwnerDoc =
-                serde_json::from_slice(bytes).map_err(|e| format!("single_owner state: {e}"))?;
+                serde_json::from_slice(bytes).map_err(|e| not_json_or(e, "single_owner state"))?;
             let owner = Owner::new(d.pipeline_id, d.destination_id);
             let mut outputs = Vec::with_capacity(d.outputs.len());
             for o in d.outputs {
@@ -251,7 +280,7 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
         }
         StateMode::SharedRoot => {
             let d: SharedRootDoc =
-                serde_json::from_slice(bytes).map_err(|e| format!("shared_root state: {e}"))?;
+                serde_json::from_slice(bytes).map_err(|e| not_json_or(e, "shared_root state"))?;
             let mut owners = Vec::with_capacity(d.owners.len());
             for o in d.owners {
                 let owner = Owner::new(o.pipeline_id, o.destination_id);

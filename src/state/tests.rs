@@ -244,12 +244,40 @@ fn not_json_or_not_an_object_is_invalid() {
             "{bytes:?} accepted"
         );
     }
-    // A truncated real state file.
-    let full = single_owner().render();
-    assert!(matches!(
-        StateFile::parse(&full[..full.len() / 2]),
-        StateFile::Invalid(_)
-    ));
+    // A truncated real state file, and one with something after it, in either mode: the
+    // head is read first and stops at its two keys; the syntax error further on is still
+    // reported as "not JSON".
+    for full in [single_owner().render(), shared_root().render()] {
+        let reason = |bytes: &[u8]| match StateFile::parse(bytes) {
+            StateFile::Invalid(r) => r,
+            other => panic!("accepted: {other:?}"),
+        };
+        let r = reason(&full[..full.len() / 2]);
+        assert!(r.starts_with("not JSON: EOF while parsing"), "{r}");
+        let mut trailing = full.clone();
+        trailing.extend_from_slice(b" {}");
+        let r = reason(&trailing);
+        assert!(r.starts_with("not JSON: trailing characters"), "{r}");
+    }
+}
+
+/// The head's two keys are read wherever they stand, not only first.
+#[test]
+fn head_keys_are_found_anywhere_in_the_object() {
+    for (v, mode) in [
+        (single_json(), StateMode::SingleOwner),
+        (shared_json(), StateMode::SharedRoot),
+    ] {
+        let mut obj = v.as_object().unwrap().clone();
+        let version = obj.remove("state_version").unwrap();
+        let m = obj.remove("state_mode").unwrap();
+        let mut text = serde_json::to_string(&obj).unwrap();
+        text.pop(); // the closing brace
+        text.push_str(&format!(
+            ",\"state_mode\":{m},\"state_version\":{version}}}"
+        ));
+        assert_eq!(parse_valid(text.as_bytes()).mode, mode, "{text}");
+    }
 }
 
 #[test]
