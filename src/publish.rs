@@ -310,19 +310,26 @@ fn probe_for_plan<'a>(
     // Outputs recorded with the same content are to be proven to hold it.
     // Asked in manifest order, the order the fingerprints were wanted in.
     let mut hint = 0;
-    let mut paths: Vec<(&str, Option<local::Proof>)> = (m.outputs.iter())
-        .zip(recorded_same(state, source))
-        .map(|(o, same)| {
-            let proof = same.then(|| local::Proof {
-                sha256: &o.sha256,
-                placed: fingerprints
-                    .vouching_after(&mut hint, &o.path, &o.sha256)
-                    .copied(),
-            });
-            (o.path.as_str(), proof)
-        })
-        .chain(m.links.iter().map(|l| (l.path.as_str(), None)))
-        .collect();
+    let recorded = match state {
+        StateFile::Valid(s) => s.outputs.len() + s.links.len(),
+        StateFile::Absent | StateFile::Invalid(_) => 0,
+    };
+    let mut paths: Vec<(&str, Option<local::Proof>)> =
+        Vec::with_capacity(m.outputs.len() + m.links.len() + recorded + 1);
+    paths.extend(
+        (m.outputs.iter())
+            .zip(recorded_same(state, source))
+            .map(|(o, same)| {
+                let proof = same.then(|| local::Proof {
+                    sha256: &o.sha256,
+                    placed: fingerprints
+                        .vouching_after(&mut hint, &o.path, &o.sha256)
+                        .copied(),
+                });
+                (o.path.as_str(), proof)
+            })
+            .chain(m.links.iter().map(|l| (l.path.as_str(), None))),
+    );
     let dirs_wanted: foldhash::HashSet<&str> = paths.iter().map(|(p, _)| *p).collect();
     if let StateFile::Valid(s) = state {
         let recorded = (s.outputs.iter().map(|o| o.path.as_str()))
@@ -364,12 +371,15 @@ fn read_destination<'m>(
     };
     let mut fingerprints = local::Fingerprints::default();
     if let Some(state) = &state {
-        fingerprints = local::Fingerprints::wanting(
-            (source.manifest.outputs.iter())
+        let outputs = &source.manifest.outputs;
+        let mut wanted = Vec::with_capacity(outputs.len());
+        wanted.extend(
+            (outputs.iter())
                 .zip(recorded_same(state, source))
                 .filter(|(_, same)| *same)
                 .map(|(o, _)| (o.path.as_str(), o.sha256.as_str())),
         );
+        fingerprints = local::Fingerprints::wanting(wanted);
         journal.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
     }
     Ok(DestinationRead {

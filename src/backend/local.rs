@@ -291,11 +291,11 @@ pub fn probe<'a>(
     }
     // Then every path itself, on several threads: one lookup each by name in its
     // directory's handle (and a hash where no fingerprint vouches for the content).
-    let leaves: Vec<(&str, Option<Proof>)> = paths
-        .iter()
-        .copied()
-        .filter(|(p, _)| !storage.entries.contains_key(*p) && reachable(&storage.entries, p))
-        .collect();
+    let mut leaves: Vec<(&str, Option<Proof>)> = Vec::with_capacity(paths.len());
+    leaves.extend(
+        (paths.iter().copied())
+            .filter(|(p, _)| !storage.entries.contains_key(*p) && reachable(&storage.entries, p)),
+    );
     let entries = crate::parallel::try_map(
         &leaves,
         || (),
