@@ -117,8 +117,8 @@ pub fn status(dests: &[&Destination]) -> Result<Vec<BundleStatus>> {
                             source: r.source.clone(),
                             published_at: r.published_at.clone(),
                             operation_id: r.operation_id.clone(),
-                            outputs: st.outputs.iter().filter(|o| o.owner == r.owner).count(),
-                            links: st.links.iter().filter(|l| l.owner == r.owner).count(),
+                            outputs: st.outputs.iter().filter(|o| *o.owner == r.owner).count(),
+                            links: st.links.iter().filter(|l| *l.owner == r.owner).count(),
                         })
                         .collect();
                 }

@@ -827,6 +827,7 @@ impl<'a, 's> Planner<'a, 's> {
     fn new_state(&self, retained: &Retained<'_>, moved: &Moved<'_, '_>) -> State {
         let d = self.input.destination;
         let manifest = &self.input.source.manifest;
+        let me = std::sync::Arc::new(self.me.clone());
         let outputs: Vec<RecordedOutput> = manifest
             .outputs
             .iter()
@@ -834,10 +835,10 @@ impl<'a, 's> Planner<'a, 's> {
                 path: o.path.clone(),
                 size: o.size,
                 sha256: o.sha256.clone(),
-                owner: self.me.clone(),
+                owner: std::sync::Arc::clone(&me),
             })
             .chain(retained.outputs.iter().map(|o| RecordedOutput {
-                owner: self.me.clone(),
+                owner: std::sync::Arc::clone(&me),
                 ..(*o).clone()
             }))
             .collect();
@@ -847,10 +848,10 @@ impl<'a, 's> Planner<'a, 's> {
             .map(|l| RecordedLink {
                 path: l.path.clone(),
                 target: l.target.clone(),
-                owner: self.me.clone(),
+                owner: std::sync::Arc::clone(&me),
             })
             .chain(retained.links.iter().map(|l| RecordedLink {
-                owner: self.me.clone(),
+                owner: std::sync::Arc::clone(&me),
                 ..(*l).clone()
             }))
             .collect();
@@ -879,7 +880,7 @@ impl<'a, 's> Planner<'a, 's> {
                     .outputs
                     .iter()
                     .filter(|o| {
-                        o.owner != self.me
+                        *o.owner != self.me
                             && !claimed.contains(&o.path)
                             && !moved.contains(o.path.as_str())
                     })
@@ -889,7 +890,7 @@ impl<'a, 's> Planner<'a, 's> {
                     .links
                     .iter()
                     .filter(|l| {
-                        l.owner != self.me
+                        *l.owner != self.me
                             && !claimed.contains(&l.path)
                             && !moved.contains(l.path.as_str())
                     })
@@ -918,7 +919,7 @@ impl<'a, 's> Planner<'a, 's> {
             ..
         } = &mut state;
         owners.retain(|r| {
-            outputs.iter().any(|o| o.owner == r.owner) || links.iter().any(|l| l.owner == r.owner)
+            outputs.iter().any(|o| *o.owner == r.owner) || links.iter().any(|l| *l.owner == r.owner)
         });
         state.outputs.sort_by(|a, b| a.path.cmp(&b.path));
         state.links.sort_by(|a, b| a.path.cmp(&b.path));

@@ -67,7 +67,7 @@ fn state(owner: &Owner, src: &Source, outputs: &[(&str, char)]) -> State {
                 path: p.to_string(),
                 size: 1,
                 sha256: hex(*c),
-                owner: owner.clone(),
+                owner: owner.clone().into(),
             })
             .collect(),
         links: vec![],

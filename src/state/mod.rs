@@ -11,6 +11,7 @@ use crate::model::{
 };
 use crate::source::{check_path_set, check_safe_path};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// File name of the state at the root of a bundle path.
 pub const STATE_FILE: &str = ".distributor.json";
@@ -39,8 +40,8 @@ pub struct RecordedOutput {
     pub size: u64,
     /// Hex sha256.
     pub sha256: String,
-    /// Owner.
-    pub owner: Owner,
+    /// Owner. Shared by every path of that owner (one allocation per owner, not per path).
+    pub owner: Arc<Owner>,
 }
 
 /// A recorded link.
@@ -50,8 +51,8 @@ pub struct RecordedLink {
     pub path: String,
     /// Bundle-relative target.
     pub target: String,
-    /// Owner.
-    pub owner: Owner,
+    /// Owner. Shared by every path of that owner (one allocation per owner, not per path).
+    pub owner: Arc<Owner>,
 }
 
 /// Valid destination state of either mode.
@@ -236,6 +237,7 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
             let d: SingleOwnerDoc =
                 serde_json::from_slice(bytes).map_err(|e| not_json_or(e, "single_owner state"))?;
             let owner = Owner::new(d.pipeline_id, d.destination_id);
+            let shared = Arc::new(owner.clone());
             let mut outputs = Vec::with_capacity(d.outputs.len());
             for o in d.outputs {
                 if o.owner.is_some() {
@@ -248,7 +250,7 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
                     path: o.path,
                     size: o.size,
                     sha256: o.sha256,
-                    owner: owner.clone(),
+                    owner: Arc::clone(&shared),
                 });
             }
             let mut links = Vec::with_capacity(d.links.len());
@@ -262,7 +264,7 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
                 links.push(RecordedLink {
                     path: l.path,
                     target: l.target,
-                    owner: owner.clone(),
+                    owner: Arc::clone(&shared),
                 });
             }
             State {
@@ -299,13 +301,13 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
                 });
             }
             // Owners by name, looked up once per path.
-            let by_name: std::collections::HashMap<String, &Owner> = owners
+            let by_name: std::collections::HashMap<String, Arc<Owner>> = owners
                 .iter()
-                .map(|r| (r.owner.to_string(), &r.owner))
+                .map(|r| (r.owner.to_string(), Arc::new(r.owner.clone())))
                 .collect();
-            let find = |name: Option<String>, path: &str| -> Result<Owner, String> {
+            let find = |name: Option<String>, path: &str| -> Result<Arc<Owner>, String> {
                 let name = name.ok_or_else(|| format!("'{path}' names no owner"))?;
-                by_name.get(&name).map(|o| (*o).clone()).ok_or_else(|| {
+                by_name.get(&name).map(Arc::clone).ok_or_else(|| {
                     format!("'{path}' names owner '{name}', which is not listed in owners")
                 })
             };
@@ -455,8 +457,8 @@ impl State {
                     .owners
                     .iter()
                     .filter(|r| {
-                        outputs.iter().any(|o| o.owner == r.owner)
-                            || links.iter().any(|l| l.owner == r.owner)
+                        outputs.iter().any(|o| *o.owner == r.owner)
+                            || links.iter().any(|l| *l.owner == r.owner)
                     })
                     .collect();
                 owners.sort_by(|a, b| a.owner.cmp(&b.owner));

@@ -31,7 +31,7 @@ fn output(path: &str, owner: &Owner) -> RecordedOutput {
         path: path.into(),
         size: 812,
         sha256: sha('a'),
-        owner: owner.clone(),
+        owner: owner.clone().into(),
     }
 }
 
@@ -39,7 +39,7 @@ fn link(path: &str, target: &str, owner: &Owner) -> RecordedLink {
     RecordedLink {
         path: path.into(),
         target: target.into(),
-        owner: owner.clone(),
+        owner: owner.clone().into(),
     }
 }
 
@@ -207,7 +207,7 @@ fn spec_examples_parse() {
     });
     let s = parse_valid(single.to_string().as_bytes());
     assert_eq!(s.owners[0].owner, Owner::new("weather", "latest"));
-    assert_eq!(s.outputs[0].owner, Owner::new("weather", "latest"));
+    assert_eq!(*s.outputs[0].owner, Owner::new("weather", "latest"));
     let shared = json!({
         "state_version": 1,
         "state_mode": "shared_root",
