@@ -289,6 +289,18 @@ fn link_to_a_non_output_is_refused() {
         ),
         &["links[0].target", "'b.txt'", "not an output"],
     );
+    // A link is not an output: a link to a link is refused too.
+    refused_source(
+        &[("a.txt", "x")],
+        manifest(
+            vec![out("a.txt", "x")],
+            vec![
+                json!({"path": "l1", "target": "a.txt"}),
+                json!({"path": "l2", "target": "l1"}),
+            ],
+        ),
+        &["links[1].target", "'l1'", "not an output"],
+    );
 }
 
 #[test]

@@ -96,10 +96,17 @@ impl Manifest {
                 ));
             }
         }
+        // Link targets are looked up among the output paths: a scan of every output per
+        // link would be quadratic in a manifest of thousands of links.
+        let output_paths: HashSet<&str> = if self.links.is_empty() {
+            HashSet::default()
+        } else {
+            self.outputs.iter().map(|o| o.path.as_str()).collect()
+        };
         for (i, l) in self.links.iter().enumerate() {
             check_safe_path(&l.path)
                 .map_err(|e| format!("links[{i}].path '{}': {e}", l.path.escape_debug()))?;
-            if !self.outputs.iter().any(|o| o.path == l.target) {
+            if !output_paths.contains(l.target.as_str()) {
                 return Err(format!(
                     "links[{i}].target '{}' is not an output path of this manifest",
                     l.target
