@@ -246,19 +246,16 @@ pub fn probe<'a>(
     paths: &[(&'a str, Option<Proof<'a>>)],
     dirs_wanted: &foldhash::HashSet<&str>,
 ) -> Result<Storage<'a>> {
-    let mut storage = Storage {
-        bundle_unsafe: bundle_unsafe(base, bundle),
-        entries: foldhash::HashMap::default(),
-    };
-    if storage.bundle_unsafe.is_some() {
-        return Ok(storage);
+    if let Some(reason) = bundle_unsafe(base, bundle) {
+        return Ok(Storage::new(Some(reason), Default::default(), Vec::new()));
     }
     let mut tree = match Tree::open(bundle) {
         Ok(tree) => tree,
         // Nothing there yet: every path is missing.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(storage),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Storage::default()),
         Err(e) => return Err(Error::io("open", bundle, e)),
     };
+    let mut dirs: foldhash::HashMap<&str, Entry> = foldhash::HashMap::default();
     // Directories on the way first, parents before children, each opened from its parent
     // without following a symlink: a path is never looked up through a symlink or a file.
     let reachable = |entries: &foldhash::HashMap<&str, Entry>, rel: &str| match rel.rsplit_once('/')
@@ -267,7 +264,7 @@ pub fn probe<'a>(
         None => true,
     };
     for d in crate::tree::ancestors(paths.iter().map(|(p, _)| *p)) {
-        if !reachable(&storage.entries, d) {
+        if !reachable(&dirs, d) {
             continue;
         }
         let entry = if tree.open_dir(d).ctx("open", bundle.join(d))? {
@@ -287,25 +284,25 @@ pub fn probe<'a>(
                 entry => entry,
             }
         };
-        storage.entries.insert(d, entry);
+        dirs.insert(d, entry);
     }
     // Then every path itself, on several threads: one lookup each by name in its
     // directory's handle (and a hash where no fingerprint vouches for the content).
     let mut leaves: Vec<(&str, Option<Proof>)> = Vec::with_capacity(paths.len());
     leaves.extend(
-        (paths.iter().copied())
-            .filter(|(p, _)| !storage.entries.contains_key(*p) && reachable(&storage.entries, p)),
+        (paths.iter().copied()).filter(|(p, _)| !dirs.contains_key(*p) && reachable(&dirs, p)),
     );
     let entries = crate::parallel::try_map(
         &leaves,
         || (),
         |&(rel, proof), _| probe_one(&tree, bundle, rel, proof, dirs_wanted),
     )?;
-    storage.entries.reserve(leaves.len());
-    for ((rel, _), entry) in leaves.into_iter().zip(entries) {
-        storage.entries.insert(rel, entry);
-    }
-    Ok(storage)
+    let probed = leaves
+        .into_iter()
+        .zip(entries)
+        .map(|((rel, _), entry)| (rel, entry))
+        .collect();
+    Ok(Storage::new(None, dirs, probed))
 }
 
 /// A directory's entry; its tree is listed only when `list` (a planned path where a

@@ -15,6 +15,7 @@ use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef, StateMode, 
 use crate::state::State;
 use serde::Serialize;
 use std::borrow::Cow;
+use std::cell::{Cell, OnceCell};
 use std::path::PathBuf;
 
 /// What storage holds at one bundle-relative path, as the backend saw it. A proven hash
@@ -51,20 +52,71 @@ pub enum Entry<'a> {
 
 /// The backend's view of a bundle path: every planned path, every recorded path and all
 /// their ancestors.
+///
+/// Paths are borrowed from the manifest and the state they were probed for. The probed
+/// paths themselves are kept in the order they were probed (the manifest's outputs, its
+/// links, the other recorded paths), which is the order the planner asks for them in: a
+/// lookup tries the entry after the one last found first; a path found neither there nor
+/// among the directories is searched for in the probed paths sorted by path (sorted once,
+/// on the first such lookup).
 #[derive(Debug, Clone, Default)]
 pub struct Storage<'a> {
     /// Set when the bundle path itself (or a mapped directory on the way to it) is a
     /// symlink, a special file or a file: the reason.
     pub bundle_unsafe: Option<String>,
-    /// Entries by bundle-relative path, borrowed from the manifest and the state they
-    /// were probed for. A path not listed is treated as missing.
+    /// Entries by bundle-relative path (the directories on the way to the probed paths,
+    /// or anything listed by hand). A path listed nowhere is treated as missing.
     pub entries: foldhash::HashMap<&'a str, Entry<'a>>,
+    /// The probed paths' entries, in probe order (distinct from `entries`' paths).
+    probed: Vec<(&'a str, Entry<'a>)>,
+    /// Where the next lookup in probe order is tried first.
+    next: Cell<usize>,
+    /// Positions in `probed`, sorted by path: built on the first lookup that needs it.
+    by_path: OnceCell<Vec<usize>>,
 }
 
 impl<'a> Storage<'a> {
+    /// A listing of `entries` (by path) and of the `probed` paths' entries in probe
+    /// order; no path may be in both.
+    pub fn new(
+        bundle_unsafe: Option<String>,
+        entries: foldhash::HashMap<&'a str, Entry<'a>>,
+        probed: Vec<(&'a str, Entry<'a>)>,
+    ) -> Storage<'a> {
+        Storage {
+            bundle_unsafe,
+            entries,
+            probed,
+            next: Cell::new(0),
+            by_path: OnceCell::new(),
+        }
+    }
+
     /// The entry at `path` (missing when not listed).
     pub fn get(&self, path: &str) -> &Entry<'a> {
-        self.entries.get(path).unwrap_or(&Entry::Missing)
+        let i = self.next.get();
+        if let Some((p, e)) = self.probed.get(i)
+            && *p == path
+        {
+            self.next.set(i + 1);
+            return e;
+        }
+        if let Some(e) = self.entries.get(path) {
+            return e;
+        }
+        let by_path = self.by_path.get_or_init(|| {
+            let mut v: Vec<usize> = (0..self.probed.len()).collect();
+            v.sort_unstable_by_key(|&i| self.probed[i].0);
+            v
+        });
+        match by_path.binary_search_by(|&i| self.probed[i].0.cmp(path)) {
+            Ok(k) => {
+                let i = by_path[k];
+                self.next.set(i + 1);
+                &self.probed[i].1
+            }
+            Err(_) => &Entry::Missing,
+        }
     }
 }
 

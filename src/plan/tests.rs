@@ -168,3 +168,40 @@ fn a_newer_colliding_owner_counts_whether_or_not_takeover_is_permitted() {
         "no own record: previous is null in a shared root"
     );
 }
+
+/// Lookups in probe order, out of it, among the directories, and of paths listed nowhere
+/// all find what was probed (or nothing), whatever came before.
+#[test]
+fn storage_finds_every_entry_in_any_order() {
+    let file = |size| Entry::File { size, sha256: None };
+    let dirs: foldhash::HashMap<&str, Entry> = [(
+        "d",
+        Entry::Dir {
+            contents: vec![],
+            dirs: vec![],
+        },
+    )]
+    .into_iter()
+    .collect();
+    let probed = vec![("d/b", file(2)), ("a", file(1)), ("d/c", file(3))];
+    let s = Storage::new(None, dirs, probed);
+    let size = |p: &str| match s.get(p) {
+        Entry::File { size, .. } => Some(*size),
+        Entry::Dir { .. } => Some(0),
+        _ => None,
+    };
+    // In probe order, with a directory and unknown paths in between.
+    assert_eq!(size("d/b"), Some(2));
+    assert_eq!(size("d"), Some(0));
+    assert_eq!(size("a"), Some(1));
+    assert_eq!(size("nowhere"), None);
+    assert_eq!(size("d/c"), Some(3));
+    // Out of order, repeated, and in order again after a jump back.
+    assert_eq!(size("a"), Some(1));
+    assert_eq!(size("d/b"), Some(2));
+    assert_eq!(size("d/b"), Some(2));
+    assert_eq!(size("a"), Some(1));
+    assert_eq!(size("d/c"), Some(3));
+    assert_eq!(size("d/a"), None);
+    assert!(matches!(Storage::default().get("a"), Entry::Missing));
+}
