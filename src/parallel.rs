@@ -24,11 +24,14 @@ const MAX_RUN: usize = 256;
 
 /// Threads worth using for `n` items.
 pub fn threads_for(n: usize) -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |p| p.get())
-        .min(MAX_THREADS)
-        .min(n / MIN_PER_THREAD)
-        .max(1)
+    cores().min(MAX_THREADS).min(n / MIN_PER_THREAD).max(1)
+}
+
+/// The cores this process may use, asked once: the standard library reads the cgroup's
+/// CPU quota files on every call, and a publication asks once per parallel step.
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |p| p.get()))
 }
 
 /// `f` over every item, on as many threads as the count of items is worth (see
