@@ -324,13 +324,7 @@ impl<'a, 's> Planner<'a, 's> {
         }
         // Old paths the manifest omits: delete or retain.
         for &o in &omitted_outputs {
-            let op = if retain {
-                FileOp::Retain
-            } else {
-                self.check_deletable(&o.path);
-                FileOp::Delete
-            };
-            self.check_ancestors(&o.path, &moved, &recorded);
+            let op = self.omitted_op(&o.path, retain, &moved, &recorded);
             self.plan.files.push(FileAction {
                 path: o.path.clone(),
                 op,
@@ -342,13 +336,7 @@ impl<'a, 's> Planner<'a, 's> {
             }
         }
         for &l in &omitted_links {
-            let op = if retain {
-                FileOp::Retain
-            } else {
-                self.check_deletable(&l.path);
-                FileOp::Delete
-            };
-            self.check_ancestors(&l.path, &moved, &recorded);
+            let op = self.omitted_op(&l.path, retain, &moved, &recorded);
             self.plan.links.push(LinkAction {
                 path: l.path.clone(),
                 target: l.target.clone(),
@@ -648,6 +636,25 @@ impl<'a, 's> Planner<'a, 's> {
             format!("{what} at '{path}' where a file goes, holding nothing this publication manages; distributor does not remove directories it did not make"),
         );
         FileOp::Overwrite
+    }
+
+    /// A recorded path of the replaced owner that the manifest omits: retained by a merge,
+    /// else deleted (when what stands there may be).
+    fn omitted_op(
+        &mut self,
+        path: &str,
+        retain: bool,
+        moved: &Moved<'_, '_>,
+        recorded: &Records<'s>,
+    ) -> FileOp {
+        let op = if retain {
+            FileOp::Retain
+        } else {
+            self.check_deletable(path);
+            FileOp::Delete
+        };
+        self.check_ancestors(path, moved, recorded);
+        op
     }
 
     /// A recorded path this plan deletes must hold a file or link: a directory or special
