@@ -148,8 +148,10 @@ impl StateFile {
 /// The two keys that say how to read the rest of a state file. Read first, skipping every
 /// other value unparsed, so that the document itself is then read once, straight into its
 /// typed form (a generic JSON tree of 100,000 outputs costs more than the whole plan).
-/// distributor writes them first: reading stops as soon as both are in, and the typed
-/// pass reads the whole document (and finds any syntax error in it, reported the same).
+/// distributor writes them first, so a first look stops as soon as both are in and the
+/// typed pass reads the whole document; should that find anything wrong, the state is read
+/// again the long way (the head from the whole document first), so that an invalid state
+/// file gets the same reason whichever way it is broken.
 #[derive(Default)]
 struct Head {
     state_version: Option<serde_json::Value>,
@@ -159,7 +161,8 @@ struct Head {
 /// The error that stops the head's reading once both keys are in.
 const HEAD_READ: &str = "distributor: state head read";
 
-struct HeadSeed<'h>(&'h mut Head);
+/// Reads the head into `.0`; stops once both keys are in when `.1`.
+struct HeadSeed<'h>(&'h mut Head, bool);
 
 impl<'de> serde::de::DeserializeSeed<'de> for HeadSeed<'_> {
     type Value = ();
@@ -174,7 +177,7 @@ impl<'de> serde::de::Visitor<'de> for HeadSeed<'_> {
         f.write_str("a JSON object")
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let head = self.0;
+        let (head, early) = (self.0, self.1);
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match key.as_ref() {
                 "state_version" => head.state_version = Some(map.next_value()?),
@@ -183,7 +186,7 @@ impl<'de> serde::de::Visitor<'de> for HeadSeed<'_> {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
             }
-            if head.state_version.is_some() && head.state_mode.is_some() {
+            if early && head.state_version.is_some() && head.state_mode.is_some() {
                 return Err(serde::de::Error::custom(HEAD_READ));
             }
         }
@@ -191,29 +194,37 @@ impl<'de> serde::de::Visitor<'de> for HeadSeed<'_> {
     }
 }
 
-/// A syntax error is "not JSON" whichever pass finds it.
-fn not_json_or(e: serde_json::Error, what: &str) -> String {
-    match e.classify() {
-        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-            format!("not JSON: {e}")
-        }
-        _ => format!("{what}: {e}"),
-    }
-}
-
 fn parse_state(bytes: &[u8]) -> Result<State, String> {
+    // The short way: the head from the first keys, then the typed pass. It is taken only
+    // when all of it succeeds, and then it is what the long way would have found: the
+    // typed pass read the whole document (a duplicate key, a syntax error or anything
+    // after the object fails it).
     let mut head = Head::default();
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let read = serde::de::DeserializeSeed::deserialize(HeadSeed(&mut head), &mut de);
-    match read.and_then(|()| de.end()) {
-        Ok(()) => {}
-        Err(e) if e.classify() == serde_json::error::Category::Data => {
-            if !e.to_string().starts_with(HEAD_READ) {
-                return Err("not a JSON object".to_string());
-            }
-        }
-        Err(e) => return Err(format!("not JSON: {e}")),
+    if serde::de::DeserializeSeed::deserialize(HeadSeed(&mut head, true), &mut de)
+        .is_err_and(|e| e.to_string().starts_with(HEAD_READ))
+        && let Ok(mode) = mode_of(&head)
+        && let Ok(state) = typed_state(bytes, mode)
+    {
+        validate(&state)?;
+        return Ok(state);
     }
+    // The long way, which explains what is wrong.
+    let mut head = Head::default();
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let read = serde::de::DeserializeSeed::deserialize(HeadSeed(&mut head, false), &mut de);
+    read.and_then(|()| de.end())
+        .map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => "not a JSON object".to_string(),
+            _ => format!("not JSON: {e}"),
+        })?;
+    let state = typed_state(bytes, mode_of(&head)?)?;
+    validate(&state)?;
+    Ok(state)
+}
+
+/// The mode the head names, if it is a state this distributor reads.
+fn mode_of(head: &Head) -> Result<StateMode, String> {
     match head.state_version.as_ref().and_then(|v| v.as_u64()) {
         Some(1) => {}
         Some(v) if v > 1 => {
@@ -223,19 +234,21 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
         }
         _ => return Err("state_version is missing or not 1".into()),
     }
-    let mode = match head.state_mode.as_ref().and_then(|v| v.as_str()) {
-        Some("single_owner") => StateMode::SingleOwner,
-        Some("shared_root") => StateMode::SharedRoot,
-        other => {
-            return Err(format!(
-                "state_mode {other:?} is unknown, accepted: single_owner, shared_root"
-            ));
-        }
-    };
+    match head.state_mode.as_ref().and_then(|v| v.as_str()) {
+        Some("single_owner") => Ok(StateMode::SingleOwner),
+        Some("shared_root") => Ok(StateMode::SharedRoot),
+        other => Err(format!(
+            "state_mode {other:?} is unknown, accepted: single_owner, shared_root"
+        )),
+    }
+}
+
+/// The document read as state of `mode` (not validated yet).
+fn typed_state(bytes: &[u8], mode: StateMode) -> Result<State, String> {
     let state = match mode {
         StateMode::SingleOwner => {
             let d: SingleOwnerDoc =
-                serde_json::from_slice(bytes).map_err(|e| not_json_or(e, "single_owner state"))?;
+                serde_json::from_slice(bytes).map_err(|e| format!("single_owner state: {e}"))?;
             let owner = Owner::new(d.pipeline_id, d.destination_id);
             let shared = Arc::new(owner.clone());
             let mut outputs = Vec::with_capacity(d.outputs.len());
@@ -282,7 +295,7 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
         }
         StateMode::SharedRoot => {
             let d: SharedRootDoc =
-                serde_json::from_slice(bytes).map_err(|e| not_json_or(e, "shared_root state"))?;
+                serde_json::from_slice(bytes).map_err(|e| format!("shared_root state: {e}"))?;
             let mut owners = Vec::with_capacity(d.owners.len());
             for o in d.owners {
                 let owner = Owner::new(o.pipeline_id, o.destination_id);
@@ -338,7 +351,6 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
             }
         }
     };
-    validate(&state)?;
     Ok(state)
 }
 

@@ -261,6 +261,41 @@ fn not_json_or_not_an_object_is_invalid() {
     }
 }
 
+/// The reason an invalid state file gets does not depend on how far the first look read:
+/// a truncation inside a nested value, a wrong type before a truncation, a number out of
+/// range, a duplicate head key at the end.
+#[test]
+fn invalid_state_reasons_come_from_the_whole_document() {
+    let reason = |b: &[u8]| match StateFile::parse(b) {
+        StateFile::Invalid(r) => r,
+        _ => panic!("accepted: {}", String::from_utf8_lossy(b)),
+    };
+    assert_eq!(
+        reason(br#"{"state_version": 1, "state_mode": "single_owner", "source": {"id": "a","#),
+        "not JSON: EOF while parsing an object at line 1 column 72"
+    );
+    assert_eq!(
+        reason(
+            br#"{"state_version": 1, "state_mode": "single_owner", "pipeline_id": 5, "outputs": ["#
+        ),
+        "not JSON: EOF while parsing a list at line 1 column 81"
+    );
+    let full = String::from_utf8(single_owner().render()).unwrap();
+    let huge = full.replacen("\"size\": 812", "\"size\": 1e400", 1);
+    assert!(
+        reason(huge.as_bytes()).starts_with("single_owner state: number out of range"),
+        "{}",
+        reason(huge.as_bytes())
+    );
+    let mut open = full.trim_end().to_string();
+    open.pop(); // the closing brace
+    let r = reason(format!("{open}, \"state_version\": 2}}").as_bytes());
+    assert!(
+        r.starts_with("state_version 2 was written by a newer distributor"),
+        "{r}"
+    );
+}
+
 /// The head's two keys are read wherever they stand, not only first.
 #[test]
 fn head_keys_are_found_anywhere_in_the_object() {
