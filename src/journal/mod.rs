@@ -309,9 +309,9 @@ impl Journal {
                 .map(|(p, fp)| {
                     SetEntry(
                         p.into(),
-                        fp.size,
+                        fp.size as i64,
                         fp.mtime_ns,
-                        fp.ino,
+                        fp.ino as i64,
                         fp.sha256.as_str().into(),
                     )
                 })
@@ -409,9 +409,9 @@ impl Journal {
                 })?;
             for SetEntry(path, size, mtime_ns, ino, sha256) in &set {
                 let placed = crate::backend::local::Placed {
-                    size: *size,
+                    size: *size as u64,
                     mtime_ns: *mtime_ns,
-                    ino: *ino,
+                    ino: *ino as u64,
                 };
                 wanted.offer(path, sha256, placed);
             }
@@ -450,13 +450,15 @@ impl Journal {
 }
 
 /// One file of a placement set: path, size, mtime_ns, inode, sha256. Paths and hashes
-/// are borrowed from the stored text unless JSON escapes had to be undone.
+/// are borrowed from the stored text unless JSON escapes had to be undone. Size and inode
+/// are stored as SQLite integers (signed 64 bits), as `journal_placements` stored them,
+/// so the `placements` view shows them alike.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct SetEntry<'a>(
     #[serde(borrow)] std::borrow::Cow<'a, str>,
-    u64,
     i64,
-    u64,
+    i64,
+    i64,
     #[serde(borrow)] std::borrow::Cow<'a, str>,
 );
 
@@ -643,6 +645,32 @@ mod tests {
             })
             .unwrap();
         assert_eq!(n, 1);
+    }
+
+    /// An inode number past i64::MAX (possible on some filesystems) comes back exact, and
+    /// the view shows it as `journal_placements` did (the same 64 bits, signed).
+    #[test]
+    fn the_largest_inode_numbers_come_back_exact() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+        j.begin_operation(&operation("o1", "/d"), &[]).unwrap();
+        let big = Fingerprint {
+            ino: u64::MAX - 1,
+            ..fp(1)
+        };
+        j.commit("o1", "/d", &[("a".to_string(), big.clone())])
+            .unwrap();
+        let mut got = Fingerprints::wanting([("a", "sha-1")]);
+        j.fingerprints("/d", &mut got).unwrap();
+        assert_eq!(
+            got.vouching("a", "sha-1").map(|p| p.ino),
+            Some(u64::MAX - 1)
+        );
+        let shown: i64 = j
+            .connection()
+            .query_row("SELECT ino FROM placements", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(shown, (u64::MAX - 1) as i64);
     }
 
     #[test]
