@@ -31,6 +31,7 @@ pub mod hash;
 pub mod inspect;
 pub mod journal;
 pub mod model;
+pub mod ordered;
 pub mod parallel;
 pub mod plan;
 pub mod publish;

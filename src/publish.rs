@@ -308,8 +308,6 @@ fn probe_for_plan<'a>(
     // Each path once: the manifest's and the state's paths are distinct within each (both
     // are validated), and a recorded path the manifest lists again is not added twice.
     // Outputs recorded with the same content are to be proven to hold it.
-    // Asked in manifest order, the order the fingerprints were wanted in.
-    let mut hint = 0;
     let recorded = match state {
         StateFile::Valid(s) => s.outputs.len() + s.links.len(),
         StateFile::Absent | StateFile::Invalid(_) => 0,
@@ -322,9 +320,7 @@ fn probe_for_plan<'a>(
             .map(|(o, same)| {
                 let proof = same.then(|| local::Proof {
                     sha256: &o.sha256,
-                    placed: fingerprints
-                        .vouching_after(&mut hint, &o.path, &o.sha256)
-                        .copied(),
+                    placed: fingerprints.vouching(&o.path, &o.sha256).copied(),
                 });
                 (o.path.as_str(), proof)
             })

@@ -29,19 +29,16 @@ pub const STAGING_DIR: &str = ".distributor-staging";
 /// prove their content without rehashing: filled by `Journal::fingerprints`, newest
 /// placement first, and asked with [`Fingerprints::vouching`]. Paths and hashes are
 /// borrowed from the manifest being published, so reading thousands of entries allocates
-/// nothing per entry. Slots sit in the order the paths were given; when that is path order
-/// (a manifest `distributor manifest` wrote, whose placements the journal also holds in
-/// path order) a path is found by looking right after the last one found, else by binary
-/// search, with no map at all; other orders get a map.
+/// nothing per entry. Slots sit in the order the paths were given (the manifest's), the
+/// order placement sets hold them in and the probe asks for them in: a path is found
+/// right after the one found last, without a map ([`crate::ordered::InOrder`]).
 #[derive(Debug, Default)]
 pub struct Fingerprints<'a> {
     /// Wanted paths and the hash each is wanted for.
     wanted: Vec<(&'a str, &'a str)>,
     slots: Vec<Slot>,
-    /// Index by path, when `wanted` is not sorted by path.
-    by_path: Option<foldhash::HashMap<&'a str, usize>>,
-    /// Right after the slot last offered to: offers mostly come in path order.
-    next: usize,
+    /// Finds a path in `wanted`.
+    order: crate::ordered::InOrder,
     open: usize,
 }
 
@@ -79,17 +76,11 @@ impl<'a> Fingerprints<'a> {
     /// Wants the newest placement of each path, to prove it holds the given sha256.
     pub fn wanting(paths: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let wanted: Vec<(&'a str, &'a str)> = paths.into_iter().collect();
-        let by_path = (!wanted.is_sorted_by(|a, b| a.0 < b.0)).then(|| {
-            (wanted.iter().enumerate())
-                .map(|(i, (p, _))| (*p, i))
-                .collect()
-        });
         Fingerprints {
             slots: vec![Slot::Wanted; wanted.len()],
             open: wanted.len(),
             wanted,
-            by_path,
-            next: 0,
+            order: Default::default(),
         }
     }
 
@@ -98,24 +89,17 @@ impl<'a> Fingerprints<'a> {
         self.open
     }
 
-    /// The slot of `path`: looked for at `hint` first.
-    fn index(&self, path: &str, hint: usize) -> Option<usize> {
-        if self.wanted.get(hint).is_some_and(|(p, _)| *p == path) {
-            return Some(hint);
-        }
-        match &self.by_path {
-            Some(map) => map.get(path).copied(),
-            None => (self.wanted).binary_search_by(|(p, _)| (*p).cmp(path)).ok(),
-        }
+    /// The slot of `path`.
+    fn index(&self, path: &str) -> Option<usize> {
+        (self.order).find(self.wanted.len(), |i| self.wanted[i].0, path)
     }
 
     /// Offers a placement of `path` that recorded `sha256`; placements must come newest
     /// first: the first one offered for a wanted path decides.
     pub fn offer(&mut self, path: &str, sha256: &str, placed: Placed) {
-        let Some(i) = self.index(path, self.next) else {
+        let Some(i) = self.index(path) else {
             return;
         };
-        self.next = i + 1;
         if let Slot::Wanted = self.slots[i] {
             self.slots[i] = if self.wanted[i].1 == sha256 {
                 Slot::Found(placed)
@@ -128,14 +112,7 @@ impl<'a> Fingerprints<'a> {
 
     /// The newest placement of `path`, when it recorded `sha256`.
     pub fn vouching(&self, path: &str, sha256: &str) -> Option<&Placed> {
-        self.vouching_after(&mut 0, path, sha256)
-    }
-
-    /// [`Fingerprints::vouching`] for paths asked in the order they were wanted: `hint`
-    /// (start at 0) is where the next one is looked for first.
-    pub fn vouching_after(&self, hint: &mut usize, path: &str, sha256: &str) -> Option<&Placed> {
-        let i = self.index(path, *hint)?;
-        *hint = i + 1;
+        let i = self.index(path)?;
         match &self.slots[i] {
             Slot::Found(placed) if self.wanted[i].1 == sha256 => Some(placed),
             _ => None,
@@ -781,17 +758,11 @@ mod tests {
             assert_eq!(f.vouching("c", "h-other"), None);
             assert_eq!(f.vouching("a", "h-a"), None);
             assert_eq!(f.vouching("zzz", "h-z"), None);
-            // Asked in the wanted order with a hint, and out of it: the same answers.
-            let mut hint = 0;
-            for (p, h) in &wanted {
-                assert_eq!(
-                    f.vouching_after(&mut hint, p, h),
-                    f.vouching(p, h),
-                    "{p} in {wanted:?}"
-                );
-            }
-            let mut hint = 2;
-            assert_eq!(f.vouching_after(&mut hint, "b/x", "h-b"), Some(&placed(4)));
+            // Asked in the wanted order, and out of it: the same answers.
+            let in_order: Vec<_> = wanted.iter().map(|(p, h)| f.vouching(p, h)).collect();
+            let reversed: Vec<_> = wanted.iter().rev().map(|(p, h)| f.vouching(p, h)).collect();
+            assert!(in_order.iter().eq(reversed.iter().rev()), "{wanted:?}");
+            assert_eq!(f.vouching("b/x", "h-b"), Some(&placed(4)));
         }
     }
 }

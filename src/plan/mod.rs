@@ -15,7 +15,6 @@ use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef, StateMode, 
 use crate::state::State;
 use serde::Serialize;
 use std::borrow::Cow;
-use std::cell::{Cell, OnceCell};
 use std::path::PathBuf;
 
 /// What storage holds at one bundle-relative path, as the backend saw it. A proven hash
@@ -69,10 +68,8 @@ pub struct Storage<'a> {
     pub entries: foldhash::HashMap<&'a str, Entry<'a>>,
     /// The probed paths' entries, in probe order (distinct from `entries`' paths).
     probed: Vec<(&'a str, Entry<'a>)>,
-    /// Where the next lookup in probe order is tried first.
-    next: Cell<usize>,
-    /// Positions in `probed`, sorted by path: built on the first lookup that needs it.
-    by_path: OnceCell<Vec<usize>>,
+    /// Finds a path in `probed`.
+    order: crate::ordered::InOrder,
 }
 
 impl<'a> Storage<'a> {
@@ -87,35 +84,22 @@ impl<'a> Storage<'a> {
             bundle_unsafe,
             entries,
             probed,
-            next: Cell::new(0),
-            by_path: OnceCell::new(),
+            order: Default::default(),
         }
     }
 
     /// The entry at `path` (missing when not listed).
     pub fn get(&self, path: &str) -> &Entry<'a> {
-        let i = self.next.get();
-        if let Some((p, e)) = self.probed.get(i)
-            && *p == path
-        {
-            self.next.set(i + 1);
-            return e;
+        let (len, key) = (self.probed.len(), |i: usize| self.probed[i].0);
+        if let Some(i) = self.order.next(len, key, path) {
+            return &self.probed[i].1;
         }
         if let Some(e) = self.entries.get(path) {
             return e;
         }
-        let by_path = self.by_path.get_or_init(|| {
-            let mut v: Vec<usize> = (0..self.probed.len()).collect();
-            v.sort_unstable_by_key(|&i| self.probed[i].0);
-            v
-        });
-        match by_path.binary_search_by(|&i| self.probed[i].0.cmp(path)) {
-            Ok(k) => {
-                let i = by_path[k];
-                self.next.set(i + 1);
-                &self.probed[i].1
-            }
-            Err(_) => &Entry::Missing,
+        match self.order.search(len, key, path) {
+            Some(i) => &self.probed[i].1,
+            None => &Entry::Missing,
         }
     }
 }
