@@ -300,7 +300,7 @@ impl<'a, 's> Planner<'a, 's> {
             let same = matches!(rec, Some(Recorded::Output(r)) if r.sha256 == o.sha256 && r.size == o.size)
                 && matches!(entry, Entry::File { size, sha256: Some(h) } if *size == o.size && *h == o.sha256);
             let op = self.planned_op(&o.path, entry, rec.is_some(), same, &moved);
-            self.check_ancestors(&o.path, &moved, &recorded);
+            self.check_ancestors(&o.path, &moved);
             self.plan.files.push(FileAction {
                 path: o.path.clone(),
                 op,
@@ -315,7 +315,7 @@ impl<'a, 's> Planner<'a, 's> {
             let same = matches!(rec, Some(Recorded::Link(r)) if r.target == l.target)
                 && matches!(entry, Entry::Symlink { target } if *target == text);
             let op = self.planned_op(&l.path, entry, rec.is_some(), same, &moved);
-            self.check_ancestors(&l.path, &moved, &recorded);
+            self.check_ancestors(&l.path, &moved);
             self.plan.links.push(LinkAction {
                 path: l.path.clone(),
                 target: l.target.clone(),
@@ -324,7 +324,7 @@ impl<'a, 's> Planner<'a, 's> {
         }
         // Old paths the manifest omits: delete or retain.
         for &o in &omitted_outputs {
-            let op = self.omitted_op(&o.path, retain, &moved, &recorded);
+            let op = self.omitted_op(&o.path, retain, &moved);
             self.plan.files.push(FileAction {
                 path: o.path.clone(),
                 op,
@@ -336,7 +336,7 @@ impl<'a, 's> Planner<'a, 's> {
             }
         }
         for &l in &omitted_links {
-            let op = self.omitted_op(&l.path, retain, &moved, &recorded);
+            let op = self.omitted_op(&l.path, retain, &moved);
             self.plan.links.push(LinkAction {
                 path: l.path.clone(),
                 target: l.target.clone(),
@@ -640,20 +640,14 @@ impl<'a, 's> Planner<'a, 's> {
 
     /// A recorded path of the replaced owner that the manifest omits: retained by a merge,
     /// else deleted (when what stands there may be).
-    fn omitted_op(
-        &mut self,
-        path: &str,
-        retain: bool,
-        moved: &Moved<'_, '_>,
-        recorded: &Records<'s>,
-    ) -> FileOp {
+    fn omitted_op(&mut self, path: &str, retain: bool, moved: &Moved<'_, '_>) -> FileOp {
         let op = if retain {
             FileOp::Retain
         } else {
             self.check_deletable(path);
             FileOp::Delete
         };
-        self.check_ancestors(path, moved, recorded);
+        self.check_ancestors(path, moved);
         op
     }
 
@@ -684,8 +678,9 @@ impl<'a, 's> Planner<'a, 's> {
     }
 
     /// Every ancestor of a touched path must be a directory, or a path this plan moves
-    /// aside; a symlink or special file on the way is unsafe.
-    fn check_ancestors(&mut self, path: &str, moved: &Moved<'_, '_>, recorded: &Records<'s>) {
+    /// aside; a symlink or special file on the way is unsafe. (`moved` carries the records,
+    /// which name the owner of a file in the way.)
+    fn check_ancestors(&mut self, path: &str, moved: &Moved<'_, '_>) {
         for (i, b) in path.bytes().enumerate() {
             if b != b'/' {
                 continue;
@@ -704,7 +699,7 @@ impl<'a, 's> Planner<'a, 's> {
                     return;
                 }
                 Entry::File { .. } => {
-                    let whose = recorded
+                    let whose = (moved.records)
                         .get(anc)
                         .map(|r| format!(" (recorded for {})", r.what.owner()))
                         .unwrap_or_default();
