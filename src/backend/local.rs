@@ -133,15 +133,6 @@ pub struct Fingerprint {
     pub sha256: String,
 }
 
-impl Fingerprint {
-    /// True when `md` still has the size, mtime and inode recorded here.
-    pub fn matches(&self, md: &fs::Metadata) -> bool {
-        self.size == md.len()
-            && self.mtime_ns == md.mtime() * 1_000_000_000 + md.mtime_nsec()
-            && self.ino == md.ino()
-    }
-}
-
 /// Size, mtime and inode of a placed file.
 pub fn fingerprint_of(md: &fs::Metadata, sha256: &str) -> Fingerprint {
     Fingerprint {
