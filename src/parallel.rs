@@ -66,7 +66,7 @@ where
         let mut s = scratch();
         return items.iter().map(|item| f(item, &mut s)).collect();
     }
-    let run = (items.len() / (threads * 8)).clamp(1, MAX_RUN);
+    let run = run_len(items.len(), threads);
     // Each result goes straight to its item's slot: one allocation for all of them, in
     // input order, whatever thread computed it.
     let mut slots: Vec<Option<Result<R>>> =
@@ -100,12 +100,7 @@ where
                 }
             }
         };
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
-            for h in handles {
-                h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            }
-        });
+        on_threads(threads, work);
     }
     let mut out = Vec::with_capacity(slots.len());
     for slot in slots {
@@ -125,7 +120,7 @@ pub fn all<T: Sync>(items: &[T], f: impl Fn(&T) -> bool + Sync) -> bool {
     if threads == 1 {
         return items.iter().all(f);
     }
-    let run = (items.len() / (threads * 8)).clamp(1, MAX_RUN);
+    let run = run_len(items.len(), threads);
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let work = || {
@@ -139,13 +134,25 @@ pub fn all<T: Sync>(items: &[T], f: impl Fn(&T) -> bool + Sync) -> bool {
             }
         }
     };
+    on_threads(threads, work);
+    !failed.into_inner()
+}
+
+/// How many consecutive items a thread takes at a time: about eight runs per thread, so
+/// that the threads finish close together, and at most [`MAX_RUN`].
+fn run_len(items: usize, threads: usize) -> usize {
+    (items / (threads * 8)).clamp(1, MAX_RUN)
+}
+
+/// Runs `work` on `threads` threads and waits for all of them; a panic in one is resumed
+/// on the caller's thread.
+fn on_threads(threads: usize, work: impl Fn() + Sync) {
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(&work)).collect();
         for h in handles {
             h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         }
     });
-    !failed.into_inner()
 }
 
 #[cfg(test)]
