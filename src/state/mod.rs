@@ -199,10 +199,8 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
     // when all of it succeeds, and then it is what the long way would have found: the
     // typed pass read the whole document (a duplicate key, a syntax error or anything
     // after the object fails it).
-    let mut head = Head::default();
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    if serde::de::DeserializeSeed::deserialize(HeadSeed(&mut head, true), &mut de)
-        .is_err_and(|e| e.to_string().starts_with(HEAD_READ))
+    let (head, read) = read_head(bytes, true);
+    if read.is_err_and(|e| e.to_string().starts_with(HEAD_READ))
         && let Ok(mode) = mode_of(&head)
         && let Ok(state) = typed_state(bytes, mode)
     {
@@ -210,17 +208,24 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
         return Ok(state);
     }
     // The long way, which explains what is wrong.
-    let mut head = Head::default();
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let read = serde::de::DeserializeSeed::deserialize(HeadSeed(&mut head, false), &mut de);
-    read.and_then(|()| de.end())
-        .map_err(|e| match e.classify() {
-            serde_json::error::Category::Data => "not a JSON object".to_string(),
-            _ => format!("not JSON: {e}"),
-        })?;
+    let (head, read) = read_head(bytes, false);
+    read.map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => "not a JSON object".to_string(),
+        _ => format!("not JSON: {e}"),
+    })?;
     let state = typed_state(bytes, mode_of(&head)?)?;
     validate(&state)?;
     Ok(state)
+}
+
+/// Reads the head of a state file, and the whole document as JSON after it; with `early`,
+/// stops with the [`HEAD_READ`] error as soon as both keys are in.
+fn read_head(bytes: &[u8], early: bool) -> (Head, serde_json::Result<()>) {
+    let mut head = Head::default();
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let read = serde::de::DeserializeSeed::deserialize(HeadSeed(&mut head, early), &mut de)
+        .and_then(|()| de.end());
+    (head, read)
 }
 
 /// The mode the head names, if it is a state this distributor reads.
