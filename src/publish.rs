@@ -307,7 +307,8 @@ fn probe_for_plan<'a>(
     let m = &source.manifest;
     // Each path once: the manifest's and the state's paths are distinct within each (both
     // are validated), and a recorded path the manifest lists again is not added twice.
-    // Outputs recorded with the same content are to be proven to hold it.
+    // Outputs recorded with the same content are to be proven to hold it, by their
+    // placement fingerprint where the journal has one.
     let recorded = match state {
         StateFile::Valid(s) => s.outputs.len() + s.links.len(),
         StateFile::Absent | StateFile::Invalid(_) => 0,
