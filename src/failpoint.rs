@@ -9,6 +9,13 @@
 //! | (none)        | abort the process (no unwinding, no cleanup, like `kill -9`) the k-th time |
 //! | `error`       | from the k-th time on, every hit returns an injected I/O error         |
 //! | `error-once`  | only the k-th hit returns an injected I/O error                        |
+//! | `pause`       | the k-th time, stop until the test says to go on (below)               |
+//!
+//! `pause` is how the hostile-neighbour tests make a race deterministic: at the k-th hit the
+//! process creates `$DISTRIBUTOR_FAILPOINT_PAUSE/<name>.paused` and waits, polling, until
+//! `$DISTRIBUTOR_FAILPOINT_PAUSE/<name>.resume` exists; meanwhile the test swaps a directory
+//! for a symlink (or anything else a neighbour could do) at exactly that step. Any
+//! failpoint can pause.
 //!
 //! `k` defaults to 1. Error actions only act on I/O failpoints ([`io`]); crash points
 //! ([`hit`]) have no error path to take. `DISTRIBUTOR_FAILPOINT_LOG=<file>` appends the name
@@ -70,6 +77,7 @@ mod imp {
         Abort,
         Error,
         ErrorOnce,
+        Pause,
     }
 
     struct Spec {
@@ -95,6 +103,7 @@ mod imp {
         let (head, action) = match s.split_once('=') {
             Some((h, "error")) => (h, Action::Error),
             Some((h, "error-once")) => (h, Action::ErrorOnce),
+            Some((h, "pause")) => (h, Action::Pause),
             Some((_, other)) => {
                 // A typo must not silently turn a crash test into a passing no-op.
                 eprintln!("DISTRIBUTOR_FAILPOINT: unknown action '{other}' in '{s}'");
@@ -116,7 +125,7 @@ mod imp {
             eprintln!("DISTRIBUTOR_FAILPOINT: unknown failpoint '{name}'");
             std::process::abort();
         }
-        if action != Action::Abort && !super::IO.contains(&name) {
+        if matches!(action, Action::Error | Action::ErrorOnce) && !super::IO.contains(&name) {
             eprintln!("DISTRIBUTOR_FAILPOINT: '{name}' is not an I/O failpoint; it can only abort");
             std::process::abort();
         }
@@ -142,6 +151,20 @@ mod imp {
         }
     }
 
+    /// Announces the pause and waits until the test lets the process go on.
+    fn pause(name: &str) {
+        let Some(dir) = std::env::var_os("DISTRIBUTOR_FAILPOINT_PAUSE") else {
+            eprintln!("DISTRIBUTOR_FAILPOINT: '{name}=pause' needs DISTRIBUTOR_FAILPOINT_PAUSE");
+            std::process::abort();
+        };
+        let dir = std::path::PathBuf::from(dir);
+        let _ = std::fs::write(dir.join(format!("{name}.paused")), b"");
+        let resume = dir.join(format!("{name}.resume"));
+        while !resume.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     /// Counts the hit; returns the action due now, if any.
     pub(super) fn reach(name: &str) -> Option<String> {
         log(name);
@@ -161,7 +184,7 @@ mod imp {
         let mut due = None;
         for s in specs().iter().filter(|s| s.name == name) {
             let fire = match s.action {
-                Action::Abort | Action::ErrorOnce => n == s.k,
+                Action::Abort | Action::ErrorOnce | Action::Pause => n == s.k,
                 Action::Error => n >= s.k,
             };
             if !fire {
@@ -170,6 +193,10 @@ mod imp {
             if s.action == Action::Abort {
                 eprintln!("failpoint {name} hit: aborting");
                 std::process::abort();
+            }
+            if s.action == Action::Pause {
+                pause(name);
+                continue;
             }
             due = Some(format!("injected I/O error at failpoint {name}"));
         }
