@@ -6,6 +6,8 @@
 //! (SPEC §3.2); every ancestor between the bundle path and a touched path must be a real
 //! directory (never a symlink); nothing above or beside the bundle path is removed.
 
+pub mod handle;
+
 use crate::error::{Error, IoContext, Result};
 use crate::failpoint;
 use crate::hash::{hash_file, hex};
