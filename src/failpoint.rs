@@ -26,8 +26,12 @@
 /// used in the sources and the names the binary actually reaches, so a new step cannot go
 /// untested.
 pub const ALL: &[&str] = &[
+    // planning: the probe hashes a file no placement fingerprint vouches for
+    "probe_hash",
     // publish (SPEC §6 steps 3-8)
     "after_journal_append",
+    "before_staging_record",
+    "after_staging_record",
     "during_staging",
     "after_staging",
     "during_move_aside",
@@ -40,6 +44,7 @@ pub const ALL: &[&str] = &[
     "after_journal_commit",
     "during_cleanup",
     "cleanup_before_prune",
+    "during_prune",
     // rollback (in-process after an error, and `recover`)
     "undo_remove_placed",
     "undo_restore",

@@ -28,9 +28,14 @@ pub fn is_sha256_hex(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// Size and lowercase hex sha256 of a file, read once.
+/// Size and lowercase hex sha256 of a source file, read once. The file is opened without
+/// blocking and must be a regular file (a FIFO or device swapped in is an invalid source).
 pub fn hash_file(path: &Path) -> Result<(u64, String)> {
-    let mut f = std::fs::File::open(path).ctx("open", path)?;
+    hash_reader(crate::backend::local::open_source(path)?, path)
+}
+
+/// Size and lowercase hex sha256 of what `f` reads, to its end (`path` names it in errors).
+pub fn hash_reader(mut f: impl Read, path: &Path) -> Result<(u64, String)> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut size = 0u64;

@@ -3,17 +3,17 @@
 //! `status` summarises each bundle path's state; `verify` compares storage with state and
 //! lists missing, modified and unrecorded paths (exit 3 on drift). Neither writes.
 
-use crate::backend::local::{self, LOCK_FILE, STAGING_DIR};
+use crate::backend::local::{LOCK_FILE, Proof, STAGING_DIR};
+use crate::backend::{self, BundleStore};
 use crate::config::{Destination, PathMapping};
-use crate::error::{IoContext, Result};
-use crate::hash::hash_file;
+use crate::error::Result;
 use crate::model::{Owner, SourceRef, StateMode};
+use crate::plan::Entry;
 use crate::source::relative_link_target;
 use crate::state::{STATE_FILE, StateFile};
 use serde::Serialize;
 use std::collections::HashSet;
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The bundle paths of a destination that exist: the path itself for fixed mapping, or
 /// every directory under it holding a `.distributor.json` or a `.distributor-staging/` for
@@ -23,30 +23,12 @@ pub fn bundle_paths(dest: &Destination) -> Result<Vec<PathBuf>> {
     if dest.path_mapping == PathMapping::Fixed {
         return Ok(vec![dest.path.clone()]);
     }
-    let mut out = Vec::new();
-    find_states(&dest.path, &mut out)?;
-    out.sort();
-    Ok(out)
+    backend::for_destination(dest).bundle_paths(&dest.path)
 }
 
-fn find_states(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(_) => return Ok(()),
-    };
-    if fs::symlink_metadata(dir.join(STATE_FILE)).is_ok()
-        || fs::symlink_metadata(dir.join(STAGING_DIR)).is_ok()
-    {
-        out.push(dir.to_path_buf());
-        return Ok(());
-    }
-    for e in rd {
-        let e = e.ctx("list", dir)?;
-        if e.file_type().ctx("stat", e.path())?.is_dir() {
-            find_states(&e.path(), out)?;
-        }
-    }
-    Ok(())
+/// A bundle path opened for reading (`None`: it does not exist).
+fn open(dest: &Destination, bundle: &std::path::Path) -> Result<Option<Box<dyn BundleStore>>> {
+    backend::for_destination(dest).open(&dest.path, bundle)
 }
 
 /// One owner in a status entry.
@@ -90,7 +72,15 @@ pub fn status(dests: &[&Destination]) -> Result<Vec<BundleStatus>> {
     let mut out = Vec::new();
     for d in dests {
         for bundle in bundle_paths(d)? {
-            let state = local::read_state(&bundle)?;
+            let store = open(d, &bundle)?;
+            let state = match &store {
+                Some(s) => s.read_state()?.parse(),
+                None => StateFile::Absent,
+            };
+            let recovery_pending = match &store {
+                Some(s) => !s.staging_entries()?.is_empty(),
+                None => false,
+            };
             let mut s = BundleStatus {
                 destination_id: d.id.clone(),
                 bundle_path: bundle.to_string_lossy().into_owned(),
@@ -98,7 +88,7 @@ pub fn status(dests: &[&Destination]) -> Result<Vec<BundleStatus>> {
                 state_mode: None,
                 invalid_reason: None,
                 owners: vec![],
-                recovery_pending: !local::staging_entries(&bundle).is_empty(),
+                recovery_pending,
             };
             match state {
                 StateFile::Absent => {}
@@ -172,71 +162,22 @@ pub fn verify(dests: &[&Destination]) -> Result<Vec<BundleDrift>> {
                 modified: vec![],
                 unrecorded: vec![],
             };
-            match local::read_state(&bundle)? {
-                StateFile::Absent => {}
-                StateFile::Invalid(r) => {
+            let store = open(d, &bundle)?;
+            let state = match &store {
+                Some(s) => s.read_state()?.parse(),
+                None => StateFile::Absent,
+            };
+            match (state, store) {
+                (StateFile::Absent, _) => {}
+                (StateFile::Invalid(r), _) => {
                     v.state = "invalid";
                     v.invalid_reason = Some(r);
                 }
-                StateFile::Valid(st) => {
+                (StateFile::Valid(st), Some(store)) => {
                     v.state = "valid";
-                    let mut recorded: HashSet<&str> = HashSet::new();
-                    for o in &st.outputs {
-                        recorded.insert(&o.path);
-                        let p = bundle.join(&o.path);
-                        if !reached_without_symlinks(&bundle, &o.path) {
-                            v.missing.push(o.path.clone());
-                            continue;
-                        }
-                        match fs::symlink_metadata(&p) {
-                            Err(_) => v.missing.push(o.path.clone()),
-                            Ok(md) if !md.is_file() || md.len() != o.size => {
-                                v.modified.push(o.path.clone())
-                            }
-                            Ok(_) => {
-                                if hash_file(&p)?.1 != o.sha256 {
-                                    v.modified.push(o.path.clone());
-                                }
-                            }
-                        }
-                    }
-                    for l in &st.links {
-                        recorded.insert(&l.path);
-                        if !reached_without_symlinks(&bundle, &l.path) {
-                            v.missing.push(l.path.clone());
-                            continue;
-                        }
-                        match fs::read_link(bundle.join(&l.path)) {
-                            Err(_) if fs::symlink_metadata(bundle.join(&l.path)).is_err() => {
-                                v.missing.push(l.path.clone())
-                            }
-                            Err(_) => v.modified.push(l.path.clone()),
-                            Ok(t)
-                                if t.to_string_lossy()
-                                    != relative_link_target(&l.path, &l.target) =>
-                            {
-                                v.modified.push(l.path.clone())
-                            }
-                            Ok(_) => {}
-                        }
-                    }
-                    let mut all = Vec::new();
-                    local::list_tree(&bundle, "", &mut all)?;
-                    for p in all {
-                        let top = p.split('/').next().unwrap_or(&p);
-                        if top == STATE_FILE
-                            || top == LOCK_FILE
-                            || top == STAGING_DIR
-                            || recorded.contains(p.as_str())
-                        {
-                            continue;
-                        }
-                        v.unrecorded.push(p);
-                    }
-                    v.missing.sort();
-                    v.modified.sort();
-                    v.unrecorded.sort();
+                    compare(store.as_ref(), &st, &mut v)?;
                 }
+                (StateFile::Valid(_), None) => unreachable!("a state was read from it"),
             }
             out.push(v);
         }
@@ -244,19 +185,54 @@ pub fn verify(dests: &[&Destination]) -> Result<Vec<BundleDrift>> {
     Ok(out)
 }
 
-/// True when every directory between `bundle` and `rel` is a real directory. A recorded
-/// path that is only reachable through a symlink (or past a file) is not where state says:
-/// verify, like the executor, never looks through a symlink, so it reports the path
-/// missing and the symlink unrecorded.
-fn reached_without_symlinks(bundle: &Path, rel: &str) -> bool {
-    let mut cur = bundle.to_path_buf();
-    let segs: Vec<&str> = rel.split('/').collect();
-    for seg in &segs[..segs.len().saturating_sub(1)] {
-        cur.push(seg);
-        match fs::symlink_metadata(&cur) {
-            Ok(md) if md.is_dir() => {}
-            _ => return false,
+/// Compares what `store` holds with the valid state `st`. Every recorded path is looked
+/// up (never through a symlink: a recorded path only reachable through one is not where
+/// state says, so it is missing and the symlink unrecorded) and every recorded file hashed.
+fn compare(store: &dyn BundleStore, st: &crate::state::State, v: &mut BundleDrift) -> Result<()> {
+    let mut paths: Vec<(&str, Option<Proof>)> = Vec::new();
+    paths.extend(st.outputs.iter().map(|o| {
+        let proof = Proof {
+            sha256: &o.sha256,
+            placed: None,
+        };
+        (o.path.as_str(), Some(proof))
+    }));
+    paths.extend(st.links.iter().map(|l| (l.path.as_str(), None)));
+    let storage = store.probe(&paths, &Default::default())?;
+    let mut recorded: HashSet<&str> = HashSet::new();
+    for o in &st.outputs {
+        recorded.insert(&o.path);
+        match storage.get(&o.path) {
+            Entry::Missing => v.missing.push(o.path.clone()),
+            Entry::File { size, sha256 } if *size == o.size => {
+                if sha256.as_deref() != Some(o.sha256.as_str()) {
+                    v.modified.push(o.path.clone());
+                }
+            }
+            _ => v.modified.push(o.path.clone()),
         }
     }
-    true
+    for l in &st.links {
+        recorded.insert(&l.path);
+        match storage.get(&l.path) {
+            Entry::Missing => v.missing.push(l.path.clone()),
+            Entry::Symlink { target } if *target == relative_link_target(&l.path, &l.target) => {}
+            _ => v.modified.push(l.path.clone()),
+        }
+    }
+    for p in store.list_files()? {
+        let top = p.split('/').next().unwrap_or(&p);
+        if top == STATE_FILE
+            || top == LOCK_FILE
+            || top == STAGING_DIR
+            || recorded.contains(p.as_str())
+        {
+            continue;
+        }
+        v.unrecorded.push(p);
+    }
+    v.missing.sort();
+    v.modified.sort();
+    v.unrecorded.sort();
+    Ok(())
 }

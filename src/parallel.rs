@@ -11,8 +11,10 @@ use crate::error::Result;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// Most threads any map uses; past this the disk, not the cores, is the limit.
-pub const MAX_THREADS: usize = 4;
+/// Most threads a map over local files uses (reading a source bundle, or a destination
+/// on the local backend, which says so as its concurrency): past this the disk, not the
+/// cores, is the limit.
+pub const LOCAL_THREADS: usize = 4;
 
 /// Fewer items than this are not worth a thread.
 const MIN_PER_THREAD: usize = 32;
@@ -22,9 +24,16 @@ const MIN_PER_THREAD: usize = 32;
 /// queue on its lock.
 const MAX_RUN: usize = 256;
 
-/// Threads worth using for `n` items.
+/// Threads worth using for `n` items of local file work.
 pub fn threads_for(n: usize) -> usize {
-    cores().min(MAX_THREADS).min(n / MIN_PER_THREAD).max(1)
+    cores().min(LOCAL_THREADS).min(n / MIN_PER_THREAD).max(1)
+}
+
+/// Threads for `n` items each worth a thread, on storage that suits `max` at once: as
+/// many as there are cores, for storage that works on each, and more for storage that
+/// waits on a network.
+pub fn threads_up_to(max: usize, n: usize) -> usize {
+    cores().max(1).min(max).min(n).max(1)
 }
 
 /// The cores this process may use, asked once: the standard library reads the cgroup's

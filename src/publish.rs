@@ -2,7 +2,7 @@
 //! probe storage, plan, and (unless dry run) lock, re-plan under the lock, and execute
 //! through the journal. Shared by the CLI and the HTTP server.
 
-use crate::backend::local;
+use crate::backend::{self, BundleStore, local};
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{Error, Result};
 use crate::execute::{ExecContext, Progress, execute};
@@ -163,6 +163,52 @@ pub fn bundle_path(config: &Config, dest: &Destination, source: &Source) -> Resu
     })
 }
 
+/// A bundle path as planning sees it: opened (locked, or for reading), not there yet, or
+/// not usable at all (the planner's `unsafe_storage`).
+enum View<'s> {
+    Store(&'s dyn BundleStore),
+    Missing,
+    Unsafe(String),
+}
+
+/// A bundle path opened for reading, as planning outside the lock sees it.
+struct Unlocked {
+    store: Option<Box<dyn BundleStore>>,
+    unsafe_reason: Option<String>,
+}
+
+impl Unlocked {
+    fn open(dest: &Destination, bundle: &Path) -> Result<Unlocked> {
+        let backend = backend::for_destination(dest);
+        if let Some(why) = backend.bundle_unsafe(&dest.path, bundle) {
+            return Ok(Unlocked {
+                store: None,
+                unsafe_reason: Some(why),
+            });
+        }
+        match backend.open(&dest.path, bundle) {
+            Ok(store) => Ok(Unlocked {
+                store,
+                unsafe_reason: None,
+            }),
+            // Replaced by a symlink since the look above.
+            Err(Error::Unsafe(why)) => Ok(Unlocked {
+                store: None,
+                unsafe_reason: Some(why),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn view(&self) -> View<'_> {
+        match (&self.store, &self.unsafe_reason) {
+            (_, Some(why)) => View::Unsafe(why.clone()),
+            (Some(s), None) => View::Store(s.as_ref()),
+            (None, None) => View::Missing,
+        }
+    }
+}
+
 /// Plans one destination: probes storage and reads state (no writes).
 pub fn plan_one(
     config: &Config,
@@ -171,6 +217,8 @@ pub fn plan_one(
     force: bool,
     fingerprints: &local::Fingerprints,
 ) -> Result<DestinationPlan> {
+    let bundle = bundle_path(config, dest, source)?;
+    let opened = Unlocked::open(dest, &bundle)?;
     plan_with(
         config,
         dest,
@@ -178,6 +226,7 @@ pub fn plan_one(
         force,
         fingerprints,
         &mut StateMemo::default(),
+        &opened.view(),
     )
 }
 
@@ -187,10 +236,14 @@ pub fn plan_one(
 struct StateMemo(Option<(Vec<u8>, Rc<StateFile>)>);
 
 impl StateMemo {
-    fn read(&mut self, bundle: &Path) -> Result<Rc<StateFile>> {
-        let Some(bytes) = local::read_state_bytes(bundle)? else {
+    fn read(&mut self, view: &View) -> Result<Rc<StateFile>> {
+        let read = match view {
+            View::Store(s) => s.read_state()?,
+            View::Missing | View::Unsafe(_) => local::StateBytes::Absent,
+        };
+        let local::StateBytes::Bytes(bytes) = read else {
             // Absent, or not a regular file: nothing to parse.
-            return Ok(Rc::new(local::read_state(bundle)?));
+            return Ok(Rc::new(read.parse()));
         };
         if let Some((seen, state)) = &self.0
             && *seen == bytes
@@ -210,18 +263,24 @@ fn plan_with(
     force: bool,
     fingerprints: &local::Fingerprints,
     memo: &mut StateMemo,
+    view: &View,
 ) -> Result<DestinationPlan> {
     let bundle = bundle_path(config, dest, source)?;
-    let unsafe_reason = local::bundle_unsafe(&dest.path, &bundle);
-    let state = if unsafe_reason.is_some() {
-        Rc::new(StateFile::Absent)
-    } else {
-        memo.read(&bundle)?
-    };
-    plan_state(config, dest, source, force, fingerprints, &bundle, &state)
+    let state = memo.read(view)?;
+    plan_state(
+        config,
+        dest,
+        source,
+        force,
+        fingerprints,
+        &bundle,
+        &state,
+        view,
+    )
 }
 
 /// Probes storage and plans from a state already read.
+#[allow(clippy::too_many_arguments)]
 fn plan_state(
     config: &Config,
     dest: &Destination,
@@ -230,8 +289,9 @@ fn plan_state(
     fingerprints: &local::Fingerprints,
     bundle: &Path,
     state: &StateFile,
+    view: &View,
 ) -> Result<DestinationPlan> {
-    let storage = probe_for_plan(dest, bundle, source, state, fingerprints)?;
+    let storage = probe_for_plan(view, source, state, fingerprints)?;
     Ok(plan_destination(&PlanInput {
         pipeline_id: &config.pipeline_id,
         destination: dest,
@@ -298,8 +358,7 @@ fn recorded_same(state: &StateFile, source: &Source) -> Vec<bool> {
 }
 
 fn probe_for_plan<'a>(
-    dest: &Destination,
-    bundle: &Path,
+    view: &View,
     source: &'a Source,
     state: &'a StateFile,
     fingerprints: &local::Fingerprints,
@@ -340,7 +399,16 @@ fn probe_for_plan<'a>(
     // What stands at the state file's own path (a reserved name, in neither list): a
     // writing plan replaces it.
     paths.push((crate::state::STATE_FILE, None));
-    local::probe(&dest.path, bundle, &paths, &dirs_wanted)
+    match view {
+        View::Store(s) => s.probe(&paths, &dirs_wanted),
+        // Nothing there yet: every path is missing.
+        View::Missing => Ok(Storage::default()),
+        View::Unsafe(why) => Ok(Storage::new(
+            Some(why.clone()),
+            Default::default(),
+            Vec::new(),
+        )),
+    }
 }
 
 /// What is read of a destination before planning: its bundle path, the state file as it is
@@ -348,6 +416,7 @@ fn probe_for_plan<'a>(
 /// of the files the source publishes again unchanged (they spare hashing them).
 struct DestinationRead<'m> {
     bundle: PathBuf,
+    unlocked: Unlocked,
     memo: StateMemo,
     state: Option<Rc<StateFile>>,
     fingerprints: local::Fingerprints<'m>,
@@ -361,9 +430,10 @@ fn read_destination<'m>(
     journal: &Journal,
 ) -> Result<DestinationRead<'m>> {
     let bundle = bundle_path(config, dest, source)?;
+    let unlocked = Unlocked::open(dest, &bundle)?;
     let mut memo = StateMemo::default();
-    let state = match local::bundle_unsafe(&dest.path, &bundle) {
-        None => Some(memo.read(&bundle)?),
+    let state = match unlocked.unsafe_reason {
+        None => Some(memo.read(&unlocked.view())?),
         Some(_) => None,
     };
     let mut fingerprints = local::Fingerprints::default();
@@ -381,6 +451,7 @@ fn read_destination<'m>(
     }
     Ok(DestinationRead {
         bundle,
+        unlocked,
         memo,
         state,
         fingerprints,
@@ -417,7 +488,10 @@ fn publish_one(
         }
         // A dry run opens no journal, but an interrupted operation's staging is visible:
         // the real run would refuse with exit 4, so the plan says so too.
-        let staging = local::staging_entries(&plan.bundle_path);
+        let staging = match Unlocked::open(dest, &plan.bundle_path)?.store {
+            Some(store) => staging_names(store.as_ref())?,
+            None => Vec::new(),
+        };
         if !stands_during_recovery(plan.decision) && !staging.is_empty() {
             let e = Error::RecoveryRequired(format!(
                 "recovery required: {}/{} holds {}; run `distributor recover` (with the same --config/--journal) before publishing again",
@@ -436,6 +510,7 @@ fn publish_one(
     };
     let DestinationRead {
         bundle,
+        unlocked,
         mut memo,
         state,
         fingerprints,
@@ -444,8 +519,10 @@ fn publish_one(
         plan: Box::new(plan.clone()),
         source: Box::new(e),
     };
-    let locked_before =
-        state.is_some() && std::fs::symlink_metadata(bundle.join(local::LOCK_FILE)).is_ok();
+    let locked_before = match &unlocked.store {
+        Some(store) => state.is_some() && store.locked_before()?,
+        None => false,
+    };
     // Once distributor has locked a bundle path, every decision but `unchanged` is looked
     // at again under the lock (below), so when the state file already rules `unchanged`
     // out, a look outside the lock would be thrown away: go straight to the lock and plan
@@ -467,6 +544,7 @@ fn publish_one(
             &fingerprints,
             &bundle,
             read,
+            &unlocked.view(),
         )?)
     };
     if let Some(p) = &preview {
@@ -483,7 +561,13 @@ fn publish_one(
         // under the lock. So a republication of what is already there neither waits for
         // the lock nor probes twice.
         let nothing_to_wait_for = p.decision == Decision::Unchanged || !locked_before;
-        if !p.decision.writes() && nothing_to_wait_for && check_recovery(journal, &bundle).is_ok() {
+        let clean = |store: Option<&dyn BundleStore>| match store {
+            Some(store) => check_recovery(journal, store).is_ok(),
+            None => journal
+                .unfinished_for(&bundle.to_string_lossy())
+                .is_ok_and(|u| u.is_empty()),
+        };
+        if !p.decision.writes() && nothing_to_wait_for && clean(unlocked.store.as_deref()) {
             let (status, code) = (status_of(p, Status::Applied), code_of(p));
             let preview = preview.expect("looked at above");
             return Ok((DestinationReport::from_plan(preview, status, None), code));
@@ -493,14 +577,37 @@ fn publish_one(
     // no preview, it is planned now.
     let mut planned = |e: Error| match &preview {
         Some(p) => with_plan(p, e),
-        None => match plan_with(config, dest, source, opts.force, &fingerprints, &mut memo) {
+        None => match plan_with(
+            config,
+            dest,
+            source,
+            opts.force,
+            &fingerprints,
+            &mut memo,
+            &unlocked.view(),
+        ) {
             Ok(p) => with_plan(&p, e),
             Err(_) => e,
         },
     };
-    let lock = local::lock(&dest.path, &bundle, opts.lock_timeout);
-    let _lock = lock.map_err(&mut planned)?;
-    let plan = plan_with(config, dest, source, opts.force, &fingerprints, &mut memo)?;
+    let backend = backend::for_destination(dest);
+    let lock = backend.lock(&dest.path, &bundle, opts.lock_timeout, true);
+    let store = lock
+        .and_then(|s| {
+            s.ok_or_else(|| Error::Failed(format!("{} could not be created", bundle.display())))
+        })
+        .map_err(&mut planned)?;
+    drop(unlocked);
+    let store = store.as_ref();
+    let plan = plan_with(
+        config,
+        dest,
+        source,
+        opts.force,
+        &fingerprints,
+        &mut memo,
+        &View::Store(store),
+    )?;
     let report = |plan: DestinationPlan| {
         let (status, code) = (status_of(&plan, Status::Applied), code_of(&plan));
         Ok((DestinationReport::from_plan(plan, status, None), code))
@@ -508,7 +615,7 @@ fn publish_one(
     if stands_during_recovery(plan.decision) {
         return report(plan);
     }
-    check_recovery(journal, &bundle).map_err(|e| with_plan(&plan, e))?;
+    check_recovery(journal, store).map_err(|e| with_plan(&plan, e))?;
     if !plan.decision.writes() {
         return report(plan);
     }
@@ -517,7 +624,7 @@ fn publish_one(
         actor: &opts.actor,
         progress,
     };
-    match execute(&plan, source, journal, &ctx) {
+    match execute(&plan, source, journal, store, &ctx) {
         Ok(op) => Ok((
             DestinationReport::from_plan(plan, Status::Applied, Some(op)),
             0,
@@ -542,11 +649,25 @@ fn stands_during_recovery(decision: Decision) -> bool {
     )
 }
 
-/// Refuses (exit 4) when an operation on `bundle` is unfinished or staging holds anything.
-pub fn check_recovery(journal: &Journal, bundle: &Path) -> Result<()> {
-    let key = bundle.to_string_lossy();
+/// The names `.distributor-staging/` holds.
+fn staging_names(store: &dyn BundleStore) -> Result<Vec<String>> {
+    Ok(store
+        .staging_entries()?
+        .into_iter()
+        .map(|e| match e {
+            local::StagingEntry::Operation(n) => n,
+            local::StagingEntry::Unfinished(op) => format!("{}{op}", local::TMP_PREFIX),
+            local::StagingEntry::Foreign(n, _) => n,
+        })
+        .collect())
+}
+
+/// Refuses (exit 4) when an operation on the bundle path is unfinished or staging holds
+/// anything.
+pub fn check_recovery(journal: &Journal, store: &dyn BundleStore) -> Result<()> {
+    let key = store.path().to_string_lossy();
     let unfinished = journal.unfinished_for(&key)?;
-    let staging = local::staging_entries(bundle);
+    let staging = staging_names(store)?;
     if unfinished.is_empty() && staging.is_empty() {
         return Ok(());
     }

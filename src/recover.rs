@@ -9,23 +9,28 @@
 //!
 //! The verdict comes from the state file alone, the commit point of SPEC §6: its sha256
 //! equals the planned post-state → roll forward (finish the cleanup); equals the pre-state,
-//! or both are absent → roll back ([`undo`]); anything else → diverged: touch nothing. Each
-//! step is idempotent and the journal event is appended last, so a crash of `recover` itself
-//! is repaired by running it again. Never writes when `dry_run` is set.
+//! or both are absent → roll back (the backend's undo); anything else → diverged: touch
+//! nothing. An operation of the journal whose staging entry is gone (another journal's
+//! `recover` finished it, or it never got that far) is `closed` from the state alone
+//! (SPEC §13), touching nothing; an unfinished staging record (`.tmp-<op>`) never changed
+//! anything and is removed. Each step is idempotent and the journal event is appended
+//! last, so a crash of `recover` itself is repaired by running it again. Never writes when
+//! `dry_run` is set.
+//!
+//! Every look at and change to a destination goes through the storage interface
+//! ([`crate::backend`]), which refuses staging that is not a real directory tree its own
+//! record describes.
 
-use crate::backend::local::{self, STAGING_DIR};
+use crate::backend::local::{STAGING_DIR, StagingEntry};
+use crate::backend::{self, Backend, BundleStore, state_sha256};
 use crate::config::{Config, PathMapping};
-use crate::error::{Error, IoContext, Result};
-use crate::execute::{
-    PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, StagedOperation, cleanup, journal_records, undo,
-};
+use crate::error::{Error, Result};
+use crate::execute::{POST_STATE_FILE, PRE_STATE_FILE, StagedOperation, journal_records};
 use crate::failpoint;
-use crate::hash::sha256_hex;
 use crate::journal::{Journal, event, query};
 use crate::state::STATE_FILE;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -56,6 +61,9 @@ pub enum Outcome {
     Failed,
     /// An operator ended a diverged operation (`--abandon`); nothing was touched.
     Abandoned,
+    /// The operation's staging entry does not exist: the state says whether it was
+    /// `applied elsewhere` or `not applied`; nothing was touched.
+    Closed,
 }
 
 /// Where an operation was found.
@@ -112,6 +120,8 @@ pub struct RecoverSummary {
     pub failed: usize,
     /// Abandoned.
     pub abandoned: usize,
+    /// Closed.
+    pub closed: usize,
 }
 
 /// The report of one `recover` run.
@@ -147,7 +157,9 @@ impl RecoverReport {
 struct Candidate {
     in_journal: bool,
     in_staging: bool,
-    /// Base for the "no symlink on the way" check of the lock.
+    /// Only an unfinished staging record (`.tmp-<op>`) was found.
+    unfinished_record: bool,
+    /// Base for the "no symlink on the way" walk of the lock.
     base: Option<PathBuf>,
 }
 
@@ -172,11 +184,26 @@ pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<Recover
     }
     if let Some(config) = config {
         for dest in &config.destinations {
-            for bundle in staging_bundles(&dest.path, &dest.path_mapping)? {
+            let backend = backend::for_destination(dest);
+            for bundle in staging_bundles(backend, &dest.path, &dest.path_mapping)? {
                 let ops = found.entry(bundle.clone()).or_default();
-                for name in staging_names(&bundle, &mut report) {
-                    let c = ops.entry(name).or_default();
-                    c.in_staging = true;
+                let Some(store) = backend.open(&dest.path, &bundle)? else {
+                    continue;
+                };
+                for entry in store.staging_entries()? {
+                    let c = match &entry {
+                        StagingEntry::Operation(op) | StagingEntry::Unfinished(op) => {
+                            ops.entry(op.clone()).or_default()
+                        }
+                        StagingEntry::Foreign(name, why) => {
+                            report.operations.push(foreign(&bundle, name, why));
+                            continue;
+                        }
+                    };
+                    match entry {
+                        StagingEntry::Operation(_) => c.in_staging = true,
+                        _ => c.unfinished_record = true,
+                    }
                     c.base = Some(dest.path.clone());
                 }
             }
@@ -200,6 +227,7 @@ pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<Recover
             Outcome::Diverged => s.diverged += 1,
             Outcome::Failed => s.failed += 1,
             Outcome::Abandoned => s.abandoned += 1,
+            Outcome::Closed => s.closed += 1,
         }
     }
     Ok(report)
@@ -226,13 +254,20 @@ pub fn abandon(op: &str, opts: &RecoverOptions) -> Result<RecoverReport> {
     }
     let bundle = PathBuf::from(&d.bundle_path);
     let op_dir = bundle.join(STAGING_DIR).join(&d.operation_id);
+    let store = backend::local::LocalBackend.open(&bundle, &bundle)?;
+    let staged = match &store {
+        Some(s) => s
+            .staging_entries()?
+            .contains(&StagingEntry::Operation(d.operation_id.clone())),
+        None => false,
+    };
     let mut message = if opts.dry_run {
         "would be abandoned: the journal would stop asking for its recovery; the destination would not be touched".to_string()
     } else {
         "abandoned: the journal no longer asks for its recovery; the destination was not touched"
             .to_string()
     };
-    if fs::symlink_metadata(&op_dir).is_ok() {
+    if staged {
         message.push_str(&format!(
             "; its staging {} is left in place: inspect it and remove it by hand (publish refuses while staging holds anything)",
             op_dir.display()
@@ -245,8 +280,11 @@ pub fn abandon(op: &str, opts: &RecoverOptions) -> Result<RecoverReport> {
             Some(&format!("by {}: {message}", opts.actor)),
         )?;
     }
-    let state_sha256 = state_sha(&bundle)?.ok().flatten();
-    let found_in = if op_dir.exists() {
+    let state_sha256 = match &store {
+        Some(s) => state_sha256(s.as_ref())?.ok().flatten(),
+        None => None,
+    };
+    let found_in = if staged {
         FoundIn::JournalAndStaging
     } else {
         FoundIn::Journal
@@ -277,102 +315,34 @@ pub fn abandon(op: &str, opts: &RecoverOptions) -> Result<RecoverReport> {
     })
 }
 
-/// Bundle paths of a destination that have a staging directory: the path itself for fixed
-/// mapping; for mapped destinations every directory below the path that holds one.
-fn staging_bundles(base: &Path, mapping: &PathMapping) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
+/// Bundle paths of a destination that may have staging: the path itself for fixed
+/// mapping; for mapped destinations every bundle path below it.
+fn staging_bundles(
+    backend: &dyn Backend,
+    base: &Path,
+    mapping: &PathMapping,
+) -> Result<Vec<PathBuf>> {
     if *mapping == PathMapping::Fixed {
-        if fs::symlink_metadata(base.join(STAGING_DIR)).is_ok() {
-            out.push(base.to_path_buf());
-        }
-        return Ok(out);
+        return Ok(vec![base.to_path_buf()]);
     }
-    walk_for_staging(base, &mut out)?;
-    Ok(out)
+    backend.bundle_paths(base)
 }
 
-fn walk_for_staging(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io("list", dir, e)),
-    };
-    // A bundle path (it holds state or staging) is where the walk stops: below it is
-    // published content, which may hold anything, a directory named like staging too, and
-    // is never an operation of distributor's.
-    if fs::symlink_metadata(dir.join(STAGING_DIR)).is_ok() {
-        out.push(dir.to_path_buf());
-        return Ok(());
+/// A staging entry distributor did not make: reported failed, never touched.
+fn foreign(bundle: &Path, name: &str, why: &str) -> RecoveredOperation {
+    RecoveredOperation {
+        operation_id: name.to_string(),
+        bundle_path: bundle.to_string_lossy().into_owned(),
+        pipeline_id: None,
+        destination_id: None,
+        decision: None,
+        found_in: FoundIn::Staging,
+        state_sha256: None,
+        pre_state_sha256: None,
+        post_state_sha256: None,
+        outcome: Outcome::Failed,
+        message: format!("{why}: inspect it and remove it by hand"),
     }
-    if fs::symlink_metadata(dir.join(STATE_FILE)).is_ok() {
-        return Ok(());
-    }
-    for e in rd {
-        let e = e.ctx("list", dir)?;
-        if e.file_type().ctx("stat", e.path())?.is_dir() {
-            walk_for_staging(&e.path(), out)?;
-        }
-    }
-    Ok(())
-}
-
-/// Names of the operations staged in `bundle`; entries that cannot be operations are
-/// reported failed right away (nothing is touched).
-fn staging_names(bundle: &Path, report: &mut RecoverReport) -> Vec<String> {
-    let staging = bundle.join(STAGING_DIR);
-    let mut names = Vec::new();
-    let mut unknown = |name: String, why: String| {
-        report.operations.push(RecoveredOperation {
-            operation_id: name,
-            bundle_path: bundle.to_string_lossy().into_owned(),
-            pipeline_id: None,
-            destination_id: None,
-            decision: None,
-            found_in: FoundIn::Staging,
-            state_sha256: None,
-            pre_state_sha256: None,
-            post_state_sha256: None,
-            outcome: Outcome::Failed,
-            message: why,
-        })
-    };
-    if !fs::symlink_metadata(&staging).is_ok_and(|m| m.is_dir()) {
-        unknown(
-            STAGING_DIR.to_string(),
-            format!(
-                "{} is not a real directory; distributor did not make it: inspect it and remove it by hand",
-                staging.display()
-            ),
-        );
-        return names;
-    }
-    let entries = match fs::read_dir(&staging) {
-        Ok(rd) => rd,
-        Err(e) => {
-            unknown(
-                STAGING_DIR.to_string(),
-                format!("cannot list {}: {e}", staging.display()),
-            );
-            return names;
-        }
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-        if is_dir && uuid::Uuid::parse_str(&name).is_ok() {
-            names.push(name);
-        } else {
-            unknown(
-                name,
-                format!(
-                    "{} is not an operation's staging directory; distributor did not make it: inspect it and remove it by hand",
-                    e.path().display()
-                ),
-            );
-        }
-    }
-    names.sort();
-    names
 }
 
 fn recover_bundle(
@@ -383,29 +353,41 @@ fn recover_bundle(
     report: &mut RecoverReport,
 ) {
     // The lock: taken only when something may be written, and only on a bundle path that
-    // exists (recovery never creates one).
+    // exists (recovery never creates one). An operation known only to the journal has no
+    // destination path to walk from: its bundle path is walked from itself.
     let base = ops
         .values()
         .find_map(|c| c.base.clone())
         .unwrap_or_else(|| bundle.to_path_buf());
-    let _lock = if opts.dry_run || fs::symlink_metadata(bundle).is_err() {
-        None
+    let backend: &dyn Backend = &backend::local::LocalBackend;
+    let store = if opts.dry_run {
+        backend.open(&base, bundle)
     } else {
-        match local::lock(&base, bundle, opts.lock_timeout) {
-            Ok(l) => Some(l),
-            Err(e) => {
-                for (op, c) in &ops {
-                    let mut r = blank(op, bundle, c);
-                    r.message = format!("not recovered: {e}");
-                    report.operations.push(r);
-                }
-                return;
+        backend.lock(&base, bundle, opts.lock_timeout, false)
+    };
+    let store = match store {
+        Ok(s) => s,
+        Err(e) => {
+            for (op, c) in &ops {
+                let mut r = blank(op, bundle, c);
+                r.message = format!("not recovered: {e}");
+                report.operations.push(r);
             }
+            return;
         }
     };
-    failpoint::hit("recover_after_lock");
+    if store.is_some() && !opts.dry_run {
+        failpoint::hit("recover_after_lock");
+    }
     for (op, c) in ops {
-        let r = match recover_one(bundle, &op, &c, journal.as_deref_mut(), opts) {
+        let r = match recover_one(
+            store.as_deref(),
+            bundle,
+            &op,
+            &c,
+            journal.as_deref_mut(),
+            opts,
+        ) {
             Ok(Some(r)) => r,
             Ok(None) => continue,
             Err(e) => {
@@ -425,7 +407,7 @@ fn blank(op: &str, bundle: &Path, c: &Candidate) -> RecoveredOperation {
         pipeline_id: None,
         destination_id: None,
         decision: None,
-        found_in: match (c.in_journal, c.in_staging) {
+        found_in: match (c.in_journal, c.in_staging || c.unfinished_record) {
             (true, true) => FoundIn::JournalAndStaging,
             (false, true) => FoundIn::Staging,
             _ => FoundIn::Journal,
@@ -438,46 +420,105 @@ fn blank(op: &str, bundle: &Path, c: &Candidate) -> RecoveredOperation {
     }
 }
 
-/// The state file's sha256 now; `Err` text when it is there but not a regular file.
-fn state_sha(bundle: &Path) -> Result<std::result::Result<Option<String>, String>> {
-    let path = bundle.join(STATE_FILE);
-    match fs::symlink_metadata(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Ok(None)),
-        Err(e) if e.raw_os_error() == Some(20) => Ok(Ok(None)), // ENOTDIR: no bundle dir
-        Err(e) => Err(Error::io("stat", path, e)),
-        Ok(md) if md.is_file() => Ok(Ok(Some(sha256_hex(&fs::read(&path).ctx("read", &path)?)))),
-        Ok(_) => Ok(Err(format!("{} is not a regular file", path.display()))),
-    }
-}
-
-/// Recovers one operation; `None` when, under the lock, it turned out finished already (a
-/// concurrent publish or recover finished it).
+/// Recovers one operation in the bundle path `store` holds (`None`: the bundle path does
+/// not exist); `None` when, under the lock, it turned out finished already (a concurrent
+/// publish or recover finished it).
 fn recover_one(
+    store: Option<&dyn BundleStore>,
     bundle: &Path,
     op: &str,
     c: &Candidate,
     mut journal: Option<&mut Journal>,
     opts: &RecoverOptions,
 ) -> Result<Option<RecoveredOperation>> {
-    let op_dir = bundle.join(STAGING_DIR).join(op);
-    let staged_now = fs::symlink_metadata(&op_dir).is_ok_and(|m| m.is_dir());
+    let entries = match store {
+        Some(s) => s.staging_entries()?,
+        None => Vec::new(),
+    };
+    let staged_now = entries.contains(&StagingEntry::Operation(op.to_string()));
+    let unfinished_record = entries.contains(&StagingEntry::Unfinished(op.to_string()));
     let status = match journal.as_deref() {
         Some(j) => j.status(op)?,
         None => None,
     };
     let unfinished = |s: &str| matches!(s, "in_progress" | "committed" | "diverged");
-    if !staged_now && !status.as_deref().is_some_and(unfinished) {
+    let in_journal = status.as_deref().is_some_and(unfinished);
+    if !staged_now && !in_journal && !unfinished_record {
         return Ok(None);
     }
     let mut r = blank(op, bundle, c);
-    let Some(staged) = load(&mut r, bundle, journal.as_deref(), staged_now, opts.dry_run)? else {
+    let now = match store {
+        Some(s) => state_sha256(s)?,
+        None => Ok(None),
+    };
+    r.state_sha256 = now.clone().ok().flatten();
+    if !staged_now {
+        // The staging record was never completed (the operation changed nothing), or the
+        // staging entry is gone: closed, from the state alone.
+        if unfinished_record
+            && !opts.dry_run
+            && let Some(s) = store
+        {
+            s.remove_unfinished(op)?;
+        }
+        let recorded = match journal.as_deref() {
+            Some(j) if in_journal => j
+                .plan_json(op)?
+                .and_then(|p| serde_json::from_str::<StagedOperation>(&p).ok()),
+            _ => None,
+        };
+        if let Some(staged) = &recorded {
+            describe(&mut r, staged);
+        }
+        let applied = recorded
+            .as_ref()
+            .is_some_and(|s| r.state_sha256.as_deref() == Some(s.post_state_sha256.as_str()));
+        r.outcome = Outcome::Closed;
+        r.message = closed_message(applied, unfinished_record, opts.dry_run);
+        if !opts.dry_run
+            && in_journal
+            && let Some(j) = journal
+        {
+            j.event(
+                op,
+                event::CLOSED,
+                Some(&format!("by {}: {}", opts.actor, r.message)),
+            )?;
+        }
+        return Ok(Some(r));
+    }
+    let store = store.expect("a staging entry was listed in it");
+    // The record: the staging entry's own, checked to describe the entry; the journal's
+    // where the entry has none (staging written before records came first).
+    let from_staging = store.read_record(op)?;
+    let recorded = match journal.as_deref() {
+        Some(j) => j
+            .plan_json(op)?
+            .and_then(|p| serde_json::from_str::<StagedOperation>(&p).ok()),
+        None => None,
+    };
+    let Some(staged) = recorded.or(from_staging) else {
+        // No record anywhere: distributor before records came first made the directory
+        // and was stopped before its plan.json. Holding nothing, it never changed anything.
+        let op_dir = bundle.join(STAGING_DIR).join(op);
+        if store.staging_holds_files(op)? {
+            r.message = format!(
+                "{} has no plan.json and no journal knows the operation, but it holds files; inspect it and remove it by hand",
+                op_dir.display()
+            );
+            return Ok(Some(r));
+        }
+        r.outcome = Outcome::RolledBack;
+        r.message = if opts.dry_run {
+            "would remove a staging directory that never held content".into()
+        } else {
+            store.remove_staging(op)?;
+            "removed a staging directory that never held content".into()
+        };
         return Ok(Some(r));
     };
-    r.pipeline_id = Some(staged.origin.pipeline_id.clone());
-    r.destination_id = Some(staged.destination_id.clone());
-    r.decision = Some(staged.origin.decision.clone());
-    r.pre_state_sha256 = staged.pre_state_sha256.clone();
-    r.post_state_sha256 = Some(staged.post_state_sha256.clone());
+    staged.check(bundle)?;
+    describe(&mut r, &staged);
     if let Some(j) = journal
         .as_deref_mut()
         .filter(|_| status.is_none() && !opts.dry_run)
@@ -486,17 +527,20 @@ fn recover_one(
         let detail = format!(
             "by {}: found in {}, unknown to this journal",
             opts.actor,
-            op_dir.join(PLAN_FILE).display()
+            bundle
+                .join(STAGING_DIR)
+                .join(op)
+                .join("plan.json")
+                .display()
         );
         j.adopt_operation(&record, &actions, &detail)?;
         failpoint::hit("recover_after_adopt");
     }
 
-    let now = state_sha(bundle)?;
-    r.state_sha256 = now.clone().ok().flatten();
     r.outcome = verdict(&staged, &now);
+    let op_dir = bundle.join(STAGING_DIR).join(op);
     r.message = match r.outcome {
-        Outcome::Diverged => diverged_message(bundle, &op_dir, &staged, &now, staged_now),
+        Outcome::Diverged => diverged_message(bundle, &op_dir, &staged, &now, true),
         o => explain(o, staged.pre_state_sha256.is_some(), opts.dry_run),
     };
     if opts.dry_run {
@@ -504,11 +548,11 @@ fn recover_one(
     }
     let ev = match r.outcome {
         Outcome::RolledForward => {
-            cleanup(bundle, &staged)?;
+            store.clean_up(&staged)?;
             event::RECOVERED_FORWARD
         }
         Outcome::RolledBack => {
-            undo(bundle, &staged)?;
+            store.undo(&staged)?;
             event::RECOVERED_BACK
         }
         _ => event::DIVERGED,
@@ -522,45 +566,31 @@ fn recover_one(
     Ok(Some(r))
 }
 
-/// The operation's record: the journal's, else its `plan.json`; `None` when there is none
-/// and `r` is the final report entry. A staging directory without either never touched
-/// the destination (`plan.json` is written before anything is staged or moved aside) and
-/// is removed when it holds no files.
-fn load(
-    r: &mut RecoveredOperation,
-    bundle: &Path,
-    journal: Option<&Journal>,
-    staged_now: bool,
-    dry_run: bool,
-) -> Result<Option<StagedOperation>> {
-    let op = r.operation_id.clone();
-    let op_dir = bundle.join(STAGING_DIR).join(&op);
-    let recorded = journal.map(|j| j.plan_json(&op)).transpose()?.flatten();
-    if let Some(s) = recorded.and_then(|p| serde_json::from_str::<StagedOperation>(&p).ok()) {
-        return Ok(Some(s));
-    }
-    if staged_now && op_dir.join(PLAN_FILE).exists() {
-        return StagedOperation::read(&op_dir).map(Some);
-    }
-    if !staged_now {
-        r.message = "the journal's record of this operation cannot be read".into();
-        return Ok(None);
-    }
-    if holds_files(&op_dir)? {
-        r.message = format!(
-            "{} has no {PLAN_FILE} but holds files; inspect it and remove it by hand",
-            op_dir.display()
-        );
-        return Ok(None);
-    }
-    r.outcome = Outcome::RolledBack;
-    r.message = if dry_run {
-        "would remove a staging directory that never held content".into()
+/// Fills in what the record says of the operation.
+fn describe(r: &mut RecoveredOperation, staged: &StagedOperation) {
+    r.pipeline_id = Some(staged.origin.pipeline_id.clone());
+    r.destination_id = Some(staged.destination_id.clone());
+    r.decision = Some(staged.origin.decision.clone());
+    r.pre_state_sha256 = staged.pre_state_sha256.clone();
+    r.post_state_sha256 = Some(staged.post_state_sha256.clone());
+}
+
+/// Why an operation without a staging entry is closed.
+fn closed_message(applied: bool, unfinished_record: bool, dry_run: bool) -> String {
+    let mut m = if applied {
+        "applied elsewhere: its staging entry is gone and .distributor.json is its post-state (it was finished by its own run before that stopped, or rolled forward by another journal's recover)".to_string()
     } else {
-        local::remove_staging(bundle, &op)?;
-        "removed a staging directory that never held content".into()
+        "not applied: its staging entry does not exist and .distributor.json is not its post-state (it never reached the destination, or was rolled back elsewhere)".to_string()
     };
-    Ok(None)
+    if unfinished_record {
+        m.push_str(if dry_run {
+            "; would remove its unfinished staging record (it changed nothing)"
+        } else {
+            "; removed its unfinished staging record (it changed nothing)"
+        });
+    }
+    m.push_str("; nothing else was touched");
+    m
 }
 
 /// SPEC §8: post-state → forward; pre-state (or both absent) → back; else diverged.
@@ -601,22 +631,8 @@ fn outcome_word(o: Outcome) -> &'static str {
         Outcome::Diverged => "diverged",
         Outcome::Failed => "failed",
         Outcome::Abandoned => "abandoned",
+        Outcome::Closed => "closed",
     }
-}
-
-/// True when anything but directories and a half-written `plan.json.tmp` is under `dir`.
-fn holds_files(dir: &Path) -> Result<bool> {
-    for e in fs::read_dir(dir).ctx("list", dir)? {
-        let e = e.ctx("list", dir)?;
-        if e.file_type().ctx("stat", e.path())?.is_dir() {
-            if holds_files(&e.path())? {
-                return Ok(true);
-            }
-        } else if e.file_name() != format!("{PLAN_FILE}.tmp").as_str() {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 fn diverged_message(
@@ -698,11 +714,11 @@ impl RecoverReport {
             s.rolled_back,
             s.diverged,
             s.failed,
-            if s.abandoned > 0 {
-                format!(", {} abandoned", s.abandoned)
-            } else {
-                String::new()
-            }
+            [("abandoned", s.abandoned), ("closed", s.closed)]
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(w, n)| format!(", {n} {w}"))
+                .collect::<String>()
         );
         out
     }

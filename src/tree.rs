@@ -25,6 +25,8 @@ pub struct Meta {
     pub mtime_ns: i64,
     /// Inode number.
     pub ino: u64,
+    /// Status change time, nanoseconds since the epoch.
+    pub ctime_ns: i64,
 }
 
 impl Meta {
@@ -36,6 +38,7 @@ impl Meta {
             size: st.st_size as u64,
             mtime_ns: st.st_mtime as i64 * 1_000_000_000 + st.st_mtime_nsec as i64,
             ino: st.st_ino as u64,
+            ctime_ns: st.st_ctime as i64 * 1_000_000_000 + st.st_ctime_nsec as i64,
         }
     }
 }
@@ -94,6 +97,21 @@ impl<'p> Tree<'p> {
             Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// A tree rooted at an open directory (a second handle of it).
+    pub fn from_dir(root: &crate::backend::local::handle::Dir) -> io::Result<Tree<'p>> {
+        Ok(Tree {
+            root: root.fd().try_clone_to_owned()?,
+            dirs: foldhash::HashMap::default(),
+        })
+    }
+
+    /// Opens the regular file `rel` for reading, never through a symlink and never
+    /// blocking (anything but a regular file is an error).
+    pub fn open_file(&self, rel: &str) -> io::Result<std::fs::File> {
+        let (parent, name) = self.parent(rel).ok_or(Errno::NOENT)?;
+        crate::backend::local::handle::open_file_at(parent, name).map(|(f, _)| f)
     }
 
     /// `lstat` of `rel`. A parent directory that was not opened reads as `ENOENT`.

@@ -21,13 +21,20 @@ enum Kind {
     Undo,
     /// A step of `recover`.
     Recover,
+    /// While planning: nothing is written (`crash_while_planning_writes_nothing`).
+    Planning,
+    /// Before the staging record exists: nothing changed; `recover` closes the operation
+    /// (`not applied`) and removes the unfinished record.
+    Closed,
 }
 
 /// The v2 publication over v1 stages 5 files, moves 7 paths aside, places 5 files and 2
 /// links; the counts below stay inside those.
 fn kind(name: &str) -> Kind {
     match name {
-        "after_journal_append"
+        "probe_hash" => Kind::Planning,
+        "before_staging_record" | "after_journal_append" => Kind::Closed,
+        "after_staging_record"
         | "after_staging"
         | "after_move_aside"
         | "after_placement"
@@ -43,6 +50,7 @@ fn kind(name: &str) -> Kind {
         | "after_journal_commit"
         | "during_cleanup"
         | "cleanup_before_prune"
+        | "during_prune"
         | "io_remove_staging" => Kind::Publish(Side::After, &[1]),
         "undo_remove_placed" | "undo_restore" | "undo_before_remove_staging" => Kind::Undo,
         "recover_after_lock" | "recover_after_adopt" | "recover_before_event" => Kind::Recover,
@@ -154,6 +162,88 @@ fn crash_after_commit_point_rolls_forward_shared_root() {
     publish_points(Mode::SharedRoot, true);
 }
 
+/// A run killed while it plans (here while the probe hashes a file, which a dry run always
+/// does) has written nothing and leaves nothing to recover.
+#[test]
+fn crash_while_planning_writes_nothing() {
+    let sc = Scenario::new(Mode::SingleOwner);
+    let r = sc.env.run_env(
+        &[
+            "plan",
+            "--json",
+            "--config",
+            sc.cfg.to_str().unwrap(),
+            "--source",
+            sc.v2.to_str().unwrap(),
+        ],
+        &[("DISTRIBUTOR_FAILPOINT", "probe_hash")],
+    );
+    assert_aborted(&r, "probe_hash");
+    assert_eq!(snapshot(&sc.env), sc.before);
+    let again = sc.recover_env(&[]);
+    again.expect_code(0);
+    assert_eq!(again.json()["operations"], serde_json::json!([]));
+}
+
+/// SPEC §13: a publisher killed while its staging record is being built changed nothing:
+/// `recover`, from its journal or from none, closes it and removes the unfinished record.
+#[test]
+fn crash_before_the_staging_record_is_complete_is_closed() {
+    for mode in [Mode::SingleOwner, Mode::SharedRoot] {
+        for (point, lose_journal) in [
+            ("before_staging_record", false),
+            ("before_staging_record", true),
+            ("after_journal_append", false),
+        ] {
+            let ctx = format!("{mode:?} {point}, journal lost: {lose_journal}");
+            let sc = Scenario::new(mode);
+            sc.crash_publish(point);
+            let staging = sc.env.path(&format!("{DEST}/.distributor-staging"));
+            let tmp: Vec<String> = std::fs::read_dir(&staging)
+                .map(|rd| {
+                    rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let unfinished_record = point == "before_staging_record";
+            if unfinished_record {
+                assert!(
+                    tmp.len() == 1 && tmp[0].starts_with(".tmp-"),
+                    "{ctx}: {tmp:?}"
+                );
+            } else {
+                assert!(tmp.is_empty(), "{ctx}: {tmp:?}");
+            }
+            if lose_journal {
+                sc.lose_journal();
+            }
+            sc.assert_refused_until_recovered(&ctx);
+            let r = sc.recover_env(&[]);
+            r.expect_code(0);
+            assert_eq!(outcome(&r), "closed", "{ctx}: {}", r.stdout);
+            let msg = r.json()["operations"][0]["message"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            assert!(msg.starts_with("not applied"), "{ctx}: {msg}");
+            assert_eq!(
+                msg.contains("removed its unfinished staging record"),
+                unfinished_record,
+                "{ctx}: {msg}"
+            );
+            sc.assert_recovered(Side::Before, &ctx);
+            if !lose_journal {
+                let op = r.json()["operations"][0]["operation_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                assert_eq!(show(&sc.env, &op)["status"], "closed", "{ctx}");
+            }
+            sc.publish_env(&[]).expect_code(0);
+        }
+    }
+}
+
 #[test]
 fn crash_with_lost_journal_is_recovered_from_staging() {
     for mode in [Mode::SingleOwner, Mode::SharedRoot] {
@@ -176,14 +266,18 @@ fn crash_recover(mode: Mode, publish_spec: &str, spec: &str, side: Side, lose_jo
     assert_aborted(&r, spec);
     let r = sc.recover_env(&[]);
     r.expect_code(0);
-    assert_eq!(outcome(&r), word(side), "{ctx}: {}", r.stdout);
+    // A recover stopped after it removed staging but before its event leaves the
+    // operation to be closed (SPEC §13): the destination is already before or after.
+    let closes = spec == "recover_before_event";
+    let want = if closes { "closed" } else { word(side) };
+    assert_eq!(outcome(&r), want, "{ctx}: {}", r.stdout);
     let op = r.json()["operations"][0]["operation_id"]
         .as_str()
         .unwrap()
         .to_string();
     sc.assert_recovered(side, &ctx);
     let h = show(&sc.env, &op);
-    assert_eq!(h["status"], word(side), "{ctx}");
+    assert_eq!(h["status"], want, "{ctx}");
     let count = |ev: &str| {
         h["events"]
             .as_array()
@@ -193,6 +287,7 @@ fn crash_recover(mode: Mode, publish_spec: &str, spec: &str, side: Side, lose_jo
             .count()
     };
     let outcome_event = match side {
+        _ if closes => "closed",
         Side::Before => "recovered_back",
         Side::After => "recovered_forward",
     };

@@ -6,7 +6,6 @@
 
 use crate::common::Env;
 use std::path::Path;
-use std::time::{Duration, SystemTime};
 
 /// `n` files of a few bytes in `dirs` directories.
 fn many(n: usize, dirs: usize) -> Vec<(String, String)> {
@@ -85,9 +84,9 @@ fn a_staging_failure_rolls_back_every_file_staged_on_any_thread() {
     );
 }
 
-/// Placement fingerprints (SPEC §5.4) prove unchanged content without reading it: a
-/// change that keeps size, mtime and inode is invisible to a republication, which shows it
-/// did not hash; a dry run, which hashes, sees it.
+/// Placement fingerprints (SPEC §5.4, §13) prove unchanged content without reading it: a
+/// republication hashes nothing. A change in place that keeps size, mtime and inode still
+/// changes the ctime, so that file alone is hashed, found changed, and repaired.
 #[test]
 fn republication_trusts_placement_fingerprints_and_does_not_rehash() {
     fingerprints_vouch(false);
@@ -113,6 +112,56 @@ fn fingerprints_vouch(unsorted: bool) {
         std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap()).unwrap();
     }
     env.publish(&cfg, &b, &[]).expect_code(0);
+    // Which files the probe hashes, from the failpoint log.
+    let log = env.path("probe.log");
+    let hashed = |r: &crate::common::Run| {
+        let n = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| *l == "probe_hash")
+            .count();
+        let _ = std::fs::remove_file(&log);
+        (r.decision(), n)
+    };
+    let logged = [("DISTRIBUTOR_FAILPOINT_LOG", log.to_str().unwrap())];
+    let publish = |env: &Env| {
+        env.run_env(
+            &[
+                "publish",
+                "--json",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--source",
+                b.to_str().unwrap(),
+            ],
+            &logged,
+        )
+    };
+    let r = publish(&env);
+    r.expect_code(0);
+    assert_eq!(
+        hashed(&r),
+        ("unchanged".into(), 0),
+        "the fingerprints vouched; nothing was read"
+    );
+    let dry = env.run_env(
+        &[
+            "plan",
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            b.to_str().unwrap(),
+        ],
+        &logged,
+    );
+    assert_eq!(
+        hashed(&dry),
+        ("unchanged".into(), 20),
+        "a dry run hashes what it cannot prove otherwise"
+    );
+    // Changed in place, size, mtime and inode kept: the ctime gives it away, and only that
+    // file is hashed (once by the look outside the lock, once by the plan under it).
     let placed = env.path("dest/d1/f00001.txt");
     let mtime = std::fs::symlink_metadata(&placed)
         .unwrap()
@@ -126,28 +175,13 @@ fn fingerprints_vouch(unsorted: bool) {
     (&f).write_all(b"CONTENT OF FILE 1\n").unwrap();
     f.set_modified(mtime).unwrap();
     drop(f);
-    let r = env.publish(&cfg, &b, &[]);
+    let r = publish(&env);
     r.expect_code(0);
-    assert_eq!(
-        r.decision(),
-        "unchanged",
-        "the fingerprint vouched; nothing was read"
-    );
-    let dry = env.plan(&cfg, &b, &[]);
-    assert_eq!(
-        dry.decision(),
-        "repair",
-        "a dry run hashes what it cannot prove otherwise"
-    );
-    // A fingerprint that no longer matches makes the real run hash too.
-    std::fs::File::options()
-        .write(true)
-        .open(&placed)
-        .unwrap()
-        .set_modified(SystemTime::now() - Duration::from_secs(3600))
-        .unwrap();
-    assert_eq!(env.publish(&cfg, &b, &[]).decision(), "repair");
+    assert_eq!(hashed(&r), ("repair".into(), 2));
     assert_eq!(env.read("dest/d1/f00001.txt"), "content of file 1\n");
+    // The repaired file's new fingerprint vouches again.
+    let r = publish(&env);
+    assert_eq!(hashed(&r), ("unchanged".into(), 0));
 }
 
 #[test]

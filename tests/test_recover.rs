@@ -268,21 +268,10 @@ fn nothing_to_recover() {
 #[test]
 fn diverged_operation_can_be_abandoned() {
     let sc = Scenario::new(Mode::SingleOwner);
-    sc.crash_publish("after_journal_append");
-    // Another host (another journal) publishes v2 meanwhile.
-    let other = sc.env.path("other-journal.sqlite3");
-    let args = [
-        "publish",
-        "--config",
-        sc.cfg.to_str().unwrap(),
-        "--source",
-        sc.v2.to_str().unwrap(),
-        "--journal",
-        other.to_str().unwrap(),
-    ];
-    sc.env.run(&args).expect_code(0);
+    sc.crash_publish("after_links");
+    // Somebody edits the state file meanwhile: neither the state before nor after.
+    sc.env.write(&format!("{DEST}/.distributor.json"), "{}\n");
     let frozen = snapshot(&sc.env);
-    sc.assert_refused_until_recovered("diverged, v2 published by another host");
     let r = sc.recover_env(&[]);
     r.expect_code(1);
     let op = r.json()["operations"][0].clone();
@@ -311,17 +300,74 @@ fn diverged_operation_can_be_abandoned() {
     let r = sc.env.run(&["recover", "--json", "--abandon", id]);
     r.expect_code(0);
     assert_eq!(outcome(&r), "abandoned");
+    assert!(
+        r.json()["operations"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("remove it by hand"),
+        "{}",
+        r.stdout
+    );
     assert_eq!(snapshot(&sc.env), frozen, "abandon touched the destination");
     let h = sc.env.run(&["history", "--json", "--status", "abandoned"]);
     assert_eq!(h.json()["operations"][0]["operation_id"], id);
     let again = sc.env.run(&["recover", "--abandon", id]);
     again.expect_code(1);
     assert!(again.stderr.contains("is abandoned"), "{}", again.stderr);
-    // Publishing works again: v2 is already there.
+    // The operator removes the staging by hand, as the message says: nothing is left to
+    // recover.
+    std::fs::remove_dir_all(sc.env.path(&format!("{DEST}/.distributor-staging"))).unwrap();
+    let r = sc.recover_env(&[]);
+    r.expect_code(0);
+    assert_eq!(
+        r.json()["operations"],
+        serde_json::json!([]),
+        "{}",
+        r.stdout
+    );
+}
+
+/// SPEC §13: a publisher killed after its journal row but before its staging record
+/// existed, then another host (another journal) publishes: the operation is `closed`
+/// (`not applied`), touching nothing, never `diverged`.
+#[test]
+fn an_operation_that_never_reached_the_destination_is_closed_not_diverged() {
+    let sc = Scenario::new(Mode::SingleOwner);
+    sc.crash_publish("after_journal_append");
+    let other = sc.env.path("other-journal.sqlite3");
+    let args = [
+        "publish",
+        "--config",
+        sc.cfg.to_str().unwrap(),
+        "--source",
+        sc.v2.to_str().unwrap(),
+        "--journal",
+        other.to_str().unwrap(),
+    ];
+    sc.env.run(&args).expect_code(0);
+    let frozen = snapshot(&sc.env);
+    sc.assert_refused_until_recovered("closed, v2 published by another host");
+    let r = sc.recover_env(&[]);
+    r.expect_code(0);
+    let op = r.json()["operations"][0].clone();
+    assert_eq!(op["outcome"], "closed", "{}", r.stdout);
+    assert!(
+        op["message"].as_str().unwrap().starts_with("not applied"),
+        "{op}"
+    );
+    assert_eq!(r.json()["summary"]["closed"], 1);
+    assert_eq!(snapshot(&sc.env), frozen, "closing touched the destination");
+    let id = op["operation_id"].as_str().unwrap();
+    assert_eq!(events(&sc.env, id).last().unwrap(), "closed");
+    let h = sc.env.run(&["history", "--json", "--status", "closed"]);
+    assert_eq!(h.json()["operations"][0]["operation_id"], id);
+    // Nothing is left: publishing works, and v2 is already there.
     let p = sc.publish_env(&[]);
     p.expect_code(0);
     assert_eq!(p.decision(), "unchanged");
-    sc.recover_env(&[]).expect_code(0);
+    let again = sc.recover_env(&[]);
+    again.expect_code(0);
+    assert_eq!(again.json()["operations"], serde_json::json!([]));
 }
 
 /// A forged `plan.json`: an operation on `bundle` whose actions reach outside it.

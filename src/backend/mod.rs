@@ -1,5 +1,171 @@
-//! Storage primitives. The local backend is the only code that creates, renames or
-//! removes anything in a destination, and every primitive refuses to act through a
-//! symlink or outside the bundle path.
+//! The storage interface (SPEC §13): the steps the executor, `recover`, `status`, `verify`
+//! and `publish` take in a destination, named as steps rather than as filesystem calls.
+//! Nothing else touches destination storage; the planner never does.
+//!
+//! [`Backend`] is a kind of storage (the local filesystem today): it opens a bundle path
+//! for reading, locks one for an operation, finds the bundle paths below a mapped
+//! destination, and says how much parallelism suits it. [`BundleStore`] is one bundle
+//! path, opened: reading state, probing, the staging record, staging, moving aside,
+//! placing, linking, the commit point, undo, cleanup and pruning. The commit point returns
+//! a [`Committed`] that only a backend can make, so the executor cannot record a commit
+//! that storage did not perform.
+//!
+//! The design, its invariants and how object stores and release directories fit are in
+//! `docs/internal/storage.md`.
 
 pub mod local;
+
+use crate::error::Result;
+use crate::execute::StagedOperation;
+use crate::plan::Storage;
+use local::{Fingerprint, Proof, StagingEntry, StateBytes};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A kind of storage destinations can live on.
+pub trait Backend: std::fmt::Debug + Sync {
+    /// Its name in messages (`local`).
+    fn name(&self) -> &'static str;
+
+    /// How many files it is worth working on at once (staging, probing, removing).
+    fn concurrency(&self) -> usize;
+
+    /// Why the bundle path `bundle` below the destination path `base` cannot be used,
+    /// if it cannot (the planner's `unsafe_storage`).
+    fn bundle_unsafe(&self, base: &Path, bundle: &Path) -> Option<String>;
+
+    /// Opens a bundle path for reading; `None` when it does not exist.
+    fn open(&self, base: &Path, bundle: &Path) -> Result<Option<Box<dyn BundleStore>>>;
+
+    /// Takes the destination lock on a bundle path, waiting up to `timeout`, and returns it
+    /// opened for an operation. With `create`, a missing bundle path is created; without,
+    /// it is `None`.
+    fn lock(
+        &self,
+        base: &Path,
+        bundle: &Path,
+        timeout: Duration,
+        create: bool,
+    ) -> Result<Option<Box<dyn BundleStore>>>;
+
+    /// The bundle paths below a mapped destination path that hold state or staging.
+    fn bundle_paths(&self, base: &Path) -> Result<Vec<PathBuf>>;
+}
+
+/// One bundle path, opened. Every writing step needs the lock ([`Backend::lock`]); a
+/// bundle path opened for reading refuses them.
+pub trait BundleStore: std::fmt::Debug + Sync {
+    /// The bundle path.
+    fn path(&self) -> &Path;
+
+    /// How many files it is worth working on at once (its backend's
+    /// [`Backend::concurrency`]).
+    fn concurrency(&self) -> usize;
+
+    /// True when the state file holds exactly the state of sha256 `sha256`.
+    fn state_is(&self, sha256: &str) -> bool {
+        matches!(self.read_state(), Ok(StateBytes::Bytes(b)) if crate::hash::sha256_hex(&b) == sha256)
+    }
+
+    /// What stands at `.distributor.json`.
+    fn read_state(&self) -> Result<StateBytes>;
+
+    /// The planner's view of the given paths and their ancestors (see
+    /// [`local::probe`]).
+    fn probe<'a>(
+        &self,
+        paths: &[(&'a str, Option<Proof<'a>>)],
+        dirs_wanted: &foldhash::HashSet<&str>,
+    ) -> Result<Storage<'a>>;
+
+    /// Every non-directory below the bundle path, sorted (`verify`).
+    fn list_files(&self) -> Result<Vec<String>>;
+
+    /// Whether the directory `rel` exists.
+    fn dir_exists(&self, rel: &str) -> Result<bool>;
+
+    /// Whether any distributor process ever locked this bundle path (its lock exists).
+    fn locked_before(&self) -> Result<bool>;
+
+    /// What `.distributor-staging/` holds.
+    fn staging_entries(&self) -> Result<Vec<StagingEntry>>;
+
+    /// The staging record of `op`, checked to describe its staging entry; `None` when the
+    /// entry has none.
+    fn read_record(&self, op: &str) -> Result<Option<StagedOperation>>;
+
+    /// Whether the staging entry of `op` holds anything but directories.
+    fn staging_holds_files(&self, op: &str) -> Result<bool>;
+
+    /// Writes the staging record, whole and atomically, before anything else changes.
+    fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()>;
+
+    /// Stages the file of action `i` from `source`, hashing while copying: size and sha256.
+    fn stage(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        source: &Path,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, String)>;
+
+    /// Makes what was staged durable before anything is placed.
+    fn make_staged_durable(&self) -> Result<()>;
+
+    /// Moves aside what action `i` replaces or deletes.
+    fn move_aside(&self, op: &StagedOperation, i: usize) -> Result<()>;
+
+    /// Removes the emptied directories standing where a file goes.
+    fn remove_emptied_dir(&self, rel: &str) -> Result<()>;
+
+    /// Places the file staged for action `i`; its placement fingerprint.
+    fn place(&self, op: &StagedOperation, i: usize) -> Result<Fingerprint>;
+
+    /// Creates the link of action `i`.
+    fn link(&self, op: &StagedOperation, i: usize) -> Result<()>;
+
+    /// The commit point: the state file becomes `post`.
+    fn commit_state(&self, op: &StagedOperation, post: &[u8]) -> Result<Committed>;
+
+    /// Rolls the operation back from what staging holds.
+    fn undo(&self, op: &StagedOperation) -> Result<()>;
+
+    /// Removes staging and prunes what deletions emptied (after the commit point).
+    fn clean_up(&self, op: &StagedOperation) -> Result<()>;
+
+    /// Removes the staging entry of `op`.
+    fn remove_staging(&self, op: &str) -> Result<()>;
+
+    /// Removes an unfinished staging record of `op` (it never changed anything).
+    fn remove_unfinished(&self, op: &str) -> Result<()>;
+}
+
+/// Proof that a backend passed an operation's commit point.
+#[must_use = "the commit point was passed: record it in the journal"]
+#[derive(Debug)]
+pub struct Committed(());
+
+impl Committed {
+    /// Only backends make one, right after their commit point.
+    pub(crate) fn passed() -> Committed {
+        Committed(())
+    }
+}
+
+/// The backend of a destination.
+pub fn for_destination(_dest: &crate::config::Destination) -> &'static dyn Backend {
+    &local::LocalBackend
+}
+
+/// The sha256 of the state file `store` holds now; `Err` text when something other than a
+/// regular file stands there.
+pub fn state_sha256(
+    store: &dyn BundleStore,
+) -> Result<std::result::Result<Option<String>, String>> {
+    Ok(match store.read_state()? {
+        StateBytes::Absent => Ok(None),
+        StateBytes::NotAFile(why) => Err(why),
+        StateBytes::Bytes(b) => Ok(Some(crate::hash::sha256_hex(&b))),
+    })
+}

@@ -1,30 +1,30 @@
-//! Runs a writing [`DestinationPlan`] through the journal (SPEC §6 steps 3-8): append,
-//! stage with hash-while-copy, move aside, place, commit the state file, record the commit,
-//! clean up. On an error before the commit point the operation is undone from what staging
-//! holds (the same [`undo`] `recover` uses) and reported failed.
+//! Runs a writing [`DestinationPlan`] through the journal (SPEC §6 steps 3-8, §13):
+//! append, write the staging record, stage with hash-while-copy, make it durable, move
+//! aside, place, commit the state file, record the commit, clean up. On an error before
+//! the commit point the operation is undone from what staging holds (the same undo
+//! `recover` uses) and reported failed.
 //!
-//! The caller holds the destination lock and has planned under it.
+//! The caller holds the destination lock (the [`BundleStore`] it passes) and has planned
+//! under it. Every step in the destination is a step of the storage interface.
 
 mod stage;
-mod undo;
+mod staging_record;
 
 pub use stage::Progress;
 
-pub use undo::{
-    Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, StagedAction, StagedOperation,
-    StagingLayout, undo,
+pub use staging_record::{
+    ActionKind, NEW, OLD, Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE,
+    StagedAction, StagedOperation, StagingLayout,
 };
 
-use crate::backend::local::{self, Fingerprint, STAGING_DIR};
-use crate::error::{Error, IoContext, Result};
+use crate::backend::BundleStore;
+use crate::backend::local::Fingerprint;
+use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::hash::sha256_hex;
 use crate::journal::{ActionRecord, Journal, OperationRecord, event, now};
-use crate::model::FileOp;
-use crate::plan::{DestinationPlan, FileAction};
-use crate::source::{Source, relative_link_target};
-use std::fs;
-use std::path::{Path, PathBuf};
+use crate::plan::DestinationPlan;
+use crate::source::Source;
 
 /// Who runs the operation, for the journal.
 #[derive(Debug, Clone)]
@@ -37,14 +37,16 @@ pub struct ExecContext<'a> {
     pub progress: Option<&'a dyn Progress>,
 }
 
-/// Executes `plan`; returns the operation id. `plan.new_state` must be set.
+/// Executes `plan` in the locked bundle path `store`; returns the operation id.
+/// `plan.new_state` must be set.
 pub fn execute(
     plan: &DestinationPlan,
     source: &Source,
     journal: &mut Journal,
+    store: &dyn BundleStore,
     ctx: &ExecContext<'_>,
 ) -> Result<String> {
-    let bundle = plan.bundle_path.as_path();
+    let bundle = store.path();
     let op_id = uuid::Uuid::new_v4().to_string();
     let mut state = plan
         .new_state
@@ -58,14 +60,16 @@ pub fn execute(
         }
     }
     let post = state.render();
-    let pre = local::read_state_bytes(bundle)?;
+    let pre = store.read_state()?;
+    let pre = pre.bytes();
     let staged = StagedOperation::from_plan(
         plan,
         &op_id,
-        pre.as_deref().map(sha256_hex),
+        pre.map(sha256_hex),
         sha256_hex(&post),
         origin(plan, source, ctx, &published_at)?,
-    );
+        &mut |d| store.dir_exists(d),
+    )?;
     let (record, actions) = journal_records(&staged)?;
     journal.begin_operation(&record, &actions)?;
     failpoint::hit("after_journal_append");
@@ -74,38 +78,36 @@ pub fn execute(
         plan,
         source,
         &staged,
-        pre.as_deref(),
+        store,
+        pre,
         &post,
         journal,
         ctx.progress,
     );
+    let finish = |e: Error| {
+        Error::Failed(format!(
+            "operation {op_id} passed its commit point but could not finish ({e}); run `distributor recover`"
+        ))
+    };
     match result {
-        Ok(placements) => {
+        Ok((committed, placements)) => {
             // Past the commit point: the publication stands whatever fails now, and
             // `recover` finishes what is left.
-            let finish = |e: Error| {
-                Error::Failed(format!(
-                    "operation {op_id} passed its commit point but could not finish ({e}); run `distributor recover`"
-                ))
-            };
+            let _: crate::backend::Committed = committed;
             journal
                 .commit(&op_id, &bundle.to_string_lossy(), &placements)
                 .map_err(finish)?;
             failpoint::hit("after_journal_commit");
-            cleanup(bundle, &staged).map_err(finish)?;
+            store.clean_up(&staged).map_err(finish)?;
             journal
                 .event(&op_id, event::COMPLETED, None)
                 .map_err(finish)?;
             Ok(op_id)
         }
-        Err(e) if committed(bundle, &staged) => {
-            // The error came after the commit point: the publication stands; recovery
-            // finishes the cleanup.
-            Err(Error::Failed(format!(
-                "operation {op_id} passed its commit point but could not finish ({e}); run `distributor recover`"
-            )))
-        }
-        Err(e) => match undo(bundle, &staged) {
+        // The error came after the commit point: the publication stands; recovery
+        // finishes the cleanup.
+        Err(e) if store.state_is(&staged.post_state_sha256) => Err(finish(e)),
+        Err(e) => match store.undo(&staged) {
             Ok(()) => {
                 journal.event(&op_id, event::ROLLED_BACK, Some(&e.to_string()))?;
                 Err(e)
@@ -117,117 +119,64 @@ pub fn execute(
     }
 }
 
-fn committed(bundle: &Path, staged: &StagedOperation) -> bool {
-    matches!(local::read_state_bytes(bundle), Ok(Some(b)) if sha256_hex(&b) == staged.post_state_sha256)
-}
-
-/// Steps 4-7. Returns the placement fingerprints.
+/// Steps 4-7. Returns the commit and the placement fingerprints.
+#[allow(clippy::too_many_arguments)]
 fn run_steps(
     plan: &DestinationPlan,
     source: &Source,
     staged: &StagedOperation,
+    store: &dyn BundleStore,
     pre: Option<&[u8]>,
     post: &[u8],
     journal: &Journal,
     progress: Option<&dyn Progress>,
-) -> Result<Vec<(String, Fingerprint)>> {
-    let bundle = plan.bundle_path.as_path();
-    let op_dir = staged.dir(bundle);
-    local::make_staging_root(bundle)?;
-    // plan.json first: staging without it never held anything else.
-    staged.write(bundle, pre, post)?;
-    for d in [op_dir.join("new"), op_dir.join("old")]
-        .into_iter()
-        .chain(staged.new_buckets(&op_dir))
-    {
-        fs::create_dir(&d).ctx("create staging", &d)?;
-    }
+) -> Result<(crate::backend::Committed, Vec<(String, Fingerprint)>)> {
+    // The staging record first, whole and atomically (SPEC §13).
+    store.begin(staged, pre, post)?;
 
-    // 4. Stage, hashing while copying, several files at once (stage.rs), each file as
-    // `new/<bucket>/<action index>`; each file's fingerprint is taken from the staged copy, which
-    // the rename into place keeps.
-    let writes: Vec<(&FileAction, PathBuf)> = plan
-        .writes()
-        .zip(staged.file_writes())
-        .map(|(f, (i, a))| {
-            debug_assert_eq!(f.path, a.path);
-            (f, staged.staged_new(&op_dir, i))
-        })
-        .collect();
-    let fingerprints = stage::stage(&writes, source, progress)?;
+    // 4. Stage, hashing while copying, several files at once (stage.rs); then make it
+    // durable before anything is renamed into the bundle path.
+    let writes: Vec<usize> = staged.file_writes().map(|(i, _)| i).collect();
+    debug_assert!(
+        plan.writes()
+            .map(|f| &f.path)
+            .eq(writes.iter().map(|&i| &staged.actions[i].path))
+    );
+    stage::stage(store, staged, &writes, source, progress)?;
+    store.make_staged_durable()?;
     journal.event(&staged.operation_id, event::STAGED, None)?;
     failpoint::hit("after_staging");
 
-    // 5. Move aside what is overwritten or deleted, each as `old/<action index>`.
-    for (i, a) in staged.moves() {
-        let from = bundle.join(&a.path);
-        if fs::symlink_metadata(&from).is_err() {
-            continue;
-        }
-        failpoint::hit("during_move_aside");
-        local::check_inside(bundle, &a.path)?;
-        local::rename(&from, &staged.staged_old(&op_dir, i))?;
+    // 5. Move aside what is overwritten or deleted; directories standing where a file goes
+    // hold only moved-aside content then.
+    for (i, _) in staged.moves() {
+        store.move_aside(staged, i)?;
     }
-    // Directories standing where a file goes hold only moved-aside content now.
     for rel in staged.writes() {
-        let p = bundle.join(rel);
-        if fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
-            local::check_inside(bundle, rel)?;
-            local::remove_emptied_tree(&p)?;
-        }
+        store.remove_emptied_dir(rel)?;
     }
     journal.event(&staged.operation_id, event::MOVED_ASIDE, None)?;
     failpoint::hit("after_move_aside");
 
-    // 6. Place files, then links.
+    // 6. Place files, then links. Each fingerprint is taken after its file's rename.
     let mut placements = Vec::with_capacity(writes.len());
-    for ((f, staged_file), fingerprint) in writes.iter().zip(fingerprints) {
-        failpoint::hit("during_placement");
-        local::check_inside(bundle, &f.path)?;
-        local::rename_into(staged_file, bundle, &f.path)?;
-        placements.push((f.path.clone(), fingerprint));
+    for &i in &writes {
+        let fingerprint = store.place(staged, i)?;
+        placements.push((staged.actions[i].path.clone(), fingerprint));
     }
     failpoint::hit("after_placement");
-    for l in plan
-        .links
-        .iter()
-        .filter(|l| matches!(l.op, FileOp::Create | FileOp::Overwrite))
-    {
-        failpoint::hit("during_links");
-        local::check_inside(bundle, &l.path)?;
-        local::make_parents(bundle, &l.path)?;
-        let dst = bundle.join(&l.path);
-        std::os::unix::fs::symlink(relative_link_target(&l.path, &l.target), &dst)
-            .ctx("create link", &dst)?;
+    for (i, a) in staged.actions.iter().enumerate() {
+        if a.kind.is_link() && a.kind.writes() {
+            store.link(staged, i)?;
+        }
     }
     journal.event(&staged.operation_id, event::PLACED, None)?;
     failpoint::hit("after_links");
 
-    // 7. Commit point: everything above is made durable by one syncfs, then the state file
-    // is written to a temp file, fsynced, renamed into place and the directory fsynced.
-    local::sync_filesystem(bundle)?;
-    local::write_state_atomic(bundle, &op_dir.join("state.json"), post)?;
+    // 7. Commit point.
+    let committed = store.commit_state(staged, post)?;
     failpoint::hit("after_state_write");
-    Ok(placements)
-}
-
-/// Step 8's cleanup: drop moved-aside content and staging, prune emptied directories.
-pub fn cleanup(bundle: &Path, staged: &StagedOperation) -> Result<()> {
-    failpoint::hit("during_cleanup");
-    local::remove_staging(bundle, &staged.operation_id)?;
-    failpoint::hit("cleanup_before_prune");
-    let mut dirs: Vec<&str> = staged
-        .actions
-        .iter()
-        .filter(|a| a.kind.ends_with("_delete"))
-        .filter_map(|a| a.path.rsplit_once('/').map(|(d, _)| d))
-        .collect();
-    dirs.sort_by_key(|d| std::cmp::Reverse(d.len()));
-    dirs.dedup();
-    for d in dirs {
-        local::prune_empty_dirs(bundle, d);
-    }
-    Ok(())
+    Ok((committed, placements))
 }
 
 /// Who started the operation and what it decided, for plan.json and the journal row.
@@ -289,7 +238,7 @@ pub fn journal_records(staged: &StagedOperation) -> Result<(OperationRecord, Vec
         .actions
         .iter()
         .map(|a| ActionRecord {
-            kind: a.kind.clone(),
+            kind: a.kind.as_str().to_string(),
             path: a.path.clone(),
             size: a.size,
             sha256: a.sha256.clone(),
@@ -297,9 +246,4 @@ pub fn journal_records(staged: &StagedOperation) -> Result<(OperationRecord, Vec
         })
         .collect();
     Ok((record, actions))
-}
-
-/// `<bundle>/.distributor-staging/<op>`.
-pub fn staging_dir(bundle: &Path, op: &str) -> std::path::PathBuf {
-    bundle.join(STAGING_DIR).join(op)
 }

@@ -26,6 +26,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0005_placement_sets",
         include_str!("../../migrations/0005_placement_sets.sql"),
     ),
+    (
+        "0006_closed",
+        include_str!("../../migrations/0006_closed.sql"),
+    ),
 ];
 
 /// Schema version this build writes.

@@ -42,6 +42,9 @@ pub mod event {
     /// An operator ended a diverged operation without recovering it
     /// (`recover --abandon`); the destination was not touched.
     pub const ABANDONED: &str = "abandoned";
+    /// `recover` found no staging entry for the operation (SPEC §13): it was applied
+    /// elsewhere or never applied; nothing was touched. The detail says which.
+    pub const CLOSED: &str = "closed";
 }
 
 /// The operation row appended before anything runs.
@@ -313,6 +316,7 @@ impl Journal {
                         fp.mtime_ns,
                         fp.ino as i64,
                         fp.sha256.as_str().into(),
+                        fp.ctime_ns,
                     )
                 })
                 .collect();
@@ -403,15 +407,16 @@ impl Journal {
                 serde_json::from_str(text).map_err(|e| Error::Journal {
                     path: self.path.clone(),
                     message: format!(
-                        "journal_placement_sets row {} is not a JSON array of [path, size, mtime_ns, ino, sha256]: {e}",
+                        "journal_placement_sets row {} is not a JSON array of [path, size, mtime_ns, ino, sha256, ctime_ns]: {e}",
                         r.get::<_, i64>(0).unwrap_or_default()
                     ),
                 })?;
-            for SetEntry(path, size, mtime_ns, ino, sha256) in &set {
+            for SetEntry(path, size, mtime_ns, ino, sha256, ctime_ns) in &set {
                 let placed = crate::backend::local::Placed {
                     size: *size as u64,
                     mtime_ns: *mtime_ns,
                     ino: *ino as u64,
+                    ctime_ns: *ctime_ns,
                 };
                 wanted.offer(path, sha256, placed);
             }
@@ -430,6 +435,8 @@ impl Journal {
                 size: r.get::<_, i64>(1).map_err(err)? as u64,
                 mtime_ns: r.get(2).map_err(err)?,
                 ino: r.get::<_, i64>(3).map_err(err)? as u64,
+                // Recorded before ctime was: vouches for nothing.
+                ctime_ns: None,
             };
             wanted.offer(text(0)?, text(4)?, placed);
         }
@@ -449,10 +456,11 @@ impl Journal {
     }
 }
 
-/// One file of a placement set: path, size, mtime_ns, inode, sha256. Paths and hashes
-/// are borrowed from the stored text unless JSON escapes had to be undone. Size and inode
-/// are stored as SQLite integers (signed 64 bits), as `journal_placements` stored them,
-/// so the `placements` view shows them alike.
+/// One file of a placement set: path, size, mtime_ns, inode, sha256, ctime_ns. Paths and
+/// hashes are borrowed from the stored text unless JSON escapes had to be undone. Size and
+/// inode are stored as SQLite integers (signed 64 bits), as `journal_placements` stored
+/// them, so the `placements` view shows them alike. Sets written before ctime was recorded
+/// have five elements: their ctime reads as `None`, and they vouch for nothing.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct SetEntry<'a>(
     #[serde(borrow)] std::borrow::Cow<'a, str>,
@@ -460,6 +468,7 @@ struct SetEntry<'a>(
     i64,
     i64,
     #[serde(borrow)] std::borrow::Cow<'a, str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")] Option<i64>,
 );
 
 /// A bundle path's placement sets, newest first (through `journal_placement_sets_latest`).
@@ -526,6 +535,7 @@ mod tests {
             size: 1,
             mtime_ns: ino as i64,
             ino,
+            ctime_ns: Some(ino as i64 + 7),
             sha256: format!("sha-{ino}"),
         }
     }
@@ -544,6 +554,7 @@ mod tests {
             size: f.size,
             mtime_ns: f.mtime_ns,
             ino: f.ino,
+            ctime_ns: f.ctime_ns,
         }
     }
 
@@ -697,7 +708,13 @@ mod tests {
         let mut got = Fingerprints::wanting([("a", "sha-4"), ("b", "sha-2"), ("c", "sha-3")]);
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(got.vouching("a", "sha-4"), Some(&placed(4)));
-        assert_eq!(got.vouching("b", "sha-2"), Some(&placed(2)));
+        // Recorded before ctime was: found, but it can never match a file (it proves
+        // nothing, and the file is hashed).
+        let legacy = Placed {
+            ctime_ns: None,
+            ..placed(2)
+        };
+        assert_eq!(got.vouching("b", "sha-2"), Some(&legacy));
         assert_eq!(got.vouching("c", "sha-3"), None, "another bundle path's");
         // The old placement of `a` (sha-1) is behind the newer set: it vouches for nothing.
         let mut old = Fingerprints::wanting([("a", "sha-1")]);
@@ -737,7 +754,33 @@ mod tests {
         let mut got = Fingerprints::wanting([("a", "sha-1")]);
         let e = j.fingerprints("/d", &mut got).unwrap_err().to_string();
         assert!(e.contains("journal_placement_sets row 1"), "{e}");
-        assert!(e.contains("[path, size, mtime_ns, ino, sha256]"), "{e}");
+        assert!(
+            e.contains("[path, size, mtime_ns, ino, sha256, ctime_ns]"),
+            "{e}"
+        );
+    }
+
+    /// Sets written before ctime was recorded have five elements: read, with no ctime.
+    #[test]
+    fn a_placement_set_without_ctime_is_read_with_none() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+        j.begin_operation(&operation("o1", "/d"), &[]).unwrap();
+        j.connection()
+            .execute(
+                "INSERT INTO journal_placement_sets (operation_id, bundle_path, placements) VALUES ('o1', '/d', '[[\"a\", 1, 2, 3, \"sha-1\"]]')",
+                [],
+            )
+            .unwrap();
+        let mut got = Fingerprints::wanting([("a", "sha-1")]);
+        j.fingerprints("/d", &mut got).unwrap();
+        let want = Placed {
+            size: 1,
+            mtime_ns: 2,
+            ino: 3,
+            ctime_ns: None,
+        };
+        assert_eq!(got.vouching("a", "sha-1"), Some(&want));
     }
 
     #[test]

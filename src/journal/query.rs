@@ -20,6 +20,7 @@ pub const STATUSES: &[&str] = &[
     "rolled_back",
     "diverged",
     "abandoned",
+    "closed",
 ];
 
 /// Filters of `history`; `None` means any.

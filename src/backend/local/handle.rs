@@ -190,24 +190,7 @@ impl Dir {
     /// on a FIFO or device; anything but a regular file is refused (`EINVAL`, with the
     /// type in the message). Returns the file and its `fstat`.
     pub fn open_file(&self, name: &str) -> io::Result<(File, Stat)> {
-        let fd = openat(
-            &self.fd,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let st = fstat(&fd)?;
-        let kind = FileType::from_raw_mode(st.st_mode);
-        if kind != FileType::RegularFile {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("not a regular file ({})", type_name(kind)),
-            ));
-        }
-        // Back to blocking reads: a regular file never blocks, but a later reader expects
-        // ordinary semantics.
-        rustix::fs::fcntl_setfl(&fd, OFlags::empty())?;
-        Ok((File::from(fd), st))
+        open_file_at(self.fd.as_fd(), name)
     }
 
     /// Creates the new file `name` (it must not exist; never through a symlink).
@@ -339,6 +322,28 @@ impl Dir {
     }
 }
 
+/// [`Dir::open_file`] in the directory `dir` (a handle opened with `O_PATH` serves too).
+pub fn open_file_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<(File, Stat)> {
+    let fd = openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = fstat(&fd)?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    if kind != FileType::RegularFile {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a regular file ({})", type_name(kind)),
+        ));
+    }
+    // Back to blocking reads: a regular file never blocks, but a later reader expects
+    // ordinary semantics.
+    rustix::fs::fcntl_setfl(&fd, OFlags::empty())?;
+    Ok((File::from(fd), st))
+}
+
 /// A word for a file type, for messages.
 pub fn type_name(kind: FileType) -> &'static str {
     match kind {
@@ -426,7 +431,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         rustix::fs::mknodat(
             CWD,
-            &t.path().join("fifo"),
+            t.path().join("fifo"),
             FileType::Fifo,
             Mode::from_raw_mode(0o644),
             0,

@@ -1,0 +1,466 @@
+//! The staging record: an operation's `plan.json`, kept in its staging entry
+//! (`.distributor-staging/<op>/`) and in the journal, from which any journal, or none, can
+//! finish or undo the operation (SPEC §13). It says what the operation writes, moves aside
+//! and creates, which pre- and post-state it goes between, and how its staging names what
+//! it holds.
+//!
+//! A record is read from the destination, where anyone who can write there may have put
+//! one: [`StagedOperation::check`] refuses any that could make recovery leave its bundle
+//! path. What the storage does with a record (stage, move aside, place, undo) is the
+//! backend's ([`crate::backend`]).
+
+use crate::error::{Error, Result};
+use crate::model::{FileOp, SourceRef};
+use crate::plan::DestinationPlan;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// `plan.json`: the operation's record in its staging directory.
+pub const PLAN_FILE: &str = "plan.json";
+/// Where staging keeps the files it writes, until they are placed.
+pub const NEW: &str = "new";
+/// Where staging keeps the content an operation replaces or deletes, until cleanup.
+pub const OLD: &str = "old";
+/// The state file written at the commit point, before it is renamed over `.distributor.json`.
+pub const STATE_TMP_FILE: &str = "state.json";
+/// Copy of the state file as it was before the operation (absent when there was none).
+pub const PRE_STATE_FILE: &str = "pre-state.json";
+/// Copy of the state file the operation commits.
+pub const POST_STATE_FILE: &str = "post-state.json";
+
+/// What an action does to its path; the journal and `plan.json` spell it as below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    /// A new file where nothing was.
+    FileCreate,
+    /// A file replacing recorded content.
+    FileOverwrite,
+    /// A recorded file removed.
+    FileDelete,
+    /// A new link where nothing was.
+    LinkCreate,
+    /// A link replacing recorded content.
+    LinkOverwrite,
+    /// A recorded link removed.
+    LinkDelete,
+}
+
+impl ActionKind {
+    /// The kind for a file or link (`link`) action with operation `op`; `None` for the
+    /// operations that write nothing.
+    pub fn of(link: bool, op: FileOp) -> Option<ActionKind> {
+        use ActionKind::*;
+        Some(match (link, op) {
+            (false, FileOp::Create) => FileCreate,
+            (false, FileOp::Overwrite) => FileOverwrite,
+            (false, FileOp::Delete) => FileDelete,
+            (true, FileOp::Create) => LinkCreate,
+            (true, FileOp::Overwrite) => LinkOverwrite,
+            (true, FileOp::Delete) => LinkDelete,
+            (_, FileOp::Unchanged | FileOp::Retain) => return None,
+        })
+    }
+
+    /// The journal's spelling.
+    pub fn as_str(self) -> &'static str {
+        use ActionKind::*;
+        match self {
+            FileCreate => "file_create",
+            FileOverwrite => "file_overwrite",
+            FileDelete => "file_delete",
+            LinkCreate => "link_create",
+            LinkOverwrite => "link_overwrite",
+            LinkDelete => "link_delete",
+        }
+    }
+
+    /// A link action.
+    pub fn is_link(self) -> bool {
+        matches!(
+            self,
+            ActionKind::LinkCreate | ActionKind::LinkOverwrite | ActionKind::LinkDelete
+        )
+    }
+
+    /// Writes new content at its path (creates and overwrites).
+    pub fn writes(self) -> bool {
+        !self.deletes()
+    }
+
+    /// Removes its path's content for good.
+    pub fn deletes(self) -> bool {
+        matches!(self, ActionKind::FileDelete | ActionKind::LinkDelete)
+    }
+
+    /// Moves recorded content aside first (overwrites and deletes).
+    pub fn moves_aside(self) -> bool {
+        !matches!(self, ActionKind::FileCreate | ActionKind::LinkCreate)
+    }
+
+    /// Writes a file (staged, then placed).
+    pub fn writes_file(self) -> bool {
+        matches!(self, ActionKind::FileCreate | ActionKind::FileOverwrite)
+    }
+}
+
+impl std::fmt::Display for ActionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One action as undo needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedAction {
+    /// What it does.
+    pub kind: ActionKind,
+    /// Bundle-relative path.
+    pub path: String,
+    /// Size of the file written (or, for a delete, the recorded one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// sha256 of the file written (or, for a delete, the recorded one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Link target, bundle-relative (links).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+/// Who started an operation and what it decided: everything its journal row holds, so the
+/// row can be written again by `recover` when the journal that started it is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// RFC 3339 start time (the owner record's `published_at`).
+    pub started_at: String,
+    /// `publish`.
+    pub command: String,
+    /// `cli:<user>` or `token:<name>`.
+    pub actor: String,
+    /// Pipeline id.
+    pub pipeline_id: String,
+    /// State mode.
+    pub state_mode: String,
+    /// Decision.
+    pub decision: String,
+    /// Takeover mode.
+    pub takeover_mode: String,
+    /// Previous owner, `pipeline/destination`.
+    pub previous_owner: Option<String>,
+    /// Previous source.
+    pub previous_source: Option<SourceRef>,
+    /// New source.
+    pub source: SourceRef,
+    /// The report's `takeovers` array.
+    pub takeovers: serde_json::Value,
+}
+
+/// What recovery needs to finish or undo an operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedOperation {
+    /// Operation id.
+    pub operation_id: String,
+    /// Destination id.
+    pub destination_id: String,
+    /// Bundle path.
+    pub bundle_path: PathBuf,
+    /// sha256 of the state file before (None: absent).
+    pub pre_state_sha256: Option<String>,
+    /// sha256 of the state file the operation writes.
+    pub post_state_sha256: String,
+    /// Who started it and what it decided.
+    pub origin: Origin,
+    /// Writing actions, in plan order.
+    pub actions: Vec<StagedAction>,
+    /// Directories that did not exist and may be created, outermost first.
+    pub new_dirs: Vec<String>,
+    /// How `new/` and `old/` name what they hold.
+    #[serde(default)]
+    pub staging_layout: StagingLayout,
+}
+
+/// Files staged per directory under `new/`: the staging threads take runs of up to this
+/// many consecutive files (`parallel.rs`), so each thread mostly creates files in a
+/// directory of its own instead of queueing on one directory's lock.
+const NEW_BUCKET: usize = 256;
+
+/// How an operation's staging names the files it stages (`new/`) and the content it moves
+/// aside (`old/`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StagingLayout {
+    /// By the index of the action in `actions`: `new/0/17` (a directory per 256 actions),
+    /// `old/3`. A few directories at most, whatever the bundle's tree. Every operation is
+    /// staged this way.
+    Flat,
+    /// By the action's bundle-relative path, under directories mirroring the bundle's.
+    /// Written by distributor before flat staging (a `plan.json` without
+    /// `staging_layout`); `recover` still reads it.
+    #[default]
+    Mirrored,
+}
+
+impl StagedOperation {
+    /// Builds the record of a plan about to run; `exists` says whether a directory of the
+    /// bundle path exists now (a directory that does not may be created, and is removed
+    /// again by an undo).
+    pub fn from_plan(
+        plan: &DestinationPlan,
+        op: &str,
+        pre: Option<String>,
+        post: String,
+        origin: Origin,
+        exists: &mut dyn FnMut(&str) -> Result<bool>,
+    ) -> Result<StagedOperation> {
+        let mut actions = Vec::new();
+        for f in &plan.files {
+            if let Some(kind) = ActionKind::of(false, f.op) {
+                actions.push(StagedAction {
+                    kind,
+                    path: f.path.clone(),
+                    size: Some(f.size),
+                    sha256: Some(f.sha256.clone()),
+                    target: None,
+                });
+            }
+        }
+        for l in &plan.links {
+            if let Some(kind) = ActionKind::of(true, l.op) {
+                actions.push(StagedAction {
+                    kind,
+                    path: l.path.clone(),
+                    size: None,
+                    sha256: None,
+                    target: Some(l.target.clone()),
+                });
+            }
+        }
+        // Each directory on the way to a written path once (a set: plans of a million
+        // files in thousands of directories).
+        let mut seen: foldhash::HashSet<&str> = foldhash::HashSet::default();
+        let mut new_dirs: Vec<String> = Vec::new();
+        for a in actions.iter().filter(|a| a.kind.writes()) {
+            for (i, _) in a.path.match_indices('/') {
+                let d = &a.path[..i];
+                if seen.insert(d) && !exists(d)? {
+                    new_dirs.push(d.to_string());
+                }
+            }
+        }
+        new_dirs.sort_by_key(|d| d.len());
+        Ok(StagedOperation {
+            operation_id: op.to_string(),
+            destination_id: plan.destination_id.clone(),
+            bundle_path: plan.bundle_path.clone(),
+            pre_state_sha256: pre,
+            post_state_sha256: post,
+            origin,
+            actions,
+            new_dirs,
+            staging_layout: StagingLayout::Flat,
+        })
+    }
+
+    /// Where the file written by action `i` is staged until it is placed, relative to the
+    /// operation's staging entry: flat, `new/<i / 256>/<i>`.
+    pub fn staged_new(&self, i: usize) -> String {
+        match self.staging_layout {
+            StagingLayout::Flat => format!("{NEW}/{}/{i}", i / NEW_BUCKET),
+            StagingLayout::Mirrored => format!("{NEW}/{}", self.actions[i].path),
+        }
+    }
+
+    /// The directories under `new/` that staging needs (flat layout), relative to the
+    /// operation's staging entry.
+    pub fn new_buckets(&self) -> Vec<String> {
+        let mut buckets: Vec<usize> = self.file_writes().map(|(i, _)| i / NEW_BUCKET).collect();
+        buckets.dedup();
+        buckets.into_iter().map(|b| format!("{NEW}/{b}")).collect()
+    }
+
+    /// Where the content replaced or deleted by action `i` is kept until cleanup, relative
+    /// to the operation's staging entry: flat, `old/<i>`.
+    pub fn staged_old(&self, i: usize) -> String {
+        match self.staging_layout {
+            StagingLayout::Flat => format!("{OLD}/{i}"),
+            StagingLayout::Mirrored => format!("{OLD}/{}", self.actions[i].path),
+        }
+    }
+
+    /// The actions that move content aside (overwrites and deletes), with their indexes.
+    pub fn moves(&self) -> impl Iterator<Item = (usize, &StagedAction)> {
+        self.actions
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.kind.moves_aside())
+    }
+
+    /// The actions that write a file (creates and overwrites), with their indexes, in plan
+    /// order.
+    pub fn file_writes(&self) -> impl Iterator<Item = (usize, &StagedAction)> {
+        self.actions
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.kind.writes_file())
+    }
+
+    /// Paths written: created or overwritten.
+    pub fn writes(&self) -> impl Iterator<Item = &str> {
+        self.actions
+            .iter()
+            .filter(|a| a.kind.writes())
+            .map(|a| a.path.as_str())
+    }
+
+    /// The bytes of `plan.json`.
+    pub fn to_json(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec_pretty(self).map_err(|e| Error::Failed(e.to_string()))
+    }
+
+    /// Parses `plan.json` found in the staging entry `entry` of `bundle` (`file` names it
+    /// in messages), and refuses one that does not describe an operation staged right
+    /// there (see [`StagedOperation::check`]).
+    pub fn parse(bytes: &[u8], file: &Path, bundle: &Path, entry: &str) -> Result<StagedOperation> {
+        let op: StagedOperation = serde_json::from_slice(bytes).map_err(|e| {
+            Error::Unsafe(format!(
+                "{}: not a distributor staging record: {e}; not recovered",
+                file.display()
+            ))
+        })?;
+        if entry != op.operation_id {
+            return Err(Error::Unsafe(format!(
+                "{}: names operation {}, not the staging entry it is in; not recovered",
+                file.display(),
+                op.operation_id
+            )));
+        }
+        op.check(bundle)?;
+        Ok(op)
+    }
+
+    /// Refuses a record that could make recovery touch anything but its own bundle path:
+    /// it must be for `bundle`, and every path in it must be a safe relative path (SPEC
+    /// §3.2). A `plan.json` is read from the destination, where anyone who can write
+    /// there may have put one.
+    pub fn check(&self, bundle: &Path) -> Result<()> {
+        if self.bundle_path != bundle {
+            return Err(Error::Unsafe(format!(
+                "operation {} is recorded for {}, but was found in {}; not recovered",
+                self.operation_id,
+                self.bundle_path.display(),
+                bundle.display()
+            )));
+        }
+        let paths = self
+            .actions
+            .iter()
+            .map(|a| a.path.as_str())
+            .chain(self.new_dirs.iter().map(String::as_str));
+        for p in paths {
+            crate::source::check_safe_path(p).map_err(|e| {
+                Error::Unsafe(format!(
+                    "operation {}: '{}' is not a safe path ({e}); not recovered",
+                    self.operation_id,
+                    p.escape_debug()
+                ))
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn action_kinds_are_spelled_as_the_journal_has_them() {
+        use ActionKind::*;
+        for k in [
+            FileCreate,
+            FileOverwrite,
+            FileDelete,
+            LinkCreate,
+            LinkOverwrite,
+            LinkDelete,
+        ] {
+            let json = serde_json::to_string(&k).unwrap();
+            assert_eq!(json, format!("\"{}\"", k.as_str()));
+            assert_eq!(serde_json::from_str::<ActionKind>(&json).unwrap(), k);
+        }
+        assert!(serde_json::from_str::<ActionKind>("\"file_move\"").is_err());
+    }
+
+    fn record(layout: StagingLayout) -> StagedOperation {
+        let a = |kind, path: &str| StagedAction {
+            kind,
+            path: path.into(),
+            size: Some(1),
+            sha256: Some("0".repeat(64)),
+            target: None,
+        };
+        StagedOperation {
+            operation_id: "op".into(),
+            destination_id: "d".into(),
+            bundle_path: "/b".into(),
+            pre_state_sha256: None,
+            post_state_sha256: "0".into(),
+            origin: Origin {
+                started_at: String::new(),
+                command: "publish".into(),
+                actor: "cli:t".into(),
+                pipeline_id: "p".into(),
+                state_mode: "single_owner".into(),
+                decision: "create".into(),
+                takeover_mode: "same_pipeline".into(),
+                previous_owner: None,
+                previous_source: None,
+                source: SourceRef {
+                    id: "s".into(),
+                    created_at: String::new(),
+                    digest: String::new(),
+                },
+                takeovers: serde_json::Value::Null,
+            },
+            actions: vec![
+                a(ActionKind::FileOverwrite, "a/x.txt"),
+                a(ActionKind::FileCreate, "b/y.txt"),
+            ],
+            new_dirs: vec!["b".into()],
+            staging_layout: layout,
+        }
+    }
+
+    #[test]
+    fn flat_staging_names_content_by_action_index() {
+        let op = record(StagingLayout::Flat);
+        assert_eq!(op.staged_old(0), "old/0");
+        assert_eq!(op.staged_new(1), "new/0/1");
+        assert_eq!(op.staged_new(300), "new/1/300");
+        let op = record(StagingLayout::Mirrored);
+        assert_eq!(op.staged_old(0), "old/a/x.txt");
+        assert_eq!(op.staged_new(1), "new/b/y.txt");
+    }
+
+    #[test]
+    fn a_record_for_another_bundle_or_with_an_escaping_path_is_refused() {
+        let op = record(StagingLayout::Flat);
+        let bytes = op.to_json().unwrap();
+        let file = Path::new("/b/.distributor-staging/op/plan.json");
+        assert!(StagedOperation::parse(&bytes, file, Path::new("/b"), "op").is_ok());
+        let e = StagedOperation::parse(&bytes, file, Path::new("/c"), "op").unwrap_err();
+        assert!(e.to_string().contains("recorded for /b"), "{e}");
+        let e = StagedOperation::parse(&bytes, file, Path::new("/b"), "other").unwrap_err();
+        assert!(e.to_string().contains("names operation op"), "{e}");
+        for bad in ["../x", "/etc/x", "a/../../x", ""] {
+            let mut op = record(StagingLayout::Flat);
+            op.actions[1].path = bad.into();
+            let e = StagedOperation::parse(&op.to_json().unwrap(), file, Path::new("/b"), "op");
+            assert!(
+                e.unwrap_err().to_string().contains("not a safe path"),
+                "{bad}"
+            );
+        }
+    }
+}
