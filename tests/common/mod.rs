@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod faults;
+pub mod hostile;
 pub mod server;
 
 use serde_json::Value;

@@ -1,0 +1,505 @@
+//! Hostile neighbours (SPEC §6 "never follow a symlink out of the bundle path", §13): a
+//! local user who can write inside the destination renames a directory away and puts a
+//! symlink to a directory outside (the victim) in its place, at the very moment distributor
+//! works in it. A `pause` failpoint stops the real binary at that step, so every race is
+//! deterministic.
+//!
+//! Proves, for every step that writes (placement, move aside, deletion, links, pruning,
+//! `recover`'s undo) with the swapped directory below the bundle path, and for the bundle
+//! directory itself: nothing outside the bundle path is written, moved or deleted. The
+//! victim (which holds files with the names the publication writes or moves, and an empty
+//! directory where pruning works), a canary beside the destination and everything else
+//! outside it are byte-identical afterwards, and the run either failed or completed with its
+//! content inside the bundle path. A swapped bundle directory always fails the run.
+//!
+//! Each step is attacked at two moments: at the step's own failpoint (just before
+//! distributor looks at the path), and, where the step renames, between its look and its
+//! act: the `io_rename` failpoint inside the rename primitive, found from a calibration
+//! run's failpoint log. A path-based check-then-act loses only at the second moment; a walk
+//! on directory handles opened without following symlinks wins at both.
+
+use crate::common::faults::{Mode, assert_aborted};
+use crate::common::hostile::{contents_under, io_window, outside, race, swap_for_symlink};
+use crate::common::{Env, F, Run};
+use std::path::PathBuf;
+
+/// The configured destination path (root-relative).
+const DEST: &str = "dest/root";
+/// A canary in a directory beside the destination.
+const CANARY: &str = "dest/canary/c.txt";
+/// The directory outside the destination that the symlink points to.
+const VICTIM: &str = "victim";
+/// The victim: files named like the ones the publications write or move, and an empty
+/// directory named like the one pruning removes.
+const VICTIM_FILES: &[F] = &[("a.txt", "private a"), ("b.txt", "private b")];
+const VICTIM_EMPTY_DIR: &str = "deep";
+const SOURCE_ID: &str = "tomorrow";
+const V1_AT: &str = "2026-12-02T06:00:00Z";
+const V2_AT: &str = "2026-12-02T07:00:00Z";
+const MODES: [Mode; 2] = [Mode::SingleOwner, Mode::SharedRoot];
+
+/// A destination holding v1, the bundle of v2, a victim and a canary.
+struct Scene {
+    env: Env,
+    cfg: PathBuf,
+    v2: PathBuf,
+    /// The bundle path, root-relative.
+    bundle: String,
+}
+
+/// What one test publishes.
+#[derive(Clone, Copy)]
+struct Versions {
+    v1: &'static [F<'static>],
+    v1_links: &'static [F<'static>],
+    v2: &'static [F<'static>],
+    v2_links: &'static [F<'static>],
+    /// `path_mapping: source_id` (bundle path `<dest>/<source id>`) instead of fixed.
+    by_source_id: bool,
+}
+
+impl Scene {
+    fn new(mode: Mode, v: Versions) -> Scene {
+        let env = Env::new();
+        env.write(CANARY, "canary");
+        for (p, c) in VICTIM_FILES {
+            env.write(&format!("{VICTIM}/{p}"), c);
+        }
+        std::fs::create_dir_all(env.path(&format!("{VICTIM}/{VICTIM_EMPTY_DIR}"))).unwrap();
+        let mut extra = format!("    state:\n      mode: {}\n", mode.yaml());
+        if v.by_source_id {
+            extra.push_str("    path_mapping:\n      mode: source_id\n");
+        }
+        let cfg = env.simple_config("weather.yaml", "weather", "latest", DEST, &extra);
+        let v1 = env.bundle("b1", SOURCE_ID, V1_AT, v.v1, v.v1_links);
+        env.publish(&cfg, &v1, &[]).expect_code(0);
+        let v2 = env.bundle("b2", SOURCE_ID, V2_AT, v.v2, v.v2_links);
+        let bundle = if v.by_source_id {
+            format!("{DEST}/{SOURCE_ID}")
+        } else {
+            DEST.to_string()
+        };
+        Scene {
+            env,
+            cfg,
+            v2,
+            bundle,
+        }
+    }
+
+    fn publish_args(&self) -> Vec<String> {
+        [
+            "publish",
+            "--json",
+            "--config",
+            self.cfg.to_str().unwrap(),
+            "--source",
+            self.v2.to_str().unwrap(),
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    fn recover_args(&self) -> Vec<String> {
+        ["recover", "--json", "--config", self.cfg.to_str().unwrap()]
+            .map(String::from)
+            .to_vec()
+    }
+
+    /// Publishes v2 aborted at `after_links`: placed and linked, not committed, so
+    /// `recover` rolls it back.
+    fn crash_v2(&self) {
+        let args = self.publish_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = self
+            .env
+            .run_env(&args, &[("DISTRIBUTOR_FAILPOINT", "after_links")]);
+        assert_aborted(&r, "after_links");
+    }
+}
+
+/// Which command is raced.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cmd {
+    /// `publish` of v2.
+    Publish,
+    /// `recover` after v2 was aborted at `after_links`.
+    Recover,
+}
+
+/// One attack: where to stop, what to swap, what a completed run must have written.
+struct Attack {
+    versions: Versions,
+    cmd: Cmd,
+    /// Step failpoint and the hit at which the step works on the swapped directory.
+    step: &'static str,
+    k: u64,
+    /// Whether the step renames there, so that its check-to-act window (`io_rename`) is
+    /// attacked too.
+    renames: bool,
+    /// The directory swapped, relative to the bundle path ("" = the bundle directory).
+    swap: &'static str,
+    /// Contents a run that exits 0 must have put inside the bundle path.
+    written: &'static [&'static str],
+}
+
+impl Attack {
+    fn prepare(&self, mode: Mode) -> Scene {
+        let sc = Scene::new(mode, self.versions);
+        if self.cmd == Cmd::Recover {
+            sc.crash_v2();
+        }
+        sc
+    }
+
+    fn args(&self, sc: &Scene) -> Vec<String> {
+        match self.cmd {
+            Cmd::Publish => sc.publish_args(),
+            Cmd::Recover => sc.recover_args(),
+        }
+    }
+
+    /// The moments to attack at: the step's failpoint, and the `io_rename` inside the step
+    /// (found from a calibration run of the same scene) when the step renames.
+    fn moments(&self, mode: Mode) -> Vec<String> {
+        let mut specs = vec![format!("{}:{}", self.step, self.k)];
+        if self.renames {
+            let sc = self.prepare(mode);
+            let args = self.args(&sc);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (run, log) = sc.env.run_logged(&args, &[]);
+            let n = io_window(&log, self.step, self.k, "io_rename").unwrap_or_else(|| {
+                panic!(
+                    "{mode:?}: no io_rename between {}:{} and the next step; the window between the check and the rename cannot be reached\nfailpoints: {log:?}\nstdout:\n{}\nstderr:\n{}",
+                    self.step, self.k, run.stdout, run.stderr
+                )
+            });
+            specs.push(format!("io_rename:{n}"));
+        }
+        specs
+    }
+
+    /// Every moment, every mode: set up, race, check. Every case runs even when one
+    /// fails, so one run names every moment that loses.
+    fn run(&self) {
+        let failed = self.failures();
+        assert!(
+            failed.is_empty(),
+            "lost the race (details above): {failed:?}"
+        );
+    }
+
+    /// The cases of [`Attack::run`] that failed.
+    fn failures(&self) -> Vec<String> {
+        let mut failed = Vec::new();
+        for mode in MODES {
+            for spec in self.moments(mode) {
+                let case = std::panic::AssertUnwindSafe(|| self.once(mode, &spec));
+                if std::panic::catch_unwind(case).is_err() {
+                    failed.push(format!("{mode:?} at {spec}"));
+                }
+            }
+        }
+        failed
+    }
+
+    fn once(&self, mode: Mode, spec: &str) {
+        let sc = self.prepare(mode);
+        let env = &sc.env;
+        let swapped = if self.swap.is_empty() {
+            sc.bundle.clone()
+        } else {
+            format!("{}/{}", sc.bundle, self.swap)
+        };
+        let ctx = format!("{mode:?}, {swapped} swapped at {spec}");
+        assert!(
+            std::fs::symlink_metadata(env.path(&swapped)).is_ok_and(|m| m.is_dir()),
+            "{ctx}: {swapped} is not a directory before the attack"
+        );
+        let victim_before = env.snapshot(VICTIM);
+        let outside_before = outside(env, DEST);
+        let args = self.args(&sc);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = race(env, &args, spec, &[], || {
+            swap_for_symlink(&env.path(&swapped), &env.path(VICTIM))
+        });
+        let ctx = format!(
+            "{ctx} (exit {})\nstdout:\n{}\nstderr:\n{}",
+            run.code, run.stdout, run.stderr
+        );
+        assert_eq!(
+            env.snapshot(VICTIM),
+            victim_before,
+            "{ctx}\nthe victim outside the destination changed"
+        );
+        assert!(
+            env.path(&format!("{VICTIM}/{VICTIM_EMPTY_DIR}")).is_dir(),
+            "{ctx}\nthe victim's empty directory was removed"
+        );
+        assert_eq!(env.read(CANARY), "canary", "{ctx}\nthe canary changed");
+        assert_eq!(
+            outside(env, DEST),
+            outside_before,
+            "{ctx}\nsomething outside the destination changed"
+        );
+        assert!(
+            !run.stderr.contains("panicked at") && run.code != -1,
+            "{ctx}\nthe run crashed"
+        );
+        if self.swap.is_empty() {
+            // SPEC §13: before the commit point the bundle path must still name the
+            // directory locked at the start.
+            assert_ne!(
+                run.code, 0,
+                "{ctx}\nthe run succeeded through a swapped bundle directory"
+            );
+            assert_ne!(
+                status(&run, self.cmd),
+                "applied",
+                "{ctx}\nreported applied through a swapped bundle directory"
+            );
+        } else if run.code == 0 {
+            let inside = contents_under(env, &sc.bundle);
+            for c in self.written {
+                assert!(
+                    inside.iter().any(|x| x == c),
+                    "{ctx}\nthe run succeeded but '{c}' is not inside the bundle path: {inside:?}"
+                );
+            }
+        }
+    }
+}
+
+/// The first destination's status (publish) or the first operation's outcome (recover).
+fn status(run: &Run, cmd: Cmd) -> String {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&run.stdout) else {
+        return String::new();
+    };
+    let s = match cmd {
+        Cmd::Publish => &v["destinations"][0]["status"],
+        Cmd::Recover => &v["operations"][0]["outcome"],
+    };
+    s.as_str().unwrap_or_default().to_string()
+}
+
+/// v2 creates `a.txt`, `sub/a.txt` and `z.txt`: placed in path order, `sub/a.txt` second.
+#[test]
+fn placement_through_a_swapped_subdirectory_never_writes_outside() {
+    Attack {
+        versions: Versions {
+            v1: &[("sub/keep.txt", "kept")],
+            v1_links: &[],
+            v2: &[
+                ("a.txt", "v2 a"),
+                ("sub/a.txt", "v2 sub a"),
+                ("sub/keep.txt", "kept"),
+                ("z.txt", "v2 z"),
+            ],
+            v2_links: &[],
+            by_source_id: false,
+        },
+        cmd: Cmd::Publish,
+        step: "during_placement",
+        k: 2,
+        renames: true,
+        swap: "sub",
+        written: &["v2 a", "v2 sub a", "v2 z"],
+    }
+    .run();
+}
+
+/// v2 overwrites `a.txt` and `sub/b.txt`: moved aside in path order, `sub/b.txt` second.
+#[test]
+fn move_aside_through_a_swapped_subdirectory_never_moves_outside_content() {
+    Attack {
+        versions: Versions {
+            v1: &[
+                ("a.txt", "v1 a"),
+                ("sub/b.txt", "v1 b"),
+                ("sub/keep.txt", "kept"),
+            ],
+            v1_links: &[],
+            v2: &[
+                ("a.txt", "v2 a"),
+                ("sub/b.txt", "v2 b"),
+                ("sub/keep.txt", "kept"),
+            ],
+            v2_links: &[],
+            by_source_id: false,
+        },
+        cmd: Cmd::Publish,
+        step: "during_move_aside",
+        k: 2,
+        renames: true,
+        swap: "sub",
+        written: &["v2 a", "v2 b"],
+    }
+    .run();
+}
+
+/// v2 overwrites `a.txt` and omits `sub/b.txt`, which is deleted: moved aside second.
+#[test]
+fn deletion_through_a_swapped_subdirectory_never_deletes_outside() {
+    Attack {
+        versions: Versions {
+            v1: &[
+                ("a.txt", "v1 a"),
+                ("sub/b.txt", "v1 b"),
+                ("sub/keep.txt", "kept"),
+            ],
+            v1_links: &[],
+            v2: &[("a.txt", "v2 a"), ("sub/keep.txt", "kept")],
+            v2_links: &[],
+            by_source_id: false,
+        },
+        cmd: Cmd::Publish,
+        step: "during_move_aside",
+        k: 2,
+        renames: true,
+        swap: "sub",
+        written: &["v2 a"],
+    }
+    .run();
+}
+
+/// v2 adds the links `k` and `sub/l`, created in path order, `sub/l` second. The victim
+/// has no `l`: a link created there would show.
+#[test]
+fn link_creation_through_a_swapped_subdirectory_never_links_outside() {
+    Attack {
+        versions: Versions {
+            v1: &[("sub/keep.txt", "kept"), ("sub/t.txt", "target")],
+            v1_links: &[],
+            v2: &[("sub/keep.txt", "kept"), ("sub/t.txt", "target")],
+            v2_links: &[("k", "sub/keep.txt"), ("sub/l", "sub/t.txt")],
+            by_source_id: false,
+        },
+        cmd: Cmd::Publish,
+        step: "during_links",
+        k: 2,
+        renames: false,
+        swap: "sub",
+        written: &["kept", "target"],
+    }
+    .run();
+}
+
+/// v2 deletes the only file of `sub/deep/`, so cleanup prunes `sub/deep`; the victim has
+/// an empty `deep/` that must survive.
+#[test]
+fn pruning_through_a_swapped_subdirectory_never_removes_outside_directories() {
+    Attack {
+        versions: Versions {
+            v1: &[("sub/deep/d.txt", "deep"), ("sub/keep.txt", "kept")],
+            v1_links: &[],
+            v2: &[("sub/keep.txt", "kept v2")],
+            v2_links: &[],
+            by_source_id: false,
+        },
+        cmd: Cmd::Publish,
+        step: "cleanup_before_prune",
+        k: 1,
+        renames: false,
+        swap: "sub",
+        written: &["kept v2"],
+    }
+    .run();
+}
+
+/// The scene `recover` rolls back: v2 created `sub/a.txt` and overwrote `sub/b.txt`, then
+/// was aborted after placing them.
+const UNDONE: Versions = Versions {
+    v1: &[("sub/b.txt", "v1 b"), ("sub/keep.txt", "kept")],
+    v1_links: &[],
+    v2: &[
+        ("sub/a.txt", "v2 sub a"),
+        ("sub/b.txt", "v2 b"),
+        ("sub/keep.txt", "kept"),
+    ],
+    v2_links: &[],
+    by_source_id: false,
+};
+
+/// `recover` restores the moved-aside `sub/b.txt` (its first restore).
+#[test]
+fn recover_restoring_through_a_swapped_subdirectory_never_writes_outside() {
+    Attack {
+        versions: UNDONE,
+        cmd: Cmd::Recover,
+        step: "undo_restore",
+        k: 1,
+        renames: true,
+        swap: "sub",
+        written: &["v1 b", "kept"],
+    }
+    .run();
+}
+
+/// `recover` removes the placed `sub/b.txt` (actions are undone last first).
+#[test]
+fn recover_removing_placed_files_through_a_swapped_subdirectory_never_deletes_outside() {
+    Attack {
+        versions: UNDONE,
+        cmd: Cmd::Recover,
+        step: "undo_remove_placed",
+        k: 1,
+        renames: false,
+        swap: "sub",
+        written: &["v1 b", "kept"],
+    }
+    .run();
+}
+
+/// The bundle path is `<dest>/tomorrow` (`path_mapping: source_id`); it is swapped for a
+/// symlink to the victim after the lock is taken: before staging begins, and once staging
+/// is done. v2 overwrites `b.txt` (the victim has one), creates `a.txt` (so has the victim)
+/// and adds a link.
+#[test]
+fn swapping_the_bundle_directory_never_writes_into_its_replacement() {
+    let versions = Versions {
+        v1: &[("b.txt", "v1 b"), ("keep.txt", "kept")],
+        v1_links: &[],
+        v2: &[("a.txt", "v2 a"), ("b.txt", "v2 b"), ("keep.txt", "kept")],
+        v2_links: &[("l", "keep.txt")],
+        by_source_id: true,
+    };
+    let mut failed = Vec::new();
+    for step in ["after_journal_append", "after_staging"] {
+        let attack = Attack {
+            versions,
+            cmd: Cmd::Publish,
+            step,
+            k: 1,
+            renames: false,
+            swap: "",
+            written: &[],
+        };
+        failed.extend(attack.failures());
+    }
+    assert!(
+        failed.is_empty(),
+        "lost the race (details above): {failed:?}"
+    );
+}
+
+/// As above, with a v2 whose only change is a new link: after staging nothing is moved
+/// or placed, so the link is the first write that could land in the victim.
+#[test]
+fn swapping_the_bundle_directory_never_links_into_its_replacement() {
+    Attack {
+        versions: Versions {
+            v1: &[("b.txt", "v1 b"), ("keep.txt", "kept")],
+            v1_links: &[],
+            v2: &[("b.txt", "v1 b"), ("keep.txt", "kept")],
+            v2_links: &[("l", "keep.txt")],
+            by_source_id: true,
+        },
+        cmd: Cmd::Publish,
+        step: "after_staging",
+        k: 1,
+        renames: false,
+        swap: "",
+        written: &[],
+    }
+    .run();
+}
