@@ -48,12 +48,17 @@ struct Forged {
 }
 
 fn file_action(kind: &str, path: &str, content: &str) -> Value {
-    json!({
+    let mut a = json!({
         "kind": kind,
         "path": path,
         "size": content.len(),
         "sha256": sha256_hex(content.as_bytes()),
-    })
+    });
+    // An overwrite records what it moves aside: here a file, as distributor writes it.
+    if kind != "file_create" {
+        a["replaces"] = "file".into();
+    }
+    a
 }
 
 impl Forged {
@@ -235,7 +240,9 @@ fn recover_never_follows_a_symlinked_old_directory() {
     f.assert_refused(&[&op_path("old")], "old -> private dir");
 }
 
-/// (b) `old/1` is a symlink to a private file.
+/// (b) `old/1` is a symlink to a private file, where the record moved aside a file. (A
+/// record may say it moved a link aside; restoring a link never follows it, and puts in
+/// the destination only what its neighbour could have put there anyway.)
 #[test]
 fn recover_never_restores_a_symlink_planted_as_moved_aside_content() {
     let f = Forged::new();

@@ -11,7 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{FileOp, SourceRef};
-use crate::plan::DestinationPlan;
+use crate::plan::{DestinationPlan, Replaced};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -126,6 +126,11 @@ pub struct StagedAction {
     /// Link target, bundle-relative (links).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// What an overwrite or delete moves aside, as planned: a file or a link. Checked
+    /// before it moves, and what `old/` holds for it must be that. Absent in records
+    /// written before it was kept (either is accepted then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<Replaced>,
 }
 
 /// Who started an operation and what it decided: everything its journal row holds, so the
@@ -222,6 +227,7 @@ impl StagedOperation {
                     size: Some(f.size),
                     sha256: Some(f.sha256.clone()),
                     target: None,
+                    replaces: f.replaces.filter(|_| kind.moves_aside()),
                 });
             }
         }
@@ -233,6 +239,7 @@ impl StagedOperation {
                     size: None,
                     sha256: None,
                     target: Some(l.target.clone()),
+                    replaces: l.replaces.filter(|_| kind.moves_aside()),
                 });
             }
         }
@@ -399,6 +406,7 @@ mod tests {
             size: Some(1),
             sha256: Some("0".repeat(64)),
             target: None,
+            replaces: None,
         };
         StagedOperation {
             operation_id: "op".into(),

@@ -168,6 +168,31 @@ pub struct FileAction {
     pub size: u64,
     /// sha256 (new, or recorded for delete and retain).
     pub sha256: String,
+    /// What storage held at the path when planned, for an overwrite or delete to check
+    /// before it moves it aside (not reported).
+    #[serde(skip)]
+    pub replaces: Option<Replaced>,
+}
+
+/// What an overwrite or delete moves aside, as planning saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Replaced {
+    /// A regular file.
+    File,
+    /// A symlink.
+    Link,
+}
+
+impl Replaced {
+    /// What `entry` is, when it is a file or a link.
+    pub fn of(entry: &Entry) -> Option<Replaced> {
+        match entry {
+            Entry::File { .. } => Some(Replaced::File),
+            Entry::Symlink { .. } => Some(Replaced::Link),
+            _ => None,
+        }
+    }
 }
 
 /// What happens to one link.
@@ -179,6 +204,9 @@ pub struct LinkAction {
     pub target: String,
     /// Operation.
     pub op: FileOp,
+    /// What storage held at the path when planned (not reported).
+    #[serde(skip)]
+    pub replaces: Option<Replaced>,
 }
 
 /// The plan for one destination.

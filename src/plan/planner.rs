@@ -2,8 +2,8 @@
 //! destination. Pure: inputs in, plan out.
 
 use super::{
-    Conflict, DestinationPlan, Entry, FileAction, LinkAction, Previous, Storage, TakeoverEntry,
-    takeover_permitted,
+    Conflict, DestinationPlan, Entry, FileAction, LinkAction, Previous, Replaced, Storage,
+    TakeoverEntry, takeover_permitted,
 };
 use crate::config::Destination;
 use crate::model::{
@@ -306,6 +306,7 @@ impl<'a, 's> Planner<'a, 's> {
                 op,
                 size: o.size,
                 sha256: o.sha256.clone(),
+                replaces: Replaced::of(entry),
             });
         }
         for l in &manifest.links {
@@ -320,6 +321,7 @@ impl<'a, 's> Planner<'a, 's> {
                 path: l.path.clone(),
                 target: l.target.clone(),
                 op,
+                replaces: Replaced::of(entry),
             });
         }
         // Old paths the manifest omits: delete or retain.
@@ -330,6 +332,7 @@ impl<'a, 's> Planner<'a, 's> {
                 op,
                 size: o.size,
                 sha256: o.sha256.clone(),
+                replaces: Replaced::of(storage.get(&o.path)),
             });
             if retain {
                 retained.outputs.push(o);
@@ -341,6 +344,7 @@ impl<'a, 's> Planner<'a, 's> {
                 path: l.path.clone(),
                 target: l.target.clone(),
                 op,
+                replaces: Replaced::of(storage.get(&l.path)),
             });
             if retain {
                 retained.links.push(l);

@@ -24,6 +24,7 @@ use crate::execute::{
 };
 use crate::failpoint;
 use crate::hash::hex;
+use crate::plan::Replaced;
 use crate::source::relative_link_target;
 use crate::state::STATE_FILE;
 use rustix::fs::FileType;
@@ -484,12 +485,7 @@ impl Bundle {
                 .map_err(|e| dir_error(op_path.join(OLD), e))?;
             for (name, kind) in old.entries().ctx("list", op_path.join(OLD))? {
                 let action = index(&name).and_then(|i| record.actions.get(i));
-                let fits = match action {
-                    Some(a) if a.kind.moves_aside() => {
-                        matches!(kind, FileType::RegularFile | FileType::Symlink)
-                    }
-                    _ => false,
-                };
+                let fits = action.is_some_and(|a| a.kind.moves_aside() && fits(a.replaces, kind));
                 if !fits {
                     return Err(Error::Unsafe(format!(
                         "{} is {}, which the record does not move aside",
@@ -659,18 +655,10 @@ impl Bundle {
         let Some(before) = parent.stat_opt(name).ctx("stat", &path)? else {
             return Ok(());
         };
-        // A delete moves the recorded file (of its recorded size) or link; an overwrite
-        // moves what it replaces, a file or a link (recorded, or unmanaged under
-        // `--force`). Never a directory or a special file.
+        // What moves is what planning saw there: a file or a link, never a directory or
+        // a special file.
         let kind = FileType::from_raw_mode(before.st_mode);
-        let fits = match a.kind {
-            ActionKind::FileDelete => {
-                kind == FileType::RegularFile && a.size.is_none_or(|s| s == before.st_size as u64)
-            }
-            ActionKind::LinkDelete => kind == FileType::Symlink,
-            _ => matches!(kind, FileType::RegularFile | FileType::Symlink),
-        };
-        if !fits {
+        if !fits(a.replaces, kind) {
             return Err(Error::Failed(format!(
                 "{} changed after planning (it is {} now); distributor moves aside only the content it planned to",
                 path.display(),
@@ -1077,6 +1065,16 @@ impl Dir {
     /// Removes `.distributor-staging` (this handle) from `bundle` when it is empty.
     fn rmdir_if_empty(&self, name: &str, bundle: &Dir) -> bool {
         matches!(self.entries(), Ok(e) if e.is_empty()) && bundle.rmdir(name).is_ok()
+    }
+}
+
+/// Whether an entry of type `kind` is what an action that moves aside `replaces` planned
+/// to move (a record without it: a file or a link).
+fn fits(replaces: Option<Replaced>, kind: FileType) -> bool {
+    match replaces {
+        Some(Replaced::File) => kind == FileType::RegularFile,
+        Some(Replaced::Link) => kind == FileType::Symlink,
+        None => matches!(kind, FileType::RegularFile | FileType::Symlink),
     }
 }
 
