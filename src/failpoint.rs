@@ -10,12 +10,17 @@
 //! | `error`       | from the k-th time on, every hit returns an injected I/O error         |
 //! | `error-once`  | only the k-th hit returns an injected I/O error                        |
 //! | `pause`       | the k-th time, stop until the test says to go on (below)               |
+//! | `powercut`    | the k-th time, lose every change not yet durable, then abort (below)  |
 //!
 //! `pause` is how the hostile-neighbour tests make a race deterministic: at the k-th hit the
 //! process creates `$DISTRIBUTOR_FAILPOINT_PAUSE/<name>.paused` and waits, polling, until
 //! `$DISTRIBUTOR_FAILPOINT_PAUSE/<name>.resume` exists; meanwhile the test swaps a directory
 //! for a symlink (or anything else a neighbour could do) at exactly that step. Any
 //! failpoint can pause.
+//!
+//! `powercut` simulates a power cut at that moment: the local backend undoes every change
+//! to the destination not yet made durable by an fsync or syncfs
+//! ([`crate::backend::local::crashsim`]), and the process aborts.
 //!
 //! `k` defaults to 1. Error actions only act on I/O failpoints ([`io`]); crash points
 //! ([`hit`]) have no error path to take. `DISTRIBUTOR_FAILPOINT_LOG=<file>` appends the name
@@ -83,6 +88,7 @@ mod imp {
         Error,
         ErrorOnce,
         Pause,
+        PowerCut,
     }
 
     struct Spec {
@@ -109,6 +115,7 @@ mod imp {
             Some((h, "error")) => (h, Action::Error),
             Some((h, "error-once")) => (h, Action::ErrorOnce),
             Some((h, "pause")) => (h, Action::Pause),
+            Some((h, "powercut")) => (h, Action::PowerCut),
             Some((_, other)) => {
                 // A typo must not silently turn a crash test into a passing no-op.
                 eprintln!("DISTRIBUTOR_FAILPOINT: unknown action '{other}' in '{s}'");
@@ -189,7 +196,7 @@ mod imp {
         let mut due = None;
         for s in specs().iter().filter(|s| s.name == name) {
             let fire = match s.action {
-                Action::Abort | Action::ErrorOnce | Action::Pause => n == s.k,
+                Action::Abort | Action::ErrorOnce | Action::Pause | Action::PowerCut => n == s.k,
                 Action::Error => n >= s.k,
             };
             if !fire {
@@ -197,6 +204,11 @@ mod imp {
             }
             if s.action == Action::Abort {
                 eprintln!("failpoint {name} hit: aborting");
+                std::process::abort();
+            }
+            if s.action == Action::PowerCut {
+                crate::backend::local::crashsim::power_cut();
+                eprintln!("failpoint {name} hit: power cut, aborting");
                 std::process::abort();
             }
             if s.action == Action::Pause {

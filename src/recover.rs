@@ -455,11 +455,14 @@ fn recover_one(
     if !staged_now {
         // The staging record was never completed (the operation changed nothing), or the
         // staging entry is gone: closed, from the state alone.
-        if unfinished_record
-            && !opts.dry_run
+        if !opts.dry_run
             && let Some(s) = store
         {
-            s.remove_unfinished(op)?;
+            if unfinished_record {
+                s.remove_unfinished(op)?;
+            }
+            // An empty `.distributor-staging` (made for this operation's record) goes too.
+            s.remove_staging(op)?;
         }
         let recorded = match journal.as_deref() {
             Some(j) if in_journal => j

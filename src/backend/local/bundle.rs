@@ -551,7 +551,8 @@ impl Bundle {
             .mkdir(STAGING_DIR)
             .ctx("create staging", &staging_path)?
         {
-            self.touch("");
+            // The staging directory's own entry is durable before the record in it is.
+            self.dir.sync().ctx("fsync", &self.path)?;
         }
         let staging = self.sub(STAGING_DIR)?;
         let id = &op.operation_id;
@@ -801,7 +802,9 @@ impl Bundle {
             .ctx("create", &tmp_path)?;
         f.write_all(post).ctx("write", &tmp_path)?;
         failpoint::io("io_state_fsync").ctx("fsync", &tmp_path)?;
-        f.sync_all().ctx("fsync", &tmp_path)?;
+        op_dir
+            .sync_file(&f, STATE_TMP_FILE)
+            .ctx("fsync", &tmp_path)?;
         let dst = self.path.join(STATE_FILE);
         failpoint::io("io_state_rename").ctx("rename state into place", &dst)?;
         op_dir
@@ -1144,7 +1147,7 @@ fn write_synced(dir: &Dir, dir_path: &Path, name: &str, bytes: &[u8]) -> Result<
     let path = dir_path.join(name);
     let mut f = dir.create_file(name).ctx("create", &path)?;
     f.write_all(bytes).ctx("write", &path)?;
-    f.sync_all().ctx("fsync", &path)
+    dir.sync_file(&f, name).ctx("fsync", &path)
 }
 
 /// The placement fingerprint of a file from its `lstat`.

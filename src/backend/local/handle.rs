@@ -16,6 +16,7 @@
 //! (the only path-based open is [`Dir::open_path`], for the configured destination path the
 //! operator wrote), or remove anything but the entry it names.
 
+use super::crashsim;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{
     AtFlags, CWD, Dir as RawDir, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat, fstat,
@@ -166,7 +167,10 @@ impl Dir {
     /// Creates directory `name` here; `Ok(false)` when something already has the name.
     pub fn mkdir(&self, name: &str) -> io::Result<bool> {
         match mkdirat(&self.fd, name, Mode::from_raw_mode(0o777)) {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                crashsim::entry(&self.join(name));
+                Ok(true)
+            }
             Err(Errno::EXIST) => Ok(false),
             Err(e) => Err(e.into()),
         }
@@ -201,7 +205,16 @@ impl Dir {
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o666),
         )?;
+        crashsim::entry(&self.join(name));
+        crashsim::data(&self.join(name));
         Ok(File::from(fd))
+    }
+
+    /// fsync of a file made in this directory, `name` naming it.
+    pub fn sync_file(&self, file: &File, name: &str) -> io::Result<()> {
+        file.sync_all()?;
+        crashsim::file_synced(&self.join(name));
+        Ok(())
     }
 
     /// Opens or creates `name` for writing without truncating, never through a symlink or
@@ -228,25 +241,24 @@ impl Dir {
     /// target the same way). A directory moves with `RENAME_NOREPLACE` only.
     pub fn rename_new(&self, name: &str, to: &Dir, to_name: &str) -> io::Result<()> {
         match renameat_with(&self.fd, name, &to.fd, to_name, RenameFlags::NOREPLACE) {
-            Ok(()) => Ok(()),
+            Ok(()) => {}
             Err(Errno::INVAL | Errno::NOSYS) => {
                 linkat(&self.fd, name, &to.fd, to_name, AtFlags::empty())?;
-                Ok(unlinkat(&self.fd, name, AtFlags::empty())?)
+                unlinkat(&self.fd, name, AtFlags::empty())?;
             }
-            Err(e) => Err(e.into()),
+            Err(e) => return Err(e.into()),
         }
+        crashsim::renamed(&self.join(name), &to.join(to_name));
+        Ok(())
     }
 
     /// Moves `name` to `to/to_name`, replacing what is there: only for the state file,
     /// whose replacement is the commit point.
     pub fn rename_over(&self, name: &str, to: &Dir, to_name: &str) -> io::Result<()> {
-        Ok(renameat_with(
-            &self.fd,
-            name,
-            &to.fd,
-            to_name,
-            RenameFlags::empty(),
-        )?)
+        crashsim::replacing(&to.join(to_name));
+        renameat_with(&self.fd, name, &to.fd, to_name, RenameFlags::empty())?;
+        crashsim::renamed(&self.join(name), &to.join(to_name));
+        Ok(())
     }
 
     /// Removes the file or symlink `name`.
@@ -261,7 +273,9 @@ impl Dir {
 
     /// Creates the symlink `name` with link text `target`.
     pub fn symlink(&self, target: &str, name: &str) -> io::Result<()> {
-        Ok(symlinkat(target, &self.fd, name)?)
+        symlinkat(target, &self.fd, name)?;
+        crashsim::entry(&self.join(name));
+        Ok(())
     }
 
     /// The link text of symlink `name`, lossily as text.
@@ -272,12 +286,16 @@ impl Dir {
 
     /// fsync of the directory: its entries are durable.
     pub fn sync(&self) -> io::Result<()> {
-        Ok(rustix::fs::fsync(&self.fd)?)
+        rustix::fs::fsync(&self.fd)?;
+        crashsim::dir_synced(&self.path);
+        Ok(())
     }
 
     /// One `syncfs` of the filesystem holding this directory.
     pub fn sync_filesystem(&self) -> io::Result<()> {
-        Ok(rustix::fs::syncfs(&self.fd)?)
+        rustix::fs::syncfs(&self.fd)?;
+        crashsim::fs_synced();
+        Ok(())
     }
 
     /// The entries of this directory (`.` and `..` left out), with their types as the

@@ -8,6 +8,7 @@
 //! path and missing parents on the first write.
 
 pub mod bundle;
+pub mod crashsim;
 pub mod handle;
 
 pub use bundle::{Bundle, StagingEntry, StateBytes, TMP_PREFIX, bundle_unsafe, open_source};
