@@ -13,6 +13,7 @@ mod test_forged_staging;
 mod test_history;
 mod test_hostile;
 mod test_journal;
+mod test_layering;
 mod test_performance;
 mod test_reconciliation;
 mod test_recover;

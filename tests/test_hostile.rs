@@ -503,3 +503,97 @@ fn swapping_the_bundle_directory_never_links_into_its_replacement() {
     }
     .run();
 }
+
+/// Makes a FIFO at `path` (replacing what is there).
+fn mkfifo(path: &std::path::Path) {
+    let _ = std::fs::remove_file(path);
+    let ok = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo");
+    assert!(ok.success(), "mkfifo {}", path.display());
+}
+
+/// SPEC §13: a source file swapped for a FIFO after the source was checked is an invalid
+/// source (exit 1) the moment staging opens it, never a hang while the destination lock
+/// is held; the publication is rolled back.
+#[test]
+fn a_source_file_swapped_for_a_fifo_is_refused_without_blocking() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
+    let v1 = env.bundle("b1", SOURCE_ID, V1_AT, &[("a.txt", "v1 a")], &[]);
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let before = env.snapshot_unlocked(DEST);
+    let v2 = env.bundle("b2", SOURCE_ID, V2_AT, &[("a.txt", "v2 a")], &[]);
+    let args = [
+        "publish",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        v2.to_str().unwrap(),
+    ];
+    let run = crate::common::hostile::PausedRun::start(&env, &args, "after_staging_record", &[]);
+    mkfifo(&v2.join("a.txt"));
+    let started = std::time::Instant::now();
+    let r = run.resume();
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    r.expect_code(1);
+    let msg = r.dest(0)["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(msg.contains("not a regular file (a FIFO)"), "{msg}");
+    assert_eq!(env.snapshot_unlocked(DEST), before, "not rolled back");
+    // A dry run reads the same source the same way.
+    let dry = env.plan(&cfg, &v2, &[]);
+    dry.expect_code(1);
+}
+
+/// FIFOs planted in a destination where distributor reads or locks: its lock file, its
+/// state file, a recorded file. Nothing blocks; each is refused or reported.
+#[test]
+fn fifos_planted_in_a_destination_never_block() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
+    let v1 = env.bundle("b1", SOURCE_ID, V1_AT, &[("a.txt", "v1 a")], &[]);
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let v2 = env.bundle("b2", SOURCE_ID, V2_AT, &[("a.txt", "v2 a")], &[]);
+    let dest = env.path(DEST);
+    // A recorded file: verify reports it modified; a publication refuses to replace a
+    // special file.
+    mkfifo(&dest.join("a.txt"));
+    let v = env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()]);
+    v.expect_code(3);
+    assert_eq!(
+        v.json()["destinations"][0]["modified"],
+        serde_json::json!(["a.txt"])
+    );
+    let r = env.publish(&cfg, &v2, &[]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    std::fs::remove_file(dest.join("a.txt")).unwrap();
+    // The lock file.
+    mkfifo(&dest.join(".distributor.lock"));
+    let r = env.publish(&cfg, &v2, &[]);
+    r.expect_code(1);
+    assert!(r.stdout.contains("not a regular file"), "{}", r.stdout);
+    std::fs::remove_file(dest.join(".distributor.lock")).unwrap();
+    // The state file: invalid state, never read.
+    mkfifo(&dest.join(".distributor.json"));
+    let s = env.run(&["status", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(
+        s.json()["destinations"][0]["state"],
+        "invalid",
+        "{}",
+        s.stdout
+    );
+    let r = env.publish(&cfg, &v2, &[]);
+    r.expect_code(3);
+    let kinds = r.conflict_kinds();
+    assert!(kinds.contains(&"invalid_state".to_string()), "{}", r.stdout);
+    assert!(
+        kinds.contains(&"unsafe_storage".to_string()),
+        "{}",
+        r.stdout
+    );
+}
