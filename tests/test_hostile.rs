@@ -597,3 +597,47 @@ fn fifos_planted_in_a_destination_never_block() {
         r.stdout
     );
 }
+
+/// SPEC §13: the lock cannot be defeated by unlinking `.distributor.lock` while a
+/// publication holds it: a second publication still waits (here: times out), and the
+/// first completes.
+#[test]
+fn unlinking_the_lock_file_does_not_let_a_second_publication_in() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
+    let v1 = env.bundle("b1", SOURCE_ID, V1_AT, &[("a.txt", "v1 a")], &[]);
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let v2 = env.bundle("b2", SOURCE_ID, V2_AT, &[("a.txt", "v2 a")], &[]);
+    let args = [
+        "publish",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        v2.to_str().unwrap(),
+    ];
+    let run = crate::common::hostile::PausedRun::start(&env, &args, "after_staging_record", &[]);
+    let lock = env.path(&format!("{DEST}/.distributor.lock"));
+    std::fs::remove_file(&lock).unwrap();
+    let v3 = env.bundle(
+        "b3",
+        SOURCE_ID,
+        "2026-12-02T08:00:00Z",
+        &[("a.txt", "v3 a")],
+        &[],
+    );
+    let second = env.publish(&cfg, &v3, &["--lock-timeout", "1"]);
+    second.expect_code(1);
+    assert!(
+        second.dest(0)["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("is locked by another distributor process"),
+        "{}",
+        second.stdout
+    );
+    run.resume().expect_code(0);
+    assert_eq!(env.read(&format!("{DEST}/a.txt")), "v2 a");
+    env.publish(&cfg, &v3, &[]).expect_code(0);
+    assert_eq!(env.read(&format!("{DEST}/a.txt")), "v3 a");
+}

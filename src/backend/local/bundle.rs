@@ -114,6 +114,33 @@ fn dir_error(path: PathBuf, e: std::io::Error) -> Error {
     }
 }
 
+fn lock_timeout(bundle: &Path, timeout: Duration) -> Error {
+    Error::Lock(format!(
+        "destination {} is locked by another distributor process; gave up after {}s (--lock-timeout)",
+        bundle.display(),
+        timeout.as_secs_f64()
+    ))
+}
+
+/// An exclusive `flock` on the bundle directory's own handle, waiting until `timeout` from
+/// `start`; released when the handle closes.
+fn lock_dir(dir: &Dir, bundle: &Path, start: Instant, timeout: Duration) -> Result<()> {
+    loop {
+        match rustix::fs::flock(
+            dir.fd(),
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        ) {
+            Ok(()) => return Ok(()),
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {}
+            Err(e) => return Err(Error::io("lock", bundle, e.into())),
+        }
+        if start.elapsed() >= timeout {
+            return Err(lock_timeout(bundle, timeout));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Why the walk from `base` to `bundle` stopped, when it did not reach a directory.
 enum Walk {
     Reached(Dir),
@@ -225,6 +252,10 @@ impl Bundle {
                         .map_err(|e| Error::io("stat", &lock_path, e.into()))?;
                     let named = dir.stat_opt(LOCK_FILE).ctx("stat", &lock_path)?;
                     if named.is_some_and(|n| Identity::of(&n) == Identity::of(&held)) {
+                        // The bundle directory itself too: a process that holds a lock file
+                        // somebody unlinked since still holds the directory, so a new lock
+                        // file under the name does not let a second operation in.
+                        lock_dir(&dir, bundle, start, timeout)?;
                         return Ok(Some(Bundle::new(base, bundle, dir, Some(file))?));
                     }
                     // Unlinked or replaced while it was being locked: lock the file the
@@ -234,11 +265,7 @@ impl Bundle {
                 Err(e) => return Err(Error::io("lock", lock_path, e.into())),
             }
             if start.elapsed() >= timeout {
-                return Err(Error::Lock(format!(
-                    "destination {} is locked by another distributor process; gave up after {}s (--lock-timeout)",
-                    bundle.display(),
-                    timeout.as_secs_f64()
-                )));
+                return Err(lock_timeout(bundle, timeout));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
