@@ -236,6 +236,10 @@ fn lock_timeout_expires_with_a_clear_error_and_no_write() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn recover_waits_for_the_lock_and_times_out_clearly() {
     let sc = Scenario::new(Mode::SingleOwner);
     sc.crash_publish("after_links");

@@ -143,21 +143,37 @@ fn publish_points(mode: Mode, after_commit: bool) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn crash_before_commit_point_rolls_back_single_owner() {
     publish_points(Mode::SingleOwner, false);
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn crash_before_commit_point_rolls_back_shared_root() {
     publish_points(Mode::SharedRoot, false);
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn crash_after_commit_point_rolls_forward_single_owner() {
     publish_points(Mode::SingleOwner, true);
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn crash_after_commit_point_rolls_forward_shared_root() {
     publish_points(Mode::SharedRoot, true);
 }
@@ -166,6 +182,10 @@ fn crash_after_commit_point_rolls_forward_shared_root() {
 /// change not yet made durable is lost, as the crash-simulating layer of the local backend
 /// models it (`backend::local::crashsim`), then `recover` lands exactly before or after.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn power_cut_at_every_step_of_a_publication_recovers_to_before_or_after() {
     let mut n = 0;
     for mode in [Mode::SingleOwner, Mode::SharedRoot] {
@@ -187,6 +207,10 @@ fn power_cut_at_every_step_of_a_publication_recovers_to_before_or_after() {
 /// A power cut in the middle of `recover` (rolling back, rolling forward), then `recover`
 /// again.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn power_cut_during_recover_then_recover_again() {
     for mode in [Mode::SingleOwner, Mode::SharedRoot] {
         for (publish, cut, side) in [
@@ -258,6 +282,10 @@ fn power_cut_and_recover(mode: Mode, publish_spec: &str, recover_cut: Option<&st
 /// A run killed while it plans (here while the probe hashes a file, which a dry run always
 /// does) has written nothing and leaves nothing to recover.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn crash_while_planning_writes_nothing() {
     let sc = Scenario::new(Mode::SingleOwner);
     let r = sc.env.run_env(
@@ -281,6 +309,10 @@ fn crash_while_planning_writes_nothing() {
 /// SPEC §13: a publisher killed while its staging record is being built changed nothing:
 /// `recover`, from its journal or from none, closes it and removes the unfinished record.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn crash_before_the_staging_record_is_complete_is_closed() {
     for mode in [Mode::SingleOwner, Mode::SharedRoot] {
         for (point, lose_journal) in [
@@ -338,6 +370,10 @@ fn crash_before_the_staging_record_is_complete_is_closed() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn crash_with_lost_journal_is_recovered_from_staging() {
     for mode in [Mode::SingleOwner, Mode::SharedRoot] {
         crash_and_recover(mode, "during_placement:2", Side::Before, true);
@@ -389,6 +425,10 @@ fn crash_recover(mode: Mode, publish_spec: &str, spec: &str, side: Side, lose_jo
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn crash_of_recover_at_each_step_then_recover_again() {
     let back = "after_links";
     let fwd = "after_state_write";
@@ -418,6 +458,10 @@ fn crash_of_recover_at_each_step_then_recover_again() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn every_failpoint_is_reached_and_listed() {
     let sc = Scenario::new(Mode::SingleOwner);
     let log = sc.env.path("failpoints.log");
@@ -632,6 +676,10 @@ fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
 /// the other owner has its paths and record back byte for byte; rolled forward, they
 /// changed hands and the untaken ones stay the other owner's.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn crash_during_a_shared_root_takeover() {
     for (spec, forward) in [
         ("during_move_aside:1", false),

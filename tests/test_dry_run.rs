@@ -355,6 +355,10 @@ fn content_mismatch_reports_agree_between_dry_and_real_run() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn dry_run_reports_recovery_required_when_staging_is_left() {
     let env = Env::new();
     let c = cfg(&env, "");

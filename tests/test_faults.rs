@@ -146,6 +146,10 @@ fn run_case(mode: Mode, c: &Case) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn injected_io_errors_single_owner() {
     for c in CASES {
         run_case(Mode::SingleOwner, c);
@@ -153,6 +157,10 @@ fn injected_io_errors_single_owner() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn injected_io_errors_shared_root() {
     for c in CASES {
         run_case(Mode::SharedRoot, c);
@@ -162,6 +170,10 @@ fn injected_io_errors_shared_root() {
 /// A crash in the middle of the in-process rollback that follows an I/O error: `recover`
 /// finishes the rollback.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn crash_during_in_process_rollback_is_recovered() {
     for mode in [Mode::SingleOwner, Mode::SharedRoot] {
         for spec in [

@@ -76,6 +76,10 @@ fn five_operations() -> (Env, Vec<String>) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn lists_newest_first_and_filters() {
     let (env, ops) = five_operations();
     let newest_first: Vec<String> = ops.iter().rev().cloned().collect();

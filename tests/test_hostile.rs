@@ -284,6 +284,10 @@ fn status(run: &Run, cmd: Cmd) -> String {
 
 /// v2 creates `a.txt`, `sub/a.txt` and `z.txt`: placed in path order, `sub/a.txt` second.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn placement_through_a_swapped_subdirectory_never_writes_outside() {
     Attack {
         versions: Versions {
@@ -310,6 +314,10 @@ fn placement_through_a_swapped_subdirectory_never_writes_outside() {
 
 /// v2 overwrites `a.txt` and `sub/b.txt`: moved aside in path order, `sub/b.txt` second.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn move_aside_through_a_swapped_subdirectory_never_moves_outside_content() {
     Attack {
         versions: Versions {
@@ -339,6 +347,10 @@ fn move_aside_through_a_swapped_subdirectory_never_moves_outside_content() {
 
 /// v2 overwrites `a.txt` and omits `sub/b.txt`, which is deleted: moved aside second.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn deletion_through_a_swapped_subdirectory_never_deletes_outside() {
     Attack {
         versions: Versions {
@@ -365,6 +377,10 @@ fn deletion_through_a_swapped_subdirectory_never_deletes_outside() {
 /// v2 adds the links `k` and `sub/l`, created in path order, `sub/l` second. The victim
 /// has no `l`: a link created there would show.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn link_creation_through_a_swapped_subdirectory_never_links_outside() {
     Attack {
         versions: Versions {
@@ -387,6 +403,10 @@ fn link_creation_through_a_swapped_subdirectory_never_links_outside() {
 /// v2 deletes the only file of `sub/deep/`, so cleanup prunes `sub/deep`; the victim has
 /// an empty `deep/` that must survive.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn pruning_through_a_swapped_subdirectory_never_removes_outside_directories() {
     Attack {
         versions: Versions {
@@ -422,6 +442,10 @@ const UNDONE: Versions = Versions {
 
 /// `recover` restores the moved-aside `sub/b.txt` (its first restore).
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn recover_restoring_through_a_swapped_subdirectory_never_writes_outside() {
     Attack {
         versions: UNDONE,
@@ -437,6 +461,10 @@ fn recover_restoring_through_a_swapped_subdirectory_never_writes_outside() {
 
 /// `recover` removes the placed `sub/b.txt` (actions are undone last first).
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn recover_removing_placed_files_through_a_swapped_subdirectory_never_deletes_outside() {
     Attack {
         versions: UNDONE,
@@ -455,6 +483,10 @@ fn recover_removing_placed_files_through_a_swapped_subdirectory_never_deletes_ou
 /// is done. v2 overwrites `b.txt` (the victim has one), creates `a.txt` (so has the victim)
 /// and adds a link.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn swapping_the_bundle_directory_never_writes_into_its_replacement() {
     let versions = Versions {
         v1: &[("b.txt", "v1 b"), ("keep.txt", "kept")],
@@ -485,6 +517,10 @@ fn swapping_the_bundle_directory_never_writes_into_its_replacement() {
 /// As above, with a v2 whose only change is a new link: after staging nothing is moved
 /// or placed, so the link is the first write that could land in the victim.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn swapping_the_bundle_directory_never_links_into_its_replacement() {
     Attack {
         versions: Versions {
@@ -518,6 +554,10 @@ fn mkfifo(path: &std::path::Path) {
 /// source (exit 1) the moment staging opens it, never a hang while the destination lock
 /// is held; the publication is rolled back.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn a_source_file_swapped_for_a_fifo_is_refused_without_blocking() {
     let env = Env::new();
     let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
@@ -602,6 +642,10 @@ fn fifos_planted_in_a_destination_never_block() {
 /// publication holds it: a second publication still waits (here: times out), and the
 /// first completes.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn unlinking_the_lock_file_does_not_let_a_second_publication_in() {
     let env = Env::new();
     let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");

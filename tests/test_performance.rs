@@ -88,6 +88,10 @@ fn a_staging_failure_rolls_back_every_file_staged_on_any_thread() {
 /// republication hashes nothing. A change in place that keeps size, mtime and inode still
 /// changes the ctime, so that file alone is hashed, found changed, and repaired.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn republication_trusts_placement_fingerprints_and_does_not_rehash() {
     fingerprints_vouch(false);
 }
@@ -96,6 +100,10 @@ fn republication_trusts_placement_fingerprints_and_does_not_rehash() {
 /// sorts them; producers writing their own may not): the outputs published again are
 /// matched with the recorded ones another way, with the same result.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn fingerprints_vouch_for_the_outputs_of_an_unsorted_manifest_too() {
     fingerprints_vouch(true);
 }

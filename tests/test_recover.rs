@@ -30,6 +30,10 @@ fn events(env: &Env, op: &str) -> Vec<String> {
 /// The state file changed after the crash: recover touches nothing, exits 1 and says
 /// what to check; restoring the pre- or post-state copy it points to lets it finish.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn diverged_state_is_left_alone_then_resolved_by_the_operator() {
     for (copy, side) in [
         ("pre-state.json", Side::Before),
@@ -86,6 +90,10 @@ fn diverged_state_is_left_alone_then_resolved_by_the_operator() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn dry_run_reports_and_writes_nothing() {
     let sc = Scenario::new(Mode::SingleOwner);
     sc.crash_publish("after_move_aside");
@@ -135,6 +143,10 @@ fn dry_run_reports_and_writes_nothing() {
 /// Staging the journal never saw is invisible without the config, found with it, and the
 /// operation is written to this journal before its outcome.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn staging_only_operation_needs_the_config_and_is_adopted() {
     let sc = Scenario::new(Mode::SharedRoot);
     sc.crash_publish("during_placement:3");
@@ -165,6 +177,10 @@ fn staging_only_operation_needs_the_config_and_is_adopted() {
 /// A mapped destination (`path_mapping: source_id`): recover walks the destination path
 /// for staging directories.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn staging_under_a_mapped_destination_is_found() {
     let env = Env::new();
     let cfg = env.simple_config(
@@ -266,6 +282,10 @@ fn nothing_to_recover() {
 /// after a crash that staged nothing. The operator ends the operation with `--abandon`,
 /// which touches nothing and unblocks publishing.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn diverged_operation_can_be_abandoned() {
     let sc = Scenario::new(Mode::SingleOwner);
     sc.crash_publish("after_links");
@@ -331,6 +351,10 @@ fn diverged_operation_can_be_abandoned() {
 /// existed, then another host (another journal) publishes: the operation is `closed`
 /// (`not applied`), touching nothing, never `diverged`.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn an_operation_that_never_reached_the_destination_is_closed_not_diverged() {
     let sc = Scenario::new(Mode::SingleOwner);
     sc.crash_publish("after_journal_append");
