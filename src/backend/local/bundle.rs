@@ -1153,12 +1153,7 @@ pub fn list_tree(
 /// Opens a source file for reading without blocking; a FIFO, device or anything but a
 /// regular file (swapped in after the source was checked) is an invalid source.
 pub fn open_source(path: &Path) -> Result<File> {
-    let (dir, name) = match (path.parent(), path.file_name()) {
-        (Some(d), Some(n)) => (d, n.to_string_lossy()),
-        _ => return Err(Error::Source(format!("{} is not a file", path.display()))),
-    };
-    let d = Dir::open_path(dir).map_err(|e| Error::io("open", dir, e))?;
-    match d.open_file(&name) {
+    match super::handle::open_file_path(path) {
         Ok((f, _)) => Ok(f),
         Err(e) if e.kind() == std::io::ErrorKind::InvalidInput || is_redirect(&e) => {
             Err(Error::Source(format!(

@@ -342,6 +342,16 @@ impl Dir {
 
 /// [`Dir::open_file`] in the directory `dir` (a handle opened with `O_PATH` serves too).
 pub fn open_file_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<(File, Stat)> {
+    open_typed(dir, Path::new(name))
+}
+
+/// [`Dir::open_file`] by path: for a source bundle's files, whose directories are the
+/// producer's (the last segment is never followed).
+pub fn open_file_path(path: &Path) -> io::Result<(File, Stat)> {
+    open_typed(CWD, path)
+}
+
+fn open_typed(dir: BorrowedFd<'_>, name: &Path) -> io::Result<(File, Stat)> {
     let fd = openat(
         dir,
         name,
