@@ -1,0 +1,503 @@
+//! One bundle path of the local backend, opened: the bundle directory's handle, held from
+//! the lock to the cleanup, and every step the executor, `recover`, `status` and `verify`
+//! take there (SPEC §13), each made through handles opened from it without following a
+//! symlink ([`super::handle`]).
+//!
+//! The bundle path's handle is opened once, by a no-follow walk from the configured
+//! destination path. Directories below it are opened from it (and kept for the rest of the
+//! operation), so replacing a directory with a symlink mid-run redirects nothing: what is
+//! written lands in the directory that was opened, or the open refuses. Before the commit
+//! point the bundle path is walked again and must still name the directory held.
+//!
+//! Must never: remove an entry it did not check is its own (a moved-aside entry is checked
+//! by `fstat` before it moves and after; placed content is removed by undo only where it
+//! holds exactly what the operation wrote), replace an entry when placing, or read a
+//! staging record that is not a real directory tree its own record describes.
+
+mod record;
+mod steps;
+mod undo;
+
+pub use steps::{fingerprint, open_source};
+
+use super::handle::{Dir, Identity, is_redirect, split, type_name};
+use super::{Fingerprint, LOCK_FILE, STAGING_DIR};
+use crate::backend::Committed;
+use crate::error::{Error, IoContext, Result};
+use crate::execute::{
+    ActionKind, NEW, OLD, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE, StagedAction,
+    StagedOperation, StagingLayout,
+};
+use crate::failpoint;
+use crate::hash::hex;
+use crate::plan::Replaced;
+use crate::source::relative_link_target;
+use crate::state::STATE_FILE;
+use rustix::fs::FileType;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The prefix of a staging record being built (`.distributor-staging/.tmp-<op>/`): it is
+/// renamed to `<op>/` once complete, so an entry without it is always whole.
+pub const TMP_PREFIX: &str = ".tmp-";
+
+/// A bundle path opened for reading, or locked for an operation.
+#[derive(Debug)]
+pub struct Bundle {
+    base: PathBuf,
+    path: PathBuf,
+    dir: Dir,
+    identity: Identity,
+    /// The `flock`ed `.distributor.lock`, when locked.
+    lock: Option<File>,
+    /// Directories below the bundle path opened this operation, by bundle-relative path.
+    dirs: Mutex<foldhash::HashMap<String, Arc<Dir>>>,
+    /// Directories that gained or lost entries: fsynced before the commit point.
+    touched: Mutex<BTreeSet<String>>,
+}
+
+/// What stands at the state file's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateBytes {
+    /// Nothing.
+    Absent,
+    /// Something that is not a regular file: why.
+    NotAFile(String),
+    /// A regular file's bytes.
+    Bytes(Vec<u8>),
+}
+
+impl StateBytes {
+    /// The bytes, when a regular file holds them.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            StateBytes::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Parsed (SPEC §4).
+    pub fn parse(&self) -> crate::state::StateFile {
+        use crate::state::StateFile;
+        match self {
+            StateBytes::Absent => StateFile::Absent,
+            StateBytes::NotAFile(why) => StateFile::Invalid(why.clone()),
+            StateBytes::Bytes(b) => StateFile::parse(b),
+        }
+    }
+}
+
+/// An entry of `.distributor-staging/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StagingEntry {
+    /// `<op>/`: an operation's staging, its record complete.
+    Operation(String),
+    /// `.tmp-<op>/`: a record never completed; the operation changed nothing.
+    Unfinished(String),
+    /// Anything else (a file, a symlink, a name distributor never uses): the name and what
+    /// it is. Never touched.
+    Foreign(String, String),
+}
+
+fn unsafe_dir(path: &Path) -> Error {
+    Error::Unsafe(format!(
+        "{} is not a real directory (a symlink or something else took its place); distributor never goes through it",
+        path.display()
+    ))
+}
+
+/// Maps an error of opening a directory below the bundle path.
+fn dir_error(path: PathBuf, e: std::io::Error) -> Error {
+    if is_redirect(&e) {
+        unsafe_dir(&path)
+    } else {
+        Error::io("open", path, e)
+    }
+}
+
+fn lock_timeout(bundle: &Path, timeout: Duration) -> Error {
+    Error::Lock(format!(
+        "destination {} is locked by another distributor process; gave up after {}s (--lock-timeout)",
+        bundle.display(),
+        timeout.as_secs_f64()
+    ))
+}
+
+/// An exclusive `flock` on the bundle directory's own handle, waiting until `timeout` from
+/// `start`; released when the handle closes.
+fn lock_dir(dir: &Dir, bundle: &Path, start: Instant, timeout: Duration) -> Result<()> {
+    loop {
+        match rustix::fs::flock(
+            dir.fd(),
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        ) {
+            Ok(()) => return Ok(()),
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {}
+            Err(e) => return Err(Error::io("lock", bundle, e.into())),
+        }
+        if start.elapsed() >= timeout {
+            return Err(lock_timeout(bundle, timeout));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Why the walk from `base` to `bundle` stopped, when it did not reach a directory.
+enum Walk {
+    Reached(Dir),
+    Missing,
+    Unsafe(String),
+}
+
+/// Walks from the configured destination path `base` down to `bundle`, one no-follow open
+/// per segment; creates what is missing when `create`.
+fn walk(base: &Path, bundle: &Path, create: bool) -> Result<Walk> {
+    let describe = |p: &Path| -> String {
+        match std::fs::symlink_metadata(p) {
+            Ok(md) if md.file_type().is_symlink() => format!(
+                "{} is a symlink; distributor never publishes through a symlink",
+                p.display()
+            ),
+            _ => format!("{} is not a directory", p.display()),
+        }
+    };
+    let mut dir = match Dir::open_path(base) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+            std::fs::create_dir_all(base).ctx("create", base)?;
+            match Dir::open_path(base) {
+                Ok(d) => d,
+                Err(e) if is_redirect(&e) => return Ok(Walk::Unsafe(describe(base))),
+                Err(e) => return Err(Error::io("open", base, e)),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Walk::Missing),
+        Err(e) if is_redirect(&e) => return Ok(Walk::Unsafe(describe(base))),
+        Err(e) => return Err(Error::io("open", base, e)),
+    };
+    let rel = bundle.strip_prefix(base).unwrap_or(Path::new(""));
+    for seg in rel.components() {
+        let seg = seg.as_os_str().to_string_lossy();
+        let mut next = dir.open_dir(&seg);
+        if create && matches!(&next, Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+            dir.mkdir(&seg).ctx("create", dir.join(&seg))?;
+            next = dir.open_dir(&seg);
+        }
+        dir = match next {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Walk::Missing),
+            Err(e) if is_redirect(&e) => return Ok(Walk::Unsafe(describe(&dir.join(&seg)))),
+            Err(e) => return Err(Error::io("open", dir.join(&seg), e)),
+        };
+    }
+    Ok(Walk::Reached(dir))
+}
+
+/// Why the bundle path cannot be used, if it cannot: `base` and everything from it down to
+/// `bundle` must be real directories (or not exist yet).
+pub fn bundle_unsafe(base: &Path, bundle: &Path) -> Option<String> {
+    match walk(base, bundle, false) {
+        Ok(Walk::Unsafe(why)) => Some(why),
+        _ => None,
+    }
+}
+
+impl Bundle {
+    /// Opens the bundle path for reading; `None` when it does not exist.
+    pub fn open(base: &Path, bundle: &Path) -> Result<Option<Bundle>> {
+        match walk(base, bundle, false)? {
+            Walk::Reached(dir) => Ok(Some(Bundle::new(base, bundle, dir, None)?)),
+            Walk::Missing => Ok(None),
+            Walk::Unsafe(why) => Err(Error::Unsafe(why)),
+        }
+    }
+
+    fn new(base: &Path, bundle: &Path, dir: Dir, lock: Option<File>) -> Result<Bundle> {
+        let identity = dir.identity().ctx("stat", bundle)?;
+        Ok(Bundle {
+            base: base.to_path_buf(),
+            path: bundle.to_path_buf(),
+            dir,
+            identity,
+            lock,
+            dirs: Mutex::default(),
+            touched: Mutex::default(),
+        })
+    }
+
+    /// Takes the destination lock (SPEC §6 step 1, §13): an exclusive `flock` on
+    /// `.distributor.lock` in the bundle directory, waiting up to `timeout`, then checks
+    /// that the locked file is still the one of that name (someone may have unlinked or
+    /// replaced it), else tries again. With `create`, the bundle path and missing parents
+    /// are created first (real directories only); without, a missing one is `None`.
+    pub fn lock(
+        base: &Path,
+        bundle: &Path,
+        timeout: Duration,
+        create: bool,
+    ) -> Result<Option<Bundle>> {
+        let dir = match walk(base, bundle, create)? {
+            Walk::Reached(dir) => dir,
+            Walk::Missing => return Ok(None),
+            Walk::Unsafe(why) => return Err(Error::Unsafe(why)),
+        };
+        let lock_path = bundle.join(LOCK_FILE);
+        let start = Instant::now();
+        loop {
+            let file = dir
+                .open_or_create(LOCK_FILE)
+                .ctx("open lock file", &lock_path)?;
+            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => {
+                    let held = rustix::fs::fstat(&file)
+                        .map_err(|e| Error::io("stat", &lock_path, e.into()))?;
+                    let named = dir.stat_opt(LOCK_FILE).ctx("stat", &lock_path)?;
+                    if named.is_some_and(|n| Identity::of(&n) == Identity::of(&held)) {
+                        // The bundle directory itself too: a process that holds a lock file
+                        // somebody unlinked since still holds the directory, so a new lock
+                        // file under the name does not let a second operation in.
+                        lock_dir(&dir, bundle, start, timeout)?;
+                        return Ok(Some(Bundle::new(base, bundle, dir, Some(file))?));
+                    }
+                    // Unlinked or replaced while it was being locked: lock the file the
+                    // name holds now.
+                }
+                Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {}
+                Err(e) => return Err(Error::io("lock", lock_path, e.into())),
+            }
+            if start.elapsed() >= timeout {
+                return Err(lock_timeout(bundle, timeout));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The bundle path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The bundle directory's handle.
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// The directory `rel` below the bundle path (`""`: the bundle directory), opened once
+    /// per operation without following a symlink.
+    fn sub(&self, rel: &str) -> Result<Arc<Dir>> {
+        self.sub_io(rel)
+            .map_err(|e| dir_error(self.dir.join(rel), e))
+    }
+
+    fn sub_io(&self, rel: &str) -> std::io::Result<Arc<Dir>> {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = dirs.get(rel) {
+            return Ok(Arc::clone(d));
+        }
+        let d = Arc::new(self.dir.open_dir(rel)?);
+        dirs.insert(rel.to_string(), Arc::clone(&d));
+        Ok(d)
+    }
+
+    /// [`Bundle::sub`], `None` when it does not exist: missing, or a file on the way (a
+    /// symlink on the way is an error: what it stands for is not looked at).
+    fn sub_opt(&self, rel: &str) -> Result<Option<Arc<Dir>>> {
+        match self.sub_io(rel) {
+            Ok(d) => Ok(Some(d)),
+            Err(e)
+                if matches!(
+                    rustix::io::Errno::from_io_error(&e),
+                    Some(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR)
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(dir_error(self.dir.join(rel), e)),
+        }
+    }
+
+    /// Creates the directory `rel` and its missing ancestors (never through a symlink) and
+    /// returns its handle.
+    fn make_dirs(&self, rel: &str) -> Result<Arc<Dir>> {
+        if rel.is_empty() {
+            return self.sub("");
+        }
+        if let Some(d) = self.sub_opt(rel)? {
+            return Ok(d);
+        }
+        let (parent, name) = split(rel);
+        let p = self.make_dirs(parent)?;
+        if p.mkdir(name).ctx("create directory", self.dir.join(rel))? {
+            self.touch(parent);
+        }
+        self.sub(rel)
+    }
+
+    /// Forgets the handles of `rel` and everything below it (it was removed): nothing is
+    /// looked up through them, and they need no fsync.
+    fn forget(&self, rel: &str) {
+        let prefix = format!("{rel}/");
+        let gone = |k: &String| k == rel || k.starts_with(&prefix);
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        dirs.retain(|k, _| !gone(k));
+        let mut touched = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+        touched.retain(|k| !gone(k));
+    }
+
+    fn touch(&self, rel: &str) {
+        let mut t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+        if !t.contains(rel) {
+            t.insert(rel.to_string());
+        }
+    }
+
+    fn locked(&self) -> Result<()> {
+        match self.lock {
+            Some(_) => Ok(()),
+            None => Err(Error::Failed(format!(
+                "{}: a write without the destination lock",
+                self.path.display()
+            ))),
+        }
+    }
+
+    /// What stands at `.distributor.json`.
+    pub fn read_state(&self) -> Result<StateBytes> {
+        let path = self.path.join(STATE_FILE);
+        match self.dir.stat_opt(STATE_FILE).ctx("stat", &path)? {
+            None => Ok(StateBytes::Absent),
+            Some(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => Ok(
+                StateBytes::NotAFile(format!("{} is not a regular file", path.display())),
+            ),
+            Some(_) => {
+                let (mut f, _) = match self.dir.open_file(STATE_FILE) {
+                    Ok(x) => x,
+                    // Replaced by something else since the stat.
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                        return Ok(StateBytes::NotAFile(format!(
+                            "{} is not a regular file",
+                            path.display()
+                        )));
+                    }
+                    Err(e) => return Err(Error::io("read", path, e)),
+                };
+                let mut bytes = Vec::new();
+                f.read_to_end(&mut bytes).ctx("read", &path)?;
+                Ok(StateBytes::Bytes(bytes))
+            }
+        }
+    }
+
+    /// Whether the directory `rel` exists (as a real directory reached without symlinks).
+    pub fn dir_exists(&self, rel: &str) -> Result<bool> {
+        match self.dir.open_dir(rel) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound || is_redirect(&e) => Ok(false),
+            Err(e) => Err(Error::io("open", self.dir.join(rel), e)),
+        }
+    }
+
+    /// The entries of `.distributor-staging/`, sorted by name.
+    pub fn staging_entries(&self) -> Result<Vec<StagingEntry>> {
+        let path = self.path.join(STAGING_DIR);
+        let Some(st) = self.dir.stat_opt(STAGING_DIR).ctx("stat", &path)? else {
+            return Ok(Vec::new());
+        };
+        let kind = FileType::from_raw_mode(st.st_mode);
+        if kind != FileType::Directory {
+            return Ok(vec![StagingEntry::Foreign(
+                STAGING_DIR.to_string(),
+                format!(
+                    "{} is {}, not a directory; distributor did not make it",
+                    path.display(),
+                    type_name(kind)
+                ),
+            )]);
+        }
+        let staging = self.sub(STAGING_DIR)?;
+        let mut out = Vec::new();
+        for (name, kind) in staging.entries().ctx("list", &path)? {
+            let op = name.strip_prefix(TMP_PREFIX).unwrap_or(&name);
+            let is_op = uuid::Uuid::parse_str(op).is_ok();
+            out.push(match (is_op, kind) {
+                (true, FileType::Directory) if op.len() < name.len() => {
+                    StagingEntry::Unfinished(op.to_string())
+                }
+                (true, FileType::Directory) => StagingEntry::Operation(name),
+                _ => {
+                    let why = format!(
+                        "{} is {}, not an operation's staging directory; distributor did not make it",
+                        path.join(&name).display(),
+                        type_name(kind)
+                    );
+                    StagingEntry::Foreign(name, why)
+                }
+            });
+        }
+        out.sort_by(|a, b| entry_name(a).cmp(entry_name(b)));
+        Ok(out)
+    }
+
+    /// Every non-directory below the bundle path, bundle-relative, never through a
+    /// symlink, sorted.
+    pub fn list_files(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        list_tree(&self.dir, "", &self.path, &mut out, &mut Vec::new())?;
+        out.sort();
+        Ok(out)
+    }
+}
+
+impl Dir {
+    /// Removes `.distributor-staging` (this handle) from `bundle` when it is empty.
+    fn rmdir_if_empty(&self, name: &str, bundle: &Dir) -> bool {
+        matches!(self.entries(), Ok(e) if e.is_empty()) && bundle.rmdir(name).is_ok()
+    }
+}
+
+fn entry_name(e: &StagingEntry) -> &str {
+    match e {
+        StagingEntry::Operation(n) | StagingEntry::Unfinished(n) | StagingEntry::Foreign(n, _) => n,
+    }
+}
+
+fn split_owned(rel: &str) -> (String, String) {
+    let (d, n) = split(rel);
+    (d.to_string(), n.to_string())
+}
+
+/// Every non-directory under `rel` of `dir` into `out`, every directory into `dirs`,
+/// bundle-relative, recursively; symlinks not followed.
+pub fn list_tree(
+    dir: &Dir,
+    rel: &str,
+    bundle: &Path,
+    out: &mut Vec<String>,
+    dirs: &mut Vec<String>,
+) -> Result<()> {
+    let d = if rel.is_empty() {
+        dir.try_clone().ctx("open", bundle)?
+    } else {
+        dir.open_dir(rel)
+            .map_err(|e| dir_error(bundle.join(rel), e))?
+    };
+    for (name, kind) in d.entries().ctx("list", bundle.join(rel))? {
+        let child = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        if kind == FileType::Directory {
+            dirs.push(child.clone());
+            list_tree(dir, &child, bundle, out, dirs)?;
+        } else {
+            out.push(child);
+        }
+    }
+    Ok(())
+}

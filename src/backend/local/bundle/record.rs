@@ -1,0 +1,203 @@
+//! The staging record of the local backend (SPEC §13): written first, whole and
+//! atomically (`.distributor-staging/.tmp-<op>/` renamed to `<op>/`), and read back only
+//! from a staging entry that is a real directory tree the record describes.
+
+use super::steps::fits;
+use super::*;
+
+impl Bundle {
+    /// The staging record of operation `op` (its `plan.json`), after checking that its
+    /// staging entry is a real directory tree the record describes: only the files
+    /// distributor writes there, `new/` and `old/` real directories holding only what the
+    /// record's actions stage and move aside, nothing reached through a symlink. `None`
+    /// when the entry holds no `plan.json` (staging written before records were made
+    /// first and atomically).
+    pub fn read_record(&self, op: &str) -> Result<Option<StagedOperation>> {
+        let rel = format!("{STAGING_DIR}/{op}");
+        let op_path = self.path.join(&rel);
+        let refuse = |what: String| {
+            Error::Unsafe(format!(
+                "{what}; distributor never makes that in a staging entry, so {} is not recovered: inspect it and remove it by hand",
+                op_path.display()
+            ))
+        };
+        let op_dir = self.sub(&rel)?;
+        let mut has_plan = false;
+        for (name, kind) in op_dir.entries().ctx("list", &op_path)? {
+            let want = match name.as_str() {
+                NEW | OLD => FileType::Directory,
+                PLAN_FILE | PRE_STATE_FILE | POST_STATE_FILE | STATE_TMP_FILE => {
+                    FileType::RegularFile
+                }
+                n if n == format!("{PLAN_FILE}.tmp") => FileType::RegularFile,
+                _ => {
+                    return Err(refuse(format!(
+                        "{} is {}",
+                        op_path.join(&name).display(),
+                        type_name(kind)
+                    )));
+                }
+            };
+            if kind != want {
+                return Err(refuse(format!(
+                    "{} is {}",
+                    op_path.join(&name).display(),
+                    type_name(kind)
+                )));
+            }
+            has_plan |= name == PLAN_FILE;
+        }
+        if !has_plan {
+            return Ok(None);
+        }
+        let plan_path = op_path.join(PLAN_FILE);
+        let (mut f, _) = op_dir.open_file(PLAN_FILE).ctx("open", &plan_path)?;
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes).ctx("read", &plan_path)?;
+        let record = StagedOperation::parse(&bytes, &plan_path, &self.path, op)?;
+        if record.staging_layout == StagingLayout::Flat {
+            self.check_flat_staging(&record, &op_dir, &op_path)
+                .map_err(|e| match e {
+                    Error::Unsafe(what) => refuse(what),
+                    e => e,
+                })?;
+        }
+        Ok(Some(record))
+    }
+
+    /// `new/<bucket>/<i>` only for staged file writes, `old/<i>` only for moves aside, and
+    /// what `old/` holds is a file or a symlink (moved-aside content never is a directory).
+    fn check_flat_staging(
+        &self,
+        record: &StagedOperation,
+        op_dir: &Dir,
+        op_path: &Path,
+    ) -> Result<()> {
+        let index = |name: &str| name.parse::<usize>().ok().filter(|i| i.to_string() == name);
+        if let Some(st) = op_dir.stat_opt(OLD).ctx("stat", op_path.join(OLD))? {
+            debug_assert_eq!(FileType::from_raw_mode(st.st_mode), FileType::Directory);
+            let old = op_dir
+                .open_dir(OLD)
+                .map_err(|e| dir_error(op_path.join(OLD), e))?;
+            for (name, kind) in old.entries().ctx("list", op_path.join(OLD))? {
+                let action = index(&name).and_then(|i| record.actions.get(i));
+                let fits = action.is_some_and(|a| a.kind.moves_aside() && fits(a.replaces, kind));
+                if !fits {
+                    return Err(Error::Unsafe(format!(
+                        "{} is {}, which the record does not move aside",
+                        op_path.join(OLD).join(&name).display(),
+                        type_name(kind)
+                    )));
+                }
+            }
+        }
+        if op_dir
+            .stat_opt(NEW)
+            .ctx("stat", op_path.join(NEW))?
+            .is_some()
+        {
+            let new = op_dir
+                .open_dir(NEW)
+                .map_err(|e| dir_error(op_path.join(NEW), e))?;
+            let buckets: BTreeSet<String> = record
+                .new_buckets()
+                .into_iter()
+                .map(|b| b.trim_start_matches("new/").to_string())
+                .collect();
+            for (bucket, kind) in new.entries().ctx("list", op_path.join(NEW))? {
+                let path = op_path.join(NEW).join(&bucket);
+                if kind != FileType::Directory || !buckets.contains(&bucket) {
+                    return Err(Error::Unsafe(format!(
+                        "{} is {}, which the record does not stage",
+                        path.display(),
+                        type_name(kind)
+                    )));
+                }
+                let b = new
+                    .open_dir(&bucket)
+                    .map_err(|e| dir_error(path.clone(), e))?;
+                for (name, kind) in b.entries().ctx("list", &path)? {
+                    let staged = index(&name)
+                        .and_then(|i| record.actions.get(i).map(|a| (i, a)))
+                        .is_some_and(|(i, a)| {
+                            a.kind.writes_file()
+                                && record.staged_new(i) == format!("{NEW}/{bucket}/{name}")
+                        });
+                    if !staged || kind != FileType::RegularFile {
+                        return Err(Error::Unsafe(format!(
+                            "{} is {}, which the record does not stage",
+                            path.join(&name).display(),
+                            type_name(kind)
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The staging record first (SPEC §13): builds `.distributor-staging/.tmp-<op>/` with
+    /// `plan.json` and the pre- and post-state, fsyncs it, and renames it to `<op>/` before
+    /// anything else in the destination changes; then makes the directories staging fills.
+    pub fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
+        self.locked()?;
+        let staging_path = self.path.join(STAGING_DIR);
+        if self
+            .dir
+            .mkdir(STAGING_DIR)
+            .ctx("create staging", &staging_path)?
+        {
+            // The staging directory's own entry is durable before the record in it is.
+            self.dir.sync().ctx("fsync", &self.path)?;
+        }
+        let staging = self.sub(STAGING_DIR)?;
+        let id = &op.operation_id;
+        let tmp = format!("{TMP_PREFIX}{id}");
+        if !staging
+            .mkdir(&tmp)
+            .ctx("create staging", staging_path.join(&tmp))?
+        {
+            return Err(Error::Failed(format!(
+                "{} exists already",
+                staging_path.join(&tmp).display()
+            )));
+        }
+        let t = staging
+            .open_dir(&tmp)
+            .map_err(|e| dir_error(staging_path.join(&tmp), e))?;
+        let t_path = staging_path.join(&tmp);
+        if let Some(pre) = pre {
+            write_synced(&t, &t_path, PRE_STATE_FILE, pre)?;
+        }
+        write_synced(&t, &t_path, POST_STATE_FILE, post)?;
+        write_synced(&t, &t_path, PLAN_FILE, &op.to_json()?)?;
+        t.sync().ctx("fsync", &t_path)?;
+        failpoint::hit("before_staging_record");
+        staging
+            .rename_new(&tmp, &staging, id)
+            .ctx("rename staging record", staging_path.join(id))?;
+        staging.sync().ctx("fsync", &staging_path)?;
+        failpoint::hit("after_staging_record");
+        let op_rel = format!("{STAGING_DIR}/{id}");
+        let op_dir = self.sub(&op_rel)?;
+        for d in [NEW, OLD] {
+            op_dir
+                .mkdir(d)
+                .ctx("create staging", staging_path.join(id).join(d))?;
+        }
+        let new = self.sub(&format!("{op_rel}/{NEW}"))?;
+        for b in op.new_buckets() {
+            let name = b.trim_start_matches("new/");
+            new.mkdir(name)
+                .ctx("create staging", staging_path.join(id).join(&b))?;
+        }
+        Ok(())
+    }
+}
+
+fn write_synced(dir: &Dir, dir_path: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let path = dir_path.join(name);
+    let mut f = dir.create_file(name).ctx("create", &path)?;
+    f.write_all(bytes).ctx("write", &path)?;
+    dir.sync_file(&f, name).ctx("fsync", &path)
+}

@@ -1,0 +1,277 @@
+//! The executor's steps in a locked bundle path (SPEC §6 steps 4-7, §13): stage, make
+//! durable, move aside, place, link, and the commit point. Every step goes through
+//! handles opened from the bundle path's handle without following a symlink.
+
+use super::*;
+
+impl Bundle {
+    /// Stages the file written by action `i`: copies `source` into `new/`, hashing the
+    /// bytes as they are copied (every byte written is a byte hashed, from the same
+    /// buffer). The source is opened without blocking and must be a regular file.
+    pub fn stage(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        source: &Path,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, String)> {
+        let (dir_rel, name) = split_owned(&format!(
+            "{STAGING_DIR}/{}/{}",
+            op.operation_id,
+            op.staged_new(i)
+        ));
+        let bucket = self.sub(&dir_rel)?;
+        let mut input = open_source(source)?;
+        let dst = self.path.join(&dir_rel).join(&name);
+        let mut output = bucket.create_file(&name).ctx("create", &dst)?;
+        let mut h = Sha256::new();
+        let mut size = 0u64;
+        loop {
+            let n = input.read(buf).ctx("read", source)?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+            failpoint::io("io_stage_write").ctx("write", &dst)?;
+            output.write_all(&buf[..n]).ctx("write", &dst)?;
+            size += n as u64;
+            on_bytes(n as u64);
+        }
+        Ok((size, hex(&h.finalize())))
+    }
+
+    /// Makes everything staged durable before the first rename into the bundle path
+    /// (SPEC §13): one `syncfs` of the destination's filesystem.
+    pub fn make_staged_durable(&self) -> Result<()> {
+        failpoint::io("io_syncfs").ctx("sync filesystem of", &self.path)?;
+        self.dir
+            .sync_filesystem()
+            .ctx("sync filesystem of", &self.path)
+    }
+
+    /// Moves what action `i` replaces or deletes to `old/<i>`, after checking (`fstat`)
+    /// that it is the kind of entry the action recorded; nothing there is nothing to move.
+    pub fn move_aside(&self, op: &StagedOperation, i: usize) -> Result<()> {
+        self.locked()?;
+        let a = &op.actions[i];
+        let (dir_rel, name) = split(&a.path);
+        let path = self.path.join(&a.path);
+        let Some(parent) = self.sub_opt(dir_rel)? else {
+            return Ok(());
+        };
+        let Some(before) = parent.stat_opt(name).ctx("stat", &path)? else {
+            return Ok(());
+        };
+        // What moves is what planning saw there: a file or a link, never a directory or
+        // a special file.
+        let kind = FileType::from_raw_mode(before.st_mode);
+        if !fits(a.replaces, kind) {
+            return Err(Error::Failed(format!(
+                "{} changed after planning (it is {} now); distributor moves aside only the content it planned to",
+                path.display(),
+                type_name(kind)
+            )));
+        }
+        let (old_rel, old_name) = split_owned(&format!(
+            "{STAGING_DIR}/{}/{}",
+            op.operation_id,
+            op.staged_old(i)
+        ));
+        let old = self.sub(&old_rel)?;
+        failpoint::hit("during_move_aside");
+        failpoint::io("io_rename").ctx("move aside", &path)?;
+        parent
+            .rename_new(name, &old, &old_name)
+            .ctx("move aside", &path)?;
+        self.touch(dir_rel);
+        let moved = old
+            .stat(&old_name)
+            .ctx("stat", self.path.join(&old_rel).join(&old_name))?;
+        if Identity::of(&moved) != Identity::of(&before) {
+            return Err(Error::Failed(format!(
+                "{} was replaced while distributor moved it aside; what was moved is kept in staging and put back by the rollback",
+                path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Where a file goes, a directory now holding only emptied directories (its recorded
+    /// content was moved aside): removes them, deepest first. Anything else found there
+    /// (somebody put it there after planning) stops the removal with an error.
+    pub fn remove_emptied_dir(&self, rel: &str) -> Result<()> {
+        self.locked()?;
+        let (dir_rel, name) = split(rel);
+        let Some(parent) = self.sub_opt(dir_rel)? else {
+            return Ok(());
+        };
+        match parent.stat_opt(name).ctx("stat", self.path.join(rel))? {
+            Some(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {}
+            _ => return Ok(()),
+        }
+        self.remove_empty_tree(&parent, name, rel)?;
+        self.forget(rel);
+        self.touch(dir_rel);
+        Ok(())
+    }
+
+    fn remove_empty_tree(&self, parent: &Dir, name: &str, rel: &str) -> Result<()> {
+        let path = self.path.join(rel);
+        let d = parent
+            .open_dir(name)
+            .map_err(|e| dir_error(path.clone(), e))?;
+        for (child, kind) in d.entries().ctx("list", &path)? {
+            if kind == FileType::Directory {
+                self.remove_empty_tree(&d, &child, &format!("{rel}/{child}"))?;
+            } else {
+                return Err(Error::Failed(format!(
+                    "{} appeared in a directory distributor is replacing with a file; only empty directories were removed there",
+                    path.join(&child).display()
+                )));
+            }
+        }
+        parent.rmdir(name).ctx("remove emptied directory", &path)
+    }
+
+    /// Places the file staged for action `i` at its path, which must be free
+    /// (`RENAME_NOREPLACE`: a file that appeared there after planning is never replaced),
+    /// creating missing directories. Returns its placement fingerprint, taken after the
+    /// rename (which changes its ctime).
+    pub fn place(&self, op: &StagedOperation, i: usize) -> Result<Fingerprint> {
+        self.locked()?;
+        let a = &op.actions[i];
+        let (dir_rel, name) = split(&a.path);
+        let path = self.path.join(&a.path);
+        failpoint::hit("during_placement");
+        let parent = self.make_dirs(dir_rel)?;
+        let (staged_rel, staged_name) = split_owned(&format!(
+            "{STAGING_DIR}/{}/{}",
+            op.operation_id,
+            op.staged_new(i)
+        ));
+        let staged = self.sub(&staged_rel)?;
+        failpoint::io("io_rename").ctx("rename into place", &path)?;
+        staged
+            .rename_new(&staged_name, &parent, name)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => Error::Failed(format!(
+                    "{} appeared after planning; distributor does not replace it",
+                    path.display()
+                )),
+                _ => Error::io("rename into place", &path, e),
+            })?;
+        self.touch(dir_rel);
+        let st = parent.stat(name).ctx("stat", &path)?;
+        Ok(fingerprint(&st, a.sha256.as_deref().unwrap_or_default()))
+    }
+
+    /// Creates the link of action `i` (it must not exist).
+    pub fn link(&self, op: &StagedOperation, i: usize) -> Result<()> {
+        self.locked()?;
+        let a = &op.actions[i];
+        let (dir_rel, name) = split(&a.path);
+        let path = self.path.join(&a.path);
+        failpoint::hit("during_links");
+        let parent = self.make_dirs(dir_rel)?;
+        let target = relative_link_target(&a.path, a.target.as_deref().unwrap_or_default());
+        parent.symlink(&target, name).ctx("create link", &path)?;
+        self.touch(dir_rel);
+        Ok(())
+    }
+
+    /// The commit point (SPEC §6 step 7, §13): makes every directory that gained or lost
+    /// entries durable, checks that the bundle path still names the directory locked,
+    /// then writes the state to a temp file in staging, fsyncs it, renames it over
+    /// `.distributor.json` and fsyncs the bundle directory.
+    pub fn commit_state(&self, op: &StagedOperation, post: &[u8]) -> Result<Committed> {
+        self.locked()?;
+        let op_rel = format!("{STAGING_DIR}/{}", op.operation_id);
+        let op_dir = self.sub(&op_rel)?;
+        self.touch(&format!("{op_rel}/{OLD}"));
+        let touched: Vec<String> = self
+            .touched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        for rel in touched {
+            if let Some(d) = self.sub_opt(&rel)? {
+                d.sync().ctx("fsync", self.dir.join(&rel))?;
+            }
+        }
+        self.check_still_named()?;
+        let tmp_path = self.path.join(&op_rel).join(STATE_TMP_FILE);
+        let _ = op_dir.unlink(STATE_TMP_FILE);
+        let mut f = op_dir
+            .create_file(STATE_TMP_FILE)
+            .ctx("create", &tmp_path)?;
+        f.write_all(post).ctx("write", &tmp_path)?;
+        failpoint::io("io_state_fsync").ctx("fsync", &tmp_path)?;
+        op_dir
+            .sync_file(&f, STATE_TMP_FILE)
+            .ctx("fsync", &tmp_path)?;
+        let dst = self.path.join(STATE_FILE);
+        failpoint::io("io_state_rename").ctx("rename state into place", &dst)?;
+        op_dir
+            .rename_over(STATE_TMP_FILE, &self.dir, STATE_FILE)
+            .ctx("rename state into place", &dst)?;
+        self.dir.sync().ctx("fsync", &self.path)?;
+        Ok(Committed::passed())
+    }
+
+    /// Fails when the bundle path no longer names the directory this handle holds (it was
+    /// replaced mid-run): nothing is committed then.
+    fn check_still_named(&self) -> Result<()> {
+        let now = match walk(&self.base, &self.path, false)? {
+            Walk::Reached(d) => Some(d.identity().ctx("stat", &self.path)?),
+            _ => None,
+        };
+        if now != Some(self.identity) {
+            return Err(Error::Unsafe(format!(
+                "{} no longer names the directory distributor locked (it was replaced while the operation ran); nothing was committed",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Opens a source file for reading without blocking; a FIFO, device or anything but a
+/// regular file (swapped in after the source was checked) is an invalid source.
+pub fn open_source(path: &Path) -> Result<File> {
+    match crate::backend::local::handle::open_file_path(path) {
+        Ok((f, _)) => Ok(f),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput || is_redirect(&e) => {
+            Err(Error::Source(format!(
+                "{}: {e}; a bundle holds regular files only",
+                path.display()
+            )))
+        }
+        Err(e) => Err(Error::io("open", path, e)),
+    }
+}
+
+/// The placement fingerprint of a file from its `lstat`.
+// The field types of `stat` differ between targets.
+#[allow(clippy::unnecessary_cast)]
+pub fn fingerprint(st: &rustix::fs::Stat, sha256: &str) -> Fingerprint {
+    Fingerprint {
+        size: st.st_size as u64,
+        mtime_ns: st.st_mtime as i64 * 1_000_000_000 + st.st_mtime_nsec as i64,
+        ino: st.st_ino as u64,
+        ctime_ns: Some(st.st_ctime as i64 * 1_000_000_000 + st.st_ctime_nsec as i64),
+        sha256: sha256.to_string(),
+    }
+}
+
+/// Whether an entry of type `kind` is what an action that moves aside `replaces` planned
+/// to move (a record without it: a file or a link).
+pub(super) fn fits(replaces: Option<Replaced>, kind: FileType) -> bool {
+    match replaces {
+        Some(Replaced::File) => kind == FileType::RegularFile,
+        Some(Replaced::Link) => kind == FileType::Symlink,
+        None => matches!(kind, FileType::RegularFile | FileType::Symlink),
+    }
+}
