@@ -1,18 +1,22 @@
 //! The documentation is part of the product: every full config example in the docs
 //! validates with the real binary, every state, manifest and report example is what it
-//! claims to be, the pages that list conflict kinds, decisions and config values name every
-//! one the code knows, the README quick start runs, and relative links resolve.
+//! claims to be, the pages that list conflict kinds, decisions, config values, operation
+//! statuses, journal events and recovery outcomes name every one the code knows, the
+//! messages troubleshooting quotes are spelled as the code spells them, the README quick
+//! start runs, and relative links resolve.
 //!
 //! Fences: ```yaml is a full config (required to be one in docs/config.md); ```yaml partial
-//! is a fragment and skipped. ```json state, ```json manifest, ```json report and
-//! ```json status are full examples checked as such; plain ```json in the integration pages
-//! must parse.
+//! is a fragment and skipped. ```json state, ```json manifest, ```json report,
+//! ```json status and ```json recover are full examples checked as such; plain ```json in
+//! the integration pages must parse.
 
 use crate::common::Env;
+use distributor::journal::query::STATUSES;
 use distributor::model::{
     Backend, ConflictKind, Decision, DestinationNewer, OnConflict, PathMappingMode,
     ReconciliationMode, SameCreatedDigestMismatch, StateMode, TakeoverMode,
 };
+use distributor::recover::{Outcome, RecoverSummary};
 use distributor::source::Manifest;
 use distributor::state::StateFile;
 use serde_json::Value;
@@ -333,6 +337,237 @@ fn pages_name_every_decision() {
                 "{page} does not name decision `{d}`"
             );
         }
+    }
+}
+
+/// Every outcome `recover` reports, as its JSON spells it. The match fails to compile when
+/// an outcome is added, so this list (and the pages checked against it) cannot fall behind.
+fn recover_outcomes() -> Vec<String> {
+    let all = [
+        Outcome::RolledForward,
+        Outcome::RolledBack,
+        Outcome::Diverged,
+        Outcome::Failed,
+        Outcome::Abandoned,
+        Outcome::Closed,
+    ];
+    for o in all {
+        match o {
+            Outcome::RolledForward
+            | Outcome::RolledBack
+            | Outcome::Diverged
+            | Outcome::Failed
+            | Outcome::Abandoned
+            | Outcome::Closed => {}
+        }
+    }
+    all.iter()
+        .map(|o| {
+            serde_json::to_value(o)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// The counters of a recover report's `summary`.
+fn recover_counters() -> Vec<String> {
+    match serde_json::to_value(RecoverSummary::default()).unwrap() {
+        Value::Object(m) => m.keys().cloned().collect(),
+        other => panic!("summary is not an object: {other}"),
+    }
+}
+
+/// The journal's event names: the string constants of `pub mod event` in
+/// src/journal/mod.rs.
+fn journal_events() -> Vec<String> {
+    let text = read("src/journal/mod.rs");
+    let start = text
+        .find("pub mod event {")
+        .expect("pub mod event in src/journal/mod.rs");
+    let body = &text[start..start + text[start..].find("\n}").expect("end of mod event")];
+    let events: Vec<String> = body
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub const "))
+        .filter_map(|l| l.split('"').nth(1))
+        .map(str::to_string)
+        .collect();
+    assert!(events.len() >= 10, "only {events:?} found in mod event");
+    events
+}
+
+/// The part of `text` from the first `from` to the next `to` after it.
+fn between<'t>(text: &'t str, from: &str, to: &str) -> &'t str {
+    let start = text
+        .find(from)
+        .unwrap_or_else(|| panic!("{from:?} not found"));
+    let len = text[start..]
+        .find(to)
+        .unwrap_or_else(|| panic!("{to:?} not found after {from:?}"));
+    &text[start..start + len]
+}
+
+#[test]
+fn pages_name_every_status_event_and_recover_outcome() {
+    let journal = read("docs/integrations/journal.md");
+    let json = read("docs/integrations/json-output.md");
+    let operations = read("docs/operations.md");
+    let status_table = between(
+        &journal,
+        "\n`operations`: one row per operation",
+        "\n`placements`:",
+    );
+    let event_table = between(&journal, "\n## Events\n", "\n## Views\n");
+    // The `operations` view's status table, and the lists scripts and operators read.
+    for status in STATUSES {
+        assert!(
+            status_table.contains(&format!("\n| `{status}` |")),
+            "docs/integrations/journal.md: the status table has no row for `{status}`"
+        );
+        for (page, text) in [
+            ("docs/integrations/json-output.md", &json),
+            ("docs/operations.md", &operations),
+        ] {
+            assert!(
+                text.contains(&format!("`{status}`")),
+                "{page} does not name status `{status}`"
+            );
+        }
+    }
+    for ev in journal_events() {
+        assert!(
+            event_table.contains(&format!("\n| `{ev}` |")),
+            "docs/integrations/journal.md: the events table has no row for `{ev}`"
+        );
+    }
+    for (page, text) in [
+        ("docs/integrations/journal.md", &journal),
+        ("docs/integrations/json-output.md", &json),
+    ] {
+        for o in recover_outcomes() {
+            assert!(
+                text.contains(&format!("`{o}`")),
+                "{page} does not name recover outcome `{o}`"
+            );
+        }
+        for c in recover_counters() {
+            assert!(
+                text.contains(&format!("`{c}`")) || text.contains(&format!("\"{c}\":")),
+                "{page} does not name the recover summary counter `{c}`"
+            );
+        }
+    }
+    // Outcomes that need explaining to an operator have their own entry.
+    let ts = read("docs/troubleshooting.md");
+    assert!(
+        ts.contains("\n### recover: closed\n"),
+        "docs/troubleshooting.md has no '### recover: closed' entry"
+    );
+}
+
+#[test]
+fn recover_example_has_the_fields_of_a_real_recover_report() {
+    // A real recover that closes an operation: an unfinished staging record (`.tmp-<op>`)
+    // that no journal knows, found through the config.
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest/latest", "");
+    let b = env.bundle(
+        "b",
+        "tomorrow-2026-12-02",
+        "2026-12-02T06:00:00Z",
+        &[("forecast.json", "{}")],
+        &[],
+    );
+    env.publish(&cfg, &b, &[]).expect_code(0);
+    fs::create_dir_all(
+        env.path("dest/latest/.distributor-staging/.tmp-9a49144d-e9d4-436c-9a21-a442c850067f"),
+    )
+    .unwrap();
+    let real = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
+    real.expect_code(0);
+    assert_eq!(
+        real.json()["operations"][0]["outcome"],
+        "closed",
+        "{}",
+        real.stdout
+    );
+    assert!(
+        !env.exists("dest/latest/.distributor-staging"),
+        "recover left the unfinished record"
+    );
+    let mut real_shape = BTreeSet::new();
+    shape(&real.json(), "", &mut real_shape);
+    let mut seen = 0;
+    for page in pages() {
+        for b in blocks(&read(&page))
+            .iter()
+            .filter(|b| b.info == "json recover")
+        {
+            let doc: Value = serde_json::from_str(&b.body)
+                .unwrap_or_else(|e| panic!("{page}:{}: not JSON: {e}", b.line));
+            let mut doc_shape = BTreeSet::new();
+            shape(&doc, "", &mut doc_shape);
+            assert_eq!(
+                doc_shape, real_shape,
+                "{page}:{}: recover example differs from a real recover report",
+                b.line
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen >= 1, "no ```json recover example found");
+}
+
+/// Every source file's text, for looking up the messages the docs quote.
+fn sources() -> String {
+    fn walk(dir: &Path, out: &mut String) {
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push_str(&fs::read_to_string(&p).unwrap());
+            }
+        }
+    }
+    let mut out = String::new();
+    walk(&repo().join("src"), &mut out);
+    out
+}
+
+/// The storage layer's errors and recovery outcomes, as docs/troubleshooting.md quotes
+/// them: each fragment is literal text of a message in the sources and must appear in the
+/// page as it is, so a reworded message fails here until the page follows.
+#[test]
+fn troubleshooting_quotes_storage_messages_as_the_code_spells_them() {
+    const QUOTED: &[&str] = &[
+        "is not a real directory (a symlink or something else took its place); distributor never goes through it",
+        "no longer names the directory distributor locked (it was replaced while the operation ran); nothing was committed",
+        "changed after planning (it is ",
+        "now); distributor moves aside only the content it planned to",
+        "appeared after planning; distributor does not replace it",
+        "distributor never makes that in a staging entry, so ",
+        " is not recovered: inspect it and remove it by hand",
+        ", which the record does not move aside",
+        ", which the record does not stage",
+        "not an operation's staging directory; distributor did not make it",
+        "not a regular file (",
+        "; a bundle holds regular files only",
+        "applied elsewhere: its staging entry is gone and .distributor.json is its post-state (it was finished by its own run before that stopped, or rolled forward by another journal's recover)",
+        "not applied: its staging entry does not exist and .distributor.json is not its post-state (it never reached the destination, or was rolled back elsewhere)",
+        "; removed its unfinished staging record (it changed nothing)",
+        "; nothing else was touched",
+    ];
+    let src = sources();
+    let page = read("docs/troubleshooting.md");
+    for q in QUOTED {
+        assert!(src.contains(q), "no message in src/ contains {q:?}");
+        assert!(
+            page.contains(q),
+            "docs/troubleshooting.md does not quote {q:?}"
+        );
     }
 }
 
