@@ -1,7 +1,8 @@
 -- distributor journal, schema 6. Never edit this file once landed; add a new numbered one.
 -- `recover` closes an operation whose staging entry does not exist (SPEC §13): a `closed`
 -- event, whose detail says `applied elsewhere` or `not applied`. Nothing in the destination
--- is touched. Only the views change: they gain the `closed` status.
+-- is touched. Only the views change: they gain the `closed` status, and `placements` its
+-- files' ctime.
 
 DROP VIEW takeovers;
 DROP VIEW operations;
@@ -52,3 +53,19 @@ SELECT op.operation_id, op.started_at, op.actor, op.pipeline_id, op.destination_
 FROM operations op
 JOIN journal_operations jo ON jo.operation_id = op.operation_id,
      json_each(jo.takeovers_json) t;
+
+-- Placements gain ctime (element 5 of a set, SPEC §13); older rows and sets show NULL.
+DROP VIEW placements;
+CREATE VIEW placements AS
+SELECT p.operation_id, p.bundle_path, p.path, p.size, p.mtime_ns, p.ino, p.sha256,
+       NULL AS ctime_ns
+FROM journal_placements p
+UNION ALL
+SELECT s.operation_id, s.bundle_path,
+       json_extract(e.value, '$[0]') AS path,
+       json_extract(e.value, '$[1]') AS size,
+       json_extract(e.value, '$[2]') AS mtime_ns,
+       json_extract(e.value, '$[3]') AS ino,
+       json_extract(e.value, '$[4]') AS sha256,
+       json_extract(e.value, '$[5]') AS ctime_ns
+FROM journal_placement_sets s, json_each(s.placements) e;

@@ -29,11 +29,11 @@ pub fn threads_for(n: usize) -> usize {
     cores().min(LOCAL_THREADS).min(n / MIN_PER_THREAD).max(1)
 }
 
-/// Threads for `n` items each worth a thread, on storage that suits `max` at once: as
-/// many as there are cores, for storage that works on each, and more for storage that
-/// waits on a network.
+/// Threads for `n` items each worth a thread (creating a file costs more than starting a
+/// thread), on storage that suits `max` at once: a local filesystem's few, more for
+/// storage that waits on a network.
 pub fn threads_up_to(max: usize, n: usize) -> usize {
-    cores().max(1).min(max).min(n).max(1)
+    max.min(n).max(1)
 }
 
 /// The cores this process may use, asked once: the standard library reads the cgroup's

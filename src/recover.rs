@@ -478,6 +478,11 @@ fn recover_one(
             .is_some_and(|s| r.state_sha256.as_deref() == Some(s.post_state_sha256.as_str()));
         r.outcome = Outcome::Closed;
         r.message = closed_message(applied, unfinished_record, opts.dry_run);
+        if !applied && status.as_deref() == Some("diverged") {
+            r.message.push_str(
+                ". It had diverged and its staging was removed by hand: whatever it placed is still in the destination as it was left; check it with `distributor verify`",
+            );
+        }
         if !opts.dry_run
             && in_journal
             && let Some(j) = journal

@@ -685,3 +685,76 @@ fn unlinking_the_lock_file_does_not_let_a_second_publication_in() {
     env.publish(&cfg, &v3, &[]).expect_code(0);
     assert_eq!(env.read(&format!("{DEST}/a.txt")), "v3 a");
 }
+
+/// SPEC §13: a directory below the bundle path moved out of it mid-run (not replaced by a
+/// symlink: moved, with what distributor already placed in it) makes the run fail before
+/// its commit point, and the rollback, through the same handles, takes back what it wrote
+/// there and puts back what it moved aside: the moved directory holds exactly what it held
+/// before the publication.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_directory_moved_out_of_the_bundle_mid_run_fails_the_run_and_gets_its_content_back() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
+    let v1 = env.bundle(
+        "b1",
+        SOURCE_ID,
+        V1_AT,
+        &[
+            ("sub/a.txt", "v1 a"),
+            ("sub/b.txt", "v1 b"),
+            ("top.txt", "v1 top"),
+        ],
+        &[],
+    );
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let state_before = env.read(&format!("{DEST}/.distributor.json"));
+    let v2 = env.bundle(
+        "b2",
+        SOURCE_ID,
+        V2_AT,
+        &[
+            ("sub/a.txt", "v2 a"),
+            ("sub/b.txt", "v2 b"),
+            ("top.txt", "v2 top"),
+        ],
+        &[],
+    );
+    let args = [
+        "publish",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        v2.to_str().unwrap(),
+    ];
+    // Placement goes in path order: sub/a.txt, sub/b.txt, top.txt. Stop before the second.
+    let run = crate::common::hostile::PausedRun::start(&env, &args, "during_placement:2", &[]);
+    std::fs::create_dir_all(env.path("elsewhere")).unwrap();
+    std::fs::rename(env.path(&format!("{DEST}/sub")), env.path("elsewhere/sub")).unwrap();
+    let r = run.resume();
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    let msg = r.dest(0)["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.contains("was moved or replaced while the operation ran"),
+        "{msg}"
+    );
+    assert_eq!(
+        env.snapshot("elsewhere"),
+        vec![
+            ("sub".to_string(), "<dir>".to_string()),
+            ("sub/a.txt".to_string(), "v1 a".to_string()),
+            ("sub/b.txt".to_string(), "v1 b".to_string()),
+        ],
+        "the moved directory does not hold exactly what it held before"
+    );
+    assert_eq!(env.read(&format!("{DEST}/.distributor.json")), state_before);
+    assert_eq!(env.read(&format!("{DEST}/top.txt")), "v1 top");
+    assert!(!env.exists(&format!("{DEST}/.distributor-staging")));
+}

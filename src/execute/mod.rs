@@ -93,9 +93,8 @@ pub fn execute(
         Ok((committed, placements)) => {
             // Past the commit point: the publication stands whatever fails now, and
             // `recover` finishes what is left.
-            let _: crate::backend::Committed = committed;
             journal
-                .commit(&op_id, &bundle.to_string_lossy(), &placements)
+                .commit(committed, &op_id, &bundle.to_string_lossy(), &placements)
                 .map_err(finish)?;
             failpoint::hit("after_journal_commit");
             store.clean_up(&staged).map_err(finish)?;

@@ -295,11 +295,13 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 
-    /// Appends the commit event and the placement fingerprints in one transaction: the
+    /// Appends the commit event and the placement fingerprints in one transaction, given
+    /// the proof that storage passed the commit point: the
     /// fingerprints as one row of `journal_placement_sets` (schema 5), a JSON array of
     /// `[path, size, mtime_ns, ino, sha256]`.
     pub fn commit(
         &mut self,
+        _committed: crate::backend::Committed,
         operation_id: &str,
         bundle_path: &str,
         placements: &[(String, Fingerprint)],
@@ -505,6 +507,7 @@ pub(crate) fn jerr(path: &Path, e: rusqlite::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Committed;
     use crate::backend::local::{Fingerprints, Placed};
 
     fn operation(op: &str, bundle: &str) -> OperationRecord {
@@ -545,7 +548,8 @@ mod tests {
         j.begin_operation(&operation(op, bundle), &[]).unwrap();
         let placements: Vec<(String, Fingerprint)> =
             paths.iter().map(|(p, i)| (p.to_string(), fp(*i))).collect();
-        j.commit(op, bundle, &placements).unwrap();
+        j.commit(Committed::passed(), op, bundle, &placements)
+            .unwrap();
     }
 
     fn placed(ino: u64) -> Placed {
@@ -669,8 +673,13 @@ mod tests {
             ino: u64::MAX - 1,
             ..fp(1)
         };
-        j.commit("o1", "/d", &[("a".to_string(), big.clone())])
-            .unwrap();
+        j.commit(
+            Committed::passed(),
+            "o1",
+            "/d",
+            &[("a".to_string(), big.clone())],
+        )
+        .unwrap();
         let mut got = Fingerprints::wanting([("a", "sha-1")]);
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(

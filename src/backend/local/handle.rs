@@ -243,8 +243,18 @@ impl Dir {
         match renameat_with(&self.fd, name, &to.fd, to_name, RenameFlags::NOREPLACE) {
             Ok(()) => {}
             Err(Errno::INVAL | Errno::NOSYS) => {
-                linkat(&self.fd, name, &to.fd, to_name, AtFlags::empty())?;
-                unlinkat(&self.fd, name, AtFlags::empty())?;
+                if self.stat(name)?.st_mode & 0o170000 == 0o040000 {
+                    // A directory cannot be hard-linked. Distributor renames only its own
+                    // staging record's directory, to a new unique name: a plain rename,
+                    // which never replaces anything but an empty directory, refused here.
+                    if to.stat_opt(to_name)?.is_some() {
+                        return Err(Errno::EXIST.into());
+                    }
+                    renameat_with(&self.fd, name, &to.fd, to_name, RenameFlags::empty())?;
+                } else {
+                    linkat(&self.fd, name, &to.fd, to_name, AtFlags::empty())?;
+                    unlinkat(&self.fd, name, AtFlags::empty())?;
+                }
             }
             Err(e) => return Err(e.into()),
         }

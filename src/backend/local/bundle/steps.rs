@@ -16,6 +16,7 @@ impl Bundle {
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, String)> {
+        self.locked()?;
         let (dir_rel, name) = split_owned(&format!(
             "{STAGING_DIR}/{}/{}",
             op.operation_id,
@@ -44,6 +45,7 @@ impl Bundle {
     /// Makes everything staged durable before the first rename into the bundle path
     /// (SPEC §13): one `syncfs` of the destination's filesystem.
     pub fn make_staged_durable(&self) -> Result<()> {
+        self.locked()?;
         failpoint::io("io_syncfs").ctx("sync filesystem of", &self.path)?;
         self.dir
             .sync_filesystem()
@@ -201,7 +203,7 @@ impl Bundle {
                 d.sync().ctx("fsync", self.dir.join(&rel))?;
             }
         }
-        self.check_still_named()?;
+        self.check_still_in_place()?;
         let tmp_path = self.path.join(&op_rel).join(STATE_TMP_FILE);
         let _ = op_dir.unlink(STATE_TMP_FILE);
         let mut f = op_dir
@@ -221,9 +223,11 @@ impl Bundle {
         Ok(Committed::passed())
     }
 
-    /// Fails when the bundle path no longer names the directory this handle holds (it was
-    /// replaced mid-run): nothing is committed then.
-    fn check_still_named(&self) -> Result<()> {
+    /// Fails when the bundle path no longer names the directory this handle holds, or a
+    /// directory below it this operation opened is no longer at its path (it was moved
+    /// away or replaced mid-run): nothing is committed then, and the rollback, through the
+    /// same handles, takes back what was written into it.
+    fn check_still_in_place(&self) -> Result<()> {
         let now = match walk(&self.base, &self.path, false)? {
             Walk::Reached(d) => Some(d.identity().ctx("stat", &self.path)?),
             _ => None,
@@ -233,6 +237,21 @@ impl Bundle {
                 "{} no longer names the directory distributor locked (it was replaced while the operation ran); nothing was committed",
                 self.path.display()
             )));
+        }
+        let held: Vec<(String, Arc<Dir>)> = (self.dirs.lock().unwrap_or_else(|p| p.into_inner()))
+            .iter()
+            .filter(|(rel, _)| !rel.is_empty())
+            .map(|(rel, d)| (rel.clone(), Arc::clone(d)))
+            .collect();
+        for (rel, d) in held {
+            let was = d.identity().ctx("stat", self.dir.join(&rel))?;
+            let is = self.dir.open_dir(&rel).ok().and_then(|n| n.identity().ok());
+            if is != Some(was) {
+                return Err(Error::Unsafe(format!(
+                    "{} was moved or replaced while the operation ran; nothing was committed",
+                    self.dir.join(&rel).display()
+                )));
+            }
         }
         Ok(())
     }

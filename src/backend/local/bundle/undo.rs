@@ -17,6 +17,8 @@ impl Bundle {
         op.check(&self.path)?;
         let op_rel = format!("{STAGING_DIR}/{}", op.operation_id);
         if !self.dir_exists(&op_rel)? {
+            // Stopped while its record was being written: only that is there.
+            self.remove_unfinished(&op.operation_id)?;
             return self.remove_staging(&op.operation_id);
         }
         let staged_exists = |rel: String| -> Result<bool> {
