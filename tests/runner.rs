@@ -3,6 +3,7 @@
 mod common;
 
 mod test_bad_input;
+mod test_chaos;
 mod test_concurrency;
 mod test_config;
 mod test_crash;
@@ -13,6 +14,7 @@ mod test_forged_staging;
 mod test_history;
 mod test_hostile;
 mod test_journal;
+mod test_journals;
 mod test_layering;
 mod test_performance;
 mod test_reconciliation;

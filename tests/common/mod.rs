@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod chaos;
 pub mod faults;
 pub mod hostile;
 pub mod server;
