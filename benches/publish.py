@@ -4,7 +4,10 @@ and `cp -a` + `sync -f` (issue 6). Run through benches/publish.sh, which builds 
 release binary first.
 
 Every scenario runs each tool several times, alternating the tools (the order rotates each
-round), and reports medians. Both sides are made durable: distributor syncs before its
+round), and reports medians. With --baseline OLD_BINARY a second distributor build (say,
+of the commit before a change) runs as one more tool, "baseline", in the same rounds and
+on the same kind of fresh trees (its own destination and journal every run, like every
+other tool), and the table adds its medians, its ratios and distributor/baseline. Both sides are made durable: distributor syncs before its
 commit point, rsync and cp are followed by `sync -f` on the destination, inside the timed
 region. An untimed global `sync` before every timed run keeps one run's dirty pages (or
 the setup's) from being charged to the next.
@@ -142,8 +145,10 @@ def settle():
 
 
 class Bench:
-    def __init__(self, binary, work, sizes, cool):
-        self.bin = binary
+    def __init__(self, bins, work, sizes, cool):
+        # Label -> binary: "distributor", and "baseline" when one is compared.
+        self.bins = bins
+        self.dists = list(bins)
         self.work = work
         self.s = sizes
         self.n = 0
@@ -186,17 +191,17 @@ class Bench:
                     f"  - id: dest\n    path: {dest}\n    state:\n      mode: {mode}\n")
         return path
 
-    def dist_cmd(self, run, cfg, src, command="publish"):
-        return [self.bin, command, "--json", "--config", cfg, "--source", src,
+    def dist_cmd(self, run, cfg, src, command="publish", tool="distributor"):
+        return [self.bins[tool], command, "--json", "--config", cfg, "--source", src,
                 "--journal", os.path.join(run, "journal.sqlite3")]
 
-    def publish(self, run, cfg, src, expect=None, command="publish"):
-        secs, rss, out = timed_rss(self.dist_cmd(run, cfg, src, command))
+    def publish(self, run, cfg, src, expect=None, command="publish", tool="distributor"):
+        secs, rss, out = timed_rss(self.dist_cmd(run, cfg, src, command, tool))
         rep = json.loads(out)
         if expect:
             got = rep["destinations"][0]["decision"]
             if got != expect:
-                raise SystemExit(f"expected decision {expect}, got {got}: {rep['destinations'][0]['message']}")
+                raise SystemExit(f"{tool}: expected decision {expect}, got {got}: {rep['destinations'][0]['message']}")
         return secs, rss
 
     @staticmethod
@@ -222,17 +227,17 @@ def rm(path):
 
 # ---------------------------------------------------------------- scenarios
 
-def scenario_first(b, name, src, reps, expect="create", tools=("distributor", "rsync", "cp")):
-    times = {t: [] for t in tools}
-    rss = []
+def scenario_first(b, name, src, reps, expect="create", others=("rsync", "cp")):
+    times = {t: [] for t in b.dists + list(others)}
+    rss = {t: [] for t in b.dists}
     for _, tool in rounds(reps, list(times)):
         run = b.fresh(name)
         dst = os.path.join(run, "dst")
         cfg = b.config(run, dst)
         settle()
-        if tool == "distributor":
-            t, r = b.publish(run, cfg, src, expect)
-            rss.append(r)
+        if tool in b.bins:
+            t, r = b.publish(run, cfg, src, expect, tool=tool)
+            rss[tool].append(r)
         elif tool == "rsync":
             os.makedirs(dst)
             t = timed(b.rsync(src, dst))
@@ -242,44 +247,53 @@ def scenario_first(b, name, src, reps, expect="create", tools=("distributor", "r
         log(f"  {tool:12} {t:7.3f} s")
         b.discard(run)
     b.empty_trash()
-    return times, max(rss)
+    return times, {t: max(v) for t, v in rss.items()}
 
 
 def scenario_republish(b, src, reps):
+    # Each tool republishes to a destination of its own, published once before (untimed),
+    # with its own journal.
+    runs = {}
+    for tool in b.dists:
+        run = b.fresh("b")
+        cfg = b.config(run, os.path.join(run, "dst"))
+        b.publish(run, cfg, src, "create", tool=tool)
+        runs[tool] = (run, cfg)
     run = b.fresh("b")
-    dd, rd = os.path.join(run, "dst-d"), os.path.join(run, "dst-r")
-    cfg = b.config(run, dd)
-    b.publish(run, cfg, src, "create")
+    rd = os.path.join(run, "dst")
     os.makedirs(rd)
     timed(b.rsync(src, rd))
-    times = {"distributor": [], "rsync": []}
-    rss = []
+    runs["rsync"] = (run, None)
+    times = {t: [] for t in b.dists + ["rsync"]}
+    rss = {t: [] for t in b.dists}
     for _, tool in rounds(reps, list(times)):
         settle()
-        if tool == "distributor":
-            t, r = b.publish(run, cfg, src, "unchanged")
-            rss.append(r)
+        if tool in b.bins:
+            run, cfg = runs[tool]
+            t, r = b.publish(run, cfg, src, "unchanged", tool=tool)
+            rss[tool].append(r)
         else:
             t = timed(b.rsync(src, rd))
         times[tool].append(t)
         log(f"  {tool:12} {t:7.3f} s")
-    b.discard(run)
+    for run, _ in runs.values():
+        b.discard(run)
     b.empty_trash()
-    return times, max(rss)
+    return times, {t: max(v) for t, v in rss.items()}
 
 
 def scenario_changed(b, src, changed, reps):
-    times = {"distributor": [], "rsync": []}
-    rss = []
+    times = {t: [] for t in b.dists + ["rsync"]}
+    rss = {t: [] for t in b.dists}
     for _, tool in rounds(reps, list(times)):
         run = b.fresh("c")
         dst = os.path.join(run, "dst")
         cfg = b.config(run, dst)
-        if tool == "distributor":
-            b.publish(run, cfg, src, "create")
+        if tool in b.bins:
+            b.publish(run, cfg, src, "create", tool=tool)
             b.settle_after_deletes()
-            t, r = b.publish(run, cfg, changed, "replace_older")
-            rss.append(r)
+            t, r = b.publish(run, cfg, changed, "replace_older", tool=tool)
+            rss[tool].append(r)
         else:
             os.makedirs(dst)
             timed(b.rsync(src, dst))
@@ -289,38 +303,45 @@ def scenario_changed(b, src, changed, reps):
         log(f"  {tool:12} {t:7.3f} s")
         b.discard(run)
     b.empty_trash()
-    return times, max(rss)
+    return times, {t: max(v) for t, v in rss.items()}
 
 
 def scenario_shared_plan(b, owners, reps):
-    run = b.fresh("e")
-    dst = os.path.join(run, "shared")
-    first = None
-    for k in range(owners):
-        src = os.path.join(b.work, "bundles", f"e-owner{k:02d}")
-        if not os.path.exists(src):
-            write_bundle(src, tree_files(b.s["e_files"], 50, 128, prefix=f"o{k:02d}/"),
-                         f"owner{k:02d}", T0)
-        cfg = b.config(run, dst, pipeline=f"p{k:02d}", mode="shared_root")
-        b.publish(run, cfg, src, "create")
-        if k == 0:
-            first = (cfg, src)
-    cfg, src = first
+    # Each build plans against a shared root it built itself (same bundles), with its own
+    # journal.
     changed = os.path.join(b.work, "bundles", "e-owner00-changed")
-    if not os.path.exists(changed):
-        changed_copy(src, changed, 0.01, "owner00", T1)
-    times, rss = [], []
-    for _ in range(reps):
+    runs = {}
+    for tool in b.dists:
+        run = b.fresh("e")
+        dst = os.path.join(run, "shared")
+        first = None
+        for k in range(owners):
+            src = os.path.join(b.work, "bundles", f"e-owner{k:02d}")
+            if not os.path.exists(src):
+                write_bundle(src, tree_files(b.s["e_files"], 50, 128, prefix=f"o{k:02d}/"),
+                             f"owner{k:02d}", T0)
+            cfg = b.config(run, dst, pipeline=f"p{k:02d}", mode="shared_root")
+            b.publish(run, cfg, src, "create", tool=tool)
+            if k == 0:
+                first = (cfg, src)
+        if not os.path.exists(changed):
+            changed_copy(first[1], changed, 0.01, "owner00", T1)
+        runs[tool] = (run, first[0], dst)
+    times = {t: [] for t in b.dists}
+    rss = {t: [] for t in b.dists}
+    for _, tool in rounds(reps, list(times)):
+        run, cfg, _ = runs[tool]
         settle()
-        t, r = b.publish(run, cfg, changed, "replace_older", command="plan")
-        times.append(t)
-        rss.append(r)
-        log(f"  {'distributor':12} {t:7.3f} s {r // 1024} MiB")
-    with open(os.path.join(dst, ".distributor.json")) as f:
+        t, r = b.publish(run, cfg, changed, "replace_older", command="plan", tool=tool)
+        times[tool].append(t)
+        rss[tool].append(r)
+        log(f"  {tool:12} {t:7.3f} s {r // 1024} MiB")
+    with open(os.path.join(runs["distributor"][2], ".distributor.json")) as f:
         total = len(json.load(f)["outputs"])
-    b.discard(run)
+    for run, _, _ in runs.values():
+        b.discard(run)
     b.empty_trash()
-    return {"distributor": times}, max(rss), total
+    return times, {t: max(v) for t, v in rss.items()}, total
 
 
 def journal_events_per_op(journal):
@@ -332,13 +353,13 @@ def journal_events_per_op(journal):
     return sorted({c for _, c in rows})
 
 
-def journal_check(b, small, large):
+def journal_check(b, small, large, tool="distributor"):
     """Events (autocommitted rows) per operation must not grow with the file count."""
     out = {}
     for tag, src in (("small", small), ("large", large)):
         run = b.fresh("j")
         cfg = b.config(run, os.path.join(run, "dst"))
-        b.publish(run, cfg, src, "create")
+        b.publish(run, cfg, src, "create", tool=tool)
         out[tag] = journal_events_per_op(os.path.join(run, "journal.sqlite3"))
         b.discard(run)
     b.empty_trash()
@@ -355,26 +376,93 @@ def fmt_s(v):
     return "n/a" if v is None else f"{v:.3f} s"
 
 
+def ratio(a, b):
+    return a / b if (a is not None and b) else None
+
+
+def fmt_x(v):
+    return "n/a" if v is None else f"{v:.2f}x"
+
+
+def target_met(key, ratio_rsync, secs, mib):
+    if key in "acd":
+        ok = ratio_rsync is not None and ratio_rsync <= 1.0
+    elif key == "b":
+        ok = ratio_rsync is not None and ratio_rsync <= 0.5
+    elif key == "e":
+        ok = secs < 2.0 and mib < 300
+    else:
+        return "-"
+    return "yes" if ok else "NO"
+
+
+def report(rows):
+    """The table without a baseline (the format this page has always had)."""
+    print(f"| scenario | distributor | rsync+sync | cp+sync | distributor/rsync | distributor peak RSS | target | met |")
+    print(f"|---|---|---|---|---|---|---|---|")
+    for key, label, t, rss, target in rows:
+        d, r, c = med(t.get("distributor", [])), med(t.get("rsync", [])), med(t.get("cp", []))
+        dr = ratio(d, r)
+        mib = rss["distributor"] / 1024
+        print(f"| {label} | {fmt_s(d)} | {fmt_s(r)} | {fmt_s(c)} | {fmt_x(dr)} | {mib:.0f} MiB | {target} "
+              f"| {target_met(key, dr, d, mib)} |")
+
+
+def report_baseline(rows):
+    """The table with a baseline: both builds' medians, each one's ratios to rsync and cp,
+    distributor/baseline (of the medians, and the median of the per-round ratios: each
+    round runs every tool once), both peak RSS, and the target for each build."""
+    print("| scenario | distributor | baseline | rsync+sync | cp+sync | distributor/rsync | baseline/rsync "
+          "| distributor/cp | baseline/cp | distributor/baseline | per round | distributor peak RSS "
+          "| baseline peak RSS | target | met (distributor, baseline) |")
+    print("|---" * 15 + "|")
+    for key, label, t, rss, target in rows:
+        d, o = med(t["distributor"]), med(t["baseline"])
+        r, c = med(t.get("rsync", [])), med(t.get("cp", []))
+        paired = med([x / y for x, y in zip(t["distributor"], t["baseline"])])
+        dm, om = rss["distributor"] / 1024, rss["baseline"] / 1024
+        met = f"{target_met(key, ratio(d, r), d, dm)}, {target_met(key, ratio(o, r), o, om)}"
+        print(f"| {label} | {fmt_s(d)} | {fmt_s(o)} | {fmt_s(r)} | {fmt_s(c)} | {fmt_x(ratio(d, r))} "
+              f"| {fmt_x(ratio(o, r))} | {fmt_x(ratio(d, c))} | {fmt_x(ratio(o, c))} | {fmt_x(ratio(d, o))} "
+              f"| {fmt_x(paired)} | {dm:.0f} MiB | {om:.0f} MiB | {target} | {met} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", required=True, help="distributor release binary")
+    ap.add_argument("--bin", required=True, help="distributor release binary (\"distributor\")")
+    ap.add_argument("--baseline", help="a second distributor binary, run in the same rounds "
+                    "(\"baseline\"), e.g. a build of the commit before a change")
     ap.add_argument("--work", required=True, help="scratch directory (emptied first)")
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     ap.add_argument("--only", default="abcdef", help="scenarios to run, e.g. 'ad'")
+    ap.add_argument("--reps", type=int, help="runs per tool (default 5, quick 3)")
+    ap.add_argument("--reps-big", type=int, help="runs per tool in (f) (default 2)")
+    ap.add_argument("--raw", help="also write every run's seconds and the peak RSS to this JSON file")
     args = ap.parse_args()
-    s = QUICK if args.quick else FULL
+    s = dict(QUICK if args.quick else FULL)
+    if args.reps:
+        s["reps"] = args.reps
+    if args.reps_big:
+        s["reps_big"] = args.reps_big
     work = os.path.abspath(args.work)
+    bins = {"distributor": os.path.abspath(args.bin)}
+    if args.baseline:
+        bins["baseline"] = os.path.abspath(args.baseline)
+    for tool, path in bins.items():
+        if not os.access(path, os.X_OK):
+            raise SystemExit(f"{tool} binary {path} is not an executable file")
     rm(work)
     os.makedirs(os.path.join(work, "bundles"))
-    b = Bench(os.path.abspath(args.bin), work, s, 2 if args.quick else 6)
+    b = Bench(bins, work, s, 2 if args.quick else 6)
     started = time.perf_counter()
+    load_start = os.getloadavg()
 
     log("generating bundles ...")
     a_src = write_bundle(os.path.join(work, "bundles", "a"),
                          tree_files(s["a_files"], s["a_dirs"], s["a_size"]), "bench", T0)
     c_src = changed_copy(a_src, os.path.join(work, "bundles", "c"), 0.01, "bench", T1)
     rows = []
-    jc = None
+    jc = {}
     R, RB = s["reps"], s["reps_big"]
     a_label = f"a: first publish, {s['a_files']} x {s['a_size'] // 1024} KiB in {s['a_dirs']} dirs"
     if "a" in args.only:
@@ -411,34 +499,34 @@ def main():
         f_src = write_bundle(os.path.join(work, "bundles", "f"),
                              tree_files(s["f_files"], s["f_dirs"], s["f_size"]), "many", T0)
         # Peak memory is the point here; cp adds minutes and nothing to compare.
-        t, rss = scenario_first(b, "f", f_src, RB, tools=("distributor", "rsync"))
+        t, rss = scenario_first(b, "f", f_src, RB, others=("rsync",))
         rows.append(("f", label, t, rss, "peak RSS reported"))
-        jc = journal_check(b, a_src, f_src)
+        for tool in b.dists:
+            jc[tool] = journal_check(b, a_src, f_src, tool)
         rm(f_src)
 
     print()
-    print(f"| scenario | distributor | rsync+sync | cp+sync | distributor/rsync | distributor peak RSS | target | met |")
-    print(f"|---|---|---|---|---|---|---|---|")
-    for key, label, t, rss, target in rows:
-        d, r, c = med(t.get("distributor", [])), med(t.get("rsync", [])), med(t.get("cp", []))
-        ratio = d / r if (d is not None and r) else None
-        mib = rss / 1024
-        if key in "acd":
-            ok = ratio is not None and ratio <= 1.0
-        elif key == "b":
-            ok = ratio is not None and ratio <= 0.5
-        elif key == "e":
-            ok = d < 2.0 and mib < 300
-        else:
-            ok = None
-        met = "-" if ok is None else ("yes" if ok else "NO")
-        rtxt = "n/a" if ratio is None else f"{ratio:.2f}x"
-        print(f"| {label} | {fmt_s(d)} | {fmt_s(r)} | {fmt_s(c)} | {rtxt} | {mib:.0f} MiB | {target} | {met} |")
+    if args.baseline:
+        report_baseline(rows)
+    else:
+        report(rows)
     print()
-    if jc:
-        print(f"journal events per operation: {s['a_files']} files -> {jc['small']}, "
-              f"{s['f_files']} files -> {jc['large']} (must be equal)")
-    print(f"runs per tool: {R} (f: {RB}); total benchmark time {time.perf_counter() - started:.0f} s")
+    for tool, counts in jc.items():
+        who = "" if tool == "distributor" else f" ({tool})"
+        print(f"journal events per operation{who}: {s['a_files']} files -> {counts['small']}, "
+              f"{s['f_files']} files -> {counts['large']} (must be equal)")
+    if args.baseline:
+        print(f"distributor: {bins['distributor']}\nbaseline: {bins['baseline']}")
+    load_end = os.getloadavg()
+    print(f"runs per tool: {R} (f: {RB}); total benchmark time {time.perf_counter() - started:.0f} s; "
+          f"load average (1, 5, 15 min) at start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}, "
+          f"at end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
+    if args.raw:
+        with open(args.raw, "w") as f:
+            json.dump({"binaries": bins, "sizes": s, "load_start": load_start, "load_end": load_end,
+                       "scenarios": {key: {"label": label, "seconds": t, "peak_rss_kib": rss}
+                                     for key, label, t, rss, _ in rows},
+                       "journal_events": jc}, f, indent=1)
     rm(os.path.join(work, "runs"))
 
 

@@ -6,6 +6,21 @@
 #   benches/publish.sh            full run (about 5-10 minutes)
 #   benches/publish.sh --quick    small sizes, a smoke run of about a minute
 #   benches/publish.sh --only ad  some scenarios only
+#   benches/publish.sh --baseline /work/target-base/release/distributor
+#                                 also runs a second build (here one of an older commit) as
+#                                 "baseline" in the same alternating rounds, each run on its
+#                                 own fresh destination like every tool; the table adds its
+#                                 medians, ratios to rsync and cp, distributor/baseline and
+#                                 its peak RSS (about twice as long as a run without)
+#   benches/publish.sh --reps 7 --raw runs.json   more runs per tool; every run's seconds
+#
+# The binary measured as "distributor" is the one this script builds from this checkout:
+# target/release/distributor, or $CARGO_TARGET_DIR/release/distributor when that is set
+# (a relative path is taken from the repository's root, as is a relative --baseline). Build
+# the baseline yourself first, in a worktree with its own target directory, e.g.
+#   git worktree add /work/wt-base OLD_COMMIT
+#   (cd /work/wt-base && CARGO_TARGET_DIR=/work/target-base cargo build --release --locked)
+# Every other option goes through to benches/publish.py (python3 benches/publish.py --help).
 #
 # Scratch data goes to target/bench (BENCH_DIR overrides; it must be a local filesystem,
 # the one you publish to in production if you want numbers that mean something there).
@@ -22,4 +37,5 @@ for tool in rsync python3 sync cp; do
   fi
 done
 cargo build --release --locked --quiet
-exec python3 benches/publish.py --bin target/release/distributor --work "${BENCH_DIR:-target/bench}" "$@"
+exec python3 benches/publish.py --bin "${CARGO_TARGET_DIR:-target}/release/distributor" \
+  --work "${BENCH_DIR:-target/bench}" "$@"
