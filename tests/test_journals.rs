@@ -14,7 +14,7 @@
 //! crashed `recover` with B reaches. And real kills where no failpoint is: SIGKILL (by
 //! `strace -e inject=...:signal=KILL`) at every `mkdirat`, `renameat2`, `unlinkat` and
 //! `symlinkat` of a publication, and of a `recover`, each then finished by another
-//! journal (skipped, saying so, where strace cannot trace).
+//! journal (strace is required; `.ci/run` installs it).
 //!
 //! Assumption (SPEC §13 does not say which journals get run): "nothing needs a person"
 //! means that running `recover` with each journal that took part, in any order, leaves
@@ -692,13 +692,13 @@ fn assert_no_kill_failed(failed: &[String]) {
 /// `.distributor-staging/` and the staging record in it, inside the removal of a staging
 /// entry (directory order, on ext4 `plan.json` first), between two directories pruned.
 /// strace counts calls per thread, so a kill point among the staging threads is "the
-/// first thread to make its n-th call". Skipped, saying so, where strace cannot trace.
+/// first thread to make its n-th call". Needs strace (`.ci/run` installs it).
 #[test]
 fn a_publisher_killed_at_each_system_call_is_recovered_by_another_journal() {
-    if !strace_works() {
-        eprintln!("SKIPPED: strace is not available or cannot trace here");
-        return;
-    }
+    assert!(
+        strace_works(),
+        "this test kills distributor at each system call with strace: install it (apt-get install strace; .ci/run does)"
+    );
     let mut failed = Vec::new();
     for mode in [Mode::SingleOwner, Mode::SharedRoot] {
         let calib = Scenario::new(mode);
@@ -732,10 +732,10 @@ fn a_publisher_killed_at_each_system_call_is_recovered_by_another_journal() {
     ignore = "drives the binary's failpoints: cargo test --all-features"
 )]
 fn a_recover_killed_at_each_system_call_is_finished_by_another_journal() {
-    if !strace_works() {
-        eprintln!("SKIPPED: strace is not available or cannot trace here");
-        return;
-    }
+    assert!(
+        strace_works(),
+        "this test kills distributor at each system call with strace: install it (apt-get install strace; .ci/run does)"
+    );
     let mut failed = Vec::new();
     // One mode each way, to keep the run short (about 50 kill points).
     for (mode, publish_spec) in [

@@ -147,8 +147,13 @@ impl Bundle {
                 return;
             };
             failpoint::hit("during_prune");
-            if p.rmdir(name).is_err() {
-                return;
+            match p.rmdir(name) {
+                Ok(()) => {}
+                // Already gone: a run stopped between two prunes removed it; its parent
+                // may still be due.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                // Not empty (somebody's file), or not a directory: pruning stops here.
+                Err(_) => return,
             }
             self.forget(&rel);
             rel = parent.to_string();
@@ -220,6 +225,15 @@ impl Bundle {
             || (),
             |(d, f), _| d.unlink(f).ctx("remove staging", d.join(f)),
         )?;
+        // The record last: an entry stopped half-way through its removal still holds
+        // `plan.json`, so any journal, or none, can finish it.
+        for (entry, _) in op_dir.entries().ctx("list", &path)? {
+            if entry != PLAN_FILE {
+                op_dir
+                    .remove_tree(&entry)
+                    .ctx("remove staging", path.join(&entry))?;
+            }
+        }
         staging.remove_tree(name).ctx("remove staging", &path)
     }
 
