@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// Most directories fsynced one by one before the commit point; more take one syncfs.
+const DIR_FSYNC_MAX: usize = 8;
+
 impl Bundle {
     /// Stages the file written by action `i`: copies `source` into `new/`, hashing the
     /// bytes as they are copied (every byte written is a byte hashed, from the same
@@ -198,9 +201,18 @@ impl Bundle {
             .iter()
             .cloned()
             .collect();
-        for rel in touched {
-            if let Some(d) = self.sub_opt(&rel)? {
-                d.sync().ctx("fsync", self.dir.join(&rel))?;
+        // Directories that gained or lost entries: a fsync each where they are few, else
+        // one syncfs (each fsync is a journal commit of its own; staged data is durable
+        // already, so what a syncfs flushes now is these entries).
+        if touched.len() > DIR_FSYNC_MAX {
+            self.dir
+                .sync_filesystem()
+                .ctx("sync filesystem of", &self.path)?;
+        } else {
+            for rel in touched {
+                if let Some(d) = self.sub_opt(&rel)? {
+                    d.sync().ctx("fsync", self.dir.join(&rel))?;
+                }
             }
         }
         self.check_still_in_place()?;
