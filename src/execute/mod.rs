@@ -151,8 +151,14 @@ fn run_steps(
     for (i, _) in staged.moves() {
         store.move_aside(staged, i)?;
     }
+    // (Only where the parent existed before the operation: in a directory it creates,
+    // nothing stands in the way.)
+    let new_dirs: foldhash::HashSet<&str> = staged.new_dirs.iter().map(String::as_str).collect();
     for rel in staged.writes() {
-        store.remove_emptied_dir(rel)?;
+        let parent = rel.rsplit_once('/').map(|(d, _)| d);
+        if !parent.is_some_and(|d| new_dirs.contains(d)) {
+            store.remove_emptied_dir(rel)?;
+        }
     }
     journal.event(&staged.operation_id, event::MOVED_ASIDE, None)?;
     failpoint::hit("after_move_aside");
