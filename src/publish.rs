@@ -179,19 +179,13 @@ struct Unlocked {
 
 impl Unlocked {
     fn open(dest: &Destination, bundle: &Path) -> Result<Unlocked> {
-        let backend = backend::for_destination(dest);
-        if let Some(why) = backend.bundle_unsafe(&dest.path, bundle) {
-            return Ok(Unlocked {
-                store: None,
-                unsafe_reason: Some(why),
-            });
-        }
-        match backend.open(&dest.path, bundle) {
+        // One walk from the destination path: a symlink or a file on the way is the
+        // planner's `unsafe_storage`.
+        match backend::for_destination(dest).open(&dest.path, bundle) {
             Ok(store) => Ok(Unlocked {
                 store,
                 unsafe_reason: None,
             }),
-            // Replaced by a symlink since the look above.
             Err(Error::Unsafe(why)) => Ok(Unlocked {
                 store: None,
                 unsafe_reason: Some(why),
