@@ -540,6 +540,24 @@ fn swapping_the_bundle_directory_never_links_into_its_replacement() {
     .run();
 }
 
+/// Starts `publish --json` of `source` with `cfg`, paused at failpoint `spec`.
+fn publish_paused(
+    env: &Env,
+    cfg: &std::path::Path,
+    source: &std::path::Path,
+    spec: &str,
+) -> crate::common::hostile::PausedRun {
+    let args = [
+        "publish",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        source.to_str().unwrap(),
+    ];
+    crate::common::hostile::PausedRun::start(env, &args, spec, &[])
+}
+
 /// Makes a FIFO at `path` (replacing what is there).
 fn mkfifo(path: &std::path::Path) {
     let _ = std::fs::remove_file(path);
@@ -565,15 +583,7 @@ fn a_source_file_swapped_for_a_fifo_is_refused_without_blocking() {
     env.publish(&cfg, &v1, &[]).expect_code(0);
     let before = env.snapshot_unlocked(DEST);
     let v2 = env.bundle("b2", SOURCE_ID, V2_AT, &[("a.txt", "v2 a")], &[]);
-    let args = [
-        "publish",
-        "--json",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--source",
-        v2.to_str().unwrap(),
-    ];
-    let run = crate::common::hostile::PausedRun::start(&env, &args, "after_staging_record", &[]);
+    let run = publish_paused(&env, &cfg, &v2, "after_staging_record");
     mkfifo(&v2.join("a.txt"));
     let started = std::time::Instant::now();
     let r = run.resume();
@@ -652,15 +662,7 @@ fn unlinking_the_lock_file_does_not_let_a_second_publication_in() {
     let v1 = env.bundle("b1", SOURCE_ID, V1_AT, &[("a.txt", "v1 a")], &[]);
     env.publish(&cfg, &v1, &[]).expect_code(0);
     let v2 = env.bundle("b2", SOURCE_ID, V2_AT, &[("a.txt", "v2 a")], &[]);
-    let args = [
-        "publish",
-        "--json",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--source",
-        v2.to_str().unwrap(),
-    ];
-    let run = crate::common::hostile::PausedRun::start(&env, &args, "after_staging_record", &[]);
+    let run = publish_paused(&env, &cfg, &v2, "after_staging_record");
     let lock = env.path(&format!("{DEST}/.distributor.lock"));
     std::fs::remove_file(&lock).unwrap();
     let v3 = env.bundle(
@@ -723,16 +725,8 @@ fn a_directory_moved_out_of_the_bundle_mid_run_fails_the_run_and_gets_its_conten
         ],
         &[],
     );
-    let args = [
-        "publish",
-        "--json",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--source",
-        v2.to_str().unwrap(),
-    ];
     // Placement goes in path order: sub/a.txt, sub/b.txt, top.txt. Stop before the second.
-    let run = crate::common::hostile::PausedRun::start(&env, &args, "during_placement:2", &[]);
+    let run = publish_paused(&env, &cfg, &v2, "during_placement:2");
     std::fs::create_dir_all(env.path("elsewhere")).unwrap();
     std::fs::rename(env.path(&format!("{DEST}/sub")), env.path("elsewhere/sub")).unwrap();
     let r = run.resume();
