@@ -424,16 +424,222 @@ fn template_whose_rendering_is_never_safe() {
         .expect_code(0);
 }
 
+/// An s3 destination validates offline: the environment is cleared (no AWS credentials)
+/// and the endpoint is an address nobody answers on, so any connection attempt would fail.
 #[test]
-fn s3_backend_is_not_supported() {
+fn s3_config_validates_without_network_or_credentials() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "destinations:
+  - id: site
+    backend: s3
+    path: s3://reports-bucket/weather/latest
+    s3:
+      endpoint: http://192.0.2.1:9
+      region: us-east-1
+      allow_http: true
+      virtual_hosted_style: false
+      lease_seconds: 60
+      concurrency: 8
+      content_types: {\".wasm\": application/wasm}
+      cache_control: [{glob: \"*.html\", value: no-cache}]
+  - id: local
+    path: {D}/a
+",
+    );
+    let before = env.snapshot("");
+    let r = env.run(&["validate", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(0);
+    assert!(
+        r.stdout
+            .contains("destination site: s3://reports-bucket/weather/latest (fixed)"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(env.snapshot(""), before, "validate wrote something");
+    assert!(!env.exists("s3:"), "the s3 path was taken for a local one");
+}
+
+fn s3_body(path: &str, block: &str) -> String {
+    let block: String = block.lines().map(|l| format!("      {l}\n")).collect();
+    let block = if block.is_empty() {
+        String::new()
+    } else {
+        format!("    s3:\n{block}")
+    };
+    format!("destinations:\n  - id: a\n    backend: s3\n    path: \"{path}\"\n{block}")
+}
+
+#[test]
+fn s3_path_errors_name_the_path_and_what_is_accepted() {
+    for (path, needles) in [
+        (
+            "s3://reports-bucket",
+            &[
+                "destinations[0].path: ",
+                "empty key prefix",
+                "s3://<bucket>/<key prefix>",
+            ][..],
+        ),
+        (
+            "s3://reports-bucket/site/",
+            &[
+                "destinations[0].path: ",
+                "empty segment",
+                "(write 's3://reports-bucket/site')",
+            ],
+        ),
+        (
+            "s3://Reports/site",
+            &[
+                "destinations[0].path: ",
+                "bucket 'Reports'",
+                "accepted: 3 to 63 lowercase letters",
+            ],
+        ),
+        (
+            "s3://10.0.0.1/site",
+            &["destinations[0].path: ", "formatted like an IPv4 address"],
+        ),
+        (
+            "s3://bkt/a/../b",
+            &["destinations[0].path: ", "'..' segment"],
+        ),
+        (
+            "./site",
+            &[
+                "destinations[0].path: ",
+                "not an s3:// URL; accepted for backend s3: s3://<bucket>/<key prefix>",
+            ],
+        ),
+    ] {
+        refused_body(&s3_body(path, ""), needles);
+    }
+    refused_body(
+        "destinations:\n  - id: a\n    path: s3://bkt/site\n",
+        &["destinations[0].path: ", "backend local; set backend: s3"],
+    );
+}
+
+#[test]
+fn s3_block_errors_name_their_key_path_and_what_is_accepted() {
+    let p = "s3://reports-bucket/site";
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "endpoint: http://minio:9000",
+            &[
+                "destinations[0].s3.endpoint: ",
+                "set destinations[0].s3.allow_http: true",
+            ],
+        ),
+        (
+            "endpoint: https://minio:9000/bucket",
+            &[
+                "destinations[0].s3.endpoint: ",
+                "accepted: https://host[:port]",
+                "line 9 column 17",
+            ],
+        ),
+        (
+            "region: EU",
+            &[
+                "destinations[0].s3.region: ",
+                "lowercase letters, digits and '-'",
+                "line 9",
+            ],
+        ),
+        (
+            "lease_seconds: 5",
+            &[
+                "destinations[0].s3.lease_seconds: ",
+                "expected an integer from 10 to 3600",
+                "line 9 column 22",
+            ],
+        ),
+        (
+            "concurrency: 100",
+            &[
+                "destinations[0].s3.concurrency: ",
+                "expected an integer from 1 to 64",
+            ],
+        ),
+        (
+            "allow_http: maybe",
+            &["destinations[0].s3.allow_http: ", "expected a boolean"],
+        ),
+        (
+            "content_types: {wasm: application/wasm}",
+            &[
+                "destinations[0].s3.content_types.wasm: ",
+                "accepted: '.' followed by",
+            ],
+        ),
+        (
+            "content_types: {\".wasm\": wasm}",
+            &["invalid MIME type 'wasm', accepted: type/subtype"],
+        ),
+        (
+            "cache_control: [{glob: \"[x\", value: no-cache}]",
+            &[
+                "destinations[0].s3.cache_control[0].glob: ",
+                "accepted: a glob",
+            ],
+        ),
+        (
+            "cache_control: [{glob: \"*.html\", value: \"\"}]",
+            &[
+                "destinations[0].s3.cache_control[0].value: ",
+                "printable ASCII",
+            ],
+        ),
+        (
+            "bucket: other",
+            &[
+                "destinations[0].s3.bucket: unknown field `bucket`, expected one of `endpoint`, `region`, `allow_http`, `virtual_hosted_style`, `lease_seconds`, `concurrency`, `content_types`, `cache_control`",
+            ],
+        ),
+    ];
+    for (block, needles) in cases {
+        refused_body(&s3_body(p, block), needles);
+    }
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}\n    s3:\n      region: eu-central-1\n",
+        &["destinations[0].s3: applies to backend s3 only"],
+    );
+}
+
+#[test]
+fn s3_credentials_in_the_config_are_refused_without_echoing_them() {
+    for key in [
+        "access_key_id",
+        "secret_access_key",
+        "session_token",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+    ] {
+        let r = refused_body(
+            &s3_body("s3://reports-bucket/site", &format!("{key}: hunter2")),
+            &[
+                &format!(
+                    "destinations[0].s3.{key}: credentials are never read from the config file"
+                ),
+                "the environment and the standard AWS credential chain",
+            ],
+        );
+        assert!(!r.stderr.contains("hunter2"), "{}", r.stderr);
+    }
     let r = refused_body(
-        "destinations:\n  - id: a\n    backend: s3\n    path: {D}\n",
+        &s3_body(
+            "s3://reports-bucket/site",
+            "endpoint: https://AKIAX:hunter2@minio:9000",
+        ),
         &[
-            "destinations[0].backend: backend 's3' is not supported",
-            "accepted: local",
+            "destinations[0].s3.endpoint: ",
+            "credentials are never read from the config file",
         ],
     );
-    assert!(!r.stderr.contains("unknown variant"));
+    assert!(!r.stderr.contains("hunter2"), "{}", r.stderr);
 }
 
 #[test]

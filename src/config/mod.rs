@@ -6,8 +6,10 @@
 //! filesystem beyond reading the config file itself.
 
 mod mapping;
+mod s3;
 
 pub use mapping::{PathTemplate, TemplatePart};
+pub use s3::{CacheRule, S3Settings};
 
 use crate::error::{Error, Result};
 use crate::model::{
@@ -92,7 +94,7 @@ pub struct UploadToken {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with keys id, backend, path, path_mapping, state, reconciliation, transfer, takeover"
+    expecting = "a mapping with keys id, backend, path, path_mapping, state, reconciliation, transfer, takeover, s3"
 )]
 struct RawDestination {
     id: Id,
@@ -109,6 +111,8 @@ struct RawDestination {
     transfer: Transfer,
     #[serde(default)]
     takeover: RawTakeover,
+    #[serde(default)]
+    s3: Option<s3::RawS3>,
 }
 
 fn default_backend() -> Backend {
@@ -273,6 +277,8 @@ pub struct Destination {
     pub transfer: Transfer,
     /// `takeover.mode`.
     pub takeover: TakeoverMode,
+    /// The bucket, key prefix and `s3:` block; `Some` exactly when `backend` is s3.
+    pub s3: Option<S3Settings>,
 }
 
 /// A validated pipeline configuration.
@@ -379,26 +385,28 @@ impl Config {
                     format!("duplicate destination id '{}'", d.id.0),
                 ));
             }
-            if d.backend != Backend::Local {
-                return Err(err(
-                    &format!("{key}.backend"),
-                    format!(
-                        "backend '{}' is not supported by this build, accepted: local",
-                        d.backend
-                    ),
-                ));
-            }
-            check_path_text(&d.path).map_err(|m| err(&format!("{key}.path"), m))?;
-            let path = resolve(&d.path);
-            if path.parent().is_none() {
-                return Err(err(
-                    &format!("{key}.path"),
-                    format!(
-                        "'{}' resolves to '/', accepted: a directory below the root",
-                        d.path
-                    ),
-                ));
-            }
+            let (path, s3) = match d.backend {
+                Backend::Local => {
+                    if d.s3.is_some() {
+                        return Err(err(
+                            &format!("{key}.s3"),
+                            "applies to backend s3 only; this destination is backend local (set backend: s3, or remove the s3 block)".into(),
+                        ));
+                    }
+                    (
+                        local_path(&d.path, resolve).map_err(|m| err(&format!("{key}.path"), m))?,
+                        None,
+                    )
+                }
+                Backend::S3 => {
+                    let (bucket, prefix) =
+                        s3::parse_path(&d.path).map_err(|m| err(&format!("{key}.path"), m))?;
+                    let path = PathBuf::from(format!("s3://{bucket}/{prefix}"));
+                    let settings =
+                        s3::settings(&key, bucket, prefix, d.s3).map_err(|(k, m)| err(&k, m))?;
+                    (path, Some(settings))
+                }
+            };
             let path_mapping = match (d.path_mapping.mode, d.path_mapping.template) {
                 (PathMappingMode::Template, Some(t)) => {
                     let t = PathTemplate::parse(&t)
@@ -431,6 +439,7 @@ impl Config {
                 reconciliation: d.reconciliation.mode,
                 transfer: d.transfer,
                 takeover: d.takeover.mode,
+                s3,
             });
         }
         for (i, a) in destinations.iter().enumerate() {
@@ -439,7 +448,10 @@ impl Config {
                     a.path_mapping == PathMapping::Fixed && b.path_mapping == PathMapping::Fixed;
                 let single = a.state_mode == StateMode::SingleOwner
                     || b.state_mode == StateMode::SingleOwner;
-                if fixed && single && a.path == b.path {
+                // The same bucket and prefix behind different endpoints is different storage.
+                let same_store =
+                    a.s3.as_ref().map(|s| &s.endpoint) == b.s3.as_ref().map(|s| &s.endpoint);
+                if fixed && single && same_store && a.path == b.path {
                     return Err(err(
                         &format!("destinations[{i}].path"),
                         format!(
@@ -510,6 +522,27 @@ fn check_template_renders(
         chrono::DateTime::parse_from_rfc3339("2026-12-02T06:00:00Z").map_err(|e| e.to_string())?;
     t.render("source-id", sample, pipeline_id, destination_id)
         .map(|_| ())
+}
+
+/// A local destination path: checked text, resolved against the config file's directory,
+/// never `/`. An `s3://` URL here is a forgotten `backend: s3`, not a directory named `s3:`.
+fn local_path(
+    text: &str,
+    resolve: impl Fn(&str) -> PathBuf,
+) -> std::result::Result<PathBuf, String> {
+    check_path_text(text)?;
+    if text.starts_with("s3://") {
+        return Err(format!(
+            "'{text}' is an object-store URL but this destination is backend local; set backend: s3 for it"
+        ));
+    }
+    let path = resolve(text);
+    if path.parent().is_none() {
+        return Err(format!(
+            "'{text}' resolves to '/', accepted: a directory below the root"
+        ));
+    }
+    Ok(path)
 }
 
 /// Refuses path text that would silently resolve somewhere unexpected: an empty path (the

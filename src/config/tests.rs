@@ -227,18 +227,31 @@ fn upload_token_rules() {
 }
 
 #[test]
-fn unsupported_backend_and_version() {
-    let m = parse_err(
-        "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: a\n    backend: s3\n    path: /x\n",
-    );
-    assert!(
-        m.contains("destinations[0].backend: backend 's3' is not supported"),
-        "{m}"
-    );
+fn unsupported_version() {
     let m =
         parse_err("version: 2\npipeline:\n  id: weather\ndestinations:\n  - id: a\n    path: /x\n");
     assert!(
         m.contains("version: unsupported version 2, accepted: 1"),
+        "{m}"
+    );
+}
+
+#[test]
+fn backend_s3_takes_an_s3_url_and_is_never_resolved_against_the_file() {
+    let c = parse(
+        "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: a\n    backend: s3\n    path: s3://reports-bucket/weather\n",
+    )
+    .unwrap();
+    assert_eq!(c.destinations[0].backend, Backend::S3);
+    assert_eq!(
+        c.destinations[0].path,
+        Path::new("s3://reports-bucket/weather")
+    );
+    let m = parse_err(
+        "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: a\n    backend: s3\n    path: /x\n",
+    );
+    assert!(
+        m.contains("destinations[0].path: '/x' is not an s3:// URL; accepted for backend s3: s3://<bucket>/<key prefix>"),
         "{m}"
     );
 }
