@@ -52,6 +52,10 @@ pub enum Error {
     /// Anything else that failed while executing (exit 1).
     #[error("{0}")]
     Failed(String),
+    /// A lost race on an object store: a conditional write refused, or the lease lost
+    /// (exit 1; HTTP 409).
+    #[error("concurrent change: {0}")]
+    ConcurrentChange(String),
     /// An error while carrying out a plan; keeps the plan for the report.
     #[error("{source}")]
     Planned {
@@ -93,6 +97,7 @@ impl Error {
             Error::Journal { .. } => "journal",
             Error::Lock(_) => "lock_timeout",
             Error::RecoveryRequired(_) => "recovery_required",
+            Error::ConcurrentChange(_) => "concurrent_change",
             Error::Failed(_) | Error::Planned { .. } => "failed",
         }
     }

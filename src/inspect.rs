@@ -23,12 +23,12 @@ pub fn bundle_paths(dest: &Destination) -> Result<Vec<PathBuf>> {
     if dest.path_mapping == PathMapping::Fixed {
         return Ok(vec![dest.path.clone()]);
     }
-    backend::for_destination(dest).bundle_paths(&dest.path)
+    backend::for_destination(dest)?.bundle_paths(&dest.path)
 }
 
 /// A bundle path opened for reading (`None`: it does not exist).
 fn open(dest: &Destination, bundle: &std::path::Path) -> Result<Option<Box<dyn BundleStore>>> {
-    backend::for_destination(dest).open(&dest.path, bundle)
+    backend::for_destination(dest)?.open(&dest.path, bundle)
 }
 
 /// One owner in a status entry.
@@ -74,7 +74,7 @@ pub fn status(dests: &[&Destination]) -> Result<Vec<BundleStatus>> {
         for bundle in bundle_paths(d)? {
             let store = open(d, &bundle)?;
             let state = match &store {
-                Some(s) => s.read_state()?.parse(),
+                Some(s) => s.read_state()?.parse().for_version(s.state_version()),
                 None => StateFile::Absent,
             };
             let recovery_pending = match &store {
@@ -164,7 +164,7 @@ pub fn verify(dests: &[&Destination]) -> Result<Vec<BundleDrift>> {
             };
             let store = open(d, &bundle)?;
             let state = match &store {
-                Some(s) => s.read_state()?.parse(),
+                Some(s) => s.read_state()?.parse().for_version(s.state_version()),
                 None => StateFile::Absent,
             };
             match (state, store) {

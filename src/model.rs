@@ -125,9 +125,19 @@ macro_rules! string_enum {
 string_enum!(
     /// Storage backend of a destination.
     Backend { /// Local filesystem.
-        Local = "local", /// Object storage (not supported by this build).
+        Local = "local", /// Object storage (SPEC §14).
         S3 = "s3" }
 );
+impl Backend {
+    /// The `state_version` its destinations hold (SPEC §14: s3 state records ETags).
+    pub fn state_version(self) -> u32 {
+        match self {
+            Backend::Local => 1,
+            Backend::S3 => 2,
+        }
+    }
+}
+
 string_enum!(
     /// How the bundle path is derived from `path`.
     PathMappingMode { /// `path` is the bundle path.
@@ -237,6 +247,10 @@ string_enum!(
         DestinationNewer = "destination_newer",
         /// A symlink or special file on the way.
         UnsafeStorage = "unsafe_storage",
+        /// A path whose object key would exceed 1024 bytes (s3).
+        KeyTooLong = "key_too_long",
+        /// A link, which an object store cannot hold (s3).
+        UnsupportedLink = "unsupported_link",
     }
 );
 
@@ -248,6 +262,8 @@ impl ConflictKind {
             ConflictKind::UnmanagedDirectory
                 | ConflictKind::StateModeMismatch
                 | ConflictKind::UnsafeStorage
+                | ConflictKind::KeyTooLong
+                | ConflictKind::UnsupportedLink
         )
     }
 }

@@ -181,7 +181,7 @@ impl Unlocked {
     fn open(dest: &Destination, bundle: &Path) -> Result<Unlocked> {
         // One walk from the destination path: a symlink or a file on the way is the
         // planner's `unsafe_storage`.
-        match backend::for_destination(dest).open(&dest.path, bundle) {
+        match backend::for_destination(dest)?.open(&dest.path, bundle) {
             Ok(store) => Ok(Unlocked {
                 store,
                 unsafe_reason: None,
@@ -244,7 +244,11 @@ impl StateMemo {
         {
             return Ok(Rc::clone(state));
         }
-        let state = Rc::new(StateFile::parse(&bytes));
+        let version = match view {
+            View::Store(s) => s.state_version(),
+            View::Missing | View::Unsafe(_) => 1,
+        };
+        let state = Rc::new(StateFile::parse(&bytes).for_version(version));
         self.0 = Some((bytes, Rc::clone(&state)));
         Ok(state)
     }
@@ -584,7 +588,7 @@ fn publish_one(
             Err(_) => e,
         },
     };
-    let backend = backend::for_destination(dest);
+    let backend = backend::for_destination(dest).map_err(&mut planned)?;
     let lock = backend.lock(&dest.path, &bundle, opts.lock_timeout, true);
     let store = lock
         .and_then(|s| {

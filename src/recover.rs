@@ -22,7 +22,7 @@
 //! record describes.
 
 use crate::backend::local::{STAGING_DIR, StagingEntry};
-use crate::backend::{self, Backend, BundleStore, state_sha256};
+use crate::backend::{self, Backend, BundleStore, Verdict, state_sha256};
 use crate::config::{Config, PathMapping};
 use crate::error::{Error, Result};
 use crate::execute::{POST_STATE_FILE, PRE_STATE_FILE, StagedOperation, journal_records};
@@ -161,6 +161,8 @@ struct Candidate {
     unfinished_record: bool,
     /// Base for the "no symlink on the way" walk of the lock.
     base: Option<PathBuf>,
+    /// The object store holding the bundle path (from the config or the record).
+    location: Option<backend::s3::S3Location>,
 }
 
 /// Finds and recovers every unfinished operation (SPEC §8).
@@ -178,13 +180,17 @@ pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<Recover
     };
     if let Some(j) = &journal {
         for (op, bundle) in j.unfinished()? {
+            let location = recorded_location(j, &op)?;
             let c = found.entry(PathBuf::from(bundle)).or_default();
-            c.entry(op).or_default().in_journal = true;
+            let c = c.entry(op).or_default();
+            c.in_journal = true;
+            c.location = c.location.take().or(location);
         }
     }
     if let Some(config) = config {
         for dest in &config.destinations {
-            let backend = backend::for_destination(dest);
+            let backend = backend::for_destination(dest)?;
+            let backend = backend.as_ref();
             for bundle in staging_bundles(backend, &dest.path, &dest.path_mapping)? {
                 let ops = found.entry(bundle.clone()).or_default();
                 let Some(store) = backend.open(&dest.path, &bundle)? else {
@@ -205,6 +211,7 @@ pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<Recover
                         _ => c.unfinished_record = true,
                     }
                     c.base = Some(dest.path.clone());
+                    c.location = dest.s3.as_ref().map(backend::s3::S3Location::from_settings);
                 }
             }
         }
@@ -254,7 +261,8 @@ pub fn abandon(op: &str, opts: &RecoverOptions) -> Result<RecoverReport> {
     }
     let bundle = PathBuf::from(&d.bundle_path);
     let op_dir = bundle.join(STAGING_DIR).join(&d.operation_id);
-    let store = backend::local::LocalBackend.open(&bundle, &bundle)?;
+    let location = recorded_location(&journal, &d.operation_id)?;
+    let store = backend::for_record(&bundle, location.as_ref())?.open(&bundle, &bundle)?;
     let staged = match &store {
         Some(s) => s
             .staging_entries()?
@@ -315,6 +323,13 @@ pub fn abandon(op: &str, opts: &RecoverOptions) -> Result<RecoverReport> {
     })
 }
 
+/// The object store an operation's journal record names, if any.
+fn recorded_location(j: &Journal, op: &str) -> Result<Option<backend::s3::S3Location>> {
+    Ok(j.plan_json(op)?
+        .and_then(|p| serde_json::from_str::<StagedOperation>(&p).ok())
+        .and_then(|s| s.store))
+}
+
 /// Bundle paths of a destination that may have staging: the path itself for fixed
 /// mapping; for mapped destinations every bundle path below it.
 fn staging_bundles(
@@ -359,7 +374,18 @@ fn recover_bundle(
         .values()
         .find_map(|c| c.base.clone())
         .unwrap_or_else(|| bundle.to_path_buf());
-    let backend: &dyn Backend = &backend::local::LocalBackend;
+    let location = ops.values().find_map(|c| c.location.clone());
+    let backend = match backend::for_record(bundle, location.as_ref()) {
+        Ok(b) => b,
+        Err(e) => {
+            for (op, c) in &ops {
+                let mut r = blank(op, bundle, c);
+                r.message = format!("not recovered: {e}");
+                report.operations.push(r);
+            }
+            return;
+        }
+    };
     let store = if opts.dry_run {
         backend.open(&base, bundle)
     } else {
@@ -545,7 +571,11 @@ fn recover_one(
         failpoint::hit("recover_after_adopt");
     }
 
-    r.outcome = verdict(&staged, &now);
+    r.outcome = match store.verdict(&staged)? {
+        Verdict::Forward => Outcome::RolledForward,
+        Verdict::Back => Outcome::RolledBack,
+        Verdict::Diverged => Outcome::Diverged,
+    };
     let op_dir = bundle.join(STAGING_DIR).join(op);
     r.message = match r.outcome {
         Outcome::Diverged => diverged_message(bundle, &op_dir, &staged, &now, true),
@@ -599,15 +629,6 @@ fn closed_message(applied: bool, unfinished_record: bool, dry_run: bool) -> Stri
     }
     m.push_str("; nothing else was touched");
     m
-}
-
-/// SPEC §8: post-state → forward; pre-state (or both absent) → back; else diverged.
-fn verdict(staged: &StagedOperation, now: &std::result::Result<Option<String>, String>) -> Outcome {
-    match now {
-        Ok(Some(sha)) if *sha == staged.post_state_sha256 => Outcome::RolledForward,
-        Ok(sha) if *sha == staged.pre_state_sha256 => Outcome::RolledBack,
-        _ => Outcome::Diverged,
-    }
 }
 
 /// Why an operation rolls forward or back, and what was (or would be) done.

@@ -14,6 +14,7 @@
 //! `docs/internal/storage.md`.
 
 pub mod local;
+pub mod s3;
 
 use crate::error::Result;
 use crate::execute::StagedOperation;
@@ -70,6 +71,28 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// What stands at `.distributor.json`.
     fn read_state(&self) -> Result<StateBytes>;
 
+    /// Where the storage is, when a bundle path alone does not say (an object store's
+    /// endpoint and region), for the staging record and the journal.
+    fn location(&self) -> Option<s3::S3Location> {
+        None
+    }
+
+    /// The `state_version` this storage holds (1 local, 2 s3: outputs carry ETags).
+    fn state_version(&self) -> u32 {
+        1
+    }
+
+    /// Where operation `op` stands, from storage alone: past its commit point (roll
+    /// forward), before it (roll back), or neither (diverged). The local backend reads
+    /// the state file (SPEC §8); an object store reads the operation's decision record.
+    fn verdict(&self, op: &StagedOperation) -> Result<Verdict> {
+        Ok(match state_sha256(self)? {
+            Ok(Some(sha)) if sha == op.post_state_sha256 => Verdict::Forward,
+            Ok(sha) if sha == op.pre_state_sha256 => Verdict::Back,
+            _ => Verdict::Diverged,
+        })
+    }
+
     /// The planner's view of the given paths and their ancestors (see
     /// [`local::probe`]).
     fn probe<'a>(
@@ -119,8 +142,9 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// Removes the emptied directories standing where a file goes.
     fn remove_emptied_dir(&self, rel: &str) -> Result<()>;
 
-    /// Places the file staged for action `i`; its placement fingerprint.
-    fn place(&self, op: &StagedOperation, i: usize) -> Result<Fingerprint>;
+    /// Places the file staged for action `i`; its placement fingerprint, where the
+    /// backend proves content by one (an object store proves it by the state's ETag).
+    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Fingerprint>>;
 
     /// Creates the link of action `i`.
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()>;
@@ -144,24 +168,62 @@ pub trait BundleStore: std::fmt::Debug + Sync {
 /// Proof that a backend passed an operation's commit point.
 #[must_use = "the commit point was passed: record it in the journal"]
 #[derive(Debug)]
-pub struct Committed(());
+pub struct Committed(Option<String>);
 
 impl Committed {
     /// Only backends make one, right after their commit point.
     pub(crate) fn passed() -> Committed {
-        Committed(())
+        Committed(None)
+    }
+
+    /// After a commit point that wrote a state other than the planned post-state bytes
+    /// (an object store's state records the ETags the uploads returned): its sha256.
+    pub(crate) fn passed_with_state(sha256: String) -> Committed {
+        Committed(Some(sha256))
+    }
+
+    /// The sha256 of the state written, when it is not the planned post-state.
+    pub fn state_sha256(&self) -> Option<&str> {
+        self.0.as_deref()
     }
 }
 
-/// The backend of a destination.
-pub fn for_destination(_dest: &crate::config::Destination) -> &'static dyn Backend {
-    &local::LocalBackend
+/// Where an operation stands, as storage shows it ([`BundleStore::verdict`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Past the commit point: finish it.
+    Forward,
+    /// Before the commit point: undo it.
+    Back,
+    /// Neither: something else changed the state; nothing is touched.
+    Diverged,
+}
+
+/// The backend of a destination: the local filesystem, or the destination's bucket.
+pub fn for_destination(dest: &crate::config::Destination) -> Result<Box<dyn Backend>> {
+    match &dest.s3 {
+        None => Ok(Box::new(local::LocalBackend)),
+        Some(s) => Ok(Box::new(s3::S3Backend::from_settings(s)?)),
+    }
+}
+
+/// The backend of an operation found in a journal or in staging: its record names the
+/// store when it is not the local filesystem.
+pub fn for_record(bundle: &Path, location: Option<&s3::S3Location>) -> Result<Box<dyn Backend>> {
+    match location {
+        Some(l) => Ok(Box::new(s3::S3Backend::for_location(bundle, l)?)),
+        None if s3::is_s3_path(bundle) => Err(crate::error::Error::Failed(format!(
+            "{}: the record does not say which endpoint and region hold it; run `distributor recover --config` with the destination's config",
+            bundle.display()
+        ))),
+        None => Ok(Box::new(local::LocalBackend)),
+    }
 }
 
 /// The sha256 of the state file `store` holds now; `Err` text when something other than a
 /// regular file stands there.
 pub fn state_sha256(
-    store: &dyn BundleStore,
+    store: &(impl BundleStore + ?Sized),
 ) -> Result<std::result::Result<Option<String>, String>> {
     Ok(match store.read_state()? {
         StateBytes::Absent => Ok(None),

@@ -62,7 +62,7 @@ pub fn execute(
     let post = state.render();
     let pre = store.read_state()?;
     let pre = pre.bytes();
-    let staged = StagedOperation::from_plan(
+    let mut staged = StagedOperation::from_plan(
         plan,
         &op_id,
         pre.map(sha256_hex),
@@ -70,6 +70,7 @@ pub fn execute(
         origin(plan, source, ctx, &published_at)?,
         &mut |d| store.dir_exists(d),
     )?;
+    staged.store = store.location();
     let (record, actions) = journal_records(&staged)?;
     journal.begin_operation(&record, &actions)?;
     failpoint::hit("after_journal_append");
@@ -105,7 +106,7 @@ pub fn execute(
         }
         // The error came after the commit point: the publication stands; recovery
         // finishes the cleanup.
-        Err(e) if store.state_is(&staged.post_state_sha256) => Err(finish(e)),
+        Err(e) if store.verdict(&staged)? == crate::backend::Verdict::Forward => Err(finish(e)),
         Err(e) => match store.undo(&staged) {
             Ok(()) => {
                 journal.event(&op_id, event::ROLLED_BACK, Some(&e.to_string()))?;
@@ -166,8 +167,9 @@ fn run_steps(
     // 6. Place files, then links. Each fingerprint is taken after its file's rename.
     let mut placements = Vec::with_capacity(writes.len());
     for &i in &writes {
-        let fingerprint = store.place(staged, i)?;
-        placements.push((staged.actions[i].path.clone(), fingerprint));
+        if let Some(fingerprint) = store.place(staged, i)? {
+            placements.push((staged.actions[i].path.clone(), fingerprint));
+        }
     }
     failpoint::hit("after_placement");
     for (i, a) in staged.actions.iter().enumerate() {

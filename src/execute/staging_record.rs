@@ -183,6 +183,10 @@ pub struct StagedOperation {
     /// How `new/` and `old/` name what they hold.
     #[serde(default)]
     pub staging_layout: StagingLayout,
+    /// The object store holding the bundle path (endpoint, region), so `recover` can
+    /// reach it from the journal alone; absent for local destinations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<crate::backend::s3::S3Location>,
 }
 
 /// Files staged per directory under `new/`: the staging threads take runs of up to this
@@ -266,6 +270,7 @@ impl StagedOperation {
             actions,
             new_dirs,
             staging_layout: StagingLayout::Flat,
+            store: None,
         })
     }
 
@@ -437,6 +442,7 @@ mod tests {
             ],
             new_dirs: vec!["b".into()],
             staging_layout: layout,
+            store: None,
         }
     }
 

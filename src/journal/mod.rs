@@ -301,7 +301,7 @@ impl Journal {
     /// `[path, size, mtime_ns, ino, sha256]`.
     pub fn commit(
         &mut self,
-        _committed: crate::backend::Committed,
+        committed: crate::backend::Committed,
         operation_id: &str,
         bundle_path: &str,
         placements: &[(String, Fingerprint)],
@@ -332,9 +332,16 @@ impl Journal {
             )
             .map_err(|e| jerr(&path, e))?;
         }
+        // A state other than the planned post-state (an object store's, with the ETags
+        // its uploads returned) is named in the event.
+        let detail = committed.state_sha256().map(|sha| {
+            format!(
+                "state written with sha256 {sha}: the planned post-state with each output's etag"
+            )
+        });
         tx.execute(
-            "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, NULL)",
-            params![operation_id, now(), event::COMMITTED],
+            "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
+            params![operation_id, now(), event::COMMITTED, detail],
         )
         .map_err(|e| jerr(&path, e))?;
         tx.commit().map_err(|e| jerr(&path, e))

@@ -7,8 +7,8 @@ use super::{
 };
 use crate::config::Destination;
 use crate::model::{
-    ConflictKind, Decision, DestinationNewer, FileOp, OnConflict, Owner, ReconciliationMode,
-    SameCreatedDigestMismatch, SourceRef, StateMode, TakeoverMode,
+    Backend, ConflictKind, Decision, DestinationNewer, FileOp, OnConflict, Owner,
+    ReconciliationMode, SameCreatedDigestMismatch, SourceRef, StateMode, TakeoverMode,
 };
 use crate::source::{Source, relative_link_target};
 use crate::state::{OwnerRecord, RecordedLink, RecordedOutput, State, StateFile};
@@ -130,7 +130,14 @@ pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
         ));
         return finish_conflict(plan);
     }
+    if d.backend == Backend::S3 {
+        object_store_conflicts(&mut plan, input);
+        if !plan.conflicts.is_empty() {
+            return finish_conflict(plan);
+        }
+    }
     let empty = State {
+        version: d.backend.state_version(),
         mode: d.state_mode,
         owners: vec![],
         outputs: vec![],
@@ -841,6 +848,7 @@ impl<'a, 's> Planner<'a, 's> {
                 path: o.path.clone(),
                 size: o.size,
                 sha256: o.sha256.clone(),
+                etag: None,
                 owner: std::sync::Arc::clone(&me),
             })
             .chain(retained.outputs.iter().map(|o| RecordedOutput {
@@ -875,6 +883,7 @@ impl<'a, 's> Planner<'a, 's> {
             .collect();
         let mut state = match d.state_mode {
             StateMode::SingleOwner => State {
+                version: d.backend.state_version(),
                 mode: d.state_mode,
                 owners: vec![mine],
                 outputs,
@@ -910,6 +919,7 @@ impl<'a, 's> Planner<'a, 's> {
                     .collect();
                 owners.push(mine);
                 State {
+                    version: d.backend.state_version(),
                     mode: d.state_mode,
                     owners,
                     outputs: keep_out.chain(outputs).collect(),
@@ -932,6 +942,45 @@ impl<'a, 's> Planner<'a, 's> {
         state
     }
 }
+
+/// What an object store cannot hold (SPEC §14): links, and keys longer than 1024 bytes.
+/// Neither is forceable.
+fn object_store_conflicts(plan: &mut DestinationPlan, input: &PlanInput<'_>) {
+    // The key prefix: the bundle path `s3://<bucket>/<prefix>` without its bucket.
+    let bundle = input.bundle_path.to_string_lossy();
+    let prefix_len = bundle
+        .strip_prefix("s3://")
+        .and_then(|b| b.split_once('/'))
+        .map_or(0, |(_, prefix)| prefix.len());
+    let manifest = &input.source.manifest;
+    for o in &manifest.outputs {
+        let key_len = prefix_len + 1 + o.path.len();
+        if key_len > MAX_KEY_LEN {
+            plan.conflicts.push(Conflict::new(
+                ConflictKind::KeyTooLong,
+                Some(&o.path),
+                None,
+                format!(
+                    "its key under {bundle} would be {key_len} bytes; object stores accept at most {MAX_KEY_LEN}"
+                ),
+            ));
+        }
+    }
+    for l in &manifest.links {
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::UnsupportedLink,
+            Some(&l.path),
+            None,
+            format!(
+                "links cannot be published to an object store (the link to '{}'); publish the file itself, or use a local destination",
+                l.target
+            ),
+        ));
+    }
+}
+
+/// The longest key an object store accepts, in bytes.
+const MAX_KEY_LEN: usize = 1024;
 
 /// Ends a plan stopped by a non-forceable conflict found before reconciliation.
 fn finish_conflict(mut plan: DestinationPlan) -> DestinationPlan {

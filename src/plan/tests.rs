@@ -53,6 +53,7 @@ fn source(id: &str, at: &str, outputs: &[(&str, char)]) -> Source {
 /// Single-owner state of `owner` holding `src` with the given outputs.
 fn state(owner: &Owner, src: &Source, outputs: &[(&str, char)]) -> State {
     State {
+        version: 1,
         mode: StateMode::SingleOwner,
         owners: vec![OwnerRecord {
             owner: owner.clone(),
@@ -67,6 +68,7 @@ fn state(owner: &Owner, src: &Source, outputs: &[(&str, char)]) -> State {
                 path: p.to_string(),
                 size: 1,
                 sha256: hex(*c),
+                etag: None,
                 owner: owner.clone().into(),
             })
             .collect(),

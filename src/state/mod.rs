@@ -40,6 +40,9 @@ pub struct RecordedOutput {
     pub size: u64,
     /// Hex sha256.
     pub sha256: String,
+    /// The object's ETag as the store returned it (state version 2, s3 destinations);
+    /// `None` in version 1 and for outputs not uploaded yet.
+    pub etag: Option<String>,
     /// Owner. Shared by every path of that owner (one allocation per owner, not per path).
     pub owner: Arc<Owner>,
 }
@@ -58,6 +61,9 @@ pub struct RecordedLink {
 /// Valid destination state of either mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct State {
+    /// `state_version`: 1 (local destinations), or 2 (s3 destinations: outputs carry
+    /// their ETags).
+    pub version: u32,
     /// On-disk form.
     pub mode: StateMode,
     /// Owner records (exactly one for single owner).
@@ -123,6 +129,8 @@ struct OutputDoc {
     size: u64,
     sha256: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    etag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<String>,
 }
 
@@ -141,6 +149,23 @@ impl StateFile {
         match parse_state(bytes) {
             Ok(s) => StateFile::Valid(s),
             Err(reason) => StateFile::Invalid(reason),
+        }
+    }
+
+    /// Valid state of another version than the backend's (`1` local, `2` s3) becomes
+    /// invalid: a local destination never holds ETags, an s3 one always does.
+    pub fn for_version(self, version: u32) -> StateFile {
+        match self {
+            StateFile::Valid(s) if s.version != version => StateFile::Invalid(format!(
+                "state_version {} is not the state of this backend, accepted: state_version {version} ({})",
+                s.version,
+                if version == 2 {
+                    "s3 destinations record each output's etag"
+                } else {
+                    "local destinations"
+                }
+            )),
+            other => other,
         }
     }
 }
@@ -201,8 +226,8 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
     // after the object fails it).
     let (head, read) = read_head(bytes, true);
     if read.is_err_and(|e| e.to_string().starts_with(HEAD_READ))
-        && let Ok(mode) = mode_of(&head)
-        && let Ok(state) = typed_state(bytes, mode)
+        && let Ok((version, mode)) = mode_of(&head)
+        && let Ok(state) = typed_state(bytes, version, mode)
     {
         validate(&state)?;
         return Ok(state);
@@ -213,9 +238,35 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
         serde_json::error::Category::Data => "not a JSON object".to_string(),
         _ => format!("not JSON: {e}"),
     })?;
-    let state = typed_state(bytes, mode_of(&head)?)?;
+    let (version, mode) = mode_of(&head)?;
+    let state = typed_state(bytes, version, mode)?;
     validate(&state)?;
     Ok(state)
+}
+
+/// The planned post-state `bytes` (rendered before anything was uploaded) with each
+/// output's ETag filled in by `etag_of(path, sha256)`, as state version 2 (SPEC §14).
+/// An output no ETag is known for is an error: the state would not prove it.
+pub fn fill_etags(
+    bytes: &[u8],
+    mut etag_of: impl FnMut(&str, &str) -> Option<String>,
+) -> Result<Vec<u8>, String> {
+    let (head, read) = read_head(bytes, false);
+    read.map_err(|e| format!("planned post-state is not JSON: {e}"))?;
+    let (_, mode) = mode_of(&head)?;
+    let mut state = typed_state(bytes, 2, mode)?;
+    for o in state.outputs.iter_mut() {
+        let etag = etag_of(&o.path, &o.sha256).ok_or_else(|| {
+            format!(
+                "no ETag is known for '{}': it was neither uploaded by this operation nor recorded with the same content before",
+                o.path
+            )
+        })?;
+        o.etag = Some(etag);
+    }
+    state.version = 2;
+    validate(&state)?;
+    Ok(state.render())
 }
 
 /// Reads the head of a state file, and the whole document as JSON after it; with `early`,
@@ -228,20 +279,20 @@ fn read_head(bytes: &[u8], early: bool) -> (Head, serde_json::Result<()>) {
     (head, read)
 }
 
-/// The mode the head names, if it is a state this distributor reads.
-fn mode_of(head: &Head) -> Result<StateMode, String> {
-    match head.state_version.as_ref().and_then(|v| v.as_u64()) {
-        Some(1) => {}
-        Some(v) if v > 1 => {
+/// The version and mode the head names, if it is a state this distributor reads.
+fn mode_of(head: &Head) -> Result<(u32, StateMode), String> {
+    let version = match head.state_version.as_ref().and_then(|v| v.as_u64()) {
+        Some(v @ (1 | 2)) => v as u32,
+        Some(v) if v > 2 => {
             return Err(format!(
-                "state_version {v} was written by a newer distributor; this one reads state_version 1"
+                "state_version {v} was written by a newer distributor; this one reads state_version 1 and 2"
             ));
         }
-        _ => return Err("state_version is missing or not 1".into()),
-    }
+        _ => return Err("state_version is missing or not 1 or 2".into()),
+    };
     match head.state_mode.as_ref().and_then(|v| v.as_str()) {
-        Some("single_owner") => Ok(StateMode::SingleOwner),
-        Some("shared_root") => Ok(StateMode::SharedRoot),
+        Some("single_owner") => Ok((version, StateMode::SingleOwner)),
+        Some("shared_root") => Ok((version, StateMode::SharedRoot)),
         other => Err(format!(
             "state_mode {other:?} is unknown, accepted: single_owner, shared_root"
         )),
@@ -249,7 +300,7 @@ fn mode_of(head: &Head) -> Result<StateMode, String> {
 }
 
 /// The document read as state of `mode` (not validated yet).
-fn typed_state(bytes: &[u8], mode: StateMode) -> Result<State, String> {
+fn typed_state(bytes: &[u8], version: u32, mode: StateMode) -> Result<State, String> {
     let state = match mode {
         StateMode::SingleOwner => {
             let d: SingleOwnerDoc =
@@ -268,6 +319,7 @@ fn typed_state(bytes: &[u8], mode: StateMode) -> Result<State, String> {
                     path: o.path,
                     size: o.size,
                     sha256: o.sha256,
+                    etag: o.etag,
                     owner: Arc::clone(&shared),
                 });
             }
@@ -286,6 +338,7 @@ fn typed_state(bytes: &[u8], mode: StateMode) -> Result<State, String> {
                 });
             }
             State {
+                version,
                 mode,
                 owners: vec![OwnerRecord {
                     owner,
@@ -336,6 +389,7 @@ fn typed_state(bytes: &[u8], mode: StateMode) -> Result<State, String> {
                     path: o.path,
                     size: o.size,
                     sha256: o.sha256,
+                    etag: o.etag,
                     owner,
                 });
             }
@@ -349,6 +403,7 @@ fn typed_state(bytes: &[u8], mode: StateMode) -> Result<State, String> {
                 });
             }
             State {
+                version,
                 mode,
                 owners,
                 outputs,
@@ -411,6 +466,27 @@ fn validate(s: &State) -> Result<(), String> {
                 o.path
             ));
         }
+        match (s.version, &o.etag) {
+            (1, Some(_)) => {
+                return Err(format!(
+                    "output '{}': etag is recorded only in state_version 2",
+                    o.path
+                ));
+            }
+            (2, None) => {
+                return Err(format!(
+                    "output '{}': state_version 2 records an etag for every output",
+                    o.path
+                ));
+            }
+            (2, Some(e)) if e.is_empty() || e.len() > 256 || e.chars().any(char::is_control) => {
+                return Err(format!(
+                    "output '{}': etag is empty, longer than 256 characters or holds a control character",
+                    o.path
+                ));
+            }
+            _ => {}
+        }
     }
     for l in &s.links {
         check_safe_path(&l.path).map_err(|e| format!("link '{}': {e}", l.path.escape_debug()))?;
@@ -442,7 +518,7 @@ impl State {
             StateMode::SingleOwner => {
                 let r = &self.owners[0];
                 serde_json::to_string_pretty(&SingleOwnerDoc {
-                    state_version: 1,
+                    state_version: self.version,
                     state_mode: StateMode::SingleOwner,
                     pipeline_id: r.owner.pipeline_id.clone(),
                     destination_id: r.owner.destination_id.clone(),
@@ -456,6 +532,7 @@ impl State {
                             path: o.path,
                             size: o.size,
                             sha256: o.sha256,
+                            etag: o.etag,
                             owner: None,
                         })
                         .collect(),
@@ -480,7 +557,7 @@ impl State {
                     .collect();
                 owners.sort_by(|a, b| a.owner.cmp(&b.owner));
                 serde_json::to_string_pretty(&SharedRootDoc {
-                    state_version: 1,
+                    state_version: self.version,
                     state_mode: StateMode::SharedRoot,
                     owners: owners
                         .into_iter()
@@ -500,6 +577,7 @@ impl State {
                             path: o.path,
                             size: o.size,
                             sha256: o.sha256,
+                            etag: o.etag,
                             owner: Some(o.owner.to_string()),
                         })
                         .collect(),

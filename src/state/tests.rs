@@ -28,6 +28,7 @@ fn record(p: &str, d: &str, src: &str) -> OwnerRecord {
 
 fn output(path: &str, owner: &Owner) -> RecordedOutput {
     RecordedOutput {
+        etag: None,
         path: path.into(),
         size: 812,
         sha256: sha('a'),
@@ -47,6 +48,7 @@ fn single_owner() -> State {
     let r = record("weather", "latest", "tomorrow-a");
     let o = r.owner.clone();
     State {
+        version: 1,
         mode: StateMode::SingleOwner,
         owners: vec![r],
         // Deliberately unsorted: rendering sorts.
@@ -64,6 +66,7 @@ fn shared_root() -> State {
     let gone = record("old", "gone", "x");
     let (oa, ob) = (a.owner.clone(), b.owner.clone());
     State {
+        version: 1,
         mode: StateMode::SharedRoot,
         owners: vec![a, gone, b],
         outputs: vec![
@@ -289,9 +292,9 @@ fn invalid_state_reasons_come_from_the_whole_document() {
     );
     let mut open = full.trim_end().to_string();
     open.pop(); // the closing brace
-    let r = reason(format!("{open}, \"state_version\": 2}}").as_bytes());
+    let r = reason(format!("{open}, \"state_version\": 3}}").as_bytes());
     assert!(
-        r.starts_with("state_version 2 was written by a newer distributor"),
+        r.starts_with("state_version 3 was written by a newer distributor"),
         "{r}"
     );
 }
@@ -318,9 +321,41 @@ fn head_keys_are_found_anywhere_in_the_object() {
 #[test]
 fn future_or_missing_state_version_is_invalid() {
     let mut v = single_json();
+    v["state_version"] = json!(3);
+    let r = invalid_reason(&v);
+    assert!(r.contains("state_version 3") && r.contains("newer"), "{r}");
+    // Version 2 (s3 destinations) records an etag for every output, version 1 none.
+    let mut v = single_json();
     v["state_version"] = json!(2);
     let r = invalid_reason(&v);
-    assert!(r.contains("state_version 2") && r.contains("newer"), "{r}");
+    assert!(r.contains("records an etag for every output"), "{r}");
+    let mut v = single_json();
+    v["outputs"][0]["etag"] = json!("\"abc\"");
+    let r = invalid_reason(&v);
+    assert!(
+        r.contains("etag is recorded only in state_version 2"),
+        "{r}"
+    );
+    let mut v = single_json();
+    v["state_version"] = json!(2);
+    for o in v["outputs"].as_array_mut().unwrap() {
+        o["etag"] = json!("\"abc\"");
+    }
+    let bytes = serde_json::to_vec(&v).unwrap();
+    let state = match StateFile::parse(&bytes) {
+        StateFile::Valid(s) => s,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(state.version, 2);
+    // ... and is valid only where the backend's state is version 2.
+    assert!(matches!(
+        StateFile::Valid(state.clone()).for_version(1),
+        StateFile::Invalid(r) if r.contains("state_version 2 is not the state of this backend")
+    ));
+    assert!(matches!(
+        StateFile::Valid(state).for_version(2),
+        StateFile::Valid(_)
+    ));
     for bad in [json!(0), json!("1"), json!(1.5), Value::Null] {
         let mut v = single_json();
         v["state_version"] = bad;

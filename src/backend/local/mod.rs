@@ -119,8 +119,8 @@ impl BundleStore for Bundle {
     fn remove_emptied_dir(&self, rel: &str) -> Result<()> {
         Bundle::remove_emptied_dir(self, rel)
     }
-    fn place(&self, op: &StagedOperation, i: usize) -> Result<Fingerprint> {
-        Bundle::place(self, op, i)
+    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Fingerprint>> {
+        Bundle::place(self, op, i).map(Some)
     }
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()> {
         Bundle::link(self, op, i)

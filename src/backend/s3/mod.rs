@@ -1,0 +1,415 @@
+//! Object-store destinations (`backend: s3`, SPEC §14), through the `object_store` crate:
+//! SigV4, retries, conditional writes (`If-None-Match: *`, `If-Match`) and multipart
+//! uploads are its work; what distributor adds is the protocol on top.
+//!
+//! - A bundle path is a key prefix, `s3://<bucket>/<prefix>`; state is the object
+//!   `<prefix>/.distributor.json` (state version 2: each output's ETag).
+//! - The lock is a lease object renewed by conditional writes and judged expired by the
+//!   store's clock ([`lease`]).
+//! - The staging record and moved-aside copies live under
+//!   `<prefix>/.distributor-staging/<op>/`; the commit is decided by creating
+//!   `<op>/decision` once: `commit` by the publisher, `abort` by `recover`.
+//! - New content goes straight to its final key with a conditional PUT carrying its
+//!   sha256, so the store refuses a mismatch ([`store`]).
+//!
+//! The design, and what a reader of plain keys sees, are in `docs/internal/storage.md`
+//! and `docs/operations.md`.
+
+mod clock;
+mod lease;
+mod store;
+
+pub use store::S3Store;
+
+use crate::backend::{Backend, BundleStore};
+use crate::config::S3Settings;
+use crate::error::{Error, Result};
+use object_store::aws::{AmazonS3, AmazonS3Builder, Checksum};
+use object_store::path::Path as Key;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Where an s3 destination lives: everything needed to reach it again, recorded with each
+/// operation so `recover --journal` works without the config. Never credentials.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Location {
+    /// `s3`.
+    pub backend: String,
+    /// The endpoint (None: AWS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// The region.
+    pub region: String,
+    /// Whether plain http was allowed.
+    #[serde(default)]
+    pub allow_http: bool,
+    /// Virtual-hosted-style requests.
+    #[serde(default)]
+    pub virtual_hosted_style: bool,
+    /// Lease length in seconds.
+    pub lease_seconds: u64,
+}
+
+impl S3Location {
+    /// The location a destination's `s3:` settings name. The region, when not
+    /// configured: `AWS_REGION`, else `AWS_DEFAULT_REGION`, else `us-east-1`.
+    pub fn from_settings(s: &S3Settings) -> S3Location {
+        let region = s.region.clone().unwrap_or_else(|| {
+            ["AWS_REGION", "AWS_DEFAULT_REGION"]
+                .iter()
+                .find_map(|v| std::env::var(v).ok().filter(|r| !r.is_empty()))
+                .unwrap_or_else(|| "us-east-1".into())
+        });
+        S3Location {
+            backend: "s3".into(),
+            endpoint: s.endpoint.clone(),
+            region,
+            allow_http: s.allow_http,
+            virtual_hosted_style: s.virtual_hosted_style,
+            lease_seconds: s.lease_seconds,
+        }
+    }
+}
+
+/// What an s3 destination's objects get besides their bytes: `Content-Type` from
+/// `s3.content_types`, else the MIME table; `Cache-Control` from the first matching
+/// `s3.cache_control` rule. Without settings (recovery from a record) only the table.
+#[derive(Debug, Clone, Default)]
+pub struct Headers(Option<Arc<S3Settings>>);
+
+impl Headers {
+    /// The Content-Type of `rel`.
+    pub fn content_type(&self, rel: &str) -> String {
+        if let Some(t) = self.0.as_ref().and_then(|s| s.extra_content_type(rel)) {
+            return t.to_string();
+        }
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        mime_guess::from_path(name)
+            .first_raw()
+            .unwrap_or("application/octet-stream")
+            .to_string()
+    }
+
+    /// The Cache-Control of `rel`, if a rule matches.
+    pub fn cache_control(&self, rel: &str) -> Option<&str> {
+        self.0.as_ref().and_then(|s| s.cache_control_for(rel))
+    }
+}
+
+/// An s3 destination's backend: one bucket, its client and settings.
+#[derive(Debug, Clone)]
+pub struct S3Backend {
+    location: S3Location,
+    bucket: String,
+    concurrency: usize,
+    headers: Headers,
+    client: Arc<AmazonS3>,
+    clock: clock::StoreClock,
+}
+
+/// The runtime every s3 request runs on: the storage interface is blocking, so each step
+/// waits here for its requests (several threads may wait at once).
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("distributor-s3")
+            .enable_all()
+            .build()
+            .expect("the s3 runtime starts")
+    })
+}
+
+/// Runs a future to completion on the s3 runtime.
+pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    runtime().block_on(f)
+}
+
+/// The bucket and key prefix of `s3://<bucket>/<prefix>`.
+pub fn split_bundle_path(bundle: &Path) -> Option<(String, String)> {
+    let s = bundle.to_str()?;
+    let rest = s.strip_prefix("s3://")?;
+    let (bucket, prefix) = rest.split_once('/')?;
+    let prefix = prefix.trim_end_matches('/');
+    (!bucket.is_empty() && !prefix.is_empty()).then(|| (bucket.to_string(), prefix.to_string()))
+}
+
+/// True when `bundle` names an s3 bundle path.
+pub fn is_s3_path(bundle: &Path) -> bool {
+    bundle.to_str().is_some_and(|s| s.starts_with("s3://"))
+}
+
+impl S3Backend {
+    /// The backend of an s3 destination, from its location and upload settings.
+    /// Credentials come from the environment (the AWS credential chain object_store
+    /// reads); `AWS_ENDPOINT_URL` overrides the configured endpoint.
+    pub fn new(
+        bucket: &str,
+        mut location: S3Location,
+        concurrency: usize,
+        headers: Headers,
+    ) -> Result<S3Backend> {
+        if let Some(ep) = std::env::var("AWS_ENDPOINT_URL")
+            .ok()
+            .filter(|e| !e.is_empty())
+        {
+            location.endpoint = Some(ep);
+        }
+        if let Some(ep) = &location.endpoint
+            && ep.starts_with("http://")
+            && !location.allow_http
+        {
+            return Err(Error::Config(format!(
+                "s3 endpoint {ep} is plain http: set s3.allow_http: true to use it (accepted otherwise: an https:// endpoint)"
+            )));
+        }
+        let clock = clock::StoreClock::default();
+        // Only the credential variables are read from the environment: the rest is the
+        // destination's own configuration.
+        let mut builder = AmazonS3Builder::new();
+        for (k, v) in std::env::vars() {
+            if matches!(
+                k.as_str(),
+                "AWS_ACCESS_KEY_ID"
+                    | "AWS_SECRET_ACCESS_KEY"
+                    | "AWS_SESSION_TOKEN"
+                    | "AWS_WEB_IDENTITY_TOKEN_FILE"
+                    | "AWS_ROLE_ARN"
+                    | "AWS_ROLE_SESSION_NAME"
+                    | "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"
+                    | "AWS_CONTAINER_CREDENTIALS_FULL_URI"
+                    | "AWS_CONTAINER_AUTHORIZATION_TOKEN"
+            ) && let Ok(key) = k.to_ascii_lowercase().parse()
+            {
+                builder = builder.with_config(key, v);
+            }
+        }
+        builder = builder
+            .with_bucket_name(bucket)
+            .with_region(&location.region)
+            .with_allow_http(location.allow_http)
+            .with_virtual_hosted_style_request(location.virtual_hosted_style)
+            .with_checksum_algorithm(Checksum::SHA256)
+            .with_http_connector(clock::DateConnector(clock.clone()));
+        if let Some(ep) = &location.endpoint {
+            // Virtual-hosted style names the bucket in the host.
+            let ep = match (location.virtual_hosted_style, ep.split_once("://")) {
+                (true, Some((scheme, host))) => format!("{scheme}://{bucket}.{host}"),
+                _ => ep.clone(),
+            };
+            builder = builder.with_endpoint(ep);
+        }
+        let client = builder
+            .build()
+            .map_err(|e| Error::Config(format!("s3 destination s3://{bucket}: {e}")))?;
+        Ok(S3Backend {
+            location,
+            bucket: bucket.to_string(),
+            concurrency: concurrency.max(1),
+            headers,
+            client: Arc::new(client),
+            clock,
+        })
+    }
+
+    /// The backend of an s3 destination's settings.
+    pub fn from_settings(s: &S3Settings) -> Result<S3Backend> {
+        S3Backend::new(
+            &s.bucket,
+            S3Location::from_settings(s),
+            s.concurrency,
+            Headers(Some(Arc::new(s.clone()))),
+        )
+    }
+
+    /// The backend of an operation found in a journal or a staging record.
+    pub fn for_location(bundle: &Path, location: &S3Location) -> Result<S3Backend> {
+        let (bucket, _) = split_bundle_path(bundle).ok_or_else(|| {
+            Error::Failed(format!(
+                "{} is not an s3 bundle path (s3://<bucket>/<prefix>)",
+                bundle.display()
+            ))
+        })?;
+        S3Backend::new(&bucket, location.clone(), 16, Headers::default())
+    }
+
+    /// Where it lives, for the staging record and the journal.
+    pub fn location(&self) -> &S3Location {
+        &self.location
+    }
+
+    fn prefix_of(&self, bundle: &Path) -> Result<String> {
+        match split_bundle_path(bundle) {
+            Some((bucket, prefix)) if bucket == self.bucket => Ok(prefix),
+            _ => Err(Error::Failed(format!(
+                "{} is not a key prefix in bucket {}",
+                bundle.display(),
+                self.bucket
+            ))),
+        }
+    }
+
+    /// Refuses a store that ignores conditional writes (SPEC §14), once per process and
+    /// bucket, on an object of its own under the prefix.
+    fn check_conditional_writes(&self, prefix: &str) -> Result<()> {
+        static CHECKED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+        let id = format!(
+            "{}|{}",
+            self.location.endpoint.as_deref().unwrap_or("aws"),
+            self.bucket
+        );
+        if CHECKED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&id)
+        {
+            return Ok(());
+        }
+        let key = Key::from(format!(
+            "{prefix}/.distributor-probe-{}",
+            uuid::Uuid::new_v4()
+        ));
+        let client = &self.client;
+        let put = |mode: PutMode| {
+            block_on(client.put_opts(
+                &key,
+                PutPayload::from_static(b"distributor conditional-write check\n"),
+                PutOptions {
+                    mode,
+                    ..Default::default()
+                },
+            ))
+        };
+        let where_ = format!("s3://{}/{}", self.bucket, key);
+        let first = put(PutMode::Create).map_err(|e| store_error("create", &where_, e))?;
+        let again = put(PutMode::Create);
+        let stale = put(PutMode::Update(UpdateVersion {
+            e_tag: Some("\"00000000000000000000000000000000\"".into()),
+            version: None,
+        }));
+        let _ = block_on(client.delete(&key));
+        let ignored = match (again, stale) {
+            (
+                Err(object_store::Error::AlreadyExists { .. }),
+                Err(object_store::Error::Precondition { .. }),
+            ) => None,
+            (Ok(_), _) => {
+                Some("a second PUT with If-None-Match: * succeeded over an existing object")
+            }
+            (_, Ok(_)) => Some("a PUT with If-Match on a wrong ETag succeeded"),
+            (Err(a), Err(b)) => {
+                let e = if matches!(a, object_store::Error::AlreadyExists { .. }) {
+                    b
+                } else {
+                    a
+                };
+                return Err(store_error("check conditional writes on", &where_, e));
+            }
+        };
+        if let Some(why) = ignored {
+            return Err(Error::Failed(format!(
+                "the store at {} ignores conditional writes ({why}, on {where_}); distributor cannot lock or commit safely there and refuses it. Stores known to honour them: AWS S3, MinIO, Cloudflare R2 (see docs/operations.md)",
+                self.location.endpoint.as_deref().unwrap_or("AWS S3")
+            )));
+        }
+        let _ = first;
+        CHECKED.lock().unwrap_or_else(|e| e.into_inner()).push(id);
+        Ok(())
+    }
+}
+
+impl Backend for S3Backend {
+    fn name(&self) -> &'static str {
+        "s3"
+    }
+
+    fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+
+    fn bundle_unsafe(&self, _base: &Path, _bundle: &Path) -> Option<String> {
+        // Nothing to follow: keys are names, not a tree of handles.
+        None
+    }
+
+    fn open(&self, _base: &Path, bundle: &Path) -> Result<Option<Box<dyn BundleStore>>> {
+        let prefix = self.prefix_of(bundle)?;
+        Ok(Some(Box::new(S3Store::new(
+            self.clone(),
+            bundle,
+            prefix,
+            None,
+        ))))
+    }
+
+    fn lock(
+        &self,
+        _base: &Path,
+        bundle: &Path,
+        timeout: Duration,
+        _create: bool,
+    ) -> Result<Option<Box<dyn BundleStore>>> {
+        let prefix = self.prefix_of(bundle)?;
+        self.check_conditional_writes(&prefix)?;
+        let lease = lease::Lease::acquire(self, bundle, &prefix, timeout)?;
+        Ok(Some(Box::new(S3Store::new(
+            self.clone(),
+            bundle,
+            prefix,
+            Some(lease),
+        ))))
+    }
+
+    fn bundle_paths(&self, base: &Path) -> Result<Vec<PathBuf>> {
+        // The bundle paths below a mapped destination that hold state or staging: every
+        // `.distributor.json` or `.distributor-staging/` under the prefix.
+        let prefix = self.prefix_of(base)?;
+        let keys = list(self, &format!("{prefix}/"))?;
+        let mut found: Vec<PathBuf> = Vec::new();
+        for m in keys {
+            let key = m.location.as_ref();
+            let Some(rel) = key.strip_prefix(&format!("{prefix}/")) else {
+                continue;
+            };
+            let bundle_rel = if let Some(b) = rel.strip_suffix("/.distributor.json") {
+                b
+            } else if let Some((b, _)) = rel.split_once("/.distributor-staging/") {
+                b
+            } else {
+                continue;
+            };
+            let p = base.join(bundle_rel);
+            if !found.contains(&p) {
+                found.push(p);
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+}
+
+/// Every object under `prefix` (which ends in `/`).
+pub(crate) fn list(backend: &S3Backend, prefix: &str) -> Result<Vec<object_store::ObjectMeta>> {
+    use futures_util::TryStreamExt;
+    let key = Key::from(prefix.trim_end_matches('/'));
+    block_on(backend.client.list(Some(&key)).try_collect::<Vec<_>>())
+        .map_err(|e| store_error("list", &format!("s3://{}/{prefix}", backend.bucket), e))
+}
+
+/// An object_store error as distributor reports it: what it was doing, on which key. A
+/// failed condition is the error kind `concurrent_change`.
+pub(crate) fn store_error(action: &str, what: &str, e: object_store::Error) -> Error {
+    match e {
+        object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {
+            Error::ConcurrentChange(format!(
+                "{action} {what}: changed by someone else since it was planned (the store refused a conditional write)"
+            ))
+        }
+        e => Error::Failed(format!("s3: {action} {what}: {e}")),
+    }
+}

@@ -1,0 +1,911 @@
+//! One s3 bundle path (a key prefix), opened: the storage interface's steps as object
+//! requests (SPEC §14).
+//!
+//! | step | requests |
+//! |---|---|
+//! | `read_state` | `GET <prefix>/.distributor.json` (its ETag kept for the commit) |
+//! | `probe`, `list_files` | one listing of the prefix; "matches" = recorded size and ETag |
+//! | `begin` | `pre-state.json`, `post-state.json`, then `plan.json` (create-once) under `.distributor-staging/<op>/` |
+//! | `stage` | hash the source file; a replaced key is copied aside to `old/<i>` first; then `PUT` to its final key with `x-amz-checksum-sha256`, `If-None-Match: *` (new) or `If-Match` (replaced); large files multipart, completed only after the whole file's sha256 matched |
+//! | `move_aside` | a deleted key is copied aside to `old/<i>` |
+//! | `commit_state` | `state.json` (the state with each output's ETag), `decision` = `commit` (create-once), the deletes, then the state object with `If-Match` on the ETag planned against |
+//! | `undo` | `decision` = `abort` (create-once; `commit` there means roll forward instead), restore from `old/`, delete what the operation wrote (checked by content) |
+//! | `clean_up` | finish the deletes and the state object if `recover` rolls forward, then remove the staging entry, its `decision` last |
+
+use super::lease::{LOCK_OBJECT, Lease};
+use super::{S3Backend, block_on, store_error};
+use crate::backend::local::{Fingerprint, Proof, StagingEntry, StateBytes};
+use crate::backend::{BundleStore, Committed, Verdict};
+use crate::error::{Error, Result};
+use crate::execute::{
+    ActionKind, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE, StagedOperation,
+};
+use crate::failpoint;
+use crate::plan::{Entry, Storage};
+use crate::state::{STATE_FILE, StateFile};
+use bytes::Bytes;
+use futures_util::{StreamExt, TryStreamExt};
+use object_store::path::Path as Key;
+use object_store::{
+    Attribute, Attributes, CopyMode, CopyOptions, ObjectStore, ObjectStoreExt, PutMode,
+    PutMultipartOptions, PutOptions, PutPayload, UpdateVersion,
+};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The staging directory's name under the prefix.
+const STAGING: &str = ".distributor-staging";
+/// The decision record's name in an operation's staging.
+const DECISION: &str = "decision";
+/// Files up to this size go in one PUT; larger ones multipart, in parts of this size.
+const PART: usize = 8 * 1024 * 1024;
+
+/// What a listing showed of one key.
+#[derive(Debug, Clone)]
+struct Listed {
+    size: u64,
+    etag: Option<String>,
+}
+
+/// One s3 bundle path.
+#[derive(Debug)]
+pub struct S3Store {
+    backend: S3Backend,
+    bundle: PathBuf,
+    prefix: String,
+    lease: Option<Lease>,
+    /// The last listing: bundle-relative key -> size and ETag.
+    listing: Mutex<Option<HashMap<String, Listed>>>,
+    /// The state object as last read: its bytes and ETag.
+    state: Mutex<Option<(Vec<u8>, Option<String>)>>,
+    /// What this process wrote: bundle-relative key -> ETag the store returned.
+    placed: Mutex<HashMap<String, String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl S3Store {
+    pub(super) fn new(
+        backend: S3Backend,
+        bundle: &Path,
+        prefix: String,
+        lease: Option<Lease>,
+    ) -> S3Store {
+        S3Store {
+            backend,
+            bundle: bundle.to_path_buf(),
+            prefix,
+            lease,
+            listing: Mutex::new(None),
+            state: Mutex::new(None),
+            placed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The key of a bundle-relative path.
+    fn key(&self, rel: &str) -> Result<Key> {
+        Key::parse(format!("{}/{rel}", self.prefix)).map_err(|e| {
+            Error::Failed(format!(
+                "{}: '{}' cannot be an object key: {e}",
+                self.bundle.display(),
+                rel.escape_debug()
+            ))
+        })
+    }
+
+    fn shown(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.bundle.display())
+    }
+
+    fn staging_rel(op: &str, name: &str) -> String {
+        format!("{STAGING}/{op}/{name}")
+    }
+
+    fn old_rel(op: &str, i: usize) -> String {
+        format!("{STAGING}/{op}/old/{i}")
+    }
+
+    /// Writing needs the lease, still live.
+    fn writable(&self) -> Result<&Lease> {
+        let lease = self.lease.as_ref().ok_or_else(|| {
+            Error::Failed(format!(
+                "{} is opened for reading; writing needs its lock",
+                self.bundle.display()
+            ))
+        })?;
+        lease.check()?;
+        Ok(lease)
+    }
+
+    fn client(&self) -> &dyn ObjectStore {
+        self.backend.client.as_ref()
+    }
+
+    fn get(&self, rel: &str) -> Result<Option<(Bytes, Option<String>)>> {
+        let key = self.key(rel)?;
+        match block_on(self.client().get(&key)) {
+            Ok(g) => {
+                let etag = g.meta.e_tag.clone();
+                let bytes =
+                    block_on(g.bytes()).map_err(|e| store_error("read", &self.shown(rel), e))?;
+                Ok(Some((bytes, etag)))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(store_error("read", &self.shown(rel), e)),
+        }
+    }
+
+    fn put(&self, rel: &str, bytes: Vec<u8>, mode: PutMode) -> Result<Option<String>> {
+        let key = self.key(rel)?;
+        let r = block_on(self.client().put_opts(
+            &key,
+            PutPayload::from(bytes),
+            PutOptions {
+                mode,
+                ..Default::default()
+            },
+        ))
+        .map_err(|e| store_error("write", &self.shown(rel), e))?;
+        Ok(r.e_tag)
+    }
+
+    fn copy(&self, from: &str, to: &str) -> Result<()> {
+        block_on(self.client().copy_opts(
+            &self.key(from)?,
+            &self.key(to)?,
+            CopyOptions::default().with_mode(CopyMode::Overwrite),
+        ))
+        .map_err(|e| store_error(&format!("copy {} to", self.shown(from)), &self.shown(to), e))
+    }
+
+    fn head(&self, rel: &str) -> Result<Option<Listed>> {
+        match block_on(self.client().head(&self.key(rel)?)) {
+            Ok(m) => Ok(Some(Listed {
+                size: m.size,
+                etag: m.e_tag,
+            })),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(store_error("look up", &self.shown(rel), e)),
+        }
+    }
+
+    fn delete(&self, rel: &str) -> Result<()> {
+        match block_on(self.client().delete(&self.key(rel)?)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(store_error("delete", &self.shown(rel), e)),
+        }
+    }
+
+    /// Every key under `rel/` (bundle-relative; `""` for the whole prefix), with size and
+    /// ETag.
+    fn list_under(&self, rel: &str) -> Result<Vec<(String, Listed)>> {
+        let base = if rel.is_empty() {
+            format!("{}/", self.prefix)
+        } else {
+            format!("{}/{rel}/", self.prefix)
+        };
+        let metas = super::list(&self.backend, &base)?;
+        let strip = format!("{}/", self.prefix);
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| {
+                let k = m.location.as_ref().strip_prefix(&strip)?.to_string();
+                Some((
+                    k,
+                    Listed {
+                        size: m.size,
+                        etag: m.e_tag,
+                    },
+                ))
+            })
+            .collect())
+    }
+
+    /// Deletes keys, several at once.
+    fn delete_all(&self, rels: Vec<String>) -> Result<()> {
+        let keys: Vec<(String, Key)> = rels
+            .into_iter()
+            .map(|r| self.key(&r).map(|k| (r, k)))
+            .collect::<Result<_>>()?;
+        let client = self.client();
+        block_on(
+            futures_util::stream::iter(keys.into_iter().map(|(rel, key)| async move {
+                match client.delete(&key).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    Err(e) => Err(store_error("delete", &self.shown(&rel), e)),
+                }
+            }))
+            .buffer_unordered(self.backend.concurrency)
+            .try_collect::<Vec<()>>(),
+        )?;
+        Ok(())
+    }
+
+    /// The state as last read, parsed: path -> (sha256, etag).
+    fn recorded_etags(bytes: &[u8]) -> HashMap<String, (String, Option<String>)> {
+        match StateFile::parse(bytes) {
+            StateFile::Valid(s) => s
+                .outputs
+                .into_iter()
+                .map(|o| (o.path, (o.sha256, o.etag)))
+                .collect(),
+            _ => HashMap::new(),
+        }
+    }
+
+    fn state_now(&self) -> Result<Option<(Vec<u8>, Option<String>)>> {
+        if lock(&self.state).is_none() {
+            self.read_state()?;
+        }
+        Ok(lock(&self.state).clone())
+    }
+
+    /// The decision record of `op`, if one was created.
+    fn decision(&self, op: &str) -> Result<Option<String>> {
+        Ok(self
+            .get(&Self::staging_rel(op, DECISION))?
+            .map(|(b, _)| String::from_utf8_lossy(&b).trim().to_string()))
+    }
+
+    /// Creates the decision record of `op` holding `word`, once; what it holds then.
+    fn decide(&self, op: &str, word: &str) -> Result<String> {
+        let rel = Self::staging_rel(op, DECISION);
+        match self.put(&rel, format!("{word}\n").into_bytes(), PutMode::Create) {
+            Ok(_) => Ok(word.to_string()),
+            Err(Error::ConcurrentChange(_)) => Ok(self.decision(op)?.unwrap_or_default()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes an operation's staging entry: moved-aside copies and record first,
+    /// `plan.json` next, the decision last (an entry without a plan is unfinished, and
+    /// one with a plan but no decision would be rolled back).
+    fn remove_entry(&self, op: &str) -> Result<()> {
+        let all = self.list_under(&format!("{STAGING}/{op}"))?;
+        let plan = Self::staging_rel(op, PLAN_FILE);
+        let decision = Self::staging_rel(op, DECISION);
+        let (last, first): (Vec<_>, Vec<_>) = all
+            .into_iter()
+            .map(|(k, _)| k)
+            .partition(|k| *k == plan || *k == decision);
+        self.delete_all(first)?;
+        failpoint::hit("undo_before_remove_staging");
+        if last.contains(&plan) {
+            self.delete(&plan)?;
+        }
+        if last.contains(&decision) {
+            self.delete(&decision)?;
+        }
+        Ok(())
+    }
+
+    /// Attributes of an uploaded object: Content-Type and Cache-Control.
+    fn attributes(&self, rel: &str) -> Attributes {
+        let mut a = Attributes::new();
+        a.insert(
+            Attribute::ContentType,
+            self.backend.headers.content_type(rel).into(),
+        );
+        if let Some(cc) = self.backend.headers.cache_control(rel) {
+            a.insert(Attribute::CacheControl, cc.to_string().into());
+        }
+        a
+    }
+
+    /// Uploads `source` to `rel`, verified before visible: a single PUT only after the
+    /// bytes read hashed to `want`, carrying their sha256 so the store checks them too; a
+    /// multipart upload completed only after the whole file's sha256 matched. Returns
+    /// the size and sha256 read, and the ETag when it was written.
+    #[allow(clippy::too_many_arguments)]
+    fn upload(
+        &self,
+        rel: &str,
+        source: &Path,
+        want: (u64, &str),
+        mode: PutMode,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, String, Option<String>)> {
+        let mut file = crate::backend::local::open_source(source)?;
+        let read_err = |e: std::io::Error| Error::io("read", source, e);
+        let mut hasher = Sha256::new();
+        let mut size = 0u64;
+        let key = self.key(rel)?;
+        if want.0 <= PART as u64 {
+            let mut data = Vec::with_capacity(want.0 as usize);
+            loop {
+                let n = file.read(buf).map_err(read_err)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                data.extend_from_slice(&buf[..n]);
+                size += n as u64;
+                on_bytes(n as u64);
+                if size > want.0 {
+                    break;
+                }
+            }
+            let sha = crate::hash::hex(&hasher.finalize());
+            if size != want.0 || sha != want.1 {
+                return Ok((size, sha, None));
+            }
+            failpoint::hit("io_stage_write");
+            let r = block_on(self.client().put_opts(
+                &key,
+                PutPayload::from(data),
+                PutOptions {
+                    mode,
+                    attributes: self.attributes(rel),
+                    ..Default::default()
+                },
+            ))
+            .map_err(|e| store_error("upload", &self.shown(rel), e))?;
+            return Ok((size, sha, r.e_tag));
+        }
+        let mut upload = block_on(self.client().put_multipart_opts(
+            &key,
+            PutMultipartOptions {
+                attributes: self.attributes(rel),
+                ..Default::default()
+            },
+        ))
+        .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
+        let result = (|| -> Result<(u64, String)> {
+            let mut parts = Vec::new();
+            loop {
+                let mut part = Vec::with_capacity(PART);
+                while part.len() < PART {
+                    let n = file.read(buf).map_err(read_err)?;
+                    if n == 0 {
+                        break;
+                    }
+                    hasher.update(&buf[..n]);
+                    part.extend_from_slice(&buf[..n]);
+                    size += n as u64;
+                    on_bytes(n as u64);
+                }
+                if part.is_empty() {
+                    break;
+                }
+                parts.push(upload.put_part(PutPayload::from(part)));
+                if size > want.0 {
+                    break;
+                }
+            }
+            block_on(futures_util::future::try_join_all(parts))
+                .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?;
+            Ok((size, crate::hash::hex(&hasher.clone().finalize())))
+        })();
+        match result {
+            Ok((size, sha)) if size == want.0 && sha == want.1 => {
+                // A new key must still be free (a completion is not conditional).
+                if matches!(mode, PutMode::Create) && self.head(rel)?.is_some() {
+                    let _ = block_on(upload.abort());
+                    return Err(Error::ConcurrentChange(format!(
+                        "upload {}: the key was created by someone else meanwhile",
+                        self.shown(rel)
+                    )));
+                }
+                failpoint::hit("io_stage_write");
+                let r = block_on(upload.complete())
+                    .map_err(|e| store_error("complete the upload of", &self.shown(rel), e))?;
+                Ok((size, sha, r.e_tag))
+            }
+            Ok((size, sha)) => {
+                let _ = block_on(upload.abort());
+                Ok((size, sha, None))
+            }
+            Err(e) => {
+                let _ = block_on(upload.abort());
+                Err(e)
+            }
+        }
+    }
+
+    /// The listing entry of `rel` as planning saw it.
+    fn planned(&self, rel: &str) -> Option<Listed> {
+        lock(&self.listing)
+            .as_ref()
+            .and_then(|l| l.get(rel).cloned())
+    }
+
+    /// Makes storage show the committed state of `op` (`state.json`): the deletes, then
+    /// the state object. For `recover` rolling forward; idempotent.
+    fn finish_commit(&self, op: &StagedOperation) -> Result<()> {
+        let id = &op.operation_id;
+        let Some((final_state, _)) = self.get(&Self::staging_rel(id, STATE_TMP_FILE))? else {
+            return Err(Error::Failed(format!(
+                "{}: operation {id} decided commit but its {STATE_TMP_FILE} is missing; inspect {} by hand",
+                self.bundle.display(),
+                self.shown(&format!("{STAGING}/{id}"))
+            )));
+        };
+        let pre = match op.pre_state_sha256 {
+            Some(_) => self
+                .get(&Self::staging_rel(id, PRE_STATE_FILE))?
+                .map(|(b, _)| Self::recorded_etags(&b))
+                .unwrap_or_default(),
+            None => HashMap::new(),
+        };
+        let now = self.get(STATE_FILE)?;
+        let now_sha = now.as_ref().map(|(b, _)| crate::hash::sha256_hex(b));
+        if now_sha.as_deref() == Some(crate::hash::sha256_hex(&final_state).as_str()) {
+            return Ok(());
+        }
+        if now_sha != op.pre_state_sha256 {
+            return Err(Error::ConcurrentChange(format!(
+                "{} is neither the state before operation {id} nor the state it committed; nothing was changed",
+                self.shown(STATE_FILE)
+            )));
+        }
+        // Deleted keys still holding what the state before recorded.
+        let mut gone = Vec::new();
+        for a in op
+            .actions
+            .iter()
+            .filter(|a| a.kind == ActionKind::FileDelete)
+        {
+            if let Some(l) = self.head(&a.path)?
+                && pre.get(&a.path).and_then(|(_, e)| e.as_ref()) == l.etag.as_ref()
+            {
+                gone.push(a.path.clone());
+            }
+        }
+        self.delete_all(gone)?;
+        let mode = match now {
+            Some((_, etag)) => PutMode::Update(UpdateVersion {
+                e_tag: etag,
+                version: None,
+            }),
+            None => PutMode::Create,
+        };
+        self.put(STATE_FILE, final_state.to_vec(), mode)?;
+        Ok(())
+    }
+}
+
+impl BundleStore for S3Store {
+    fn path(&self) -> &Path {
+        &self.bundle
+    }
+
+    fn concurrency(&self) -> usize {
+        self.backend.concurrency
+    }
+
+    fn state_version(&self) -> u32 {
+        2
+    }
+
+    fn location(&self) -> Option<super::S3Location> {
+        Some(self.backend.location.clone())
+    }
+
+    fn read_state(&self) -> Result<StateBytes> {
+        let got = self.get(STATE_FILE)?;
+        let out = match &got {
+            Some((b, _)) => StateBytes::Bytes(b.to_vec()),
+            None => StateBytes::Absent,
+        };
+        *lock(&self.state) = Some(match got {
+            Some((b, e)) => (b.to_vec(), e),
+            None => (Vec::new(), None),
+        });
+        Ok(out)
+    }
+
+    fn probe<'a>(
+        &self,
+        paths: &[(&'a str, Option<Proof<'a>>)],
+        dirs_wanted: &foldhash::HashSet<&str>,
+    ) -> Result<Storage<'a>> {
+        let listed: HashMap<String, Listed> = self
+            .list_under("")?
+            .into_iter()
+            .filter(|(k, _)| !is_reserved(k))
+            .collect();
+        // Every "directory": each proper prefix of a key.
+        let mut dirs: BTreeSet<&str> = BTreeSet::new();
+        for k in listed.keys() {
+            let mut at = 0;
+            while let Some(i) = k[at..].find('/') {
+                dirs.insert(&k[..at + i]);
+                at += i + 1;
+            }
+        }
+        let state = self.state_now()?;
+        let recorded = state
+            .as_ref()
+            .map(|(b, _)| Self::recorded_etags(b))
+            .unwrap_or_default();
+        let list_dir = |d: &str, list: bool| -> Entry<'static> {
+            let (mut contents, mut subdirs) = (Vec::new(), Vec::new());
+            if list {
+                let under = format!("{d}/");
+                contents = listed
+                    .keys()
+                    .filter(|k| k.starts_with(&under))
+                    .cloned()
+                    .collect();
+                contents.sort();
+                subdirs = dirs
+                    .range::<str, _>((std::ops::Bound::Excluded(d), std::ops::Bound::Unbounded))
+                    .take_while(|s| s.starts_with(&under))
+                    .map(|s| s.to_string())
+                    .collect();
+            }
+            Entry::Dir {
+                contents,
+                dirs: subdirs,
+            }
+        };
+        let entry = |p: &'a str, proof: Option<Proof<'a>>| -> Entry<'a> {
+            if let Some(l) = listed.get(p) {
+                let proven = proof.filter(|pr| {
+                    recorded.get(p).is_some_and(|(sha, etag)| {
+                        sha == pr.sha256 && etag.is_some() && *etag == l.etag
+                    })
+                });
+                Entry::File {
+                    size: l.size,
+                    sha256: proven.map(|pr| pr.sha256.into()),
+                }
+            } else if dirs.contains(p) {
+                list_dir(p, dirs_wanted.contains(p))
+            } else {
+                Entry::Missing
+            }
+        };
+        let mut ancestors: foldhash::HashMap<&'a str, Entry<'a>> = Default::default();
+        for d in crate::tree::ancestors(paths.iter().map(|(p, _)| *p)) {
+            let proof = paths.iter().find(|(p, _)| *p == d).and_then(|(_, pr)| *pr);
+            ancestors.insert(d, entry(d, proof));
+        }
+        let probed = paths
+            .iter()
+            .filter(|(p, _)| !ancestors.contains_key(p))
+            .map(|&(p, proof)| (p, entry(p, proof)))
+            .collect();
+        *lock(&self.listing) = Some(listed);
+        Ok(Storage::new(None, ancestors, probed))
+    }
+
+    fn list_files(&self) -> Result<Vec<String>> {
+        let mut out: Vec<String> = self
+            .list_under("")?
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| !k.starts_with(".distributor-probe-"))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    fn dir_exists(&self, _rel: &str) -> Result<bool> {
+        // There are no directories to create or remove.
+        Ok(true)
+    }
+
+    fn locked_before(&self) -> Result<bool> {
+        Ok(true)
+    }
+
+    fn staging_entries(&self) -> Result<Vec<StagingEntry>> {
+        let mut ops: BTreeMap<String, bool> = BTreeMap::new();
+        let mut out = Vec::new();
+        for (k, _) in self.list_under(STAGING)? {
+            let rest = &k[STAGING.len() + 1..];
+            match rest.split_once('/') {
+                Some((op, name)) => {
+                    let has_plan = ops.entry(op.to_string()).or_default();
+                    *has_plan |= name == PLAN_FILE;
+                }
+                None => out.push(StagingEntry::Foreign(
+                    rest.to_string(),
+                    format!("{} is an object distributor never writes", self.shown(&k)),
+                )),
+            }
+        }
+        for (op, has_plan) in ops {
+            if uuid::Uuid::parse_str(&op).is_err() {
+                out.push(StagingEntry::Foreign(
+                    op.clone(),
+                    format!(
+                        "{} is not named after an operation",
+                        self.shown(&format!("{STAGING}/{op}/"))
+                    ),
+                ));
+            } else if has_plan {
+                out.push(StagingEntry::Operation(op));
+            } else {
+                out.push(StagingEntry::Unfinished(op));
+            }
+        }
+        Ok(out)
+    }
+
+    fn read_record(&self, op: &str) -> Result<Option<StagedOperation>> {
+        let rel = Self::staging_rel(op, PLAN_FILE);
+        match self.get(&rel)? {
+            Some((bytes, _)) => Ok(Some(StagedOperation::parse(
+                &bytes,
+                Path::new(&self.shown(&rel)),
+                &self.bundle,
+                op,
+            )?)),
+            None => Ok(None),
+        }
+    }
+
+    fn staging_holds_files(&self, op: &str) -> Result<bool> {
+        Ok(!self.list_under(&format!("{STAGING}/{op}"))?.is_empty())
+    }
+
+    fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
+        let lease = self.writable()?;
+        lease.set_operation(&op.operation_id)?;
+        failpoint::hit("before_staging_record");
+        let id = &op.operation_id;
+        if let Some(pre) = pre {
+            self.put(
+                &Self::staging_rel(id, PRE_STATE_FILE),
+                pre.to_vec(),
+                PutMode::Create,
+            )?;
+        }
+        self.put(
+            &Self::staging_rel(id, POST_STATE_FILE),
+            post.to_vec(),
+            PutMode::Create,
+        )?;
+        // The plan last: an entry without it changed nothing.
+        self.put(
+            &Self::staging_rel(id, PLAN_FILE),
+            op.to_json()?,
+            PutMode::Create,
+        )?;
+        failpoint::hit("after_staging_record");
+        Ok(())
+    }
+
+    fn stage(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        source: &Path,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, String)> {
+        self.writable()?;
+        let a = &op.actions[i];
+        let want = (
+            a.size.unwrap_or_default(),
+            a.sha256.as_deref().unwrap_or_default(),
+        );
+        // Whatever stands at the key now, as planning saw it: copied aside first, then
+        // replaced only if it is still that (If-Match); a new key only if still free.
+        let mode = match self.planned(&a.path) {
+            Some(l) => {
+                self.copy(&a.path, &Self::old_rel(&op.operation_id, i))?;
+                PutMode::Update(UpdateVersion {
+                    e_tag: l.etag,
+                    version: None,
+                })
+            }
+            None => PutMode::Create,
+        };
+        self.writable()?;
+        let (size, sha, etag) = self.upload(&a.path, source, want, mode, buf, on_bytes)?;
+        if let Some(etag) = etag {
+            lock(&self.placed).insert(a.path.clone(), etag);
+        }
+        Ok((size, sha))
+    }
+
+    fn make_staged_durable(&self) -> Result<()> {
+        // An acknowledged PUT is durable.
+        Ok(())
+    }
+
+    fn move_aside(&self, op: &StagedOperation, i: usize) -> Result<()> {
+        let a = &op.actions[i];
+        if a.kind != ActionKind::FileDelete {
+            // An overwrite was copied aside when its new content was uploaded.
+            return Ok(());
+        }
+        self.writable()?;
+        failpoint::hit("during_move_aside");
+        if self.planned(&a.path).is_some() {
+            self.copy(&a.path, &Self::old_rel(&op.operation_id, i))?;
+        }
+        Ok(())
+    }
+
+    fn remove_emptied_dir(&self, _rel: &str) -> Result<()> {
+        Ok(())
+    }
+
+    fn place(&self, _op: &StagedOperation, _i: usize) -> Result<Option<Fingerprint>> {
+        // Uploaded to its final key already; the state's ETag proves it later.
+        self.writable()?;
+        Ok(None)
+    }
+
+    fn link(&self, op: &StagedOperation, i: usize) -> Result<()> {
+        Err(Error::Failed(format!(
+            "{}: links cannot be published to an object store ({})",
+            self.bundle.display(),
+            op.actions[i].path
+        )))
+    }
+
+    fn commit_state(&self, op: &StagedOperation, post: &[u8]) -> Result<Committed> {
+        self.writable()?;
+        let id = &op.operation_id;
+        // The state with each output's ETag: what this run wrote, else what the state
+        // before recorded for the same content.
+        let before = self.state_now()?;
+        let planned_etag = before.as_ref().and_then(|(_, e)| e.clone());
+        let had_state = before.as_ref().is_some_and(|(b, _)| !b.is_empty());
+        let pre = before
+            .as_ref()
+            .map(|(b, _)| Self::recorded_etags(b))
+            .unwrap_or_default();
+        let placed = lock(&self.placed).clone();
+        let final_state = crate::state::fill_etags(post, |path, sha256| {
+            placed.get(path).cloned().or_else(|| {
+                pre.get(path)
+                    .filter(|(s, _)| s == sha256)
+                    .and_then(|(_, e)| e.clone())
+            })
+        })
+        .map_err(|e| Error::Failed(format!("{}: {e}", self.bundle.display())))?;
+        self.put(
+            &Self::staging_rel(id, STATE_TMP_FILE),
+            final_state.clone(),
+            PutMode::Overwrite,
+        )?;
+        self.writable()?;
+        // The decision: whoever creates it first decides.
+        match self.decide(id, "commit")?.as_str() {
+            "commit" => {}
+            other => {
+                return Err(Error::ConcurrentChange(format!(
+                    "operation {id} was decided '{other}' by a recovery on another host before it could commit; it is rolled back there"
+                )));
+            }
+        }
+        failpoint::hit("io_state_fsync");
+        // Deletes only while the lease is held, after the decision.
+        self.writable()?;
+        let deletes: Vec<String> = op
+            .actions
+            .iter()
+            .filter(|a| a.kind == ActionKind::FileDelete)
+            .map(|a| a.path.clone())
+            .collect();
+        self.delete_all(deletes)?;
+        self.writable()?;
+        failpoint::hit("io_state_rename");
+        let mode = if had_state {
+            PutMode::Update(UpdateVersion {
+                e_tag: planned_etag,
+                version: None,
+            })
+        } else {
+            PutMode::Create
+        };
+        self.put(STATE_FILE, final_state.clone(), mode)?;
+        Ok(Committed::passed_with_state(crate::hash::sha256_hex(
+            &final_state,
+        )))
+    }
+
+    fn verdict(&self, op: &StagedOperation) -> Result<Verdict> {
+        Ok(match self.decision(&op.operation_id)?.as_deref() {
+            Some("commit") => Verdict::Forward,
+            Some("abort") => Verdict::Back,
+            Some(_) => Verdict::Diverged,
+            None => {
+                let now = self
+                    .get(STATE_FILE)?
+                    .map(|(b, _)| crate::hash::sha256_hex(&b));
+                if now == op.pre_state_sha256 {
+                    Verdict::Back
+                } else {
+                    Verdict::Diverged
+                }
+            }
+        })
+    }
+
+    fn undo(&self, op: &StagedOperation) -> Result<()> {
+        self.writable()?;
+        let id = &op.operation_id;
+        match self.decide(id, "abort")?.as_str() {
+            "abort" => {}
+            "commit" => {
+                return Err(Error::ConcurrentChange(format!(
+                    "operation {id} was decided 'commit' first: it is rolled forward, not back; run `distributor recover`"
+                )));
+            }
+            other => {
+                return Err(Error::Failed(format!(
+                    "{}: decision of operation {id} holds '{other}'; inspect it by hand",
+                    self.bundle.display()
+                )));
+            }
+        }
+        let pre = match op.pre_state_sha256 {
+            Some(_) => self
+                .get(&Self::staging_rel(id, PRE_STATE_FILE))?
+                .map(|(b, _)| Self::recorded_etags(&b))
+                .unwrap_or_default(),
+            None => HashMap::new(),
+        };
+        for (i, a) in op.actions.iter().enumerate().rev() {
+            if !a.kind.writes_file() {
+                continue;
+            }
+            self.writable()?;
+            let old = Self::old_rel(id, i);
+            let now = self.head(&a.path)?;
+            if self.head(&old)?.is_some() {
+                // Restored unless it still holds what the state before recorded.
+                let recorded = pre.get(&a.path).and_then(|(_, e)| e.clone());
+                if now.as_ref().and_then(|l| l.etag.clone()) != recorded || recorded.is_none() {
+                    failpoint::hit("undo_restore");
+                    self.copy(&old, &a.path)?;
+                }
+            } else if a.kind == ActionKind::FileCreate && now.is_some() {
+                // Removed only when it holds what this operation wrote.
+                if let Some((bytes, _)) = self.get(&a.path)?
+                    && Some(crate::hash::sha256_hex(&bytes).as_str()) == a.sha256.as_deref()
+                {
+                    failpoint::hit("undo_remove_placed");
+                    self.delete(&a.path)?;
+                }
+            }
+        }
+        self.writable()?;
+        self.remove_entry(id)
+    }
+
+    fn clean_up(&self, op: &StagedOperation) -> Result<()> {
+        self.writable()?;
+        if self.decision(&op.operation_id)?.as_deref() != Some("commit") {
+            return Err(Error::Failed(format!(
+                "{}: operation {} has no commit decision; it cannot be finished",
+                self.bundle.display(),
+                op.operation_id
+            )));
+        }
+        self.finish_commit(op)?;
+        failpoint::hit("during_cleanup");
+        self.writable()?;
+        self.remove_entry(&op.operation_id)
+    }
+
+    fn remove_staging(&self, op: &str) -> Result<()> {
+        self.writable()?;
+        self.remove_entry(op)
+    }
+
+    fn remove_unfinished(&self, op: &str) -> Result<()> {
+        self.writable()?;
+        self.remove_entry(op)
+    }
+}
+
+/// Keys distributor keeps under a prefix for itself: never content.
+fn is_reserved(rel: &str) -> bool {
+    rel == LOCK_OBJECT
+        || rel.starts_with(".distributor-staging/")
+        || rel.starts_with(".distributor-probe-")
+}
