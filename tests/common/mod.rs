@@ -6,6 +6,7 @@
 pub mod chaos;
 pub mod faults;
 pub mod hostile;
+pub mod s3;
 pub mod server;
 
 use serde_json::Value;
