@@ -124,6 +124,11 @@ impl PausedRun {
         run
     }
 
+    /// The paused process's id (to stop it with a signal, say).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     fn marker(&self, suffix: &str) -> PathBuf {
         self.dir.path().join(format!("{}.{suffix}", self.name))
     }

@@ -1,0 +1,543 @@
+//! s3 destinations end to end (SPEC §14), against a real S3 protocol server (moto on
+//! 127.0.0.1, started by `tests/common/s3.rs`): publishing, the planner's rules, state
+//! version 2, headers, recovery after a crash at every step from this host or another one
+//! with a fresh journal, and a publisher stopped past its lease that must not commit.
+
+use crate::common::hostile::PausedRun;
+use crate::common::s3::{Moto, require_moto, s3_env};
+use crate::common::{Env, F, Run};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const PREFIX: &str = "weather/latest";
+
+/// One bucket and the environment to reach it.
+struct World {
+    env: Env,
+    moto: &'static Moto,
+    bucket: String,
+    vars: Vec<(&'static str, String)>,
+}
+
+impl World {
+    fn new(moto: &'static Moto) -> World {
+        World {
+            env: Env::new(),
+            moto,
+            bucket: moto.fresh_bucket(),
+            vars: s3_env(moto),
+        }
+    }
+
+    /// A config with one s3 destination `site` at `s3://<bucket>/<prefix>`, extra keys
+    /// for the destination (indented 4) and for its `s3:` block (indented 6).
+    fn config(&self, rel: &str, prefix: &str, dest_extra: &str, s3_extra: &str) -> PathBuf {
+        self.env.config(
+            rel,
+            &format!(
+                "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: site\n    backend: s3\n    path: s3://{}/{prefix}\n{dest_extra}    s3:\n      endpoint: {}\n      allow_http: true\n{s3_extra}",
+                self.bucket, self.moto.endpoint
+            ),
+        )
+    }
+
+    fn run(&self, args: &[&str], extra: &[(&str, &str)]) -> Run {
+        let mut env: Vec<(&str, &str)> = self.vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        env.extend_from_slice(extra);
+        self.env.run_env(args, &env)
+    }
+
+    fn publish(&self, config: &Path, bundle: &Path, extra: &[&str]) -> Run {
+        let mut args = vec![
+            "publish",
+            "--json",
+            "--config",
+            path(config),
+            "--source",
+            path(bundle),
+        ];
+        args.extend_from_slice(extra);
+        self.run(&args, &[])
+    }
+
+    /// Every object under the prefix: key -> (etag, content); the lease of a run that
+    /// was killed is left out (it stays until it expires or its host takes it over).
+    fn objects(&self) -> BTreeMap<String, (String, Vec<u8>)> {
+        let mut o = self.moto.snapshot(&self.bucket, &format!("{PREFIX}/"));
+        o.remove(&format!("{PREFIX}/.distributor.lock"));
+        o
+    }
+
+    /// The objects a reader sees: everything but distributor's own state object.
+    fn content(&self) -> BTreeMap<String, (String, Vec<u8>)> {
+        let mut o = self.objects();
+        o.remove(&format!("{PREFIX}/.distributor.json"));
+        o
+    }
+
+    fn state(&self) -> Option<Value> {
+        self.moto
+            .get(&self.bucket, &format!("{PREFIX}/.distributor.json"))
+            .map(|b| serde_json::from_slice(&b).expect("state is JSON"))
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn key(rel: &str) -> String {
+    format!("{PREFIX}/{rel}")
+}
+
+const V1: &[F] = &[
+    ("index.html", "<h1>v1</h1>"),
+    ("forecast.json", "{\"t\": 1}"),
+    ("maps/temp.png", "png-1"),
+    ("old.txt", "to be deleted"),
+];
+const V2: &[F] = &[
+    ("index.html", "<h1>v2</h1>"),
+    ("forecast.json", "{\"t\": 1}"),
+    ("maps/temp.png", "png-2"),
+    ("new.txt", "new in v2"),
+];
+
+#[test]
+fn publish_records_etags_and_an_unchanged_republish_writes_nothing() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config(
+        "d.yaml",
+        PREFIX,
+        "",
+        "      content_types: {\".png\": image/x-test}\n      cache_control: [{glob: \"*.html\", value: no-cache}]\n",
+    );
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    let r = w.publish(&config, &b1, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "create");
+
+    // The objects are the bundle's files, each with its content.
+    let objects = w.content();
+    let keys: Vec<&str> = objects.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            key("forecast.json"),
+            key("index.html"),
+            key("maps/temp.png"),
+            key("old.txt")
+        ]
+    );
+    for (p, c) in V1 {
+        assert_eq!(objects[&key(p)].1, c.as_bytes(), "{p}");
+    }
+    // Nothing of distributor's own is left but the state: no lease, no staging.
+    assert_eq!(w.objects().len(), V1.len() + 1);
+
+    // State version 2 records each output's ETag as the listing shows it.
+    let state = w.state().expect("state object");
+    assert_eq!(state["state_version"], 2);
+    for o in state["outputs"].as_array().unwrap() {
+        let k = key(o["path"].as_str().unwrap());
+        assert_eq!(o["etag"].as_str().unwrap(), objects[&k].0, "{k}");
+    }
+
+    // Content-Type from the table and s3.content_types; Cache-Control from the first rule.
+    let html = moto.head(&w.bucket, &key("index.html")).unwrap();
+    assert_eq!(html.content_type.as_deref(), Some("text/html"));
+    assert_eq!(html.cache_control.as_deref(), Some("no-cache"));
+    let json = moto.head(&w.bucket, &key("forecast.json")).unwrap();
+    assert_eq!(json.content_type.as_deref(), Some("application/json"));
+    assert_eq!(json.cache_control, None);
+    let png = moto.head(&w.bucket, &key("maps/temp.png")).unwrap();
+    assert_eq!(png.content_type.as_deref(), Some("image/x-test"));
+
+    // The same bundle again: unchanged, decided from the listing's ETags; not one object
+    // (the state included) is rewritten.
+    let before = w.objects();
+    let heads: Vec<_> = before
+        .keys()
+        .map(|k| moto.head(&w.bucket, k).unwrap())
+        .collect();
+    let r = w.publish(&config, &b1, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "unchanged");
+    assert_eq!(w.objects(), before);
+    let after: Vec<_> = before
+        .keys()
+        .map(|k| moto.head(&w.bucket, k).unwrap())
+        .collect();
+    assert_eq!(heads, after, "an unchanged republish rewrote an object");
+
+    // status and verify read the same state.
+    w.run(&["status", "--config", path(&config)], &[])
+        .expect_code(0);
+    let v = w.run(&["verify", "--json", "--config", path(&config)], &[]);
+    v.expect_code(0);
+}
+
+#[test]
+fn a_newer_bundle_replaces_changed_objects_and_deletes_dropped_ones() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config("d.yaml", PREFIX, "", "");
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    w.publish(&config, &b1, &[]).expect_code(0);
+    let untouched = w.objects()[&key("forecast.json")].clone();
+    let b2 = w.env.bundle("b2", "site", "2026-12-02T07:00:00Z", V2, &[]);
+    let r = w.publish(&config, &b2, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "replace_older");
+    let objects = w.content();
+    let keys: Vec<&str> = objects.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            key("forecast.json"),
+            key("index.html"),
+            key("maps/temp.png"),
+            key("new.txt")
+        ]
+    );
+    for (p, c) in V2 {
+        assert_eq!(objects[&key(p)].1, c.as_bytes(), "{p}");
+    }
+    assert_eq!(
+        objects[&key("forecast.json")],
+        untouched,
+        "an unchanged file was rewritten"
+    );
+    assert_eq!(
+        w.objects().len(),
+        V2.len() + 1,
+        "staging or the lease was left behind"
+    );
+    let v = w.run(&["verify", "--json", "--config", path(&config)], &[]);
+    v.expect_code(0);
+
+    // An object changed behind distributor's back is drift, and a repair puts it back.
+    moto.put(&w.bucket, &key("new.txt"), b"tampered");
+    let v = w.run(&["verify", "--config", path(&config)], &[]);
+    assert_ne!(v.code, 0, "verify missed a changed object\n{}", v.stdout);
+    let r = w.publish(&config, &b2, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "repair");
+    assert_eq!(moto.get(&w.bucket, &key("new.txt")).unwrap(), b"new in v2");
+}
+
+#[test]
+fn unmanaged_objects_are_refused_unless_forced() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config("d.yaml", PREFIX, "", "");
+    moto.put(&w.bucket, &key("index.html"), b"hand-made");
+    moto.put(
+        &w.bucket,
+        &key("maps/temp.png/inside"),
+        b"a key below a planned path",
+    );
+    let before = w.objects();
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    let r = w.publish(&config, &b1, &[]);
+    r.expect_code(3);
+    let mut kinds = r.conflict_kinds();
+    kinds.sort();
+    assert_eq!(kinds, ["unmanaged_content", "unmanaged_directory"]);
+    assert_eq!(w.objects(), before, "a refused publication wrote something");
+
+    // --force may replace the unmanaged object, never what stands under a planned path.
+    moto.delete(&w.bucket, &key("maps/temp.png/inside"));
+    let r = w.publish(&config, &b1, &["--force"]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "force_replace");
+    assert_eq!(
+        moto.get(&w.bucket, &key("index.html")).unwrap(),
+        b"<h1>v1</h1>"
+    );
+}
+
+#[test]
+fn links_and_overlong_keys_are_conflicts_nothing_is_written() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config("d.yaml", PREFIX, "", "");
+    let b = w.env.bundle(
+        "b",
+        "site",
+        "2026-12-02T06:00:00Z",
+        &[("maps/temp.png", "png")],
+        &[("current.png", "maps/temp.png")],
+    );
+    let r = w.publish(&config, &b, &["--force"]);
+    r.expect_code(3);
+    assert_eq!(r.conflict_kinds(), ["unsupported_link"]);
+    assert_eq!(r.dest(0)["conflicts"][0]["forceable"], false);
+
+    let long = format!(
+        "{}/{}/{}/{}/{}",
+        "a".repeat(250),
+        "b".repeat(250),
+        "c".repeat(250),
+        "d".repeat(250),
+        "e-long.txt"
+    );
+    let b = w
+        .env
+        .bundle("b2", "site", "2026-12-02T06:00:00Z", &[(&long, "x")], &[]);
+    let r = w.publish(&config, &b, &["--force"]);
+    r.expect_code(3);
+    assert_eq!(r.conflict_kinds(), ["key_too_long"]);
+    assert!(w.objects().is_empty(), "a conflict wrote something");
+}
+
+#[test]
+fn a_dry_run_writes_nothing_to_the_bucket() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config("d.yaml", PREFIX, "", "");
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    let r = w.run(
+        &[
+            "plan",
+            "--json",
+            "--config",
+            path(&config),
+            "--source",
+            path(&b1),
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    assert_eq!(r.decision(), "create");
+    let r = w.publish(&config, &b1, &["--dry-run"]);
+    r.expect_code(0);
+    assert!(
+        moto.list(&w.bucket, "").is_empty(),
+        "a dry run wrote to the bucket"
+    );
+}
+
+/// A failpoint that aborts the run, whether recovery then rolls back or forward.
+const STEPS: &[(&str, bool)] = &[
+    ("after_journal_append", false),
+    ("after_staging_record", false),
+    ("during_staging", false),
+    ("after_staging", false),
+    ("after_move_aside", false),
+    ("after_placement", false),
+    ("after_links", false),
+    // After the decision record says commit: rolled forward.
+    ("io_state_fsync", true),
+    ("io_state_rename", true),
+    ("after_state_write", true),
+    ("after_journal_commit", true),
+    ("during_cleanup", true),
+];
+
+#[test]
+fn a_crash_at_every_step_recovers_to_before_or_after_from_any_host() {
+    let moto = require_moto!();
+    for (i, &(step, forward)) in STEPS.iter().enumerate() {
+        let w = World::new(moto);
+        let config = w.config("d.yaml", PREFIX, "", "");
+        let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+        w.publish(&config, &b1, &[]).expect_code(0);
+        let before = w.objects();
+        let b2 = w.env.bundle("b2", "site", "2026-12-02T07:00:00Z", V2, &[]);
+        let fp = step.to_string();
+        let r = w.run(
+            &[
+                "publish",
+                "--json",
+                "--config",
+                path(&config),
+                "--source",
+                path(&b2),
+            ],
+            &[("DISTRIBUTOR_FAILPOINT", &fp)],
+        );
+        assert_ne!(r.code, 0, "{step}: the failpoint did not stop the run");
+        assert!(!r.stderr.contains("DISTRIBUTOR_FAILPOINT"), "{}", r.stderr);
+        // Every other step is recovered by "another host": a fresh journal, no config.
+        let other_host = i % 2 == 1;
+        let r = if other_host {
+            let journal = w.env.path("other-host.sqlite3");
+            w.run(
+                &[
+                    "recover",
+                    "--json",
+                    "--config",
+                    path(&config),
+                    "--journal",
+                    path(&journal),
+                ],
+                &[],
+            )
+        } else {
+            w.run(&["recover", "--json", "--config", path(&config)], &[])
+        };
+        r.expect_code(0);
+        let after = w.objects();
+        if forward {
+            let want: BTreeMap<String, Vec<u8>> = V2
+                .iter()
+                .map(|(p, c)| (key(p), c.as_bytes().to_vec()))
+                .collect();
+            let got: BTreeMap<String, Vec<u8>> =
+                w.content().into_iter().map(|(k, (_, c))| (k, c)).collect();
+            assert_eq!(got, want, "{step}: not the published bundle after recovery");
+            let state = w.state().unwrap();
+            assert_eq!(
+                state["source"]["created_at"], "2026-12-02T07:00:00Z",
+                "{step}"
+            );
+        } else {
+            assert_eq!(
+                after, before,
+                "{step}: not byte-identical to before after recovery"
+            );
+        }
+        assert_eq!(
+            after.len(),
+            if forward { V2.len() } else { V1.len() } + 1,
+            "{step}: staging, a lease or a stray object is left"
+        );
+        // The destination is usable again, and verify agrees with it. (The journal of
+        // the host that crashed still knows the operation: its own recover closes it.)
+        w.run(&["verify", "--config", path(&config)], &[])
+            .expect_code(0);
+        if other_host {
+            let r = w.run(&["recover", "--json", "--config", path(&config)], &[]);
+            r.expect_code(0);
+            assert_eq!(
+                w.objects(),
+                after,
+                "{step}: closing the operation changed the bucket"
+            );
+        }
+        let r = w.publish(&config, &b2, &[]);
+        r.expect_code(0);
+        assert_eq!(
+            r.decision(),
+            if forward {
+                "unchanged"
+            } else {
+                "replace_older"
+            },
+            "{step}"
+        );
+    }
+}
+
+#[test]
+fn a_publisher_stopped_past_its_lease_does_not_commit() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    // lease 12 s: the holder stops writing 2 s after its last renewal; another host may
+    // take the lease 22 s after its last write, by the store's clock.
+    let config = w.config("d.yaml", PREFIX, "", "      lease_seconds: 12\n");
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    w.publish(&config, &b1, &[]).expect_code(0);
+    let host_a_bundle = w.env.bundle("a", "site", "2026-12-02T07:00:00Z", V2, &[]);
+    let vars: Vec<(&str, &str)> = w.vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    // Host A stands after staging (new objects uploaded) and is stopped there.
+    let a = PausedRun::start(
+        &w.env,
+        &[
+            "publish",
+            "--json",
+            "--config",
+            path(&config),
+            "--source",
+            path(&host_a_bundle),
+        ],
+        "after_staging",
+        &vars,
+    );
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &a.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(stop.success());
+    // Host B: its own journal; waits for the lease to expire, recovers A's operation, and
+    // publishes its own bundle.
+    let b_journal = w.env.path("host-b.sqlite3");
+    let started = Instant::now();
+    let r = w.run(
+        &[
+            "recover",
+            "--json",
+            "--config",
+            path(&config),
+            "--journal",
+            path(&b_journal),
+            "--lock-timeout",
+            "60",
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    assert!(
+        started.elapsed() >= Duration::from_secs(10),
+        "host B took a live lease after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        r.json()["operations"][0]["outcome"],
+        "rolled_back",
+        "{}",
+        r.stdout
+    );
+    let host_b: &[F] = &[("index.html", "<h1>host B</h1>"), ("b-only.txt", "b")];
+    let host_b_bundle = w
+        .env
+        .bundle("bb", "site", "2026-12-02T08:00:00Z", host_b, &[]);
+    let r = w.run(
+        &[
+            "publish",
+            "--json",
+            "--config",
+            path(&config),
+            "--source",
+            path(&host_b_bundle),
+            "--journal",
+            path(&b_journal),
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    let b_state = w.objects();
+
+    // A wakes up: it must notice its lease is gone and write nothing more.
+    let cont = std::process::Command::new("kill")
+        .args(["-CONT", &a.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(cont.success());
+    let ra = a.resume();
+    assert_ne!(
+        ra.code, 0,
+        "host A went on after its lease expired\n{}",
+        ra.stdout
+    );
+    assert_eq!(
+        w.objects(),
+        b_state,
+        "host A changed the prefix after losing its lease"
+    );
+    let got: BTreeMap<String, Vec<u8>> =
+        w.content().into_iter().map(|(k, (_, c))| (k, c)).collect();
+    let want: BTreeMap<String, Vec<u8>> = host_b
+        .iter()
+        .map(|(p, c)| (key(p), c.as_bytes().to_vec()))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(
+        w.state().unwrap()["source"]["created_at"],
+        "2026-12-02T08:00:00Z"
+    );
+}
