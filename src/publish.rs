@@ -504,7 +504,16 @@ fn publish_one(
         }
         let status = status_of(&plan, Status::Planned);
         let code = code_of(&plan);
-        return Ok((DestinationReport::from_plan(plan, status, None), code));
+        let mut report = DestinationReport::from_plan(plan, status, None);
+        if dest.s3.is_some() {
+            // A real run checks once that the store honours conditional writes; a dry
+            // run writes nothing, so it cannot (SPEC §14).
+            if !report.message.is_empty() {
+                report.message.push_str("; ");
+            }
+            report.message.push_str("conditional writes not verified");
+        }
+        return Ok((report, code));
     };
     let DestinationRead {
         bundle,

@@ -579,6 +579,7 @@ fn recover_one(
     let op_dir = bundle.join(STAGING_DIR).join(op);
     r.message = match r.outcome {
         Outcome::Diverged => diverged_message(bundle, &op_dir, &staged, &now, true),
+        o if store.location().is_some() => explain_decided(o, opts.dry_run),
         o => explain(o, staged.pre_state_sha256.is_some(), opts.dry_run),
     };
     if opts.dry_run {
@@ -648,6 +649,24 @@ fn explain(outcome: Outcome, had_state: bool, dry_run: bool) -> String {
             "there was no .distributor.json before and there is none now: the commit point was not reached",
             "restored moved-aside content and removed placed content",
             "would restore moved-aside content and remove placed content",
+        ),
+    };
+    format!("{why}; {}", if dry_run { would } else { done })
+}
+
+/// [`explain`] for an object store, where the operation's decision record decides
+/// (SPEC §14).
+fn explain_decided(outcome: Outcome, dry_run: bool) -> String {
+    let (why, done, would) = match outcome {
+        Outcome::RolledForward => (
+            "its decision record says commit: the commit point was reached",
+            "finished the deletes and the state object, and removed its staging",
+            "would finish the deletes and the state object, and remove its staging",
+        ),
+        _ => (
+            "it has no commit decision and the state object is the state before it: the commit point was not reached",
+            "decided abort, restored moved-aside objects and removed the objects it wrote",
+            "would decide abort, restore moved-aside objects and remove the objects it wrote",
         ),
     };
     format!("{why}; {}", if dry_run { would } else { done })

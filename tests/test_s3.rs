@@ -315,6 +315,11 @@ fn a_dry_run_writes_nothing_to_the_bucket() {
     assert_eq!(r.decision(), "create");
     let r = w.publish(&config, &b1, &["--dry-run"]);
     r.expect_code(0);
+    let message = r.dest(0)["message"].as_str().unwrap().to_string();
+    assert!(
+        message.ends_with("conditional writes not verified"),
+        "{message}"
+    );
     assert!(
         moto.list(&w.bucket, "").is_empty(),
         "a dry run wrote to the bucket"
