@@ -149,7 +149,7 @@ impl BundleDrift {
 }
 
 /// Compares storage with state for every bundle path of the selected destinations.
-pub fn verify(dests: &[&Destination]) -> Result<Vec<BundleDrift>> {
+pub fn verify(dests: &[&Destination], deep: bool) -> Result<Vec<BundleDrift>> {
     let mut out = Vec::new();
     for d in dests {
         for bundle in bundle_paths(d)? {
@@ -175,7 +175,7 @@ pub fn verify(dests: &[&Destination]) -> Result<Vec<BundleDrift>> {
                 }
                 (StateFile::Valid(st), Some(store)) => {
                     v.state = "valid";
-                    compare(store.as_ref(), &st, &mut v)?;
+                    compare(store.as_ref(), &st, deep, &mut v)?;
                 }
                 (StateFile::Valid(_), None) => unreachable!("a state was read from it"),
             }
@@ -188,7 +188,12 @@ pub fn verify(dests: &[&Destination]) -> Result<Vec<BundleDrift>> {
 /// Compares what `store` holds with the valid state `st`. Every recorded path is looked
 /// up (never through a symlink: a recorded path only reachable through one is not where
 /// state says, so it is missing and the symlink unrecorded) and every recorded file hashed.
-fn compare(store: &dyn BundleStore, st: &crate::state::State, v: &mut BundleDrift) -> Result<()> {
+fn compare(
+    store: &dyn BundleStore,
+    st: &crate::state::State,
+    deep: bool,
+    v: &mut BundleDrift,
+) -> Result<()> {
     let mut paths: Vec<(&str, Option<Proof>)> = Vec::new();
     paths.extend(st.outputs.iter().map(|o| {
         let proof = Proof {
@@ -205,7 +210,13 @@ fn compare(store: &dyn BundleStore, st: &crate::state::State, v: &mut BundleDrif
         match storage.get(&o.path) {
             Entry::Missing => v.missing.push(o.path.clone()),
             Entry::File { size, sha256 } if *size == o.size => {
-                if sha256.as_deref() != Some(o.sha256.as_str()) {
+                // --deep: the content itself, where the probe only compared metadata.
+                let deep_sha = match deep {
+                    true => store.content_sha256(&o.path)?,
+                    false => None,
+                };
+                let sha = deep_sha.as_deref().or(sha256.as_deref());
+                if sha != Some(o.sha256.as_str()) {
                     v.modified.push(o.path.clone());
                 }
             }

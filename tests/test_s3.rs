@@ -546,3 +546,39 @@ fn a_publisher_stopped_past_its_lease_does_not_commit() {
         "2026-12-02T08:00:00Z"
     );
 }
+
+#[test]
+fn verify_deep_hashes_what_the_listing_cannot_show() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config("d.yaml", PREFIX, "", "");
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    w.publish(&config, &b1, &[]).expect_code(0);
+    w.run(&["verify", "--deep", "--config", path(&config)], &[])
+        .expect_code(0);
+    // A state that records another sha256 for an object whose size and ETag it keeps:
+    // the listing cannot tell, the content can.
+    let mut state = w.state().unwrap();
+    let outputs = state["outputs"].as_array_mut().unwrap();
+    let o = outputs
+        .iter_mut()
+        .find(|o| o["path"] == "index.html")
+        .unwrap();
+    o["sha256"] = Value::String("0".repeat(64));
+    moto.put(
+        &w.bucket,
+        &key(".distributor.json"),
+        serde_json::to_string_pretty(&state).unwrap().as_bytes(),
+    );
+    w.run(&["verify", "--config", path(&config)], &[])
+        .expect_code(0);
+    let r = w.run(
+        &["verify", "--deep", "--json", "--config", path(&config)],
+        &[],
+    );
+    r.expect_code(3);
+    assert_eq!(
+        r.json()["destinations"][0]["modified"],
+        serde_json::json!(["index.html"])
+    );
+}

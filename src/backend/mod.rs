@@ -101,6 +101,13 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         dirs_wanted: &foldhash::HashSet<&str>,
     ) -> Result<Storage<'a>>;
 
+    /// The sha256 of the file at `rel`, read whole, where the probe proves content by
+    /// metadata alone (an object store's ETag: `verify --deep`); `None` where the probe
+    /// already hashed it (the local backend) or nothing is there.
+    fn content_sha256(&self, _rel: &str) -> Result<Option<String>> {
+        Ok(None)
+    }
+
     /// Every non-directory below the bundle path, sorted (`verify`).
     fn list_files(&self) -> Result<Vec<String>>;
 

@@ -1,4 +1,4 @@
-//! `distributor verify --config F [--destination ID]... [--json]`.
+//! `distributor verify --config F [--destination ID]... [--deep] [--json]`.
 
 use super::CommandOutput;
 use crate::config::Config;
@@ -17,6 +17,10 @@ pub struct VerifyArgs {
     /// Only these destinations (repeatable).
     #[arg(long = "destination", value_name = "ID")]
     pub destinations: Vec<String>,
+    /// s3 destinations: download and hash every recorded object instead of trusting the
+    /// listing's size and ETag (local destinations always hash every recorded file).
+    #[arg(long)]
+    pub deep: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -26,7 +30,7 @@ pub struct VerifyArgs {
 pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
     let dests = config.select(&a.destinations)?;
-    let drift = inspect::verify(&dests)?;
+    let drift = inspect::verify(&dests, a.deep)?;
     let code = if drift.iter().any(|d| d.drifted()) {
         3
     } else {

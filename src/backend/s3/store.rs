@@ -576,6 +576,21 @@ impl BundleStore for S3Store {
         Ok(Storage::new(None, ancestors, probed))
     }
 
+    fn content_sha256(&self, rel: &str) -> Result<Option<String>> {
+        let key = self.key(rel)?;
+        let got = match block_on(self.client().get(&key)) {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(store_error("read", &self.shown(rel), e)),
+        };
+        let mut stream = got.into_stream();
+        let mut hasher = Sha256::new();
+        while let Some(chunk) = block_on(stream.next()) {
+            hasher.update(&chunk.map_err(|e| store_error("read", &self.shown(rel), e))?);
+        }
+        Ok(Some(crate::hash::hex(&hasher.finalize())))
+    }
+
     fn list_files(&self) -> Result<Vec<String>> {
         let mut out: Vec<String> = self
             .list_under("")?
