@@ -43,6 +43,9 @@ pub struct Outcome {
     pub report: Report,
     /// 0, 1, 3 or 4.
     pub exit_code: u8,
+    /// A destination failed because another writer changed its storage first (an object
+    /// store refused a conditional write, or the lease was lost): `serve` answers 409.
+    pub concurrent_change: bool,
 }
 
 /// Publishes (or plans) a verified source to the configured destinations.
@@ -66,6 +69,7 @@ pub fn publish_with_progress(
     let mut reports = Vec::new();
     let mut codes: Vec<u8> = Vec::new();
     let mut invalid_source: Option<String> = None;
+    let mut concurrent_change = false;
     for dest in selected {
         if let Some(why) = &invalid_source {
             let mut r = failed_report(config, dest, source, why.clone());
@@ -80,6 +84,7 @@ pub fn publish_with_progress(
                     if matches!(e.root(), Error::Source(_)) {
                         invalid_source = Some(e.to_string());
                     }
+                    concurrent_change |= matches!(e.root(), Error::ConcurrentChange(_));
                     let code = e.exit_code();
                     let mut r = failed_report(config, dest, source, e.to_string());
                     if let Error::Planned { plan, .. } = &e {
@@ -110,6 +115,7 @@ pub fn publish_with_progress(
             summary,
         },
         exit_code,
+        concurrent_change,
     })
 }
 

@@ -499,9 +499,21 @@ fn recover_one(
         if let Some(staged) = &recorded {
             describe(&mut r, staged);
         }
-        let applied = recorded
-            .as_ref()
-            .is_some_and(|s| r.state_sha256.as_deref() == Some(s.post_state_sha256.as_str()));
+        // Its post-state is there, or (an object store's state, which adds each output's
+        // ETag to the planned post-state) a state that names it as an owner's operation.
+        let names_op = |s: &dyn BundleStore| match s.read_state() {
+            Ok(b) => match b.parse() {
+                crate::state::StateFile::Valid(st) => {
+                    st.owners.iter().any(|o| o.operation_id == op)
+                }
+                _ => false,
+            },
+            Err(_) => false,
+        };
+        let applied = recorded.as_ref().is_some_and(|s| {
+            r.state_sha256.as_deref() == Some(s.post_state_sha256.as_str())
+                || store.is_some_and(|st| st.location().is_some() && names_op(st))
+        });
         r.outcome = Outcome::Closed;
         r.message = closed_message(applied, unfinished_record, opts.dry_run);
         if !applied && status.as_deref() == Some("diverged") {

@@ -63,11 +63,6 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// [`Backend::concurrency`]).
     fn concurrency(&self) -> usize;
 
-    /// True when the state file holds exactly the state of sha256 `sha256`.
-    fn state_is(&self, sha256: &str) -> bool {
-        matches!(self.read_state(), Ok(StateBytes::Bytes(b)) if crate::hash::sha256_hex(&b) == sha256)
-    }
-
     /// What stands at `.distributor.json`.
     fn read_state(&self) -> Result<StateBytes>;
 

@@ -435,6 +435,8 @@ fn report_response(outcome: &Outcome) -> Response {
         .iter()
         .any(|d| d.status == Status::Failed);
     let (status, kind) = match outcome.exit_code {
+        // Another writer got there first (SPEC §14): the upload may be sent again.
+        1 if outcome.concurrent_change => (StatusCode::CONFLICT, Some("concurrent_change")),
         1 => (StatusCode::INTERNAL_SERVER_ERROR, Some("failed")),
         // A destination whose own config cannot be used (a template rendering an unsafe
         // path): the server's configuration is at fault, not the upload.

@@ -76,6 +76,14 @@ fn actor() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// How long after its last renewal the holder still writes: `lease_seconds - 10 s`
+/// (SPEC §14), but at least half the lease, so a short lease (10 to 19 s) still leaves
+/// room to work. Either way the holder stops well before another host may judge the
+/// lease expired (`lease_seconds + 10 s` after its last write, by the store's clock).
+fn holder_limit(lease: Duration) -> Duration {
+    lease.saturating_sub(GRACE).max(lease / 2)
+}
+
 /// Whether process `pid` of this host still exists.
 fn process_alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
@@ -256,13 +264,14 @@ impl Lease {
                 self.inner.shown
             )));
         }
-        let limit = self.inner.lease.saturating_sub(GRACE);
+        let limit = holder_limit(self.inner.lease);
         let since = h.renewed.elapsed();
         if since >= limit {
             return Err(Error::ConcurrentChange(format!(
-                "lock {} was last renewed {} s ago, past its lease of {} s less 10 s: another host may hold it now; nothing more is written: run `distributor recover`",
+                "lock {} was last renewed {} s ago, past the {} s its holder may write for (lease_seconds {} less 10 s, at least half): another host may hold it now; nothing more is written: run `distributor recover`",
                 self.inner.shown,
                 since.as_secs(),
+                limit.as_secs(),
                 self.inner.lease.as_secs()
             )));
         }
@@ -288,7 +297,7 @@ impl Inner {
         // Every third of the lease, and often enough that the holder's own limit
         // (`lease_seconds - 10 s` after the last renewal) leaves room for two tries.
         let every = (self.lease / 3)
-            .min(self.lease.saturating_sub(GRACE) / 2)
+            .min(holder_limit(self.lease) / 2)
             .max(Duration::from_secs(1));
         let (stopped, cv) = &self.stop;
         let mut stop = stopped.lock().unwrap_or_else(|e| e.into_inner());

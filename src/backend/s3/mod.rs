@@ -183,7 +183,6 @@ impl S3Backend {
                     | "AWS_ROLE_SESSION_NAME"
                     | "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"
                     | "AWS_CONTAINER_CREDENTIALS_FULL_URI"
-                    | "AWS_CONTAINER_AUTHORIZATION_TOKEN"
             ) && let Ok(key) = k.to_ascii_lowercase().parse()
             {
                 builder = builder.with_config(key, v);
@@ -254,22 +253,10 @@ impl S3Backend {
         }
     }
 
-    /// Refuses a store that ignores conditional writes (SPEC §14), once per process and
-    /// bucket, on an object of its own under the prefix.
+    /// Refuses a store that ignores conditional writes (SPEC §14), once per real run of
+    /// a destination, before anything of the publication is written, on an object of its
+    /// own under the prefix.
     fn check_conditional_writes(&self, prefix: &str) -> Result<()> {
-        static CHECKED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-        let id = format!(
-            "{}|{}",
-            self.location.endpoint.as_deref().unwrap_or("aws"),
-            self.bucket
-        );
-        if CHECKED
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&id)
-        {
-            return Ok(());
-        }
         let key = Key::from(format!(
             "{prefix}/.distributor-probe-{}",
             uuid::Uuid::new_v4()
@@ -318,7 +305,6 @@ impl S3Backend {
             )));
         }
         let _ = first;
-        CHECKED.lock().unwrap_or_else(|e| e.into_inner()).push(id);
         Ok(())
     }
 }

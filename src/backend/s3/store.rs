@@ -42,6 +42,8 @@ const STAGING: &str = ".distributor-staging";
 const DECISION: &str = "decision";
 /// Files up to this size go in one PUT; larger ones multipart, in parts of this size.
 const PART: usize = 8 * 1024 * 1024;
+/// Parts of one file sent at once.
+const PARTS_IN_FLIGHT: usize = 4;
 
 /// What a listing showed of one key.
 #[derive(Debug, Clone)]
@@ -374,6 +376,11 @@ impl S3Store {
                     break;
                 }
                 parts.push(upload.put_part(PutPayload::from(part)));
+                // A few parts in flight at once, so memory stays bounded.
+                if parts.len() == PARTS_IN_FLIGHT {
+                    block_on(futures_util::future::try_join_all(parts.drain(..)))
+                        .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?;
+                }
                 if size > want.0 {
                     break;
                 }
@@ -384,11 +391,18 @@ impl S3Store {
         })();
         match result {
             Ok((size, sha)) if size == want.0 && sha == want.1 => {
-                // A new key must still be free (a completion is not conditional).
-                if matches!(mode, PutMode::Create) && self.head(rel)?.is_some() {
+                // A completion is not conditional: a new key must still be free, a
+                // replaced one still hold the ETag planned (checked just before).
+                let now = self.head(rel)?.map(|l| l.etag);
+                let still = match &mode {
+                    PutMode::Create => now.is_none(),
+                    PutMode::Update(v) => now.as_ref().is_some_and(|e| *e == v.e_tag),
+                    PutMode::Overwrite => true,
+                };
+                if !still {
                     let _ = block_on(upload.abort());
                     return Err(Error::ConcurrentChange(format!(
-                        "upload {}: the key was created by someone else meanwhile",
+                        "upload {}: the key changed since it was planned",
                         self.shown(rel)
                     )));
                 }
@@ -562,9 +576,10 @@ impl BundleStore for S3Store {
                 Entry::Missing
             }
         };
+        let proofs: foldhash::HashMap<&str, Option<Proof<'a>>> = paths.iter().copied().collect();
         let mut ancestors: foldhash::HashMap<&'a str, Entry<'a>> = Default::default();
         for d in crate::tree::ancestors(paths.iter().map(|(p, _)| *p)) {
-            let proof = paths.iter().find(|(p, _)| *p == d).and_then(|(_, pr)| *pr);
+            let proof = proofs.get(d).copied().flatten();
             ancestors.insert(d, entry(d, proof));
         }
         let probed = paths
