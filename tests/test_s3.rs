@@ -582,3 +582,81 @@ fn verify_deep_hashes_what_the_listing_cannot_show() {
         serde_json::json!(["index.html"])
     );
 }
+
+/// The multipart uploads in progress in the bucket (ListMultipartUploads).
+fn uploads_in_progress(w: &World) -> usize {
+    let r = w
+        .moto
+        .raw("GET", &format!("/{}?uploads", w.bucket), &[], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    crate::common::s3::xml_elements(&r.text(), "UploadId").len()
+}
+
+#[test]
+fn large_files_go_multipart_and_a_killed_upload_is_aborted_by_recover() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config("d.yaml", PREFIX, "", "");
+    // 20 MiB: three parts of at most 8 MiB.
+    let big: String = (0..20 * 1024 * 1024 / 16)
+        .map(|i| format!("{i:015}\n"))
+        .collect();
+    let b1 = w.env.bundle(
+        "b1",
+        "site",
+        "2026-12-02T06:00:00Z",
+        &[("data/big.csv", big.as_str()), ("small.txt", "small")],
+        &[],
+    );
+    w.publish(&config, &b1, &[]).expect_code(0);
+    assert_eq!(
+        moto.get(&w.bucket, &key("data/big.csv")).unwrap(),
+        big.as_bytes()
+    );
+    let head = moto.head(&w.bucket, &key("data/big.csv")).unwrap();
+    assert_eq!(head.content_type.as_deref(), Some("text/csv"));
+    assert_eq!(uploads_in_progress(&w), 0);
+
+    // Killed with every part sent, before the completion: the parts stay in the bucket
+    // until recover aborts the upload recorded in staging.
+    let bigger = format!("{big}and more\n");
+    let b2 = w.env.bundle(
+        "b2",
+        "site",
+        "2026-12-02T07:00:00Z",
+        &[("data/big.csv", bigger.as_str()), ("small.txt", "small")],
+        &[],
+    );
+    let before = w.objects();
+    let r = w.run(
+        &[
+            "publish",
+            "--json",
+            "--config",
+            path(&config),
+            "--source",
+            path(&b2),
+        ],
+        &[("DISTRIBUTOR_FAILPOINT", "io_stage_write")],
+    );
+    assert_ne!(r.code, 0);
+    assert_eq!(
+        uploads_in_progress(&w),
+        1,
+        "the killed run left no upload to abort"
+    );
+    w.run(&["recover", "--json", "--config", path(&config)], &[])
+        .expect_code(0);
+    assert_eq!(
+        uploads_in_progress(&w),
+        0,
+        "recover left the killed run's upload"
+    );
+    assert_eq!(w.objects(), before);
+    let r = w.publish(&config, &b2, &[]);
+    r.expect_code(0);
+    assert_eq!(
+        moto.get(&w.bucket, &key("data/big.csv")).unwrap(),
+        bigger.as_bytes()
+    );
+}

@@ -154,10 +154,15 @@ impl S3Backend {
         concurrency: usize,
         headers: Headers,
     ) -> Result<S3Backend> {
-        if let Some(ep) = std::env::var("AWS_ENDPOINT_URL")
+        let from_env = std::env::var("AWS_ENDPOINT_URL")
             .ok()
-            .filter(|e| !e.is_empty())
-        {
+            .filter(|e| !e.is_empty());
+        let named = if from_env.is_some() {
+            " (from AWS_ENDPOINT_URL, which overrides s3.endpoint)"
+        } else {
+            ""
+        };
+        if let Some(ep) = from_env {
             location.endpoint = Some(ep);
         }
         if let Some(ep) = &location.endpoint
@@ -165,7 +170,7 @@ impl S3Backend {
             && !location.allow_http
         {
             return Err(Error::Config(format!(
-                "s3 endpoint {ep} is plain http: set s3.allow_http: true to use it (accepted otherwise: an https:// endpoint)"
+                "s3 endpoint {ep}{named} is plain http: set s3.allow_http: true to use it (accepted otherwise: an https:// endpoint)"
             )));
         }
         let clock = clock::StoreClock::default();

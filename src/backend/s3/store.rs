@@ -25,6 +25,7 @@ use crate::plan::{Entry, Storage};
 use crate::state::{STATE_FILE, StateFile};
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
+use object_store::multipart::MultipartStore;
 use object_store::path::Path as Key;
 use object_store::{
     Attribute, Attributes, CopyMode, CopyOptions, ObjectStore, ObjectStoreExt, PutMode,
@@ -112,6 +113,11 @@ impl S3Store {
         format!("{STAGING}/{op}/old/{i}")
     }
 
+    /// Where the id of action `i`'s multipart upload is kept while it runs.
+    fn upload_rel(op: &str, i: usize) -> String {
+        format!("{STAGING}/{op}/uploads/{i}")
+    }
+
     /// Writing needs the lease, still live.
     fn writable(&self) -> Result<&Lease> {
         let lease = self.lease.as_ref().ok_or_else(|| {
@@ -136,6 +142,10 @@ impl S3Store {
                 let bytes =
                     block_on(g.bytes()).map_err(|e| store_error("read", &self.shown(rel), e))?;
                 Ok(Some((bytes, etag)))
+            }
+            // A missing bucket is not a missing object.
+            Err(e @ object_store::Error::NotFound { .. }) if no_such_bucket(&e) => {
+                Err(store_error("read", &self.shown(rel), e))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(store_error("read", &self.shown(rel), e)),
@@ -306,6 +316,8 @@ impl S3Store {
     #[allow(clippy::too_many_arguments)]
     fn upload(
         &self,
+        op: &str,
+        i: usize,
         rel: &str,
         source: &Path,
         want: (u64, &str),
@@ -350,7 +362,10 @@ impl S3Store {
             .map_err(|e| store_error("upload", &self.shown(rel), e))?;
             return Ok((size, sha, r.e_tag));
         }
-        let mut upload = block_on(self.client().put_multipart_opts(
+        // The low-level API, so the upload's id can be recorded in staging first: a run
+        // killed mid-upload leaves parts that `undo` and `clean_up` abort by that id.
+        let s3 = self.backend.client.as_ref();
+        let id = block_on(s3.create_multipart_opts(
             &key,
             PutMultipartOptions {
                 attributes: self.attributes(rel),
@@ -358,8 +373,13 @@ impl S3Store {
             },
         ))
         .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
-        let result = (|| -> Result<(u64, String)> {
-            let mut parts = Vec::new();
+        let record = Self::upload_rel(op, i);
+        self.put(&record, id.clone().into_bytes(), PutMode::Overwrite)?;
+        let abort = || {
+            let _ = block_on(s3.abort_multipart(&key, &id));
+        };
+        let result = (|| -> Result<(u64, String, Vec<object_store::multipart::PartId>)> {
+            let (mut done, mut in_flight) = (Vec::new(), Vec::new());
             loop {
                 let mut part = Vec::with_capacity(PART);
                 while part.len() < PART {
@@ -375,22 +395,27 @@ impl S3Store {
                 if part.is_empty() {
                     break;
                 }
-                parts.push(upload.put_part(PutPayload::from(part)));
+                let idx = done.len() + in_flight.len();
+                in_flight.push(s3.put_part(&key, &id, idx, PutPayload::from(part)));
                 // A few parts in flight at once, so memory stays bounded.
-                if parts.len() == PARTS_IN_FLIGHT {
-                    block_on(futures_util::future::try_join_all(parts.drain(..)))
-                        .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?;
+                if in_flight.len() == PARTS_IN_FLIGHT {
+                    done.extend(
+                        block_on(futures_util::future::try_join_all(in_flight.drain(..)))
+                            .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?,
+                    );
                 }
                 if size > want.0 {
                     break;
                 }
             }
-            block_on(futures_util::future::try_join_all(parts))
-                .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?;
-            Ok((size, crate::hash::hex(&hasher.clone().finalize())))
+            done.extend(
+                block_on(futures_util::future::try_join_all(in_flight))
+                    .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?,
+            );
+            Ok((size, crate::hash::hex(&hasher.clone().finalize()), done))
         })();
-        match result {
-            Ok((size, sha)) if size == want.0 && sha == want.1 => {
+        let out = match result {
+            Ok((size, sha, parts)) if size == want.0 && sha == want.1 => {
                 // A completion is not conditional: a new key must still be free, a
                 // replaced one still hold the ETag planned (checked just before).
                 let now = self.head(rel)?.map(|l| l.etag);
@@ -400,26 +425,54 @@ impl S3Store {
                     PutMode::Overwrite => true,
                 };
                 if !still {
-                    let _ = block_on(upload.abort());
+                    abort();
                     return Err(Error::ConcurrentChange(format!(
                         "upload {}: the key changed since it was planned",
                         self.shown(rel)
                     )));
                 }
                 failpoint::hit("io_stage_write");
-                let r = block_on(upload.complete())
+                let r = block_on(s3.complete_multipart(&key, &id, parts))
                     .map_err(|e| store_error("complete the upload of", &self.shown(rel), e))?;
                 Ok((size, sha, r.e_tag))
             }
-            Ok((size, sha)) => {
-                let _ = block_on(upload.abort());
+            Ok((size, sha, _)) => {
+                abort();
                 Ok((size, sha, None))
             }
             Err(e) => {
-                let _ = block_on(upload.abort());
+                abort();
                 Err(e)
             }
+        };
+        // Finished or aborted: nothing left to abort later.
+        self.delete(&record)?;
+        out
+    }
+
+    /// Aborts the multipart uploads `op` recorded and did not finish (a run killed while
+    /// uploading): their parts are invisible, but stored.
+    fn abort_uploads(&self, op: &StagedOperation) -> Result<()> {
+        let id = &op.operation_id;
+        let s3 = self.backend.client.as_ref();
+        for (k, _) in self.list_under(&format!("{STAGING}/{id}/uploads"))? {
+            let Some(i) = k.rsplit('/').next().and_then(|i| i.parse::<usize>().ok()) else {
+                continue;
+            };
+            let Some(a) = op.actions.get(i) else {
+                continue;
+            };
+            let Some((upload, _)) = self.get(&k)? else {
+                continue;
+            };
+            let upload = String::from_utf8_lossy(&upload).trim().to_string();
+            match block_on(s3.abort_multipart(&self.key(&a.path)?, &upload)) {
+                // Completed or aborted already.
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(store_error("abort the upload of", &self.shown(&a.path), e)),
+            }
         }
+        Ok(())
     }
 
     /// The listing entry of `rel` as planning saw it.
@@ -731,7 +784,16 @@ impl BundleStore for S3Store {
             None => PutMode::Create,
         };
         self.writable()?;
-        let (size, sha, etag) = self.upload(&a.path, source, want, mode, buf, on_bytes)?;
+        let (size, sha, etag) = self.upload(
+            &op.operation_id,
+            i,
+            &a.path,
+            source,
+            want,
+            mode,
+            buf,
+            on_bytes,
+        )?;
         if let Some(etag) = etag {
             lock(&self.placed).insert(a.path.clone(), etag);
         }
@@ -903,6 +965,7 @@ impl BundleStore for S3Store {
                 }
             }
         }
+        self.abort_uploads(op)?;
         self.writable()?;
         self.remove_entry(id)
     }
@@ -917,6 +980,7 @@ impl BundleStore for S3Store {
             )));
         }
         self.finish_commit(op)?;
+        self.abort_uploads(op)?;
         failpoint::hit("during_cleanup");
         self.writable()?;
         self.remove_entry(&op.operation_id)
@@ -931,6 +995,17 @@ impl BundleStore for S3Store {
         self.writable()?;
         self.remove_entry(op)
     }
+}
+
+/// Whether a 404 was the bucket's, not the object's.
+fn no_such_bucket(e: &object_store::Error) -> bool {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text.contains("NoSuchBucket")
 }
 
 /// Keys distributor keeps under a prefix for itself: never content.
