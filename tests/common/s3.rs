@@ -693,3 +693,78 @@ pub fn apply_s3_env(cmd: &mut Command, moto: &Moto) {
         cmd.env(k, v);
     }
 }
+
+/// A store that ignores conditional writes: `tests/fixtures/s3_ignoring_proxy.py` in front
+/// of moto, forwarding every request unchanged but for the `If-None-Match` and `If-Match`
+/// headers, which it drops. Runs on a free 127.0.0.1 port until dropped (killed then; it
+/// also exits by itself when its stdin closes, should the test process die first).
+pub struct IgnoringProxy {
+    child: std::process::Child,
+    /// `http://127.0.0.1:PORT`, no trailing slash.
+    pub endpoint: String,
+    /// One line per request: `METHOD PATH dropped=<header names or ->`.
+    pub log: PathBuf,
+}
+
+impl Moto {
+    /// The Python that runs moto_server (the one beside it), else `python3` on PATH.
+    pub fn python(&self) -> PathBuf {
+        self.binary
+            .parent()
+            .map(|d| d.join("python3"))
+            .filter(|p| is_executable(p))
+            .unwrap_or_else(|| PathBuf::from("python3"))
+    }
+}
+
+impl IgnoringProxy {
+    /// Starts a proxy in front of `moto`; its request log is `log`.
+    pub fn start(moto: &Moto, log: &Path) -> IgnoringProxy {
+        use std::io::BufRead;
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/s3_ignoring_proxy.py");
+        let python = moto.python();
+        let mut child = Command::new(&python)
+            .arg(&script)
+            .arg(&moto.endpoint)
+            .arg(log)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("run {} {}: {e}", python.display(), script.display()));
+        let mut line = String::new();
+        let read =
+            std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line);
+        let port: u16 = match read.ok().and_then(|_| line.trim().parse().ok()) {
+            Some(p) => p,
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the ignoring proxy did not print its port (got {line:?})");
+            }
+        };
+        IgnoringProxy {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// Every request forwarded so far, one line each.
+    pub fn requests(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for IgnoringProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -109,6 +109,17 @@ impl Server {
     /// Starts the server with `--config` for each config plus `extra`, on 127.0.0.1:0
     /// unless `extra` has `--listen`, with `--spool <root>/spool`; waits for its address.
     pub fn start(env: &Env, configs: &[&Path], extra: &[&str]) -> Server {
+        Server::start_env(env, configs, extra, &[])
+    }
+
+    /// [`Server::start`] with `vars` added to the server's (otherwise cleared)
+    /// environment, e.g. the credentials of an s3 destination.
+    pub fn start_env(
+        env: &Env,
+        configs: &[&Path],
+        extra: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Server {
         let spool = env.path("spool");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_distributor"));
         cmd.arg("serve");
@@ -128,6 +139,9 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
         let mut child = cmd.spawn().expect("spawn distributor serve");
         let stderr = child.stderr.take().expect("stderr");
         let logs = Arc::new(Mutex::new(Vec::new()));
