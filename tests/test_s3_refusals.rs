@@ -548,8 +548,10 @@ fn an_http_endpoint_from_aws_endpoint_url_needs_allow_http() {
         assert_eq!(r.dest(0)["status"], "failed", "{config:?} {args:?}");
         let text = message(&r);
         assert!(
-            text.contains(&format!("s3 endpoint {} is plain http", moto.endpoint))
-                && text.contains("s3.allow_http: true"),
+            text.contains(&format!(
+                "s3 endpoint {} (from AWS_ENDPOINT_URL, which overrides s3.endpoint) is plain http",
+                moto.endpoint
+            )) && text.contains("s3.allow_http: true"),
             "{config:?} {args:?}: {text}"
         );
         assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
@@ -610,6 +612,12 @@ fn a_bucket_that_does_not_exist_is_a_clear_error() {
         assert!(msg.contains("NoSuchBucket"), "{extra:?}: {msg}");
     }
     assert!(w.history().is_empty(), "an operation was journaled");
+    // verify and status say so too, rather than reading a missing bucket as no state.
+    for cmd in ["verify", "status"] {
+        let r = w.run(&[cmd, "--config", path(&config)], &[]);
+        assert_eq!(r.code, 1, "{cmd}: {}{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains("NoSuchBucket"), "{cmd}: {}", r.stderr);
+    }
     let r = moto.raw("GET", &format!("/{missing}?list-type=2"), &[], &[]);
     assert_eq!(r.status, 404, "the bucket appeared: {}", r.text());
 }
