@@ -346,14 +346,25 @@ const STEPS: &[(&str, bool)] = &[
 #[test]
 fn a_crash_at_every_step_recovers_to_before_or_after_from_any_host() {
     let moto = require_moto!();
-    for (i, &(step, forward)) in STEPS.iter().enumerate() {
+    let modes = ["single_owner", "shared_root"];
+    for (i, (&(step, forward), mode)) in STEPS
+        .iter()
+        .flat_map(|s| modes.iter().map(move |m| (s, m)))
+        .enumerate()
+    {
+        let step = &*format!("{step} ({mode})");
+        let fp = step.split(' ').next().unwrap().to_string();
         let w = World::new(moto);
-        let config = w.config("d.yaml", PREFIX, "", "");
+        let config = w.config(
+            "d.yaml",
+            PREFIX,
+            &format!("    state:\n      mode: {mode}\n"),
+            "",
+        );
         let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
         w.publish(&config, &b1, &[]).expect_code(0);
         let before = w.objects();
         let b2 = w.env.bundle("b2", "site", "2026-12-02T07:00:00Z", V2, &[]);
-        let fp = step.to_string();
         let r = w.run(
             &[
                 "publish",
@@ -396,10 +407,11 @@ fn a_crash_at_every_step_recovers_to_before_or_after_from_any_host() {
                 w.content().into_iter().map(|(k, (_, c))| (k, c)).collect();
             assert_eq!(got, want, "{step}: not the published bundle after recovery");
             let state = w.state().unwrap();
-            assert_eq!(
-                state["source"]["created_at"], "2026-12-02T07:00:00Z",
-                "{step}"
-            );
+            let source = match *mode {
+                "shared_root" => &state["owners"][0]["source"],
+                _ => &state["source"],
+            };
+            assert_eq!(source["created_at"], "2026-12-02T07:00:00Z", "{step}");
         } else {
             assert_eq!(
                 after, before,
