@@ -67,6 +67,11 @@ pub const ALL: &[&str] = &[
     "io_remove_staging",
 ];
 
+/// The s3 backend's failpoints, reached only on s3 destinations: before every request is
+/// sent and after every response arrives, so a test can kill the process at each request
+/// of a publication in turn (`tests/test_s3.rs`).
+pub const S3: &[&str] = &["s3_request", "s3_response"];
+
 /// The I/O failpoints of [`ALL`]: the ones an `error` action applies to.
 pub const IO: &[&str] = &[
     "io_stage_write",
@@ -133,7 +138,7 @@ mod imp {
             },
             None => (head, 1),
         };
-        if !super::ALL.contains(&name) {
+        if !super::ALL.contains(&name) && !super::S3.contains(&name) {
             eprintln!("DISTRIBUTOR_FAILPOINT: unknown failpoint '{name}'");
             std::process::abort();
         }

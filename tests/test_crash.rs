@@ -488,7 +488,8 @@ fn every_failpoint_is_reached_and_listed() {
 }
 
 /// Every `failpoint::hit("..")`/`failpoint::io("..")` in the sources is listed in
-/// `failpoint::ALL` (and the other way round), each once; `IO` lists exactly the I/O ones.
+/// `failpoint::ALL` or `failpoint::S3` (and the other way round), each once; `IO` lists exactly
+/// the I/O ones.
 #[test]
 fn failpoint_list_matches_the_sources() {
     let mut hit = Vec::new();
@@ -516,13 +517,18 @@ fn failpoint_list_matches_the_sources() {
         }
     }
     let used: BTreeSet<String> = hit.iter().chain(io.iter()).cloned().collect();
-    let all: BTreeSet<String> = failpoint::ALL.iter().map(|s| s.to_string()).collect();
+    let all: BTreeSet<String> = (failpoint::ALL.iter().chain(failpoint::S3))
+        .map(|s| s.to_string())
+        .collect();
     assert_eq!(
         all.len(),
-        failpoint::ALL.len(),
-        "duplicates in failpoint::ALL"
+        failpoint::ALL.len() + failpoint::S3.len(),
+        "duplicates in failpoint::ALL and failpoint::S3"
     );
-    assert_eq!(used, all, "failpoints in the sources vs failpoint::ALL");
+    assert_eq!(
+        used, all,
+        "failpoints in the sources vs failpoint::ALL and S3"
+    );
     let io_used: BTreeSet<String> = io.into_iter().collect();
     let io_all: BTreeSet<String> = failpoint::IO.iter().map(|s| s.to_string()).collect();
     assert_eq!(

@@ -55,7 +55,9 @@ struct DateService {
 #[async_trait::async_trait]
 impl HttpService for DateService {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+        crate::failpoint::hit("s3_request");
         let response = self.inner.execute(req).await?;
+        crate::failpoint::hit("s3_response");
         if let Some(date) = response
             .headers()
             .get("date")

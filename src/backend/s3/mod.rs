@@ -314,6 +314,41 @@ impl S3Backend {
     }
 }
 
+impl S3Backend {
+    /// Removes check objects (`.distributor-probe-<uuid>`) a run killed during its check
+    /// left behind: those older than a minute by the store's clock (a check in flight on
+    /// another host takes milliseconds). One listing of the prefix's top level.
+    fn remove_stale_probes(&self, prefix: &str) -> Result<()> {
+        let top = Key::from(prefix);
+        let listed = block_on(self.client.list_with_delimiter(Some(&top)))
+            .map_err(|e| store_error("list", &format!("s3://{}/{prefix}/", self.bucket), e))?;
+        let Some(now) = self.clock.now() else {
+            return Ok(());
+        };
+        for m in listed.objects {
+            let name = m.location.filename().unwrap_or_default();
+            let modified = std::time::SystemTime::from(m.last_modified);
+            if name.starts_with(".distributor-probe-")
+                && now
+                    .duration_since(modified)
+                    .is_ok_and(|age| age > Duration::from_secs(60))
+            {
+                match block_on(self.client.delete(&m.location)) {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => {
+                        return Err(store_error(
+                            "delete",
+                            &format!("s3://{}/{}", self.bucket, m.location),
+                            e,
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Backend for S3Backend {
     fn name(&self) -> &'static str {
         "s3"
@@ -348,6 +383,7 @@ impl Backend for S3Backend {
         let prefix = self.prefix_of(bundle)?;
         self.check_conditional_writes(&prefix)?;
         let lease = lease::Lease::acquire(self, bundle, &prefix, timeout)?;
+        self.remove_stale_probes(&prefix)?;
         Ok(Some(Box::new(S3Store::new(
             self.clone(),
             bundle,

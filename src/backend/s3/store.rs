@@ -274,26 +274,24 @@ impl S3Store {
         }
     }
 
-    /// Removes an operation's staging entry: moved-aside copies and record first,
-    /// `plan.json` next, the decision last (an entry without a plan is unfinished, and
-    /// one with a plan but no decision would be rolled back).
+    /// Removes an operation's staging entry once it is settled (committed and finished,
+    /// or undone): `plan.json` first, so that whatever a crash leaves of the entry is an
+    /// unfinished one, which recovery only removes; the decision last.
     fn remove_entry(&self, op: &str) -> Result<()> {
         let all = self.list_under(&format!("{STAGING}/{op}"))?;
         let plan = Self::staging_rel(op, PLAN_FILE);
         let decision = Self::staging_rel(op, DECISION);
-        let (last, first): (Vec<_>, Vec<_>) = all
-            .into_iter()
-            .map(|(k, _)| k)
-            .partition(|k| *k == plan || *k == decision);
-        self.delete_all(first)?;
-        failpoint::hit("undo_before_remove_staging");
-        if last.contains(&plan) {
+        if all.iter().any(|(k, _)| *k == plan) {
             self.delete(&plan)?;
         }
-        if last.contains(&decision) {
-            self.delete(&decision)?;
-        }
-        Ok(())
+        failpoint::hit("undo_before_remove_staging");
+        let rest: Vec<String> = all
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| *k != plan && *k != decision)
+            .collect();
+        self.delete_all(rest)?;
+        self.delete(&decision)
     }
 
     /// Attributes of an uploaded object: Content-Type and Cache-Control.
