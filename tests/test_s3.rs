@@ -764,3 +764,83 @@ fn a_kill_at_every_request_recovers_to_before_or_after() {
         eprintln!("{point}: killed at each of {} requests", k - 1);
     }
 }
+
+#[test]
+fn a_key_written_by_someone_else_mid_run_is_a_concurrent_change_and_rolls_back() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config("d.yaml", PREFIX, "", "");
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    w.publish(&config, &b1, &[]).expect_code(0);
+    let before = w.objects();
+    let b2 = w.env.bundle("b2", "site", "2026-12-02T07:00:00Z", V2, &[]);
+    let vars: Vec<(&str, &str)> = w.vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let run = PausedRun::start(
+        &w.env,
+        &[
+            "publish",
+            "--json",
+            "--config",
+            path(&config),
+            "--source",
+            path(&b2),
+        ],
+        "after_staging_record",
+        &vars,
+    );
+    // A neighbour creates the key the publication is about to create.
+    moto.put(&w.bucket, &key("new.txt"), b"the neighbour's");
+    let r = run.resume();
+    r.expect_code(1);
+    let message = r.dest(0)["message"].as_str().unwrap().to_string();
+    assert!(message.starts_with("concurrent change: "), "{message}");
+    assert!(message.contains("new.txt"), "{message}");
+    // Rolled back; the neighbour's object is untouched.
+    let mut want = before.clone();
+    want.insert(key("new.txt"), w.objects()[&key("new.txt")].clone());
+    assert_eq!(w.objects(), want);
+    assert_eq!(
+        moto.get(&w.bucket, &key("new.txt")).unwrap(),
+        b"the neighbour's"
+    );
+    w.run(&["recover", "--config", path(&config)], &[])
+        .expect_code(0);
+}
+
+#[test]
+fn source_id_mapping_publishes_under_one_prefix_per_source() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config(
+        "d.yaml",
+        "weather/archive",
+        "    path_mapping:\n      mode: source_id\n",
+        "",
+    );
+    for id in ["run-1", "run-2"] {
+        let b = w
+            .env
+            .bundle(id, id, "2026-12-02T06:00:00Z", &[("a.txt", id)], &[]);
+        let r = w.publish(&config, &b, &[]);
+        r.expect_code(0);
+        assert_eq!(
+            r.dest(0)["bundle_path"],
+            format!("s3://{}/weather/archive/{id}", w.bucket)
+        );
+        assert_eq!(
+            moto.get(&w.bucket, &format!("weather/archive/{id}/a.txt"))
+                .unwrap(),
+            id.as_bytes()
+        );
+    }
+    // status finds both bundle paths below the destination's prefix.
+    let r = w.run(&["status", "--json", "--config", path(&config)], &[]);
+    r.expect_code(0);
+    let text = r.stdout;
+    for id in ["run-1", "run-2"] {
+        assert!(
+            text.contains(&format!("s3://{}/weather/archive/{id}", w.bucket)),
+            "{text}"
+        );
+    }
+}

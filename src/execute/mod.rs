@@ -86,9 +86,14 @@ pub fn execute(
         ctx.progress,
     );
     let finish = |e: Error| {
-        Error::Failed(format!(
+        let m = format!(
             "operation {op_id} passed its commit point but could not finish ({e}); run `distributor recover`"
-        ))
+        );
+        // A lost race stays one (SPEC §14: concurrent_change, rolled forward by recover).
+        match e.root() {
+            Error::ConcurrentChange(_) => Error::ConcurrentChange(m),
+            _ => Error::Failed(m),
+        }
     };
     match result {
         Ok((committed, placements)) => {
