@@ -675,6 +675,60 @@ fn large_files_go_multipart_and_a_killed_upload_is_aborted_by_recover() {
         moto.get(&w.bucket, &key("data/big.csv")).unwrap(),
         bigger.as_bytes()
     );
+
+    // Past the single-copy limit (5 GiB on AWS; lowered here) an object is moved aside and
+    // restored part by part: a run killed after placing its new content rolls back to
+    // exactly the object before.
+    let limit = [("DISTRIBUTOR_S3_COPY_LIMIT", "1048576")];
+    let b3 = w.env.bundle(
+        "b3",
+        "site",
+        "2026-12-02T08:00:00Z",
+        &[("data/big.csv", big.as_str()), ("small.txt", "small")],
+        &[],
+    );
+    let before = w.objects();
+    let r = w.run(
+        &[
+            "publish",
+            "--json",
+            "--config",
+            path(&config),
+            "--source",
+            path(&b3),
+        ],
+        &[limit[0], ("DISTRIBUTOR_FAILPOINT", "after_placement")],
+    );
+    assert_ne!(r.code, 0);
+    assert_eq!(
+        moto.get(&w.bucket, &key("data/big.csv")).unwrap(),
+        big.as_bytes(),
+        "the new content was not placed"
+    );
+    w.run(&["recover", "--json", "--config", path(&config)], &limit)
+        .expect_code(0);
+    let after = w.objects();
+    assert_eq!(
+        after[&key("data/big.csv")].1,
+        before[&key("data/big.csv")].1,
+        "not restored byte for byte"
+    );
+    // (Restored by a multipart upload of one 64 MiB part, not by CopyObject.)
+    assert!(
+        after[&key("data/big.csv")].0.ends_with("-1\""),
+        "{}",
+        after[&key("data/big.csv")].0
+    );
+    assert_eq!(uploads_in_progress(&w), 0);
+    w.run(
+        &["publish", "--config", path(&config), "--source", path(&b3)],
+        &limit,
+    )
+    .expect_code(0);
+    assert_eq!(
+        moto.get(&w.bucket, &key("data/big.csv")).unwrap(),
+        big.as_bytes()
+    );
 }
 
 /// Kills the publication at its k-th request (before it is sent, or after its response

@@ -45,6 +45,22 @@ const DECISION: &str = "decision";
 const PART: usize = 8 * 1024 * 1024;
 /// Parts of one file sent at once.
 const PARTS_IN_FLIGHT: usize = 4;
+/// The part size of a copy past the single-copy limit.
+const COPY_PART: u64 = 64 * 1024 * 1024;
+
+/// The largest object one CopyObject copies (AWS: 5 GiB). Test builds may lower it
+/// (`DISTRIBUTOR_S3_COPY_LIMIT`, bytes), so the part-by-part copy runs on small files.
+fn single_copy_limit() -> u64 {
+    const AWS: u64 = 5 * 1024 * 1024 * 1024;
+    if cfg!(feature = "failpoints")
+        && let Some(n) = std::env::var("DISTRIBUTOR_S3_COPY_LIMIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    AWS
+}
 
 /// What a listing showed of one key.
 #[derive(Debug, Clone)]
@@ -113,9 +129,11 @@ impl S3Store {
         format!("{STAGING}/{op}/old/{i}")
     }
 
-    /// Where the id of action `i`'s multipart upload is kept while it runs.
-    fn upload_rel(op: &str, i: usize) -> String {
-        format!("{STAGING}/{op}/uploads/{i}")
+    /// Where the id of a multipart upload (`name`: the action's index, or `old-<i>` /
+    /// `restore-<i>` for a copy past the single-copy limit) is kept while it runs: the id,
+    /// a newline, the bundle-relative key it uploads to.
+    fn upload_rel(op: &str, name: &str) -> String {
+        format!("{STAGING}/{op}/uploads/{name}")
     }
 
     /// Writing needs the lease, still live.
@@ -166,13 +184,47 @@ impl S3Store {
         Ok(r.e_tag)
     }
 
-    fn copy(&self, from: &str, to: &str) -> Result<()> {
-        block_on(self.client().copy_opts(
-            &self.key(from)?,
-            &self.key(to)?,
-            CopyOptions::default().with_mode(CopyMode::Overwrite),
-        ))
-        .map_err(|e| store_error(&format!("copy {} to", self.shown(from)), &self.shown(to), e))
+    /// Copies `from` (of `size` bytes) to `to` inside the store: one CopyObject up to the
+    /// single-copy limit, else part by part (ranged reads uploaded as a multipart upload,
+    /// its id kept in staging under `record` so a killed run's parts are aborted).
+    fn copy(&self, from: &str, to: &str, size: u64, record: &str) -> Result<()> {
+        let what = |e| store_error(&format!("copy {} to", self.shown(from)), &self.shown(to), e);
+        let (from_key, to_key) = (self.key(from)?, self.key(to)?);
+        if size <= single_copy_limit() {
+            return block_on(self.client().copy_opts(
+                &from_key,
+                &to_key,
+                CopyOptions::default().with_mode(CopyMode::Overwrite),
+            ))
+            .map_err(what);
+        }
+        let s3 = self.backend.client.as_ref();
+        let id = block_on(s3.create_multipart(&to_key)).map_err(what)?;
+        self.put(
+            record,
+            format!("{id}\n{to}").into_bytes(),
+            PutMode::Overwrite,
+        )?;
+        let copied = (|| -> Result<()> {
+            let mut parts = Vec::new();
+            let mut at = 0u64;
+            while at < size {
+                let end = (at + COPY_PART).min(size);
+                let bytes = block_on(self.client().get_range(&from_key, at..end)).map_err(what)?;
+                parts.push(
+                    block_on(s3.put_part(&to_key, &id, parts.len(), PutPayload::from(bytes)))
+                        .map_err(what)?,
+                );
+                at = end;
+            }
+            block_on(s3.complete_multipart(&to_key, &id, parts)).map_err(what)?;
+            Ok(())
+        })();
+        if copied.is_err() {
+            let _ = block_on(s3.abort_multipart(&to_key, &id));
+        }
+        copied?;
+        self.delete(record)
     }
 
     fn head(&self, rel: &str) -> Result<Option<Listed>> {
@@ -371,8 +423,12 @@ impl S3Store {
             },
         ))
         .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
-        let record = Self::upload_rel(op, i);
-        self.put(&record, id.clone().into_bytes(), PutMode::Overwrite)?;
+        let record = Self::upload_rel(op, &i.to_string());
+        self.put(
+            &record,
+            format!("{id}\n{rel}").into_bytes(),
+            PutMode::Overwrite,
+        )?;
         let abort = || {
             let _ = block_on(s3.abort_multipart(&key, &id));
         };
@@ -454,20 +510,23 @@ impl S3Store {
         let id = &op.operation_id;
         let s3 = self.backend.client.as_ref();
         for (k, _) in self.list_under(&format!("{STAGING}/{id}/uploads"))? {
-            let Some(i) = k.rsplit('/').next().and_then(|i| i.parse::<usize>().ok()) else {
+            let Some((record, _)) = self.get(&k)? else {
                 continue;
             };
-            let Some(a) = op.actions.get(i) else {
+            let record = String::from_utf8_lossy(&record).to_string();
+            // Only keys of this operation: its actions' paths and its own staging.
+            let Some((upload, rel)) = record.trim_end().split_once('\n') else {
                 continue;
             };
-            let Some((upload, _)) = self.get(&k)? else {
+            let ours = op.actions.iter().any(|a| a.path == rel)
+                || rel.starts_with(&format!("{STAGING}/{id}/"));
+            if !ours {
                 continue;
-            };
-            let upload = String::from_utf8_lossy(&upload).trim().to_string();
-            match block_on(s3.abort_multipart(&self.key(&a.path)?, &upload)) {
+            }
+            match block_on(s3.abort_multipart(&self.key(rel)?, &upload.to_string())) {
                 // Completed or aborted already.
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(store_error("abort the upload of", &self.shown(&a.path), e)),
+                Err(e) => return Err(store_error("abort the upload of", &self.shown(rel), e)),
             }
         }
         Ok(())
@@ -773,7 +832,9 @@ impl BundleStore for S3Store {
         // replaced only if it is still that (If-Match); a new key only if still free.
         let mode = match self.planned(&a.path) {
             Some(l) => {
-                self.copy(&a.path, &Self::old_rel(&op.operation_id, i))?;
+                let old = Self::old_rel(&op.operation_id, i);
+                let record = Self::upload_rel(&op.operation_id, &format!("old-{i}"));
+                self.copy(&a.path, &old, l.size, &record)?;
                 PutMode::Update(UpdateVersion {
                     e_tag: l.etag,
                     version: None,
@@ -811,8 +872,10 @@ impl BundleStore for S3Store {
         }
         self.writable()?;
         failpoint::hit("during_move_aside");
-        if self.planned(&a.path).is_some() {
-            self.copy(&a.path, &Self::old_rel(&op.operation_id, i))?;
+        if let Some(l) = self.planned(&a.path) {
+            let old = Self::old_rel(&op.operation_id, i);
+            let record = Self::upload_rel(&op.operation_id, &format!("old-{i}"));
+            self.copy(&a.path, &old, l.size, &record)?;
         }
         Ok(())
     }
@@ -946,12 +1009,13 @@ impl BundleStore for S3Store {
             self.writable()?;
             let old = Self::old_rel(id, i);
             let now = self.head(&a.path)?;
-            if self.head(&old)?.is_some() {
+            if let Some(copy) = self.head(&old)? {
                 // Restored unless it still holds what the state before recorded.
                 let recorded = pre.get(&a.path).and_then(|(_, e)| e.clone());
                 if now.as_ref().and_then(|l| l.etag.clone()) != recorded || recorded.is_none() {
                     failpoint::hit("undo_restore");
-                    self.copy(&old, &a.path)?;
+                    let record = Self::upload_rel(id, &format!("restore-{i}"));
+                    self.copy(&old, &a.path, copy.size, &record)?;
                 }
             } else if a.kind == ActionKind::FileCreate && now.is_some() {
                 // Removed only when it holds what this operation wrote.
