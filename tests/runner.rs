@@ -21,6 +21,7 @@ mod test_reconciliation;
 mod test_recover;
 mod test_s3;
 mod test_s3_harness;
+mod test_s3_hosts;
 mod test_s3_refusals;
 mod test_server;
 mod test_server_docs;

@@ -19,6 +19,14 @@
 //! The server is killed when the test process ends (`PR_SET_PDEATHSIG`, armed from a
 //! thread that lives as long as the process). Its log is `moto-server-<pid>.log` under
 //! `CARGO_TARGET_TMPDIR`.
+//!
+//! Race tests use a second server, [`moto_serial`] ([`require_serial_moto!`]): the same
+//! moto application served one request at a time (`tests/fixtures/moto_serial.py`, run by
+//! the Python beside the moto_server found above), so that a conditional write's
+//! check-then-write is atomic as on S3. `moto_server` itself serves each request on a
+//! thread, and moto checks `If-None-Match`/`If-Match` and then writes without a lock:
+//! concurrent conditional writes of one key can all succeed there (see
+//! `tests/test_s3_hosts.rs`). Its log is `moto-serial-<pid>.log`.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -59,6 +67,21 @@ macro_rules! require_moto {
 }
 pub(crate) use require_moto;
 
+/// [`require_moto!`] for the serial server ([`moto_serial`]): for tests whose requests
+/// race, since only there are conditional writes atomic. Evaluates to `&'static Moto`.
+macro_rules! require_serial_moto {
+    () => {
+        match $crate::common::s3::moto_serial() {
+            Some(m) => m,
+            None => {
+                $crate::common::s3::announce_skip();
+                return;
+            }
+        }
+    };
+}
+pub(crate) use require_serial_moto;
+
 /// The running moto server.
 pub struct Moto {
     /// `http://127.0.0.1:PORT`, no trailing slash.
@@ -66,8 +89,11 @@ pub struct Moto {
     pub port: u16,
     /// The server's stdout and stderr.
     pub log: PathBuf,
-    /// The moto_server binary that runs.
+    /// The moto_server binary found (for the serial server: the one whose Python runs
+    /// `tests/fixtures/moto_serial.py`).
     pub binary: PathBuf,
+    /// True for the server that serves one request at a time ([`moto_serial`]).
+    pub serial: bool,
     agent: ureq::Agent,
 }
 
@@ -119,16 +145,38 @@ impl S3Reply {
     }
 }
 
-static MOTO: OnceLock<Result<Option<Moto>, String>> = OnceLock::new();
+/// Which of the two shared servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `moto_server` as installed: a thread per request.
+    Threaded,
+    /// `tests/fixtures/moto_serial.py`: one request at a time.
+    Serial,
+}
+
+type Shared = OnceLock<Result<Option<Moto>, String>>;
+static MOTO: Shared = OnceLock::new();
+static MOTO_SERIAL: Shared = OnceLock::new();
+
+fn shared(cell: &'static Shared, kind: Kind) -> Option<&'static Moto> {
+    match cell.get_or_init(|| start(kind)) {
+        Ok(m) => m.as_ref(),
+        Err(e) => panic!("{e}"),
+    }
+}
 
 /// The moto server shared by the whole test process, started on first use. `None` when
 /// no moto_server is installed and `DISTRIBUTOR_REQUIRE_S3` is not set; panics when it
 /// is set, or when a moto_server is there but does not start.
 pub fn moto() -> Option<&'static Moto> {
-    match MOTO.get_or_init(start) {
-        Ok(m) => m.as_ref(),
-        Err(e) => panic!("{e}"),
-    }
+    shared(&MOTO, Kind::Threaded)
+}
+
+/// The serial moto server shared by the whole test process (one request at a time, so
+/// conditional writes are atomic), started on first use; found, skipped or failed like
+/// [`moto()`]. Its buckets are its own: not those of [`moto()`].
+pub fn moto_serial() -> Option<&'static Moto> {
+    shared(&MOTO_SERIAL, Kind::Serial)
 }
 
 /// Prints the loud skip line for the current test to the real stderr (the test harness
@@ -186,7 +234,42 @@ fn agent(timeout: Duration) -> ureq::Agent {
         .into()
 }
 
-fn start() -> Result<Option<Moto>, String> {
+/// How to run a server: a program and its first arguments (`-H`, `-p` follow).
+struct Launch {
+    program: PathBuf,
+    args: Vec<PathBuf>,
+}
+
+/// The script the serial server runs.
+fn serial_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/moto_serial.py")
+}
+
+/// The Python that runs `moto_server` (and so can import moto): `python` beside it (a
+/// venv's bin), else the interpreter its `#!` line names.
+fn python_of(moto_server: &Path) -> Result<PathBuf, String> {
+    let beside = moto_server.with_file_name("python");
+    if is_executable(&beside) {
+        return Ok(beside);
+    }
+    let text = std::fs::read(moto_server).map_err(|e| format!("{}: {e}", moto_server.display()))?;
+    let first = text.split(|&b| b == b'\n').next().unwrap_or_default();
+    let shebang = String::from_utf8_lossy(first);
+    shebang
+        .strip_prefix("#!")
+        .and_then(|l| l.split_whitespace().next())
+        .map(PathBuf::from)
+        .filter(|p| is_executable(p))
+        .ok_or_else(|| {
+            format!(
+                "no Python to run {} with: none beside moto_server {} and its first line names none",
+                serial_script().display(),
+                moto_server.display()
+            )
+        })
+}
+
+fn start(kind: Kind) -> Result<Option<Moto>, String> {
     let binary = match find_binary()? {
         Some(b) => b,
         None if required() => {
@@ -199,26 +282,57 @@ fn start() -> Result<Option<Moto>, String> {
         }
         None => return Ok(None),
     };
-    let log = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("moto-server-{}.log", std::process::id()));
+    let (launch, name) = match kind {
+        Kind::Threaded => (
+            Launch {
+                program: binary.clone(),
+                args: Vec::new(),
+            },
+            "moto-server",
+        ),
+        Kind::Serial => (
+            Launch {
+                program: python_of(&binary)?,
+                args: vec![serial_script()],
+            },
+            "moto-serial",
+        ),
+    };
+    let log =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}.log", std::process::id()));
     // A port taken between the probe below and moto's bind makes moto exit: try again.
     let mut failures = Vec::new();
     for _ in 0..3 {
-        match start_on_free_port(&binary, &log) {
-            Ok(m) => return Ok(Some(m)),
+        match start_on_free_port(&launch, &log) {
+            Ok(port) => {
+                return Ok(Some(Moto {
+                    endpoint: format!("http://127.0.0.1:{port}"),
+                    port,
+                    log,
+                    binary,
+                    serial: kind == Kind::Serial,
+                    agent: agent(Duration::from_secs(120)),
+                }));
+            }
             Err(e) => failures.push(e),
         }
     }
     Err(format!(
-        "moto_server {} did not start: {}\n--- {} ---\n{}",
-        binary.display(),
+        "{name} ({}{}) did not start: {}\n--- {} ---\n{}",
+        launch.program.display(),
+        launch
+            .args
+            .iter()
+            .map(|a| format!(" {}", a.display()))
+            .collect::<String>(),
         failures.join("; "),
         log.display(),
         std::fs::read_to_string(&log).unwrap_or_default()
     ))
 }
 
-fn start_on_free_port(binary: &Path, log: &Path) -> Result<Moto, String> {
+/// Starts the server on a free port; the port once it answers.
+fn start_on_free_port(launch: &Launch, log: &Path) -> Result<u16, String> {
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("no free port: {e}"))?
@@ -229,8 +343,9 @@ fn start_on_free_port(binary: &Path, log: &Path) -> Result<Moto, String> {
         .open(log)
         .map_err(|e| format!("{}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(binary);
-    cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+    let mut cmd = Command::new(&launch.program);
+    cmd.args(&launch.args)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -280,7 +395,7 @@ fn start_on_free_port(binary: &Path, log: &Path) -> Result<Moto, String> {
     let pid = rx
         .recv()
         .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+        .map_err(|e| format!("cannot run {}: {e}", launch.program.display()))?;
 
     let endpoint = format!("http://127.0.0.1:{port}");
     let poll = agent(Duration::from_secs(2));
@@ -308,13 +423,7 @@ fn start_on_free_port(binary: &Path, log: &Path) -> Result<Moto, String> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(Moto {
-        endpoint,
-        port,
-        log: log.to_path_buf(),
-        binary: binary.to_path_buf(),
-        agent: agent(Duration::from_secs(120)),
-    })
+    Ok(port)
 }
 
 /// Percent-encodes everything but RFC 3986's unreserved characters, and `/` when
