@@ -654,10 +654,10 @@ struct Seen {
     killed_pids: BTreeSet<u32>,
 }
 
-/// The invariants after a round. Two are recorded in `findings` rather than asserted at
-/// once, so the later rounds are still checked and one run lists every round that
-/// breaks them: a probe object left under the prefix, and a journal that closed the
-/// state's operation as not applied. Anything else panics at once.
+/// The invariants after a round. One is recorded in `findings` rather than asserted at
+/// once, so the later rounds are still checked and one run lists every round that breaks
+/// it: a journal that closed the state's operation as not applied. Anything else panics
+/// at once.
 #[allow(clippy::too_many_arguments)]
 fn check_round(
     moto: &Moto,
@@ -673,8 +673,9 @@ fn check_round(
     let state_key = format!("{base}.distributor.json");
     let mut objects = moto.snapshot(bucket, &base);
 
-    // A conditional-write probe left by a publisher killed between its creation and its
-    // removal: nothing removes it, and readers of the prefix see it.
+    // A conditional-write check object left by a publisher killed between its creation
+    // and its removal: never content (planning and verify skip it), and removed by the
+    // next run that takes the lease once it is a minute old. Counted, not an error.
     let probes: Vec<String> = objects
         .keys()
         .filter(|k| k[base.len()..].starts_with(".distributor-probe-"))
@@ -683,9 +684,9 @@ fn check_round(
     for p in probes {
         objects.remove(&p);
         if seen.probes.insert(p.clone()) {
-            findings.push(format!(
-                "{ctx}: a probe object was left under the prefix: {p}"
-            ));
+            *stats
+                .entry("check objects left by a kill".into())
+                .or_default() += 1;
         }
     }
     // The lease of a publisher killed while it held it stays until the next run that
