@@ -32,7 +32,7 @@
 //! - `DISTRIBUTOR_S3_HOSTS_ROUNDS=<n>`: rounds (default [`DEFAULT_ROUNDS`]).
 
 use crate::common::chaos::Rng;
-use crate::common::s3::{Moto, require_moto, require_serial_moto, s3_env};
+use crate::common::s3::{Moto, require_serial_moto, s3_env};
 use crate::common::{Env, Run};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -136,21 +136,9 @@ fn the_serial_server_creates_a_key_once_under_concurrent_if_none_match() {
     );
 }
 
-/// A demonstration, not a check (it would be flaky): how often threaded `moto_server`
-/// lets concurrent `If-None-Match: *` creates of one key through. Run it with
-/// `cargo test --all-features --test runner threaded_moto_server -- --ignored --nocapture`.
-#[test]
-#[ignore = "a demonstration of a race in moto_server; prints, asserts nothing"]
-fn threaded_moto_server_is_not_atomic() {
-    let moto = require_moto!();
-    assert!(!moto.serial);
-    let problems = concurrent_creates(moto, 8, 20, 6_000_000);
-    println!(
-        "threaded moto_server: {} of 20 rounds broke:\n{}",
-        problems.len(),
-        problems.join("\n")
-    );
-}
+// (Threaded `moto_server` is not atomic: with 6 MB bodies, 14 to 18 of 20 rounds of 8
+// concurrent creates let several through when this was measured; with 1000-byte bodies,
+// none. Not a test: it would be flaky by nature.)
 
 // ---------------------------------------------------------------------------------------
 // Two hosts.
