@@ -375,22 +375,13 @@ fn recover_bundle(
         .find_map(|c| c.base.clone())
         .unwrap_or_else(|| bundle.to_path_buf());
     let location = ops.values().find_map(|c| c.location.clone());
-    let backend = match backend::for_record(bundle, location.as_ref()) {
-        Ok(b) => b,
-        Err(e) => {
-            for (op, c) in &ops {
-                let mut r = blank(op, bundle, c);
-                r.message = format!("not recovered: {e}");
-                report.operations.push(r);
-            }
-            return;
+    let store = backend::for_record(bundle, location.as_ref()).and_then(|backend| {
+        if opts.dry_run {
+            backend.open(&base, bundle)
+        } else {
+            backend.lock(&base, bundle, opts.lock_timeout, false)
         }
-    };
-    let store = if opts.dry_run {
-        backend.open(&base, bundle)
-    } else {
-        backend.lock(&base, bundle, opts.lock_timeout, false)
-    };
+    });
     let store = match store {
         Ok(s) => s,
         Err(e) => {

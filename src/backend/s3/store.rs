@@ -381,20 +381,18 @@ impl S3Store {
         let mut size = 0u64;
         let key = self.key(rel)?;
         if want.0 <= PART as u64 {
+            // One byte more than expected is enough to tell a file that grew.
             let mut data = Vec::with_capacity(want.0 as usize);
-            loop {
-                let n = file.read(buf).map_err(read_err)?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&buf[..n]);
-                data.extend_from_slice(&buf[..n]);
-                size += n as u64;
-                on_bytes(n as u64);
-                if size > want.0 {
-                    break;
-                }
-            }
+            read_hashing(
+                &mut file,
+                buf,
+                &mut hasher,
+                &mut size,
+                on_bytes,
+                &mut data,
+                want.0 as usize + 1,
+            )
+            .map_err(read_err)?;
             let sha = crate::hash::hex(&hasher.finalize());
             if size != want.0 || sha != want.1 {
                 return Ok((size, sha, None));
@@ -436,16 +434,16 @@ impl S3Store {
             let (mut done, mut in_flight) = (Vec::new(), Vec::new());
             loop {
                 let mut part = Vec::with_capacity(PART);
-                while part.len() < PART {
-                    let n = file.read(buf).map_err(read_err)?;
-                    if n == 0 {
-                        break;
-                    }
-                    hasher.update(&buf[..n]);
-                    part.extend_from_slice(&buf[..n]);
-                    size += n as u64;
-                    on_bytes(n as u64);
-                }
+                read_hashing(
+                    &mut file,
+                    buf,
+                    &mut hasher,
+                    &mut size,
+                    on_bytes,
+                    &mut part,
+                    PART,
+                )
+                .map_err(read_err)?;
                 if part.is_empty() {
                     break;
                 }
@@ -1057,6 +1055,30 @@ impl BundleStore for S3Store {
         self.writable()?;
         self.remove_entry(op)
     }
+}
+
+/// Reads from `file` into `out` until it holds `limit` bytes or the file ends, hashing
+/// and counting what it reads.
+fn read_hashing(
+    file: &mut impl Read,
+    buf: &mut [u8],
+    hasher: &mut Sha256,
+    size: &mut u64,
+    on_bytes: &mut dyn FnMut(u64),
+    out: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<()> {
+    while out.len() < limit {
+        let n = file.read(buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        out.extend_from_slice(&buf[..n]);
+        *size += n as u64;
+        on_bytes(n as u64);
+    }
+    Ok(())
 }
 
 /// Whether a 404 was the bucket's, not the object's.
