@@ -898,3 +898,35 @@ fn source_id_mapping_publishes_under_one_prefix_per_source() {
         );
     }
 }
+
+#[test]
+fn a_file_that_does_not_match_its_manifest_never_becomes_visible() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config("d.yaml", PREFIX, "", "");
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    w.publish(&config, &b1, &[]).expect_code(0);
+    let before = w.objects();
+    // One small file (one PUT) and one large (multipart), each changed after its
+    // manifest was written, keeping its size.
+    let big = "x".repeat(9 * 1024 * 1024);
+    for (changed, files) in [
+        ("index.html", V2.to_vec()),
+        ("big.bin", [V2, &[("big.bin", big.as_str())]].concat()),
+    ] {
+        let b = w
+            .env
+            .bundle("b2", "site", "2026-12-02T07:00:00Z", &files, &[]);
+        let p = b.join(changed);
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[0] ^= 1;
+        std::fs::write(&p, bytes).unwrap();
+        let r = w.publish(&config, &b, &[]);
+        r.expect_code(1);
+        let message = r.dest(0)["message"].as_str().unwrap().to_string();
+        assert!(message.contains("invalid source"), "{message}");
+        assert!(message.contains(changed), "{message}");
+        assert_eq!(w.objects(), before, "{changed}: something became visible");
+        assert_eq!(uploads_in_progress(&w), 0, "{changed}: an upload was left");
+    }
+}
