@@ -72,6 +72,10 @@ pub const ALL: &[&str] = &[
 /// of a publication in turn (`tests/test_s3.rs`).
 pub const S3: &[&str] = &["s3_request", "s3_response"];
 
+/// The releases backend's own failpoints, reached only on destinations with `releases`
+/// (`tests/test_releases.rs`): while the new release is filled with what it carries over.
+pub const RELEASES: &[&str] = &["during_carry_over"];
+
 /// The I/O failpoints of [`ALL`]: the ones an `error` action applies to.
 pub const IO: &[&str] = &[
     "io_stage_write",
@@ -138,7 +142,10 @@ mod imp {
             },
             None => (head, 1),
         };
-        if !super::ALL.contains(&name) && !super::S3.contains(&name) {
+        if !super::ALL.contains(&name)
+            && !super::S3.contains(&name)
+            && !super::RELEASES.contains(&name)
+        {
             eprintln!("DISTRIBUTOR_FAILPOINT: unknown failpoint '{name}'");
             std::process::abort();
         }

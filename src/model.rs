@@ -251,6 +251,8 @@ string_enum!(
         KeyTooLong = "key_too_long",
         /// A link, which an object store cannot hold (s3).
         UnsupportedLink = "unsupported_link",
+        /// The config's `releases` settings differ from those `releases.dir` records.
+        ReleasesMismatch = "releases_mismatch",
     }
 );
 
@@ -264,6 +266,7 @@ impl ConflictKind {
                 | ConflictKind::UnsafeStorage
                 | ConflictKind::KeyTooLong
                 | ConflictKind::UnsupportedLink
+                | ConflictKind::ReleasesMismatch
         )
     }
 }

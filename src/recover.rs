@@ -161,8 +161,40 @@ struct Candidate {
     unfinished_record: bool,
     /// Base for the "no symlink on the way" walk of the lock.
     base: Option<PathBuf>,
-    /// The object store holding the bundle path (from the config or the record).
-    location: Option<backend::s3::S3Location>,
+    /// The storage holding the bundle path when the path alone does not say (from the
+    /// config or the record).
+    location: Option<Location>,
+}
+
+/// An object store or a releases destination, as a config or a record names it.
+#[derive(Debug, Clone, Default)]
+struct Location {
+    s3: Option<backend::s3::S3Location>,
+    releases: Option<backend::releases::ReleasesRecord>,
+}
+
+impl Location {
+    fn of_destination(dest: &crate::config::Destination) -> Option<Location> {
+        let l = Location {
+            s3: dest.s3.as_ref().map(backend::s3::S3Location::from_settings),
+            releases: dest
+                .releases
+                .as_ref()
+                .map(|r| backend::releases::ReleasesRecord {
+                    settings: r.clone(),
+                    active_before: None,
+                }),
+        };
+        (l.s3.is_some() || l.releases.is_some()).then_some(l)
+    }
+
+    fn backend(l: Option<&Location>, bundle: &Path) -> Result<Box<dyn Backend>> {
+        backend::for_record(
+            bundle,
+            l.and_then(|l| l.s3.as_ref()),
+            l.and_then(|l| l.releases.as_ref()),
+        )
+    }
 }
 
 /// Finds and recovers every unfinished operation (SPEC §8).
@@ -211,7 +243,7 @@ pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<Recover
                         _ => c.unfinished_record = true,
                     }
                     c.base = Some(dest.path.clone());
-                    c.location = dest.s3.as_ref().map(backend::s3::S3Location::from_settings);
+                    c.location = Location::of_destination(dest);
                 }
             }
         }
@@ -262,7 +294,7 @@ pub fn abandon(op: &str, opts: &RecoverOptions) -> Result<RecoverReport> {
     let bundle = PathBuf::from(&d.bundle_path);
     let op_dir = bundle.join(STAGING_DIR).join(&d.operation_id);
     let location = recorded_location(&journal, &d.operation_id)?;
-    let store = backend::for_record(&bundle, location.as_ref())?.open(&bundle, &bundle)?;
+    let store = Location::backend(location.as_ref(), &bundle)?.open(&bundle, &bundle)?;
     let staged = match &store {
         Some(s) => s
             .staging_entries()?
@@ -324,10 +356,15 @@ pub fn abandon(op: &str, opts: &RecoverOptions) -> Result<RecoverReport> {
 }
 
 /// The object store an operation's journal record names, if any.
-fn recorded_location(j: &Journal, op: &str) -> Result<Option<backend::s3::S3Location>> {
+fn recorded_location(j: &Journal, op: &str) -> Result<Option<Location>> {
     Ok(j.plan_json(op)?
         .and_then(|p| serde_json::from_str::<StagedOperation>(&p).ok())
-        .and_then(|s| s.store))
+        .and_then(|s| {
+            (s.store.is_some() || s.releases.is_some()).then_some(Location {
+                s3: s.store,
+                releases: s.releases,
+            })
+        }))
 }
 
 /// Bundle paths of a destination that may have staging: the path itself for fixed
@@ -375,7 +412,7 @@ fn recover_bundle(
         .find_map(|c| c.base.clone())
         .unwrap_or_else(|| bundle.to_path_buf());
     let location = ops.values().find_map(|c| c.location.clone());
-    let store = backend::for_record(bundle, location.as_ref()).and_then(|backend| {
+    let store = Location::backend(location.as_ref(), bundle).and_then(|backend| {
         if opts.dry_run {
             backend.open(&base, bundle)
         } else {

@@ -19,6 +19,7 @@ mod test_layering;
 mod test_performance;
 mod test_reconciliation;
 mod test_recover;
+mod test_releases;
 mod test_s3;
 mod test_s3_harness;
 mod test_s3_hosts;

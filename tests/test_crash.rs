@@ -488,7 +488,7 @@ fn every_failpoint_is_reached_and_listed() {
 }
 
 /// Every `failpoint::hit("..")`/`failpoint::io("..")` in the sources is listed in
-/// `failpoint::ALL` or `failpoint::S3` (and the other way round), each once; `IO` lists exactly
+/// `failpoint::ALL`, `failpoint::S3` or `failpoint::RELEASES` (and the other way round), each once; `IO` lists exactly
 /// the I/O ones.
 #[test]
 fn failpoint_list_matches_the_sources() {
@@ -517,13 +517,15 @@ fn failpoint_list_matches_the_sources() {
         }
     }
     let used: BTreeSet<String> = hit.iter().chain(io.iter()).cloned().collect();
-    let all: BTreeSet<String> = (failpoint::ALL.iter().chain(failpoint::S3))
+    let all: BTreeSet<String> = (failpoint::ALL.iter())
+        .chain(failpoint::S3)
+        .chain(failpoint::RELEASES)
         .map(|s| s.to_string())
         .collect();
     assert_eq!(
         all.len(),
-        failpoint::ALL.len() + failpoint::S3.len(),
-        "duplicates in failpoint::ALL and failpoint::S3"
+        failpoint::ALL.len() + failpoint::S3.len() + failpoint::RELEASES.len(),
+        "duplicates in failpoint::ALL, S3 and RELEASES"
     );
     assert_eq!(
         used, all,

@@ -3,7 +3,8 @@
 //! storage interface (`backend::Backend`, `backend::BundleStore`); this test fails when a
 //! filesystem call appears in one of them.
 //!
-//! Modules allowed their own file access, and why: `backend/local/` is the local backend;
+//! Modules allowed their own file access, and why: `backend/local/` is the local backend,
+//! `backend/releases/` the local backend's release directories;
 //! `source/` reads the producer's bundle; `config/` reads the config file; `journal/`
 //! makes the journal's directory; `server/` keeps its upload spool; `failpoint.rs` writes
 //! the test log; `tree.rs` looks up source bundles through handles.
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 const ALLOWED: &[&str] = &[
     "backend/local/",
+    "backend/releases/",
     "source/",
     "config/",
     "journal/",

@@ -14,6 +14,7 @@
 //! `docs/internal/storage.md`.
 
 pub mod local;
+pub mod releases;
 pub mod s3;
 
 use crate::error::Result;
@@ -69,6 +70,18 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// Where the storage is, when a bundle path alone does not say (an object store's
     /// endpoint and region), for the staging record and the journal.
     fn location(&self) -> Option<s3::S3Location> {
+        None
+    }
+
+    /// What the staging record keeps of a releases destination (SPEC §15); `None`
+    /// elsewhere.
+    fn releases_record(&self) -> Option<releases::ReleasesRecord> {
+        None
+    }
+
+    /// The releases destination this is, for the steps only it has (retention, the
+    /// fingerprints taken after it).
+    fn as_releases(&self) -> Option<&releases::ReleaseStore> {
         None
     }
 
@@ -203,17 +216,25 @@ pub enum Verdict {
 
 /// The backend of a destination: the local filesystem, or the destination's bucket.
 pub fn for_destination(dest: &crate::config::Destination) -> Result<Box<dyn Backend>> {
-    match &dest.s3 {
-        None => Ok(Box::new(local::LocalBackend)),
-        Some(s) => Ok(Box::new(s3::S3Backend::from_settings(s)?)),
+    match (&dest.s3, &dest.releases) {
+        (Some(s), _) => Ok(Box::new(s3::S3Backend::from_settings(s)?)),
+        (None, Some(r)) => Ok(Box::new(releases::ReleasesBackend::new(r))),
+        (None, None) => Ok(Box::new(local::LocalBackend)),
     }
 }
 
 /// The backend of an operation found in a journal or in staging: its record names the
 /// store when it is not the local filesystem.
-pub fn for_record(bundle: &Path, location: Option<&s3::S3Location>) -> Result<Box<dyn Backend>> {
+pub fn for_record(
+    bundle: &Path,
+    location: Option<&s3::S3Location>,
+    releases: Option<&releases::ReleasesRecord>,
+) -> Result<Box<dyn Backend>> {
     match location {
         Some(l) => Ok(Box::new(s3::S3Backend::for_location(bundle, l)?)),
+        None if releases.is_some() => Ok(Box::new(releases::ReleasesBackend::new(
+            &releases.expect("checked").settings,
+        ))),
         None if s3::is_s3_path(bundle) => Err(crate::error::Error::Failed(format!(
             "{}: the record does not say which endpoint and region hold it; run `distributor recover --config` with the destination's config",
             bundle.display()

@@ -6,9 +6,11 @@
 //! filesystem beyond reading the config file itself.
 
 mod mapping;
+mod releases;
 mod s3;
 
 pub use mapping::{PathTemplate, TemplatePart};
+pub use releases::{ReleaseSettings, default_dir as default_releases_dir, parse_age};
 pub use s3::{CacheRule, S3Settings};
 
 use crate::error::{Error, Result};
@@ -94,7 +96,7 @@ pub struct UploadToken {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with keys id, backend, path, path_mapping, state, reconciliation, transfer, takeover, s3"
+    expecting = "a mapping with keys id, backend, path, path_mapping, state, reconciliation, transfer, takeover, s3, releases"
 )]
 struct RawDestination {
     id: Id,
@@ -113,6 +115,8 @@ struct RawDestination {
     takeover: RawTakeover,
     #[serde(default)]
     s3: Option<s3::RawS3>,
+    #[serde(default)]
+    releases: Option<releases::RawReleases>,
 }
 
 fn default_backend() -> Backend {
@@ -279,6 +283,8 @@ pub struct Destination {
     pub takeover: TakeoverMode,
     /// The bucket, key prefix and `s3:` block; `Some` exactly when `backend` is s3.
     pub s3: Option<S3Settings>,
+    /// The `releases:` block (SPEC §15): `path` is a symlink swapped to each release.
+    pub releases: Option<ReleaseSettings>,
 }
 
 /// A validated pipeline configuration.
@@ -430,6 +436,28 @@ impl Config {
                 (PathMappingMode::Fixed, None) => PathMapping::Fixed,
                 (PathMappingMode::SourceId, None) => PathMapping::SourceId,
             };
+            let releases = match d.releases {
+                None => None,
+                Some(_) if d.backend == Backend::S3 => {
+                    return Err(err(
+                        &format!("{key}.releases"),
+                        "applies to backend local only; an s3 destination publishes in place (remove the releases block)".into(),
+                    ));
+                }
+                Some(_) if path_mapping != PathMapping::Fixed => {
+                    return Err(err(
+                        &format!("{key}.releases"),
+                        format!(
+                            "applies to path_mapping.mode fixed only; this destination maps paths by {} (set path_mapping.mode: fixed, or remove the releases block)",
+                            path_mapping.mode()
+                        ),
+                    ));
+                }
+                Some(r) => Some(
+                    releases::settings(&key, &path, r, resolve, check_path_text)
+                        .map_err(|(k, m)| err(&k, m))?,
+                ),
+            };
             destinations.push(Destination {
                 id: d.id.0,
                 backend: d.backend,
@@ -440,6 +468,7 @@ impl Config {
                 transfer: d.transfer,
                 takeover: d.takeover.mode,
                 s3,
+                releases,
             });
         }
         for (i, a) in destinations.iter().enumerate() {
@@ -451,6 +480,20 @@ impl Config {
                 // The same bucket and prefix behind different endpoints is different storage.
                 let same_store =
                     a.s3.as_ref().map(|s| &s.endpoint) == b.s3.as_ref().map(|s| &s.endpoint);
+                if let (Some(ra), Some(rb)) = (&a.releases, &b.releases)
+                    && ra.dir == rb.dir
+                    && a.path != b.path
+                {
+                    return Err(err(
+                        &format!("destinations[{i}].releases.dir"),
+                        format!(
+                            "destinations '{}' and '{}' keep their releases in the same directory {} for different paths; each path needs its own releases.dir",
+                            b.id,
+                            a.id,
+                            ra.dir.display()
+                        ),
+                    ));
+                }
                 if fixed && single && same_store && a.path == b.path {
                     return Err(err(
                         &format!("destinations[{i}].path"),

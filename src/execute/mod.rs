@@ -71,6 +71,7 @@ pub fn execute(
         &mut |d| store.dir_exists(d),
     )?;
     staged.store = store.location();
+    staged.releases = store.releases_record();
     let (record, actions) = journal_records(&staged)?;
     journal.begin_operation(&record, &actions)?;
     failpoint::hit("after_journal_append");
@@ -104,6 +105,10 @@ pub fn execute(
                 .map_err(finish)?;
             failpoint::hit("after_journal_commit");
             store.clean_up(&staged).map_err(finish)?;
+            if let Some(releases) = store.as_releases() {
+                retain(releases, &state, &op_id, &bundle.to_string_lossy(), journal)
+                    .map_err(finish)?;
+            }
             journal
                 .event(&op_id, event::COMPLETED, None)
                 .map_err(finish)?;
@@ -122,6 +127,44 @@ pub fn execute(
             ))),
         },
     }
+}
+
+/// After a release's activation (SPEC §15): retention, journaled as `pruned` (a failure
+/// is a warning in that event, never a failed publication), with the placement
+/// fingerprints of the active release's files taken after it, since its links and
+/// unlinks changed their ctimes (SPEC §13).
+pub fn retain(
+    releases: &crate::backend::releases::ReleaseStore,
+    state: &crate::state::State,
+    op_id: &str,
+    bundle: &str,
+    journal: &mut Journal,
+) -> Result<()> {
+    let detail = match releases.prune(false) {
+        Ok(verdicts) => {
+            let removed: Vec<&str> = verdicts
+                .iter()
+                .filter(|v| !v.keep)
+                .map(|v| v.release.as_str())
+                .collect();
+            if removed.is_empty() {
+                "no release removed".to_string()
+            } else {
+                format!("removed releases {}", removed.join(", "))
+            }
+        }
+        Err(e) => {
+            eprintln!("warning: {bundle}: retention failed: {e}");
+            format!("warning: retention failed: {e}")
+        }
+    };
+    let outputs: Vec<(&str, &str)> = state
+        .outputs
+        .iter()
+        .map(|o| (o.path.as_str(), o.sha256.as_str()))
+        .collect();
+    let fingerprints = releases.fingerprints(&outputs)?;
+    journal.settle(op_id, bundle, event::PRUNED, Some(&detail), &fingerprints)
 }
 
 /// Steps 4-7. Returns the commit and the placement fingerprints.

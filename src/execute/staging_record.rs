@@ -187,6 +187,10 @@ pub struct StagedOperation {
     /// reach it from the journal alone; absent for local destinations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<crate::backend::s3::S3Location>,
+    /// The releases destination `bundle_path` is (SPEC §15): its settings and the release
+    /// active when the operation began; absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub releases: Option<crate::backend::releases::ReleasesRecord>,
 }
 
 /// Files staged per directory under `new/`: the staging threads take runs of up to this
@@ -271,6 +275,7 @@ impl StagedOperation {
             new_dirs,
             staging_layout: StagingLayout::Flat,
             store: None,
+            releases: None,
         })
     }
 
@@ -443,6 +448,7 @@ mod tests {
             new_dirs: vec!["b".into()],
             staging_layout: layout,
             store: None,
+            releases: None,
         }
     }
 

@@ -45,6 +45,9 @@ pub mod event {
     /// `recover` found no staging entry for the operation (SPEC §13): it was applied
     /// elsewhere or never applied; nothing was touched. The detail says which.
     pub const CLOSED: &str = "closed";
+    /// Retention ran after an activation (SPEC §15): the detail names the releases it
+    /// removed, or why it failed (a warning; the publication stands).
+    pub const PRUNED: &str = "pruned";
 }
 
 /// The operation row appended before anything runs.
@@ -308,30 +311,7 @@ impl Journal {
     ) -> Result<()> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| jerr(&path, e))?;
-        if !placements.is_empty() {
-            let set: Vec<SetEntry<'_>> = placements
-                .iter()
-                .map(|(p, fp)| {
-                    SetEntry(
-                        p.into(),
-                        fp.size as i64,
-                        fp.mtime_ns,
-                        fp.ino as i64,
-                        fp.sha256.as_str().into(),
-                        fp.ctime_ns,
-                    )
-                })
-                .collect();
-            let json = serde_json::to_string(&set).map_err(|e| Error::Journal {
-                path: path.clone(),
-                message: format!("cannot record the placements of {operation_id}: {e}"),
-            })?;
-            tx.execute(
-                "INSERT INTO journal_placement_sets (operation_id, bundle_path, placements) VALUES (?1, ?2, ?3)",
-                params![operation_id, bundle_path, json],
-            )
-            .map_err(|e| jerr(&path, e))?;
-        }
+        insert_placement_set(&tx, &path, operation_id, bundle_path, placements)?;
         // A state other than the planned post-state (an object store's, with the ETags
         // its uploads returned) is named in the event.
         let detail = committed.state_sha256().map(|sha| {
@@ -342,6 +322,28 @@ impl Journal {
         tx.execute(
             "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
             params![operation_id, now(), event::COMMITTED, detail],
+        )
+        .map_err(|e| jerr(&path, e))?;
+        tx.commit().map_err(|e| jerr(&path, e))
+    }
+
+    /// Appends an event of a committed operation and, in the same transaction, placement
+    /// fingerprints taken after it (a releases destination takes them once its links and
+    /// its pruning are done, SPEC §13): they are read before the commit's own set.
+    pub fn settle(
+        &mut self,
+        operation_id: &str,
+        bundle_path: &str,
+        event: &str,
+        detail: Option<&str>,
+        placements: &[(String, Fingerprint)],
+    ) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|e| jerr(&path, e))?;
+        insert_placement_set(&tx, &path, operation_id, bundle_path, placements)?;
+        tx.execute(
+            "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
+            params![operation_id, now(), event, detail],
         )
         .map_err(|e| jerr(&path, e))?;
         tx.commit().map_err(|e| jerr(&path, e))
@@ -463,6 +465,43 @@ impl Journal {
             .optional()
             .map_err(|e| jerr(&self.path, e))
     }
+}
+
+/// Appends one row of `journal_placement_sets` holding `placements` (none for an empty
+/// list), in the transaction `tx`.
+fn insert_placement_set(
+    tx: &rusqlite::Transaction<'_>,
+    path: &Path,
+    operation_id: &str,
+    bundle_path: &str,
+    placements: &[(String, Fingerprint)],
+) -> Result<()> {
+    if placements.is_empty() {
+        return Ok(());
+    }
+    let set: Vec<SetEntry<'_>> = placements
+        .iter()
+        .map(|(p, fp)| {
+            SetEntry(
+                p.into(),
+                fp.size as i64,
+                fp.mtime_ns,
+                fp.ino as i64,
+                fp.sha256.as_str().into(),
+                fp.ctime_ns,
+            )
+        })
+        .collect();
+    let json = serde_json::to_string(&set).map_err(|e| Error::Journal {
+        path: path.to_path_buf(),
+        message: format!("cannot record the placements of {operation_id}: {e}"),
+    })?;
+    tx.execute(
+        "INSERT INTO journal_placement_sets (operation_id, bundle_path, placements) VALUES (?1, ?2, ?3)",
+        params![operation_id, bundle_path, json],
+    )
+    .map_err(|e| jerr(path, e))?;
+    Ok(())
 }
 
 /// One file of a placement set: path, size, mtime_ns, inode, sha256, ctime_ns. Paths and

@@ -63,6 +63,9 @@ pub struct Storage<'a> {
     /// Set when the bundle path itself (or a mapped directory on the way to it) is a
     /// symlink, a special file or a file: the reason.
     pub bundle_unsafe: Option<String>,
+    /// Set when the config's `releases` settings differ from those its `releases.dir`
+    /// records (SPEC §15): why.
+    pub releases_mismatch: Option<String>,
     /// Entries by bundle-relative path (the directories on the way to the probed paths,
     /// or anything listed by hand). A path listed nowhere is treated as missing.
     pub entries: foldhash::HashMap<&'a str, Entry<'a>>,
@@ -82,6 +85,7 @@ impl<'a> Storage<'a> {
     ) -> Storage<'a> {
         Storage {
             bundle_unsafe,
+            releases_mismatch: None,
             entries,
             probed,
             order: Default::default(),

@@ -36,6 +36,8 @@ mod imp {
         Renamed { from: PathBuf, to: PathBuf },
         /// A rename is about to replace the file at the path, which held these bytes.
         Replacing { path: PathBuf, bytes: Vec<u8> },
+        /// A rename is about to replace the symlink at the path, which held this target.
+        ReplacingLink { path: PathBuf, target: PathBuf },
     }
 
     static PENDING: Mutex<Vec<Change>> = Mutex::new(Vec::new());
@@ -73,11 +75,24 @@ mod imp {
     }
 
     pub fn replacing(path: &Path) {
-        if let Ok(bytes) = std::fs::read(path) {
-            pending().push(Change::Replacing {
-                path: path.to_path_buf(),
-                bytes,
-            });
+        match std::fs::symlink_metadata(path) {
+            Ok(md) if md.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(path) {
+                    pending().push(Change::ReplacingLink {
+                        path: path.to_path_buf(),
+                        target,
+                    });
+                }
+            }
+            Ok(md) if md.is_file() => {
+                if let Ok(bytes) = std::fs::read(path) {
+                    pending().push(Change::Replacing {
+                        path: path.to_path_buf(),
+                        bytes,
+                    });
+                }
+            }
+            _ => {}
         }
     }
 
@@ -89,7 +104,9 @@ mod imp {
         pending().retain(|c| match c {
             Change::Entry(p) => parent(p) != dir,
             Change::Renamed { from, to } => parent(from) != dir && parent(to) != dir,
-            Change::Replacing { path, .. } => parent(path) != dir,
+            Change::Replacing { path, .. } | Change::ReplacingLink { path, .. } => {
+                parent(path) != dir
+            }
             Change::Data(_) => true,
         });
     }
@@ -113,6 +130,10 @@ mod imp {
                 },
                 Change::Renamed { from, to } => std::fs::rename(&to, &from),
                 Change::Replacing { path, bytes } => std::fs::write(&path, bytes),
+                Change::ReplacingLink { path, target } => {
+                    let _ = std::fs::remove_file(&path);
+                    std::os::unix::fs::symlink(&target, &path)
+                }
             };
         }
     }

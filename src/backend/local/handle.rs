@@ -271,6 +271,14 @@ impl Dir {
         Ok(())
     }
 
+    /// Hard-links the entry `name` (never followed: a symlink is linked itself) as
+    /// `to/to_name`, which must not exist.
+    pub fn hard_link(&self, name: &str, to: &Dir, to_name: &str) -> io::Result<()> {
+        linkat(&self.fd, name, &to.fd, to_name, AtFlags::empty())?;
+        crashsim::entry(&to.join(to_name));
+        Ok(())
+    }
+
     /// Removes the file or symlink `name`.
     pub fn unlink(&self, name: &str) -> io::Result<()> {
         Ok(unlinkat(&self.fd, name, AtFlags::empty())?)

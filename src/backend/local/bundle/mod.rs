@@ -51,6 +51,9 @@ pub const TMP_PREFIX: &str = ".tmp-";
 pub struct Bundle {
     base: PathBuf,
     path: PathBuf,
+    /// The bundle path staging records name: the bundle path itself, or for a releases
+    /// destination's `releases.dir` the `path` symlink its operations publish to.
+    record_path: PathBuf,
     dir: Dir,
     identity: Identity,
     /// The `flock`ed `.distributor.lock`, when locked.
@@ -222,6 +225,7 @@ impl Bundle {
         Ok(Bundle {
             base: base.to_path_buf(),
             path: bundle.to_path_buf(),
+            record_path: bundle.to_path_buf(),
             dir,
             identity,
             lock,
@@ -280,6 +284,30 @@ impl Bundle {
     /// The bundle path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A directory opened elsewhere, for reading only (a release of a releases
+    /// destination): `path` names it in messages.
+    pub fn reading(path: &Path, dir: Dir) -> Result<Bundle> {
+        Bundle::new(path, path, dir, None)
+    }
+
+    /// The same, its staging records naming `bundle` as their bundle path (a releases
+    /// destination's `releases.dir` holds the staging of operations on `path`).
+    pub fn recording_for(mut self, bundle: &Path) -> Bundle {
+        self.record_path = bundle.to_path_buf();
+        self
+    }
+
+    /// The directory holding the file staged for action `i` of `op`, and its name there.
+    pub fn staged_new(&self, op: &StagedOperation, i: usize) -> Result<(Arc<Dir>, String)> {
+        self.locked()?;
+        let (dir_rel, name) = split_owned(&format!(
+            "{STAGING_DIR}/{}/{}",
+            op.operation_id,
+            op.staged_new(i)
+        ));
+        Ok((self.sub(&dir_rel)?, name))
     }
 
     /// The bundle directory's handle.

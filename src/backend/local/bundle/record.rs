@@ -54,7 +54,7 @@ impl Bundle {
         let (mut f, _) = op_dir.open_file(PLAN_FILE).ctx("open", &plan_path)?;
         let mut bytes = Vec::new();
         f.read_to_end(&mut bytes).ctx("read", &plan_path)?;
-        let record = StagedOperation::parse(&bytes, &plan_path, &self.path, op)?;
+        let record = StagedOperation::parse(&bytes, &plan_path, &self.record_path, op)?;
         if record.staging_layout == StagingLayout::Flat {
             self.check_flat_staging(&record, &op_dir, &op_path)
                 .map_err(|e| match e {

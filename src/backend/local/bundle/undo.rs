@@ -14,7 +14,7 @@ impl Bundle {
     /// over something else.
     pub fn undo(&self, op: &StagedOperation) -> Result<()> {
         self.locked()?;
-        op.check(&self.path)?;
+        op.check(&self.record_path)?;
         let op_rel = format!("{STAGING_DIR}/{}", op.operation_id);
         if !self.dir_exists(&op_rel)? {
             // Stopped while its record was being written: only that is there.

@@ -1,0 +1,463 @@
+//! Building a release and activating it (SPEC §15): the staging record first, then
+//! `<releases.dir>/<op>/` with everything the operation does not change hard-linked from
+//! the active release (copied and verified where a link cannot be made), the new files
+//! and links, its `.distributor.json`; then one `syncfs`, a symlink to it under a
+//! temporary name, and the rename over `path` that is the commit point. The rollback
+//! removes a release `path` does not name; the cleanup appends the activation to the log.
+
+use super::log::{self, Activation};
+use super::{ACTIVATE_PREFIX, Link, ReleaseStore, link_text};
+use crate::backend::Committed;
+use crate::backend::local::handle::{Dir, split, type_name};
+use crate::error::{Error, IoContext, Result};
+use crate::execute::StagedOperation;
+use crate::failpoint;
+use crate::source::relative_link_target;
+use crate::state::STATE_FILE;
+use rustix::fs::{FileType, Mode};
+use sha2::{Digest, Sha256};
+use std::io::{Read, Seek, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The release an operation builds: its handle and the directories below it opened so
+/// far, by release-relative path.
+#[derive(Debug)]
+pub struct Building {
+    op: String,
+    dirs: foldhash::HashMap<String, Arc<Dir>>,
+}
+
+/// Mode of every file distributor writes into a release: read-only, so writing through
+/// one release cannot change another that shares the file.
+const READ_ONLY: u32 = 0o444;
+
+impl ReleaseStore {
+    /// `begin`: the staging record in `releases.dir`, the settings record when it is the
+    /// first, then the release directory, filled with what the operation carries over.
+    pub(super) fn begin_release(
+        &self,
+        op: &StagedOperation,
+        pre: Option<&[u8]>,
+        post: &[u8],
+    ) -> Result<()> {
+        let root = self.root()?;
+        root.begin(op, pre, post)?;
+        self.record_settings()?;
+        let id = &op.operation_id;
+        let release_path = self.settings.dir.join(id);
+        if !root.dir().mkdir(id).ctx("create release", &release_path)? {
+            return Err(Error::Failed(format!(
+                "{} exists already",
+                release_path.display()
+            )));
+        }
+        let release = Arc::new(root.dir().open_dir(id).ctx("open", &release_path)?);
+        failpoint::hit("during_carry_over");
+        if let Some(active) = &self.active {
+            let skip: foldhash::HashSet<&str> =
+                op.actions.iter().map(|a| a.path.as_str()).collect();
+            carry(
+                active.dir(),
+                active.path(),
+                &release,
+                &release_path,
+                "",
+                &skip,
+            )?;
+        }
+        let mut dirs = foldhash::HashMap::default();
+        dirs.insert(String::new(), release);
+        *self.building.lock().unwrap_or_else(|p| p.into_inner()) = Some(Building {
+            op: id.clone(),
+            dirs,
+        });
+        Ok(())
+    }
+
+    /// Writes `.distributor-releases.json` when `releases.dir` has none yet.
+    fn record_settings(&self) -> Result<()> {
+        if self.recorded_settings()?.is_some() {
+            return Ok(());
+        }
+        let root = self.root()?;
+        let record = log::RecordedSettings::of(&self.path, &self.settings);
+        let bytes = serde_json::to_vec_pretty(&record).map_err(|e| Error::Failed(e.to_string()))?;
+        let tmp = format!("{}.tmp", log::SETTINGS_FILE);
+        let path = self.settings.dir.join(log::SETTINGS_FILE);
+        let _ = root.dir().unlink(&tmp);
+        let mut f = root.dir().create_file(&tmp).ctx("create", &path)?;
+        f.write_all(&bytes).ctx("write", &path)?;
+        root.dir().sync_file(&f, &tmp).ctx("fsync", &path)?;
+        root.dir()
+            .rename_new(&tmp, root.dir(), log::SETTINGS_FILE)
+            .ctx("write", &path)?;
+        root.dir().sync().ctx("fsync", &self.settings.dir)
+    }
+
+    /// The directory `rel` of the release being built for `op`, created (with its
+    /// ancestors) when missing.
+    fn release_dir(&self, op: &StagedOperation, rel: &str) -> Result<Arc<Dir>> {
+        let mut guard = self.building.lock().unwrap_or_else(|p| p.into_inner());
+        let b = match guard.as_mut() {
+            Some(b) if b.op == op.operation_id => b,
+            _ => {
+                // After a restart (recover never builds), or a mix-up of operations.
+                return Err(Error::Failed(format!(
+                    "{}: release {} is not being built by this process",
+                    self.settings.dir.display(),
+                    op.operation_id
+                )));
+            }
+        };
+        make_dirs(b, rel, &self.settings.dir.join(&op.operation_id))
+    }
+
+    /// Where a file goes, a directory of the new release left empty because everything
+    /// below it was not carried over: removes it (anything in it is an error).
+    pub(super) fn remove_emptied_dir_in_release(&self, rel: &str) -> Result<()> {
+        let guard = self.building.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(b) = guard.as_ref() else {
+            return Ok(());
+        };
+        let (d, name) = split(rel);
+        let base = self.settings.dir.join(&b.op);
+        let Ok(parent) = b.dirs[""].open_dir(d) else {
+            return Ok(());
+        };
+        match parent.stat_opt(name).ctx("stat", base.join(rel))? {
+            Some(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+                remove_empty_tree(&parent, name, &base.join(rel))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `place`: the staged file, made read-only, renamed into the release (never over
+    /// anything).
+    pub(super) fn place_in_release(&self, op: &StagedOperation, i: usize) -> Result<()> {
+        let root = self.root()?;
+        let a = &op.actions[i];
+        let (d, name) = split(&a.path);
+        let path = self.settings.dir.join(&op.operation_id).join(&a.path);
+        failpoint::hit("during_placement");
+        let parent = self.release_dir(op, d)?;
+        let (staged, staged_name) = root.staged_new(op, i)?;
+        let (f, _) = staged
+            .open_file(&staged_name)
+            .ctx("open", staged.join(&staged_name))?;
+        rustix::fs::fchmod(&f, Mode::from_raw_mode(READ_ONLY))
+            .map_err(|e| Error::io("make read-only", staged.join(&staged_name), e.into()))?;
+        drop(f);
+        failpoint::io("io_rename").ctx("rename into place", &path)?;
+        staged
+            .rename_new(&staged_name, &parent, name)
+            .ctx("rename into place", &path)
+    }
+
+    /// `link`: the symlink of action `i` in the release.
+    pub(super) fn link_in_release(&self, op: &StagedOperation, i: usize) -> Result<()> {
+        let a = &op.actions[i];
+        let (d, name) = split(&a.path);
+        failpoint::hit("during_links");
+        let parent = self.release_dir(op, d)?;
+        let target = relative_link_target(&a.path, a.target.as_deref().unwrap_or_default());
+        parent.symlink(&target, name).ctx(
+            "create link",
+            self.settings.dir.join(&op.operation_id).join(&a.path),
+        )
+    }
+
+    /// The commit point: the release's state file, one `syncfs` making the whole release
+    /// durable, the checks that `releases.dir` and `path` are still what was locked and
+    /// planned against, then a symlink to the release under a temporary name renamed over
+    /// `path`, and an fsync of `path`'s parent.
+    pub(super) fn activate(&self, op: &StagedOperation, post: &[u8]) -> Result<Committed> {
+        let root = self.root()?;
+        let release = self.release_dir(op, "")?;
+        let state_path = self.settings.dir.join(&op.operation_id).join(STATE_FILE);
+        let mut f = release.create_file(STATE_FILE).ctx("create", &state_path)?;
+        f.write_all(post).ctx("write", &state_path)?;
+        rustix::fs::fchmod(&f, Mode::from_raw_mode(READ_ONLY))
+            .map_err(|e| Error::io("make read-only", &state_path, e.into()))?;
+        drop(f);
+        failpoint::io("io_state_fsync").ctx("fsync", &state_path)?;
+        root.dir()
+            .sync_filesystem()
+            .ctx("sync filesystem of", &self.settings.dir)?;
+        self.check_still_in_place(root)?;
+        let (tmp_dir, tmp) = self.activation_dir(&op.operation_id)?;
+        let _ = tmp_dir.unlink(&tmp);
+        let text = link_text(&self.path, &self.settings.dir, &op.operation_id);
+        tmp_dir
+            .symlink(&text, &tmp)
+            .ctx("create link", tmp_dir.join(&tmp))?;
+        failpoint::io("io_state_rename").ctx("activate", &self.path)?;
+        tmp_dir
+            .rename_over(&tmp, &self.parent, &self.name())
+            .ctx("activate", &self.path)?;
+        self.parent.sync().ctx("fsync", self.parent.path())?;
+        Ok(Committed::passed())
+    }
+
+    /// Where the temporary symlink goes: `releases.dir`, or beside `path` when
+    /// `releases.dir` is on another filesystem (a rename cannot cross).
+    fn activation_dir(&self, op: &str) -> Result<(Dir, String)> {
+        let root = self.root()?;
+        let name = format!("{ACTIVATE_PREFIX}{op}");
+        let same_fs = root.dir().identity().ctx("stat", &self.settings.dir)?.dev
+            == self.parent.identity().ctx("stat", self.parent.path())?.dev;
+        let dir = if same_fs { root.dir() } else { &self.parent };
+        Ok((dir.try_clone().ctx("open", dir.path())?, name))
+    }
+
+    /// Refuses the commit when `releases.dir` no longer names the directory locked, or
+    /// `path` no longer names the release planned against.
+    fn check_still_in_place(&self, root: &crate::backend::local::Bundle) -> Result<()> {
+        let held = root.dir().identity().ctx("stat", &self.settings.dir)?;
+        let now = Dir::open_path(&self.settings.dir)
+            .ok()
+            .and_then(|d| d.identity().ok());
+        if now != Some(held) {
+            return Err(Error::Unsafe(format!(
+                "{} no longer names the directory distributor locked (it was replaced while the operation ran); nothing was activated",
+                self.settings.dir.display()
+            )));
+        }
+        if self.current()? != self.link {
+            return Err(Error::Unsafe(format!(
+                "{} changed while the operation ran (it no longer names the release planned against); nothing was activated",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Removes the temporary activation symlinks of `op` (only symlinks of that name).
+    fn remove_activation_links(&self, op: &str) -> Result<()> {
+        let name = format!("{ACTIVATE_PREFIX}{op}");
+        for dir in [self.root()?.dir(), &self.parent] {
+            if let Some(st) = dir.stat_opt(&name).ctx("stat", dir.join(&name))?
+                && FileType::from_raw_mode(st.st_mode) == FileType::Symlink
+            {
+                dir.unlink(&name).ctx("remove", dir.join(&name))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `undo`: removes the release `op` was building (never one `path` names), its
+    /// temporary symlink, then its staging. Idempotent.
+    pub(super) fn undo_release(&self, op: &StagedOperation) -> Result<()> {
+        let root = self.root()?;
+        op.check(&self.path)?;
+        let id = &op.operation_id;
+        if self.current()? == Link::Release(id.clone()) {
+            return Err(Error::Failed(format!(
+                "{} names release {id}: it is active and is not removed",
+                self.path.display()
+            )));
+        }
+        self.remove_activation_links(id)?;
+        failpoint::hit("undo_remove_placed");
+        root.dir()
+            .remove_tree(id)
+            .ctx("remove release", self.settings.dir.join(id))?;
+        *self.building.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        failpoint::hit("undo_before_remove_staging");
+        root.remove_unfinished(id)?;
+        root.remove_staging(id)
+    }
+
+    /// `clean_up` after the commit point: the temporary symlink goes, the activation is
+    /// appended to the log (once), then the staging entry goes.
+    pub(super) fn finish_activation(&self, op: &StagedOperation) -> Result<()> {
+        let root = self.root()?;
+        failpoint::hit("during_cleanup");
+        self.remove_activation_links(&op.operation_id)?;
+        let logged = self.activations()?;
+        if logged.last().map(|a| &a.release) != Some(&op.operation_id) {
+            self.append_activation(&Activation {
+                release: op.operation_id.clone(),
+                operation_id: op.operation_id.clone(),
+                activated_at: crate::journal::now(),
+            })?;
+        }
+        root.remove_staging(&op.operation_id)
+    }
+
+    /// Appends one line to the activation log and makes it durable.
+    fn append_activation(&self, a: &Activation) -> Result<()> {
+        let root = self.root()?;
+        let path = self.settings.dir.join(log::LOG_FILE);
+        let mut line = serde_json::to_vec(a).map_err(|e| Error::Failed(e.to_string()))?;
+        line.push(b'\n');
+        let mut f = root
+            .dir()
+            .open_or_create(log::LOG_FILE)
+            .ctx("open", &path)?;
+        f.seek(std::io::SeekFrom::End(0)).ctx("write", &path)?;
+        f.write_all(&line).ctx("write", &path)?;
+        f.sync_all().ctx("fsync", &path)
+    }
+}
+
+/// Creates `rel` below the release (and its ancestors), never through a symlink.
+fn make_dirs(b: &mut Building, rel: &str, base: &Path) -> Result<Arc<Dir>> {
+    if let Some(d) = b.dirs.get(rel) {
+        return Ok(Arc::clone(d));
+    }
+    let (parent, name) = split(rel);
+    let p = make_dirs(b, parent, base)?;
+    p.mkdir(name).ctx("create directory", base.join(rel))?;
+    let d = Arc::new(p.open_dir(name).map_err(|e| {
+        if crate::backend::local::handle::is_redirect(&e) {
+            Error::Unsafe(format!(
+                "{} is not a real directory",
+                base.join(rel).display()
+            ))
+        } else {
+            Error::io("open", base.join(rel), e)
+        }
+    })?);
+    b.dirs.insert(rel.to_string(), Arc::clone(&d));
+    Ok(d)
+}
+
+/// Carries the directory `rel` of the active release (`src`) into the new one (`dst`):
+/// every entry not in `skip` (the paths the operation writes or deletes) and not the state
+/// file, hard-linked; directories made again. A directory everything below which was
+/// skipped is not made (the deletions emptied it); one that was empty stays. Returns
+/// whether anything was carried.
+fn carry(
+    src: &Dir,
+    src_path: &Path,
+    dst: &Dir,
+    dst_path: &Path,
+    rel: &str,
+    skip: &foldhash::HashSet<&str>,
+) -> Result<bool> {
+    let entries = src.entries().ctx("list", src_path)?;
+    if entries.is_empty() {
+        return Ok(true);
+    }
+    let mut carried = false;
+    for (name, kind) in entries {
+        let child = if rel.is_empty() {
+            name.clone()
+        } else {
+            format!("{rel}/{name}")
+        };
+        if (rel.is_empty() && name == STATE_FILE) || skip.contains(child.as_str()) {
+            continue;
+        }
+        if kind == FileType::Directory {
+            let s = src.open_dir(&name).ctx("open", src_path.join(&name))?;
+            dst.mkdir(&name)
+                .ctx("create directory", dst_path.join(&name))?;
+            let d = dst.open_dir(&name).ctx("open", dst_path.join(&name))?;
+            if carry(
+                &s,
+                &src_path.join(&name),
+                &d,
+                &dst_path.join(&name),
+                &child,
+                skip,
+            )? {
+                carried = true;
+            } else {
+                dst.rmdir(&name).ctx("remove", dst_path.join(&name))?;
+            }
+        } else {
+            link_or_copy(
+                src,
+                &name,
+                kind,
+                dst,
+                &src_path.join(&name),
+                &dst_path.join(&name),
+            )?;
+            carried = true;
+        }
+    }
+    Ok(carried)
+}
+
+/// Hard-links `name` from `src` into `dst`; where the filesystem refuses (`EXDEV`,
+/// `EPERM`, `EMLINK`), copies a regular file read-only and verifies the copy by reading it
+/// back, and makes a symlink again with the same text.
+fn link_or_copy(
+    src: &Dir,
+    name: &str,
+    kind: FileType,
+    dst: &Dir,
+    from: &Path,
+    to: &Path,
+) -> Result<()> {
+    let err = match src.hard_link(name, dst, name) {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    let refused = matches!(
+        rustix::io::Errno::from_io_error(&err),
+        Some(rustix::io::Errno::XDEV | rustix::io::Errno::PERM | rustix::io::Errno::MLINK)
+    );
+    if !refused {
+        return Err(Error::io("link", to, err));
+    }
+    match kind {
+        FileType::Symlink => {
+            let text = src.read_link(name).ctx("read link", from)?;
+            dst.symlink(&text, name).ctx("create link", to)
+        }
+        FileType::RegularFile => {
+            let (mut input, _) = src.open_file(name).ctx("open", from)?;
+            let mut out = dst.create_file(name).ctx("create", to)?;
+            let mut h = Sha256::new();
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                let n = input.read(&mut buf).ctx("read", from)?;
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+                out.write_all(&buf[..n]).ctx("write", to)?;
+            }
+            rustix::fs::fchmod(&out, Mode::from_raw_mode(READ_ONLY))
+                .map_err(|e| Error::io("make read-only", to, e.into()))?;
+            drop(out);
+            let (copy, _) = dst.open_file(name).ctx("open", to)?;
+            let (_, again) = crate::hash::hash_reader(copy, to)?;
+            if again != crate::hash::hex(&h.finalize()) {
+                return Err(Error::Failed(format!(
+                    "{} does not read back as the {} it was copied from",
+                    to.display(),
+                    from.display()
+                )));
+            }
+            Ok(())
+        }
+        other => Err(Error::Failed(format!(
+            "{} is {} and cannot be hard-linked into the new release ({err})",
+            from.display(),
+            type_name(other)
+        ))),
+    }
+}
+
+/// Removes the directory `name` of `parent` and the empty directories below it; anything
+/// else there is an error.
+fn remove_empty_tree(parent: &Dir, name: &str, path: &Path) -> Result<()> {
+    let d = parent.open_dir(name).ctx("open", path)?;
+    for (child, kind) in d.entries().ctx("list", path)? {
+        if kind == FileType::Directory {
+            remove_empty_tree(&d, &child, &path.join(&child))?;
+        } else {
+            return Err(Error::Failed(format!(
+                "{} is in a directory distributor is replacing with a file",
+                path.join(&child).display()
+            )));
+        }
+    }
+    parent.rmdir(name).ctx("remove emptied directory", path)
+}

@@ -1,0 +1,276 @@
+//! What `releases.dir` records besides the releases themselves (SPEC §15): the settings it
+//! was made with (`.distributor-releases.json`, compared with every config that
+//! publishes there: `releases_mismatch`) and the activation log
+//! (`.distributor-activations.log`, one JSON line per activation, oldest first), and the
+//! retention rule that reads it. Retention here is pure: it decides from the log, the
+//! release directories present and the ones unfinished operations use.
+
+use crate::config::ReleaseSettings;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+/// The settings record's name in `releases.dir`.
+pub const SETTINGS_FILE: &str = ".distributor-releases.json";
+/// The activation log's name in `releases.dir`.
+pub const LOG_FILE: &str = ".distributor-activations.log";
+
+/// The settings a releases directory was made with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedSettings {
+    /// The `path` symlink the releases are activated at.
+    pub path: PathBuf,
+    /// `releases.keep`.
+    pub keep: u32,
+    /// `releases.max_age` as written.
+    #[serde(default)]
+    pub max_age: Option<String>,
+}
+
+impl RecordedSettings {
+    /// What a config's settings for `path` record.
+    pub fn of(path: &std::path::Path, s: &ReleaseSettings) -> RecordedSettings {
+        RecordedSettings {
+            path: path.to_path_buf(),
+            keep: s.keep,
+            max_age: s.max_age.clone(),
+        }
+    }
+
+    /// Why a config's settings differ from these, if they do.
+    pub fn mismatch(&self, config: &RecordedSettings, dir: &std::path::Path) -> Option<String> {
+        let show = |s: &RecordedSettings| {
+            format!(
+                "path {}, keep {}, max_age {}",
+                s.path.display(),
+                s.keep,
+                s.max_age.as_deref().unwrap_or("(none)")
+            )
+        };
+        (self != config).then(|| {
+            format!(
+                "{} records releases settings ({}) that differ from this config's ({}); every config publishing there must give the same releases settings",
+                dir.join(SETTINGS_FILE).display(),
+                show(self),
+                show(config)
+            )
+        })
+    }
+}
+
+/// One activation: a release became what `path` names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Activation {
+    /// The release directory's name (the operation that built it).
+    pub release: String,
+    /// The operation that activated it (a rollback activates an older release).
+    pub operation_id: String,
+    /// When, RFC 3339 UTC.
+    pub activated_at: String,
+}
+
+/// Parses the activation log; a line that does not parse (the last one, torn by a crash
+/// while it was appended) is left out.
+pub fn parse_log(bytes: &[u8]) -> Vec<Activation> {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| serde_json::from_slice(l).ok())
+        .collect()
+}
+
+/// Why a release is kept or removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// The release directory's name.
+    pub release: String,
+    /// Kept (false: removed, or to be removed in a dry run).
+    pub keep: bool,
+    /// Why, in words.
+    pub reason: String,
+    /// When it was last activated, if ever.
+    pub activated_at: Option<String>,
+}
+
+/// Decides, for every release directory present, whether retention keeps it (SPEC §15):
+/// the active release and the one active before it always; one an unfinished operation
+/// uses always; any other when fewer than `keep` other such releases were active after
+/// it and it has been inactive for at most `max_age` (seconds; `now` in seconds since the
+/// epoch). A release the log never saw activated is kept (it is not known to be done
+/// with).
+pub fn decide(
+    log: &[Activation],
+    present: &BTreeSet<String>,
+    active: Option<&str>,
+    in_use: &BTreeSet<String>,
+    keep: u32,
+    max_age: Option<u64>,
+    now: i64,
+) -> Vec<Verdict> {
+    // Each release's last activation, and when the one after it came (it was deactivated).
+    let mut last: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, a) in log.iter().enumerate() {
+        last.insert(a.release.as_str(), i);
+    }
+    let previous = active.and_then(|act| {
+        let i = *last.get(act)?;
+        log[..i]
+            .iter()
+            .rev()
+            .find(|a| a.release != act)
+            .map(|a| a.release.as_str())
+    });
+    // Releases retention may remove, newest activation first.
+    let mut others: Vec<(&str, usize)> = last
+        .iter()
+        .filter(|(r, _)| Some(**r) != active && Some(**r) != previous)
+        .map(|(r, i)| (*r, *i))
+        .collect();
+    others.sort_by_key(|o| std::cmp::Reverse(o.1));
+    let rank: BTreeMap<&str, usize> = others
+        .iter()
+        .enumerate()
+        .map(|(n, (r, _))| (*r, n))
+        .collect();
+    let seconds = |t: &str| {
+        chrono::DateTime::parse_from_rfc3339(t)
+            .map(|d| d.timestamp())
+            .ok()
+    };
+    present
+        .iter()
+        .map(|r| {
+            let at = last.get(r.as_str()).map(|&i| log[i].activated_at.clone());
+            let (keep_it, reason) = if Some(r.as_str()) == active {
+                (true, "active".to_string())
+            } else if Some(r.as_str()) == previous {
+                (true, "previously active (always kept)".to_string())
+            } else if in_use.contains(r) {
+                (true, "used by an unfinished operation".to_string())
+            } else if let Some(&n) = rank.get(r.as_str()) {
+                let i = last[r.as_str()];
+                let inactive_since = log.get(i + 1).and_then(|a| seconds(&a.activated_at));
+                let age = inactive_since.map(|s| now - s);
+                if n >= keep as usize {
+                    (
+                        false,
+                        format!("{n} other inactive releases were active after it (keep: {keep})"),
+                    )
+                } else if let (Some(max), Some(age)) = (max_age, age)
+                    && age > max as i64
+                {
+                    (
+                        false,
+                        format!("inactive for {age}s, longer than max_age ({max}s)"),
+                    )
+                } else {
+                    (
+                        true,
+                        format!("within keep ({} of {keep} inactive releases)", n + 1),
+                    )
+                }
+            } else {
+                (
+                    true,
+                    "never activated: not known to be done with".to_string(),
+                )
+            };
+            Verdict {
+                release: r.clone(),
+                keep: keep_it,
+                reason,
+                activated_at: at,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(names: &[(&str, &str)]) -> Vec<Activation> {
+        names
+            .iter()
+            .map(|(r, at)| Activation {
+                release: r.to_string(),
+                operation_id: r.to_string(),
+                activated_at: at.to_string(),
+            })
+            .collect()
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn kept(v: &[Verdict]) -> Vec<&str> {
+        v.iter()
+            .filter(|v| v.keep)
+            .map(|v| v.release.as_str())
+            .collect()
+    }
+
+    const T: [&str; 6] = [
+        "2026-12-01T00:00:00Z",
+        "2026-12-01T01:00:00Z",
+        "2026-12-01T02:00:00Z",
+        "2026-12-01T03:00:00Z",
+        "2026-12-01T04:00:00Z",
+        "2026-12-01T05:00:00Z",
+    ];
+
+    #[test]
+    fn keep_counts_activations_not_ages() {
+        let l = log(&[
+            ("a", T[0]),
+            ("b", T[1]),
+            ("c", T[2]),
+            ("d", T[3]),
+            ("e", T[4]),
+        ]);
+        let present = set(&["a", "b", "c", "d", "e"]);
+        let now = 1_800_000_000;
+        let v = decide(&l, &present, Some("e"), &BTreeSet::new(), 2, None, now);
+        assert_eq!(kept(&v), ["b", "c", "d", "e"]);
+        let v = decide(&l, &present, Some("e"), &BTreeSet::new(), 0, None, now);
+        assert_eq!(
+            kept(&v),
+            ["d", "e"],
+            "keep 0 still keeps the active and previous"
+        );
+    }
+
+    #[test]
+    fn max_age_never_removes_the_active_or_previous_release() {
+        let l = log(&[("a", T[0]), ("b", T[1]), ("c", T[2])]);
+        let present = set(&["a", "b", "c"]);
+        let far = 4_000_000_000;
+        let v = decide(&l, &present, Some("c"), &BTreeSet::new(), 3, Some(60), far);
+        assert_eq!(kept(&v), ["b", "c"]);
+        assert!(v[0].reason.contains("max_age"), "{:?}", v[0]);
+    }
+
+    #[test]
+    fn after_a_rollback_the_previous_release_is_the_one_rolled_back_from() {
+        // a, b, c activated, then a rollback to b: b is active, c the previous one.
+        let l = log(&[("a", T[0]), ("b", T[1]), ("c", T[2]), ("b", T[3])]);
+        let present = set(&["a", "b", "c"]);
+        let v = decide(&l, &present, Some("b"), &BTreeSet::new(), 0, None, 0);
+        assert_eq!(kept(&v), ["b", "c"]);
+    }
+
+    #[test]
+    fn releases_in_use_or_never_activated_are_kept() {
+        let l = log(&[("a", T[0]), ("b", T[1]), ("c", T[2])]);
+        let present = set(&["a", "b", "c", "x"]);
+        let v = decide(&l, &present, Some("c"), &set(&["a"]), 0, None, 0);
+        assert_eq!(kept(&v), ["a", "b", "c", "x"]);
+    }
+
+    #[test]
+    fn a_torn_last_line_is_left_out() {
+        let bytes = b"{\"release\":\"a\",\"operation_id\":\"a\",\"activated_at\":\"t\"}\n{\"release\":\"b\",\"oper";
+        assert_eq!(parse_log(bytes).len(), 1);
+    }
+}

@@ -1,0 +1,609 @@
+//! Release directories (SPEC §15): a local destination whose `path` is a symlink that
+//! distributor swaps, atomically, to a complete release directory built for each
+//! publication in `releases.dir`.
+//!
+//! The steps are the local backend's, carried out elsewhere: the lock, the staging record
+//! and staging live in `releases.dir` (a [`Bundle`] opened there, whose records name
+//! `path` as their bundle path); reading the state, probing and listing read the active
+//! release, reached by reading the `path` symlink and opening the release it names from
+//! the `releases.dir` handle, never by following the link. A publication builds
+//! `<releases.dir>/<op>/`: `begin` hard-links everything of the active release the
+//! operation does not change into it, `place` and `link` put the new content there
+//! (files read-only), `move_aside` has nothing to do (the active release is never
+//! changed), and `commit_state` writes the release's `.distributor.json`, makes the
+//! release durable and renames a symlink to it over `path`: the commit point. Whether an
+//! operation passed it is read from `path`'s target.
+//!
+//! Must never: change the active release, follow the `path` symlink or any symlink below
+//! `releases.dir`, remove a release `path` names, or write outside `path` itself and
+//! `releases.dir`.
+
+mod build;
+pub mod log;
+
+use crate::backend::local::handle::{Dir, is_redirect, split, type_name};
+use crate::backend::local::{Bundle, Fingerprint, LOCK_FILE, Proof, StagingEntry, StateBytes};
+use crate::backend::{Backend, BundleStore, Committed, Verdict};
+use crate::config::ReleaseSettings;
+use crate::error::{Error, IoContext, Result};
+use crate::execute::StagedOperation;
+use crate::plan::Storage;
+use rustix::fs::FileType;
+use serde::{Deserialize, Serialize};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The prefix of the temporary symlink renamed over `path` at the commit point.
+pub const ACTIVATE_PREFIX: &str = ".distributor-activate-";
+
+/// What an operation's staging record keeps of a releases destination, so `recover` can
+/// reach it and judge the operation from the journal or the record alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasesRecord {
+    /// The settings in force.
+    #[serde(flatten)]
+    pub settings: ReleaseSettings,
+    /// The release `path` named when the operation began (none: `path` did not exist):
+    /// while `path` still names it, the operation did not pass its commit point.
+    pub active_before: Option<String>,
+}
+
+/// The releases backend of one destination.
+#[derive(Debug, Clone)]
+pub struct ReleasesBackend {
+    settings: ReleaseSettings,
+}
+
+impl ReleasesBackend {
+    /// The backend of a destination with these `releases` settings.
+    pub fn new(settings: &ReleaseSettings) -> ReleasesBackend {
+        ReleasesBackend {
+            settings: settings.clone(),
+        }
+    }
+}
+
+impl Backend for ReleasesBackend {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn concurrency(&self) -> usize {
+        crate::parallel::LOCAL_THREADS
+    }
+
+    fn bundle_unsafe(&self, base: &Path, _bundle: &Path) -> Option<String> {
+        match ReleaseStore::open(base, &self.settings, None) {
+            Err(Error::Unsafe(why)) => Some(why),
+            _ => None,
+        }
+    }
+
+    fn open(&self, base: &Path, _bundle: &Path) -> Result<Option<Box<dyn BundleStore>>> {
+        Ok(ReleaseStore::open(base, &self.settings, None)?
+            .map(|s| Box::new(s) as Box<dyn BundleStore>))
+    }
+
+    fn lock(
+        &self,
+        base: &Path,
+        _bundle: &Path,
+        timeout: Duration,
+        create: bool,
+    ) -> Result<Option<Box<dyn BundleStore>>> {
+        Ok(
+            ReleaseStore::open(base, &self.settings, Some((timeout, create)))?
+                .map(|s| Box::new(s) as Box<dyn BundleStore>),
+        )
+    }
+
+    fn bundle_paths(&self, base: &Path) -> Result<Vec<PathBuf>> {
+        Ok(vec![base.to_path_buf()])
+    }
+}
+
+/// What `path` holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Link {
+    /// Nothing: no release was activated yet.
+    Absent,
+    /// A symlink naming this release.
+    Release(String),
+}
+
+/// A releases destination, opened for reading or locked for an operation.
+#[derive(Debug)]
+pub struct ReleaseStore {
+    /// `path`: the symlink, and the bundle path operations record.
+    path: PathBuf,
+    settings: ReleaseSettings,
+    /// `path`'s parent directory.
+    parent: Dir,
+    /// `releases.dir`, locked for an operation; `None` when it does not exist (reading).
+    root: Option<Bundle>,
+    /// What `path` named when it was opened.
+    link: Link,
+    /// The active release, opened for reading.
+    active: Option<Bundle>,
+    /// The release an operation builds, and the directories below it opened so far.
+    building: Mutex<Option<build::Building>>,
+}
+
+impl ReleaseStore {
+    /// Opens the destination at `path`; with `lock`, takes the lock in `releases.dir`
+    /// (creating it and `path`'s parent when asked). `None` when neither `path` nor
+    /// `releases.dir` exists (nothing was ever published), or when locking without
+    /// `create` finds no `releases.dir`.
+    pub fn open(
+        path: &Path,
+        settings: &ReleaseSettings,
+        lock: Option<(Duration, bool)>,
+    ) -> Result<Option<ReleaseStore>> {
+        let (parent_path, name) = parent_and_name(path)?;
+        let parent = match Dir::open_path(&parent_path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match lock {
+                Some((_, true)) => {
+                    std::fs::create_dir_all(&parent_path).ctx("create", &parent_path)?;
+                    Dir::open_path(&parent_path).ctx("open", &parent_path)?
+                }
+                _ => return Ok(None),
+            },
+            Err(e) if is_redirect(&e) => {
+                return Err(Error::Unsafe(format!(
+                    "{} is not a directory",
+                    parent_path.display()
+                )));
+            }
+            Err(e) => return Err(Error::io("open", parent_path, e)),
+        };
+        let dir = &settings.dir;
+        let root = match lock {
+            Some((timeout, create)) => Bundle::lock(dir, dir, timeout, create)?,
+            None => Bundle::open(dir, dir)?,
+        }
+        .map(|b| b.recording_for(path));
+        let link = read_link(&parent, &name, path, settings)?;
+        if root.is_none() && (lock.is_some() || link == Link::Absent) {
+            if link != Link::Absent {
+                return Err(Error::Unsafe(format!(
+                    "{} names a release but {} does not exist",
+                    path.display(),
+                    dir.display()
+                )));
+            }
+            return Ok(None);
+        }
+        let active = match (&link, &root) {
+            (Link::Release(r), Some(root)) => Some(open_release(root, r, path)?),
+            _ => None,
+        };
+        Ok(Some(ReleaseStore {
+            path: path.to_path_buf(),
+            settings: settings.clone(),
+            parent,
+            root,
+            link,
+            active,
+            building: Mutex::new(None),
+        }))
+    }
+
+    /// `releases.dir`, which an operation needs.
+    fn root(&self) -> Result<&Bundle> {
+        self.root
+            .as_ref()
+            .ok_or_else(|| Error::Failed(format!("{} does not exist", self.settings.dir.display())))
+    }
+
+    /// The name of `path` in its parent.
+    fn name(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The release `path` names now, read again from storage.
+    fn current(&self) -> Result<Link> {
+        read_link(&self.parent, &self.name(), &self.path, &self.settings)
+    }
+
+    /// The name of the active release when opened.
+    pub fn active_release(&self) -> Option<&str> {
+        match &self.link {
+            Link::Release(r) => Some(r),
+            Link::Absent => None,
+        }
+    }
+
+    /// The settings recorded in `releases.dir`, if any.
+    fn recorded_settings(&self) -> Result<Option<log::RecordedSettings>> {
+        let Some(root) = &self.root else {
+            return Ok(None);
+        };
+        let path = self.settings.dir.join(log::SETTINGS_FILE);
+        let (mut f, _) = match root.dir().open_file(log::SETTINGS_FILE) {
+            Ok(x) => x,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("open", path, e)),
+        };
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut bytes).ctx("read", &path)?;
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            Error::Unsafe(format!(
+                "{} is not a releases settings record ({e}); distributor did not write it",
+                path.display()
+            ))
+        })
+    }
+
+    /// Why this config's releases settings differ from the recorded ones, if they do.
+    fn mismatch(&self) -> Result<Option<String>> {
+        let config = log::RecordedSettings::of(&self.path, &self.settings);
+        Ok(self
+            .recorded_settings()?
+            .and_then(|r| r.mismatch(&config, &self.settings.dir)))
+    }
+
+    /// The activation log, oldest first.
+    pub fn activations(&self) -> Result<Vec<log::Activation>> {
+        let Some(root) = &self.root else {
+            return Ok(Vec::new());
+        };
+        let path = self.settings.dir.join(log::LOG_FILE);
+        match root.dir().open_file(log::LOG_FILE) {
+            Ok((mut f, _)) => {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut f, &mut bytes).ctx("read", &path)?;
+                Ok(log::parse_log(&bytes))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(Error::io("open", path, e)),
+        }
+    }
+
+    /// The release directories `releases.dir` holds (operation ids), sorted.
+    pub fn releases(&self) -> Result<std::collections::BTreeSet<String>> {
+        let Some(root) = &self.root else {
+            return Ok(Default::default());
+        };
+        Ok(root
+            .dir()
+            .entries()
+            .ctx("list", &self.settings.dir)?
+            .into_iter()
+            .filter(|(n, k)| *k == FileType::Directory && uuid::Uuid::parse_str(n).is_ok())
+            .map(|(n, _)| n)
+            .collect())
+    }
+
+    /// Decides retention (SPEC §15) for every release, and unless `dry_run` removes the
+    /// ones it does not keep. Needs the lock unless `dry_run`.
+    pub fn prune(&self, dry_run: bool) -> Result<Vec<log::Verdict>> {
+        let root = self.root()?;
+        let mut in_use = std::collections::BTreeSet::new();
+        for e in root.staging_entries()? {
+            if let StagingEntry::Operation(op) | StagingEntry::Unfinished(op) = e {
+                if let Ok(Some(r)) = root.read_record(&op)
+                    && let Some(before) = r.releases.and_then(|r| r.active_before)
+                {
+                    in_use.insert(before);
+                }
+                in_use.insert(op);
+            }
+        }
+        let active = match self.current()? {
+            Link::Release(r) => Some(r),
+            Link::Absent => None,
+        };
+        let verdicts = log::decide(
+            &self.activations()?,
+            &self.releases()?,
+            active.as_deref(),
+            &in_use,
+            self.settings.keep,
+            self.settings.max_age_seconds(),
+            chrono::Utc::now().timestamp(),
+        );
+        if !dry_run {
+            for v in verdicts.iter().filter(|v| !v.keep) {
+                crate::failpoint::hit("during_prune");
+                root.dir()
+                    .remove_tree(&v.release)
+                    .ctx("remove release", self.settings.dir.join(&v.release))?;
+            }
+        }
+        Ok(verdicts)
+    }
+
+    /// Placement fingerprints of the active release's files, taken now (after the last
+    /// link and unlink of the operation, pruning included: SPEC §13): `outputs` are the
+    /// recorded outputs' paths and hashes.
+    pub fn fingerprints(&self, outputs: &[(&str, &str)]) -> Result<Vec<(String, Fingerprint)>> {
+        let root = self.root()?;
+        let Link::Release(r) = self.current()? else {
+            return Ok(Vec::new());
+        };
+        let release = root
+            .dir()
+            .open_dir(&r)
+            .ctx("open", self.settings.dir.join(&r))?;
+        let mut dirs: foldhash::HashMap<&str, Option<Dir>> = Default::default();
+        let mut out = Vec::with_capacity(outputs.len());
+        for &(rel, sha) in outputs {
+            let (d, n) = split(rel);
+            let dir = dirs.entry(d).or_insert_with(|| release.open_dir(d).ok());
+            let Some(dir) = dir else { continue };
+            if let Ok(st) = dir.stat(n)
+                && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+            {
+                out.push((
+                    rel.to_string(),
+                    crate::backend::local::bundle::fingerprint(&st, sha),
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `path`'s parent and name.
+fn parent_and_name(path: &Path) -> Result<(PathBuf, String)> {
+    match (path.parent(), path.file_name()) {
+        (Some(p), Some(n)) => Ok((p.to_path_buf(), n.to_string_lossy().into_owned())),
+        _ => Err(Error::Failed(format!(
+            "{}: a releases destination needs a path below a directory",
+            path.display()
+        ))),
+    }
+}
+
+/// The link text `path` holds when it names release `name`: relative, from `path`'s
+/// parent to `releases.dir`, then the release.
+pub fn link_text(path: &Path, dir: &Path, name: &str) -> String {
+    let from = path.parent().unwrap_or(Path::new("/"));
+    let rel = relative(from, dir);
+    if rel.as_os_str().is_empty() {
+        name.to_string()
+    } else {
+        format!("{}/{name}", rel.display())
+    }
+}
+
+/// The relative path from directory `from` to `to` (both absolute, normalised).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let a: Vec<Component> = from.components().collect();
+    let b: Vec<Component> = to.components().collect();
+    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let mut out = PathBuf::new();
+    for _ in common..a.len() {
+        out.push("..");
+    }
+    for c in &b[common..] {
+        out.push(c.as_os_str());
+    }
+    out
+}
+
+/// What `path` (`name` in `parent`) holds, as a releases destination accepts it.
+fn read_link(parent: &Dir, name: &str, path: &Path, s: &ReleaseSettings) -> Result<Link> {
+    let Some(st) = parent.stat_opt(name).ctx("stat", path)? else {
+        return Ok(Link::Absent);
+    };
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Symlink => {}
+        FileType::Directory => {
+            return Err(Error::Unsafe(format!(
+                "{} is a plain directory, not a release; a destination with releases publishes only where path is distributor's symlink: run `distributor releases adopt` to make its managed content a first release, or move it away",
+                path.display()
+            )));
+        }
+        kind => {
+            return Err(Error::Unsafe(format!(
+                "{} is {}, not a symlink to a release",
+                path.display(),
+                type_name(kind)
+            )));
+        }
+    }
+    let target = parent.read_link(name).ctx("read link", path)?;
+    let prefix = link_text(path, &s.dir, "");
+    let release = target
+        .strip_prefix(&prefix)
+        .filter(|r| uuid::Uuid::parse_str(r).is_ok() && !r.contains('/'));
+    match release {
+        Some(r) => Ok(Link::Release(r.to_string())),
+        None => Err(Error::Unsafe(format!(
+            "{} is a symlink to {target}, not to a release in {}; distributor swaps only a symlink it made",
+            path.display(),
+            s.dir.display()
+        ))),
+    }
+}
+
+/// The release `name` in `releases.dir`, opened for reading without following a symlink.
+fn open_release(root: &Bundle, name: &str, path: &Path) -> Result<Bundle> {
+    let dir_path = root.path().join(name);
+    match root.dir().open_dir(name) {
+        Ok(d) => Bundle::reading(&dir_path, d),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::Unsafe(format!(
+            "{} names release {name}, which {} does not hold",
+            path.display(),
+            root.path().display()
+        ))),
+        Err(e) if is_redirect(&e) => Err(Error::Unsafe(format!(
+            "{} is not a real directory; distributor never goes through it",
+            dir_path.display()
+        ))),
+        Err(e) => Err(Error::io("open", dir_path, e)),
+    }
+}
+
+impl BundleStore for ReleaseStore {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn concurrency(&self) -> usize {
+        crate::parallel::LOCAL_THREADS
+    }
+
+    fn read_state(&self) -> Result<StateBytes> {
+        match &self.active {
+            Some(a) => a.read_state(),
+            None => Ok(StateBytes::Absent),
+        }
+    }
+
+    fn releases_record(&self) -> Option<ReleasesRecord> {
+        Some(ReleasesRecord {
+            settings: self.settings.clone(),
+            active_before: self.active_release().map(str::to_string),
+        })
+    }
+
+    fn as_releases(&self) -> Option<&ReleaseStore> {
+        Some(self)
+    }
+
+    fn verdict(&self, op: &StagedOperation) -> Result<Verdict> {
+        let before = op.releases.as_ref().and_then(|r| r.active_before.clone());
+        Ok(match self.current()? {
+            Link::Release(r) if r == op.operation_id => Verdict::Forward,
+            Link::Release(r) if Some(&r) == before.as_ref() => Verdict::Back,
+            Link::Absent if before.is_none() => Verdict::Back,
+            _ => Verdict::Diverged,
+        })
+    }
+
+    fn probe<'a>(
+        &self,
+        paths: &[(&'a str, Option<Proof<'a>>)],
+        dirs_wanted: &foldhash::HashSet<&str>,
+    ) -> Result<Storage<'a>> {
+        let mut storage = match &self.active {
+            Some(a) => crate::backend::local::probe_in(a, paths, dirs_wanted)?,
+            None => Storage::default(),
+        };
+        storage.releases_mismatch = self.mismatch()?;
+        Ok(storage)
+    }
+
+    fn list_files(&self) -> Result<Vec<String>> {
+        match &self.active {
+            Some(a) => a.list_files(),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn dir_exists(&self, rel: &str) -> Result<bool> {
+        match &self.active {
+            Some(a) => a.dir_exists(rel),
+            None => Ok(false),
+        }
+    }
+
+    fn locked_before(&self) -> Result<bool> {
+        match &self.root {
+            Some(r) => Ok(r
+                .dir()
+                .stat_opt(LOCK_FILE)
+                .ctx("stat", self.settings.dir.join(LOCK_FILE))?
+                .is_some()),
+            None => Ok(false),
+        }
+    }
+
+    fn staging_entries(&self) -> Result<Vec<StagingEntry>> {
+        match &self.root {
+            Some(r) => r.staging_entries(),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn read_record(&self, op: &str) -> Result<Option<StagedOperation>> {
+        self.root()?.read_record(op)
+    }
+
+    fn staging_holds_files(&self, op: &str) -> Result<bool> {
+        self.root()?.staging_holds_files(op)
+    }
+
+    fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
+        self.begin_release(op, pre, post)
+    }
+
+    fn stage(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        source: &Path,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, String)> {
+        self.root()?.stage(op, i, source, buf, on_bytes)
+    }
+
+    fn make_staged_durable(&self) -> Result<()> {
+        self.root()?.make_staged_durable()
+    }
+
+    fn move_aside(&self, _op: &StagedOperation, _i: usize) -> Result<()> {
+        // The active release is never changed: what is overwritten or deleted is simply
+        // not carried into the new one.
+        Ok(())
+    }
+
+    fn remove_emptied_dir(&self, rel: &str) -> Result<()> {
+        self.remove_emptied_dir_in_release(rel)
+    }
+
+    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Fingerprint>> {
+        self.place_in_release(op, i).map(|()| None)
+    }
+
+    fn link(&self, op: &StagedOperation, i: usize) -> Result<()> {
+        self.link_in_release(op, i)
+    }
+
+    fn commit_state(&self, op: &StagedOperation, post: &[u8]) -> Result<Committed> {
+        self.activate(op, post)
+    }
+
+    fn undo(&self, op: &StagedOperation) -> Result<()> {
+        self.undo_release(op)
+    }
+
+    fn clean_up(&self, op: &StagedOperation) -> Result<()> {
+        self.finish_activation(op)
+    }
+
+    fn remove_staging(&self, op: &str) -> Result<()> {
+        self.root()?.remove_staging(op)
+    }
+
+    fn remove_unfinished(&self, op: &str) -> Result<()> {
+        self.root()?.remove_unfinished(op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_text_is_relative_from_the_parent_of_path() {
+        let p = Path::new("/srv/www/latest");
+        assert_eq!(
+            link_text(p, Path::new("/srv/www/.latest.releases"), "x"),
+            ".latest.releases/x"
+        );
+        assert_eq!(link_text(p, Path::new("/srv/rel"), "x"), "../rel/x");
+        assert_eq!(
+            link_text(p, Path::new("/data/r/a"), "x"),
+            "../../data/r/a/x"
+        );
+    }
+}

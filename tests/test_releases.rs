@@ -1,0 +1,628 @@
+//! Release directories (SPEC §15): each publication builds a complete release in
+//! `releases.dir` and swaps the `path` symlink to it in one rename; unchanged files are
+//! hard links into the previous release; both state modes; retention; refusals (a plain
+//! directory at `path`, settings that differ from the recorded ones); dry runs that write
+//! nothing; a crash at every step recovered to the old or the new release.
+
+use crate::common::faults::{V1_AT, V1_FILES, V1_LINKS, V2_AT, V2_FILES, V2_LINKS, assert_aborted};
+use crate::common::{Env, Run};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+const PATH: &str = "www/latest";
+const DIR: &str = "www/.latest.releases";
+
+fn config(
+    env: &Env,
+    name: &str,
+    pipeline: &str,
+    dest: &str,
+    mode: &str,
+    releases: &str,
+) -> PathBuf {
+    let extra = format!("    state:\n      mode: {mode}\n    releases:\n{releases}");
+    env.simple_config(name, pipeline, dest, PATH, &extra)
+}
+
+/// The release `path` names.
+fn active(env: &Env) -> String {
+    let t = std::fs::read_link(env.path(PATH)).expect("path is a symlink");
+    let t = t.to_str().unwrap();
+    let name = t
+        .strip_prefix(".latest.releases/")
+        .unwrap_or_else(|| panic!("{t}"));
+    name.to_string()
+}
+
+/// The release directories in `releases.dir`.
+fn releases(env: &Env) -> BTreeSet<String> {
+    match std::fs::read_dir(env.path(DIR)) {
+        Ok(rd) => rd
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .collect(),
+        Err(_) => BTreeSet::new(),
+    }
+}
+
+/// What a reader resolving `path` sees: every entry below it, state file excluded.
+fn view(env: &Env) -> Vec<(String, String)> {
+    env.snapshot(PATH)
+        .into_iter()
+        .filter(|(p, _)| p != ".distributor.json")
+        .collect()
+}
+
+fn op_of(r: &Run) -> String {
+    r.dest(0)["operation_id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn each_publication_is_a_release_swapped_in_and_unchanged_files_are_shared() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n",
+    );
+    let v1 = env.bundle("b1", "tomorrow", V1_AT, V1_FILES, V1_LINKS);
+    let r = env.publish(&cfg, &v1, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "create");
+    let first = op_of(&r);
+    assert_eq!(active(&env), first, "the release is named by its operation");
+    assert_eq!(env.read(&format!("{PATH}/keep.txt")), "same in both");
+    assert_eq!(
+        std::fs::read_link(env.path(&format!("{PATH}/l1"))).unwrap(),
+        Path::new("change.txt")
+    );
+    // Files distributor writes are read-only.
+    let md = std::fs::metadata(env.path(&format!("{DIR}/{first}/keep.txt"))).unwrap();
+    assert_eq!(
+        md.permissions().mode() & 0o222,
+        0,
+        "release files are read-only"
+    );
+    assert!(!env.exists(&format!("{DIR}/.distributor-staging")));
+
+    // Unchanged: nothing is built.
+    let r = env.publish(&cfg, &v1, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "unchanged");
+    assert_eq!(releases(&env).len(), 1);
+
+    let v2 = env.bundle("b2", "tomorrow", V2_AT, V2_FILES, V2_LINKS);
+    let r = env.publish(&cfg, &v2, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "replace_older");
+    let second = op_of(&r);
+    assert_eq!(active(&env), second);
+    // The reader sees v2 exactly.
+    let reference = {
+        let e = Env::new();
+        let c = e.simple_config("c.yaml", "weather", "latest", "plain", "");
+        let b = e.bundle("b2", "tomorrow", V2_AT, V2_FILES, V2_LINKS);
+        e.publish(&c, &b, &[]).expect_code(0);
+        e.snapshot("plain")
+            .into_iter()
+            .filter(|(p, _)| p != ".distributor.json" && p != ".distributor.lock")
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(view(&env), reference);
+    // The old release is untouched and kept; the unchanged file is one inode in both.
+    assert_eq!(
+        releases(&env),
+        BTreeSet::from([first.clone(), second.clone()])
+    );
+    assert_eq!(
+        env.read(&format!("{DIR}/{first}/change.txt")),
+        "version one"
+    );
+    let ino = |r: &str| {
+        std::fs::metadata(env.path(&format!("{DIR}/{r}/keep.txt")))
+            .unwrap()
+            .ino()
+    };
+    assert_eq!(ino(&first), ino(&second), "unchanged files are hard links");
+
+    // verify and status read the active release.
+    let v = env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()]);
+    v.expect_code(0);
+    let d = &v.json()["destinations"][0];
+    assert_eq!(d["missing"], serde_json::json!([]), "{}", v.stdout);
+    assert_eq!(d["modified"], serde_json::json!([]), "{}", v.stdout);
+    assert_eq!(d["unrecorded"], serde_json::json!([]), "{}", v.stdout);
+
+    // The journal has the activation and a retention event with fingerprints after it.
+    let h = env.run(&["history", "show", &second, "--json"]);
+    h.expect_code(0);
+    let events: Vec<String> = h.json()["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "staged",
+            "moved_aside",
+            "placed",
+            "committed",
+            "pruned",
+            "completed"
+        ]
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn fingerprints_are_taken_after_linking_and_pruning() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 0\n",
+    );
+    let publish = |name: &str, at: &str, fail: Option<&str>| {
+        let b = env.bundle(name, "tomorrow", at, V2_FILES, V2_LINKS);
+        let mut vars = Vec::new();
+        if let Some(f) = fail {
+            vars.push(("DISTRIBUTOR_FAILPOINT", f));
+        }
+        let cfg = cfg.to_str().unwrap();
+        env.run_env(
+            &[
+                "publish",
+                "--json",
+                "--config",
+                cfg,
+                "--source",
+                b.to_str().unwrap(),
+            ],
+            &vars,
+        )
+    };
+    publish("b1", "2026-12-02T01:00:00Z", None).expect_code(0);
+    publish("b2", "2026-12-02T02:00:00Z", None).expect_code(0);
+    // The third activation removes the first release, whose files share their inodes
+    // (and so their ctimes) with the active one.
+    publish("b3", "2026-12-02T03:00:00Z", None).expect_code(0);
+    assert_eq!(releases(&env).len(), 2);
+    // The same files again: every one is proven by its fingerprint, none hashed (a hash
+    // reaches the probe_hash failpoint, which aborts).
+    let r = publish("b4", "2026-12-02T04:00:00Z", Some("probe_hash"));
+    r.expect_code(0);
+    assert_eq!(r.decision(), "replace_older");
+}
+
+#[test]
+fn keep_and_the_previous_release_bound_what_stays() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 0\n",
+    );
+    let mut ops = Vec::new();
+    for i in 0..4 {
+        let b = env.bundle(
+            &format!("b{i}"),
+            "tomorrow",
+            &format!("2026-12-02T0{i}:00:00Z"),
+            &[("v.txt", &format!("version {i}")), ("same.txt", "same")],
+            &[],
+        );
+        let r = env.publish(&cfg, &b, &[]);
+        r.expect_code(0);
+        ops.push(op_of(&r));
+    }
+    // keep: 0 keeps only the active release and the one active before it.
+    assert_eq!(
+        releases(&env),
+        BTreeSet::from([ops[2].clone(), ops[3].clone()])
+    );
+    assert_eq!(env.read(&format!("{PATH}/v.txt")), "version 3");
+    let log = env.read(&format!("{DIR}/.distributor-activations.log"));
+    assert_eq!(log.lines().count(), 4, "{log}");
+}
+
+#[test]
+fn a_dry_run_writes_nothing_not_even_releases_dir() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n",
+    );
+    let v1 = env.bundle("b1", "tomorrow", V1_AT, V1_FILES, V1_LINKS);
+    let r = env.plan(&cfg, &v1, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "create");
+    assert!(!env.exists(DIR), "a dry run made releases.dir");
+    assert!(!env.exists("www"), "a dry run made path's parent");
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let before = (env.snapshot("www"), releases(&env));
+    let v2 = env.bundle("b2", "tomorrow", V2_AT, V2_FILES, V2_LINKS);
+    let r = env.plan(&cfg, &v2, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "replace_older");
+    assert_eq!((env.snapshot("www"), releases(&env)), before);
+}
+
+#[test]
+fn a_plain_directory_at_path_is_refused_naming_adopt() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n",
+    );
+    env.write(&format!("{PATH}/index.html"), "hand-made");
+    let v1 = env.bundle("b1", "tomorrow", V1_AT, V1_FILES, V1_LINKS);
+    let r = env.publish(&cfg, &v1, &[]);
+    assert_eq!(r.conflict_kinds(), ["unsafe_storage"], "{}", r.stdout);
+    assert!(
+        r.stdout.contains("distributor releases adopt"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(env.read(&format!("{PATH}/index.html")), "hand-made");
+    assert!(releases(&env).is_empty());
+}
+
+#[test]
+fn a_symlink_not_made_by_distributor_is_refused() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n",
+    );
+    std::fs::create_dir_all(env.path("elsewhere")).unwrap();
+    std::fs::create_dir_all(env.path("www")).unwrap();
+    std::os::unix::fs::symlink(env.path("elsewhere"), env.path(PATH)).unwrap();
+    let v1 = env.bundle("b1", "tomorrow", V1_AT, V1_FILES, V1_LINKS);
+    let r = env.publish(&cfg, &v1, &[]);
+    assert_eq!(r.conflict_kinds(), ["unsafe_storage"], "{}", r.stdout);
+    assert!(r.stdout.contains("not to a release"), "{}", r.stdout);
+    assert_eq!(std::fs::read_dir(env.path("elsewhere")).unwrap().count(), 0);
+    // And a destination without releases meeting a symlinked path is unsafe_storage as
+    // today.
+    let plain = env.simple_config("p.yaml", "weather", "latest", PATH, "");
+    let r = env.publish(&plain, &v1, &[]);
+    assert_eq!(r.conflict_kinds(), ["unsafe_storage"], "{}", r.stdout);
+}
+
+#[test]
+fn settings_that_differ_from_the_recorded_ones_are_releases_mismatch() {
+    let env = Env::new();
+    let a = config(
+        &env,
+        "a.yaml",
+        "weather",
+        "latest",
+        "shared_root",
+        "      keep: 3\n",
+    );
+    let b = config(
+        &env,
+        "b.yaml",
+        "other",
+        "o",
+        "shared_root",
+        "      keep: 5\n",
+    );
+    let v1 = env.bundle("b1", "tomorrow", V1_AT, &[("w/a.txt", "a")], &[]);
+    env.publish(&a, &v1, &[]).expect_code(0);
+    let bo = env.bundle("bo", "other-src", V1_AT, &[("o/x.txt", "x")], &[]);
+    let r = env.publish(&b, &bo, &[]);
+    assert_eq!(r.conflict_kinds(), ["releases_mismatch"], "{}", r.stdout);
+    let c = &r.dest(0)["conflicts"][0];
+    assert_eq!(c["forceable"], false);
+    assert!(
+        c["message"].as_str().unwrap().contains("keep 3"),
+        "{}",
+        r.stdout
+    );
+    let r = env.publish(&b, &bo, &["--force"]);
+    assert_eq!(r.conflict_kinds(), ["releases_mismatch"], "{}", r.stdout);
+}
+
+#[test]
+fn shared_root_releases_carry_every_other_owner_unchanged() {
+    let env = Env::new();
+    let a = config(
+        &env,
+        "a.yaml",
+        "weather",
+        "latest",
+        "shared_root",
+        "      keep: 1\n",
+    );
+    let b = config(
+        &env,
+        "b.yaml",
+        "other",
+        "o",
+        "shared_root",
+        "      keep: 1\n",
+    );
+    let wa1 = env.bundle(
+        "wa1",
+        "w",
+        V1_AT,
+        &[("w/a.txt", "w1"), ("w/gone.txt", "g")],
+        &[],
+    );
+    let ob1 = env.bundle(
+        "ob1",
+        "o",
+        V1_AT,
+        &[("o/x.txt", "o1")],
+        &[("o/l", "o/x.txt")],
+    );
+    env.publish(&a, &wa1, &[]).expect_code(0);
+    env.publish(&b, &ob1, &[]).expect_code(0);
+    let wa2 = env.bundle("wa2", "w", V2_AT, &[("w/a.txt", "w2")], &[]);
+    let r = env.publish(&a, &wa2, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "replace_older");
+    assert_eq!(env.read(&format!("{PATH}/w/a.txt")), "w2");
+    assert!(!env.exists(&format!("{PATH}/w/gone.txt")));
+    assert_eq!(env.read(&format!("{PATH}/o/x.txt")), "o1");
+    assert_eq!(
+        std::fs::read_link(env.path(&format!("{PATH}/o/l"))).unwrap(),
+        Path::new("x.txt")
+    );
+    let state: Value =
+        serde_json::from_str(&env.read(&format!("{PATH}/.distributor.json"))).unwrap();
+    let owners: BTreeSet<&str> = state["owners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["owner"].as_str().unwrap())
+        .collect();
+    assert_eq!(owners, BTreeSet::from(["weather/latest", "other/o"]));
+    for cfg in [&a, &b] {
+        let v = env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()]);
+        v.expect_code(0);
+    }
+}
+
+#[test]
+fn unmanaged_content_in_the_active_release_is_carried_never_adopted_or_dropped() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n",
+    );
+    let v1 = env.bundle("b1", "tomorrow", V1_AT, &[("a.txt", "1")], &[]);
+    let r = env.publish(&cfg, &v1, &[]);
+    r.expect_code(0);
+    let first = op_of(&r);
+    // Somebody with write access to the release directory leaves a file there.
+    env.write(&format!("{DIR}/{first}/robots.txt"), "hand-made");
+    let v2 = env.bundle("b2", "tomorrow", V2_AT, &[("a.txt", "2")], &[]);
+    env.publish(&cfg, &v2, &[]).expect_code(0);
+    assert_eq!(env.read(&format!("{PATH}/robots.txt")), "hand-made");
+    let state = env.read(&format!("{PATH}/.distributor.json"));
+    assert!(!state.contains("robots.txt"), "never recorded: {state}");
+    // A planned path holding it is unmanaged_content, as in place.
+    let v3 = env.bundle(
+        "b3",
+        "tomorrow",
+        "2026-12-02T08:00:00Z",
+        &[("a.txt", "3"), ("robots.txt", "mine")],
+        &[],
+    );
+    let r = env.publish(&cfg, &v3, &[]);
+    assert_eq!(r.conflict_kinds(), ["unmanaged_content"], "{}", r.stdout);
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    let env = Env::new();
+    for (extra, key, says) in [
+        (
+            "    path_mapping:\n      mode: source_id\n    releases:\n      keep: 3\n",
+            "releases",
+            "fixed only",
+        ),
+        (
+            "    releases:\n      keep: 1001\n",
+            "releases.keep",
+            "0 to 1000",
+        ),
+        (
+            "    releases:\n      max_age: 30x\n",
+            "releases.max_age",
+            "s, m, h, d or w",
+        ),
+        (
+            "    releases:\n      dir: www/latest/inner\n",
+            "releases.dir",
+            "inside the destination path",
+        ),
+        (
+            "    releases:\n      colour: blue\n",
+            "colour",
+            "`dir`, `keep`, `max_age`",
+        ),
+    ] {
+        let cfg = env.simple_config("c.yaml", "weather", "latest", PATH, extra);
+        let r = env.run(&["validate", "--config", cfg.to_str().unwrap()]);
+        r.expect_code(2);
+        assert!(r.stderr.contains(key), "{extra}: {}", r.stderr);
+        assert!(r.stderr.contains(says), "{extra}: {}", r.stderr);
+    }
+}
+
+/// The failpoints of a publication into a release destination, and which side recovery
+/// lands on: before the rename over `path`, the old release; after it, the new one.
+const CRASHES: &[(&str, bool)] = &[
+    ("after_journal_append", false),
+    ("before_staging_record", false),
+    ("after_staging_record", false),
+    ("during_carry_over", false),
+    ("during_staging", false),
+    ("after_staging", false),
+    ("after_move_aside", false),
+    ("during_placement:2", false),
+    ("after_placement", false),
+    ("during_links", false),
+    ("after_links", false),
+    ("io_state_fsync", false),
+    ("io_state_rename", false),
+    ("after_state_write", true),
+    ("after_journal_commit", true),
+    ("during_cleanup", true),
+    ("io_remove_staging", true),
+    ("during_prune", true),
+];
+
+/// A kill at every step, in both state modes: `path` names the old or the new release,
+/// the reader's view is exactly v1 or v2, recover leaves no staging and no half-built
+/// release, and publishing works again.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn a_crash_at_every_step_leaves_the_old_or_the_new_release() {
+    for mode in ["single_owner", "shared_root"] {
+        for &(spec, forward) in CRASHES {
+            let ctx = format!("{mode} crash at {spec}");
+            let env = Env::new();
+            // keep 0 with three releases before: the crash's own retention removes one.
+            let cfg = config(&env, "c.yaml", "weather", "latest", mode, "      keep: 0\n");
+            if mode == "shared_root" {
+                let o = config(&env, "o.yaml", "other", "o", mode, "      keep: 0\n");
+                let b = env.bundle("bo", "o", V1_AT, &[("o/x.txt", "other")], &[]);
+                env.publish(&o, &b, &[]).expect_code(0);
+            }
+            let v0 = env.bundle(
+                "b0",
+                "tomorrow",
+                "2026-12-02T05:00:00Z",
+                &[("keep.txt", "zero")],
+                &[],
+            );
+            env.publish(&cfg, &v0, &[]).expect_code(0);
+            let v1 = env.bundle("b1", "tomorrow", V1_AT, V1_FILES, V1_LINKS);
+            env.publish(&cfg, &v1, &[]).expect_code(0);
+            let old = active(&env);
+            let before_view = view(&env);
+            let before_releases = releases(&env);
+            let v2 = env.bundle("b2", "tomorrow", V2_AT, V2_FILES, V2_LINKS);
+            let r = env.run_env(
+                &[
+                    "publish",
+                    "--json",
+                    "--config",
+                    cfg.to_str().unwrap(),
+                    "--source",
+                    v2.to_str().unwrap(),
+                ],
+                &[("DISTRIBUTOR_FAILPOINT", spec)],
+            );
+            assert_aborted(&r, spec);
+            // Whatever the moment, path names a complete release.
+            let now = active(&env);
+            assert!(
+                now == old || !forward || before_releases.len() < releases(&env).len(),
+                "{ctx}"
+            );
+            let rec = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
+            rec.expect_code(0);
+            let outcome = rec.json()["operations"][0]["outcome"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            let after = active(&env);
+            if forward {
+                assert_ne!(after, old, "{ctx}: {}", rec.stdout);
+                if spec == "during_prune" {
+                    // Past the cleanup: the activation stands, its staging is gone;
+                    // retention runs again after the next activation.
+                    assert_eq!(outcome, "closed", "{ctx}: {}", rec.stdout);
+                    assert!(
+                        rec.stdout.contains("applied elsewhere"),
+                        "{ctx}: {}",
+                        rec.stdout
+                    );
+                } else {
+                    assert_eq!(outcome, "rolled_forward", "{ctx}: {}", rec.stdout);
+                }
+                let reference: Vec<(String, String)> = {
+                    let e = Env::new();
+                    let c = e.simple_config("c.yaml", "weather", "latest", "plain", "");
+                    let b = e.bundle("b2", "tomorrow", V2_AT, V2_FILES, V2_LINKS);
+                    e.publish(&c, &b, &[]).expect_code(0);
+                    e.snapshot("plain")
+                        .into_iter()
+                        .filter(|(p, _)| p != ".distributor.json" && p != ".distributor.lock")
+                        .collect()
+                };
+                let mut got = view(&env);
+                got.retain(|(p, _)| !p.starts_with("o/") && p != "o");
+                assert_eq!(got, reference, "{ctx}");
+            } else {
+                assert_eq!(after, old, "{ctx}: {}", rec.stdout);
+                assert_eq!(view(&env), before_view, "{ctx}");
+                assert_eq!(
+                    releases(&env),
+                    before_releases,
+                    "{ctx}: a half-built release is left"
+                );
+                if !matches!(spec, "after_journal_append" | "before_staging_record") {
+                    assert_eq!(outcome, "rolled_back", "{ctx}: {}", rec.stdout);
+                }
+            }
+            assert!(!env.exists(&format!("{DIR}/.distributor-staging")), "{ctx}");
+            let leftovers: Vec<String> = std::fs::read_dir(env.path(DIR))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(".distributor-activate-"))
+                .collect();
+            assert!(leftovers.is_empty(), "{ctx}: {leftovers:?}");
+            let v = env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()]);
+            v.expect_code(0);
+            // Publishing works again and lands on v2.
+            let again = env.publish(&cfg, &v2, &[]);
+            again.expect_code(0);
+            assert_eq!(
+                env.read(&format!("{PATH}/change.txt")),
+                "version two, longer than one",
+                "{ctx}"
+            );
+        }
+    }
+}
