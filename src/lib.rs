@@ -37,6 +37,7 @@ pub mod plan;
 pub mod publish;
 pub mod recover;
 pub mod report;
+pub mod rollback;
 pub mod server;
 pub mod source;
 pub mod state;

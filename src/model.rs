@@ -204,6 +204,8 @@ string_enum!(
         SkipDestinationNewer = "skip_destination_newer",
         /// Nothing written.
         Conflict = "conflict",
+        /// An earlier release activated again (`distributor rollback`, SPEC §15).
+        Rollback = "rollback",
     }
 );
 
@@ -253,6 +255,9 @@ string_enum!(
         UnsupportedLink = "unsupported_link",
         /// The config's `releases` settings differ from those `releases.dir` records.
         ReleasesMismatch = "releases_mismatch",
+        /// The source digest was rolled back from (SPEC §15): publishing it again would
+        /// silently undo the rollback.
+        RolledBack = "rolled_back",
     }
 );
 

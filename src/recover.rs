@@ -183,6 +183,7 @@ impl Location {
                 .map(|r| backend::releases::ReleasesRecord {
                     settings: r.clone(),
                     active_before: None,
+                    activates: None,
                 }),
         };
         (l.s3.is_some() || l.releases.is_some()).then_some(l)

@@ -107,6 +107,7 @@ pub struct Summary {
     pub force_replace: u64,
     pub skip_destination_newer: u64,
     pub conflict: u64,
+    pub rollback: u64,
     pub failed: u64,
     pub files_written: u64,
     pub files_deleted: u64,
@@ -137,6 +138,7 @@ impl Summary {
                 Decision::ForceReplace => &mut s.force_replace,
                 Decision::SkipDestinationNewer => &mut s.skip_destination_newer,
                 Decision::Conflict => &mut s.conflict,
+                Decision::Rollback => &mut s.rollback,
             } += 1;
             if d.status == Status::Failed {
                 // Nothing of a failed destination stays written: its files are not counted.

@@ -626,3 +626,267 @@ fn a_crash_at_every_step_leaves_the_old_or_the_new_release() {
         }
     }
 }
+
+/// Publishes versions 1..=n of a small site (every file carries its version) and returns
+/// their operation ids, oldest first.
+fn publish_versions(env: &Env, cfg: &Path, n: usize) -> Vec<String> {
+    (1..=n)
+        .map(|i| {
+            let b = site(env, i);
+            let r = env.publish(cfg, &b, &[]);
+            r.expect_code(0);
+            op_of(&r)
+        })
+        .collect()
+}
+
+fn site(env: &Env, i: usize) -> PathBuf {
+    let v = format!("version {i}");
+    let mut files = vec![("index.html", v.as_str()), ("same.css", "same")];
+    let extra = format!("only-in-{i}.html");
+    files.push((extra.as_str(), v.as_str()));
+    env.bundle(
+        &format!("site{i}"),
+        "site",
+        &format!("2026-12-02T0{i}:00:00Z"),
+        &files,
+        &[],
+    )
+}
+
+fn rollback(env: &Env, cfg: &Path, extra: &[&str]) -> Run {
+    let mut args = vec!["rollback", "--json", "--config", cfg.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    env.run(&args)
+}
+
+#[test]
+fn rollback_activates_the_previous_release_and_steps_further_back() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n",
+    );
+    let ops = publish_versions(&env, &cfg, 3);
+    // A dry run first: the report says what readers will see change, and nothing changes.
+    let before = (env.snapshot("www"), std::fs::read(env.journal()).unwrap());
+    let r = rollback(&env, &cfg, &["--dry-run"]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "rollback");
+    assert_eq!(r.dest(0)["status"], "planned");
+    let files: Vec<(String, String)> = r.dest(0)["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().into(),
+                f["op"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert!(
+        files.contains(&("index.html".into(), "overwrite".into())),
+        "{files:?}"
+    );
+    assert!(
+        files.contains(&("only-in-3.html".into(), "delete".into())),
+        "{files:?}"
+    );
+    assert!(
+        files.contains(&("only-in-2.html".into(), "create".into())),
+        "{files:?}"
+    );
+    assert!(
+        files.contains(&("same.css".into(), "unchanged".into())),
+        "{files:?}"
+    );
+    assert_eq!(
+        before.0,
+        env.snapshot("www"),
+        "a dry run wrote to the destination"
+    );
+    assert_eq!(
+        before.1,
+        std::fs::read(env.journal()).unwrap(),
+        "a dry run wrote to the journal"
+    );
+
+    let r = rollback(&env, &cfg, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "rollback");
+    assert_eq!(r.json()["summary"]["rollback"], 1);
+    assert_eq!(active(&env), ops[1]);
+    assert_eq!(env.read(&format!("{PATH}/index.html")), "version 2");
+    assert!(!env.exists(&format!("{PATH}/only-in-3.html")));
+    let op = op_of(&r);
+    let h = env.run(&["history", "show", &op, "--json"]);
+    h.expect_code(0);
+    let h = h.json();
+    assert_eq!(h["decision"], "rollback", "{h}");
+    assert_eq!(h["status"], "applied", "{h}");
+    let details: String = h["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["detail"].as_str())
+        .collect();
+    assert!(
+        details.contains(&ops[2]) && details.contains(&ops[1]),
+        "{h}"
+    );
+    let list = env.run(&["history", "--json"]);
+    assert!(list.stdout.contains("rollback"), "{}", list.stdout);
+
+    // A second rollback steps further back; it does not toggle.
+    let r = rollback(&env, &cfg, &[]);
+    r.expect_code(0);
+    assert_eq!(active(&env), ops[0]);
+    assert_eq!(env.read(&format!("{PATH}/index.html")), "version 1");
+    // Nothing before the first release.
+    let r = rollback(&env, &cfg, &[]);
+    r.expect_code(1);
+    assert!(r.stdout.contains("nothing to roll back to"), "{}", r.stdout);
+    assert_eq!(active(&env), ops[0]);
+    // --to names any release that still exists.
+    let r = rollback(&env, &cfg, &["--to", &ops[2]]);
+    r.expect_code(0);
+    assert_eq!(env.read(&format!("{PATH}/index.html")), "version 3");
+    let v = env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()]);
+    v.expect_code(0);
+}
+
+#[test]
+fn publishing_the_digest_rolled_back_from_is_rolled_back_until_forced_or_a_new_build() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n",
+    );
+    publish_versions(&env, &cfg, 2);
+    rollback(&env, &cfg, &[]).expect_code(0);
+    assert_eq!(env.read(&format!("{PATH}/index.html")), "version 1");
+    // The hourly job publishes version 2 again: held.
+    let b2 = env.path("site2");
+    let r = env.publish(&cfg, &b2, &[]);
+    assert_eq!(r.conflict_kinds(), ["rolled_back"], "{}", r.stdout);
+    assert_eq!(r.dest(0)["conflicts"][0]["forceable"], true);
+    assert_eq!(env.read(&format!("{PATH}/index.html")), "version 1");
+    // --force publishes it anyway.
+    let r = env.publish(&cfg, &b2, &["--force"]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "force_replace");
+    assert_eq!(env.read(&format!("{PATH}/index.html")), "version 2");
+    // Roll back again, then a new build publishes normally and lifts the hold.
+    rollback(&env, &cfg, &[]).expect_code(0);
+    let b3 = site(&env, 3);
+    let r = env.publish(&cfg, &b3, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "replace_older");
+    assert_eq!(env.read(&format!("{PATH}/index.html")), "version 3");
+}
+
+#[test]
+fn rollback_to_a_pruned_or_tampered_release_is_refused() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 0\n",
+    );
+    let ops = publish_versions(&env, &cfg, 3);
+    assert!(
+        !env.exists(&format!("{DIR}/{}", ops[0])),
+        "keep 0 pruned the first"
+    );
+    let r = rollback(&env, &cfg, &["--to", &ops[0]]);
+    r.expect_code(1);
+    assert!(r.stdout.contains("is gone"), "{}", r.stdout);
+    // The previous release, tampered with, fails verification: nothing changes.
+    let f = env.path(&format!("{DIR}/{}/index.html", ops[1]));
+    let mut perm = std::fs::metadata(&f).unwrap().permissions();
+    perm.set_mode(0o644);
+    std::fs::set_permissions(&f, perm).unwrap();
+    std::fs::write(&f, "defaced").unwrap();
+    let r = rollback(&env, &cfg, &[]);
+    r.expect_code(1);
+    assert!(r.stdout.contains("fails verification"), "{}", r.stdout);
+    assert!(r.stdout.contains("index.html"), "{}", r.stdout);
+    assert_eq!(active(&env), ops[2]);
+    // Not a releases destination, or shared_root: refused with the reason.
+    let plain = env.simple_config("p.yaml", "weather", "latest", "plain", "");
+    let r = rollback(&env, &plain, &[]);
+    r.expect_code(2);
+    let shared = config(
+        &env,
+        "s.yaml",
+        "weather",
+        "latest",
+        "shared_root",
+        "      keep: 0\n",
+    );
+    let r = rollback(&env, &shared, &[]);
+    r.expect_code(1);
+    assert!(r.stdout.contains("not supported yet"), "{}", r.stdout);
+}
+
+/// A kill at every step of a rollback: `path` names the release rolled back from or the
+/// one rolled back to, and recover finishes or undoes it.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn a_crash_at_every_step_of_a_rollback_is_recovered() {
+    for (spec, forward) in [
+        ("before_staging_record", false),
+        ("after_staging_record", false),
+        ("io_state_rename", false),
+        ("during_cleanup", true),
+        ("io_remove_staging", true),
+    ] {
+        let env = Env::new();
+        let cfg = config(
+            &env,
+            "c.yaml",
+            "weather",
+            "latest",
+            "single_owner",
+            "      keep: 0\n",
+        );
+        let ops = publish_versions(&env, &cfg, 3);
+        let r = env.run_env(
+            &["rollback", "--json", "--config", cfg.to_str().unwrap()],
+            &[("DISTRIBUTOR_FAILPOINT", spec)],
+        );
+        assert_aborted(&r, spec);
+        let rec = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
+        rec.expect_code(0);
+        let want = if forward { &ops[1] } else { &ops[2] };
+        assert_eq!(&active(&env), want, "{spec}: {}", rec.stdout);
+        assert!(
+            !env.exists(&format!("{DIR}/.distributor-staging")),
+            "{spec}"
+        );
+        assert!(
+            env.exists(&format!("{DIR}/{}", ops[1])),
+            "{spec}: the target was removed"
+        );
+        env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()])
+            .expect_code(0);
+        // The destination works again.
+        let b4 = site(&env, 4);
+        env.publish(&cfg, &b4, &[]).expect_code(0);
+    }
+}

@@ -7,6 +7,7 @@ mod manifest;
 mod progress;
 mod publish;
 mod recover;
+mod rollback;
 mod serve;
 mod status;
 mod validate;
@@ -36,6 +37,7 @@ enum Command {
     Recover(recover::RecoverArgs),
     History(history::HistoryArgs),
     Serve(serve::ServeArgs),
+    Rollback(rollback::RollbackArgs),
 }
 
 /// What a command produced: text for stdout and the exit code.
@@ -78,6 +80,7 @@ pub fn main() -> ExitCode {
         Command::Recover(a) => recover::run(a),
         Command::History(a) => history::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Rollback(a) => rollback::run(a),
     };
     match result {
         Ok(out) => {
@@ -122,6 +125,7 @@ impl Cli {
             Command::Verify(a) => a.json,
             Command::Recover(a) => a.json,
             Command::History(a) => a.json(),
+            Command::Rollback(a) => a.json,
             _ => false,
         }
     }

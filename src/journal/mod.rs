@@ -48,6 +48,9 @@ pub mod event {
     /// Retention ran after an activation (SPEC §15): the detail names the releases it
     /// removed, or why it failed (a warning; the publication stands).
     pub const PRUNED: &str = "pruned";
+    /// A rollback activated an earlier release (SPEC §15): the detail names the release
+    /// activated, the one rolled back from, and the source digest now held.
+    pub const ACTIVATED: &str = "activated";
 }
 
 /// The operation row appended before anything runs.

@@ -66,6 +66,9 @@ pub struct Storage<'a> {
     /// Set when the config's `releases` settings differ from those its `releases.dir`
     /// records (SPEC §15): why.
     pub releases_mismatch: Option<String>,
+    /// Source digests rolled back from and not published past since, per owner (a
+    /// releases destination's activation log, SPEC §15).
+    pub rolled_back: Vec<Hold>,
     /// Entries by bundle-relative path (the directories on the way to the probed paths,
     /// or anything listed by hand). A path listed nowhere is treated as missing.
     pub entries: foldhash::HashMap<&'a str, Entry<'a>>,
@@ -86,6 +89,7 @@ impl<'a> Storage<'a> {
         Storage {
             bundle_unsafe,
             releases_mismatch: None,
+            rolled_back: Vec::new(),
             entries,
             probed,
             order: Default::default(),
@@ -106,6 +110,17 @@ impl<'a> Storage<'a> {
             None => &Entry::Missing,
         }
     }
+}
+
+/// A rollback's hold (SPEC §15): the owner's source digest that was rolled back from;
+/// publishing it again is the forceable conflict `rolled_back` until the owner publishes
+/// something else.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Hold {
+    /// The owner whose publication was rolled back (`pipeline/destination`).
+    pub owner: String,
+    /// Its source digest.
+    pub digest: String,
 }
 
 /// The owner and source a destination held before this publication.

@@ -422,6 +422,21 @@ impl<'a, 's> Planner<'a, 's> {
             );
         }
 
+        // A rollback's hold: this very digest was rolled back from here.
+        if (storage.rolled_back.iter())
+            .any(|h| h.owner == self.me.to_string() && h.digest == self.src.digest)
+        {
+            self.conflict(
+                ConflictKind::RolledBack,
+                None,
+                None,
+                format!(
+                    "source digest {} was rolled back from at this destination; publishing it again would undo the rollback (publish a new build, or --force to publish this one anyway)",
+                    self.src.digest
+                ),
+            );
+        }
+
         // Decide.
         if !self.plan.conflicts.is_empty() {
             // Newer content still counts when it is what transfer says to refuse.

@@ -44,6 +44,10 @@ impl ReleaseStore {
         let root = self.root()?;
         root.begin(op, pre, post)?;
         self.record_settings()?;
+        if op.releases.as_ref().is_some_and(|r| r.activates.is_some()) {
+            // A rollback builds nothing: the release it activates exists.
+            return Ok(());
+        }
         let id = &op.operation_id;
         let release_path = self.settings.dir.join(id);
         if !root.dir().mkdir(id).ctx("create release", &release_path)? {
@@ -174,6 +178,13 @@ impl ReleaseStore {
     /// `path`, and an fsync of `path`'s parent.
     pub(super) fn activate(&self, op: &StagedOperation, post: &[u8]) -> Result<Committed> {
         let root = self.root()?;
+        if let Some(target) = op.releases.as_ref().and_then(|r| r.activates.as_deref()) {
+            root.dir()
+                .open_dir(target)
+                .ctx("open", self.settings.dir.join(target))?;
+            self.check_still_in_place(root)?;
+            return self.swap(op, target);
+        }
         let release = self.release_dir(op, "")?;
         let state_path = self.settings.dir.join(&op.operation_id).join(STATE_FILE);
         let mut f = release.create_file(STATE_FILE).ctx("create", &state_path)?;
@@ -186,9 +197,15 @@ impl ReleaseStore {
             .sync_filesystem()
             .ctx("sync filesystem of", &self.settings.dir)?;
         self.check_still_in_place(root)?;
+        self.swap(op, &op.operation_id)
+    }
+
+    /// A symlink to `release` under a temporary name, renamed over `path`: the commit
+    /// point; then `path`'s parent is fsynced.
+    fn swap(&self, op: &StagedOperation, release: &str) -> Result<Committed> {
         let (tmp_dir, tmp) = self.activation_dir(&op.operation_id)?;
         let _ = tmp_dir.unlink(&tmp);
-        let text = link_text(&self.path, &self.settings.dir, &op.operation_id);
+        let text = link_text(&self.path, &self.settings.dir, release);
         tmp_dir
             .symlink(&text, &tmp)
             .ctx("create link", tmp_dir.join(&tmp))?;
@@ -252,17 +269,21 @@ impl ReleaseStore {
         let root = self.root()?;
         op.check(&self.path)?;
         let id = &op.operation_id;
-        if self.current()? == Link::Release(id.clone()) {
+        let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());
+        let target = rollback.clone().unwrap_or_else(|| id.clone());
+        if self.current()? == Link::Release(target.clone()) {
             return Err(Error::Failed(format!(
-                "{} names release {id}: it is active and is not removed",
+                "{} names release {target}: the operation passed its commit point; it is rolled forward, not back",
                 self.path.display()
             )));
         }
         self.remove_activation_links(id)?;
         failpoint::hit("undo_remove_placed");
-        root.dir()
-            .remove_tree(id)
-            .ctx("remove release", self.settings.dir.join(id))?;
+        if rollback.is_none() {
+            root.dir()
+                .remove_tree(id)
+                .ctx("remove release", self.settings.dir.join(id))?;
+        }
         *self.building.lock().unwrap_or_else(|p| p.into_inner()) = None;
         failpoint::hit("undo_before_remove_staging");
         root.remove_unfinished(id)?;
@@ -276,11 +297,22 @@ impl ReleaseStore {
         failpoint::hit("during_cleanup");
         self.remove_activation_links(&op.operation_id)?;
         let logged = self.activations()?;
-        if logged.last().map(|a| &a.release) != Some(&op.operation_id) {
+        if logged.last().map(|a| &a.operation_id) != Some(&op.operation_id) {
+            let owner = format!("{}/{}", op.origin.pipeline_id, op.destination_id);
+            let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());
+            let held = match (&rollback, &op.origin.previous_source) {
+                (Some(_), Some(from)) => vec![crate::plan::Hold {
+                    owner: owner.clone(),
+                    digest: from.digest.clone(),
+                }],
+                _ => Vec::new(),
+            };
             self.append_activation(&Activation {
-                release: op.operation_id.clone(),
+                release: rollback.unwrap_or_else(|| op.operation_id.clone()),
                 operation_id: op.operation_id.clone(),
                 activated_at: crate::journal::now(),
+                owner: Some(owner),
+                held,
             })?;
         }
         root.remove_staging(&op.operation_id)

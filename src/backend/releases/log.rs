@@ -67,6 +67,47 @@ pub struct Activation {
     pub operation_id: String,
     /// When, RFC 3339 UTC.
     pub activated_at: String,
+    /// The owner that published it (`pipeline/destination`); for a rollback, the owner
+    /// that rolled back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// A rollback's hold: the source digest it rolled back from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<crate::plan::Hold>,
+}
+
+impl Activation {
+    /// Whether a rollback made it (an older release activated again), not a publication.
+    pub fn is_rollback(&self) -> bool {
+        self.operation_id != self.release
+    }
+}
+
+/// The holds standing after the log (SPEC §15): each rollback's digest, until its owner
+/// publishes again.
+pub fn holds(log: &[Activation]) -> Vec<crate::plan::Hold> {
+    let mut out: Vec<crate::plan::Hold> = Vec::new();
+    for a in log {
+        if a.is_rollback() {
+            out.extend(a.held.iter().cloned());
+        } else if let Some(owner) = &a.owner {
+            out.retain(|h| &h.owner != owner);
+        }
+    }
+    out
+}
+
+/// The release a rollback from `current` activates by default (SPEC §15): the one active
+/// before it; when `current` was itself reached by a rollback, the one active before that
+/// release's own earlier activation, so a second rollback steps further back instead of
+/// toggling. `None` when there is none.
+pub fn rollback_target(log: &[Activation], current: &str) -> Option<String> {
+    let mut i = log.iter().rposition(|a| a.release == current)?;
+    while log[i].is_rollback() {
+        let release = &log[i].release;
+        i = log[..i].iter().rposition(|a| &a.release == release)?;
+    }
+    log[..i].last().map(|a| a.release.clone())
 }
 
 /// Parses the activation log; a line that does not parse (the last one, torn by a crash
@@ -196,6 +237,8 @@ mod tests {
                 release: r.to_string(),
                 operation_id: r.to_string(),
                 activated_at: at.to_string(),
+                owner: None,
+                held: Vec::new(),
             })
             .collect()
     }
@@ -249,6 +292,53 @@ mod tests {
         let v = decide(&l, &present, Some("c"), &BTreeSet::new(), 3, Some(60), far);
         assert_eq!(kept(&v), ["b", "c"]);
         assert!(v[0].reason.contains("max_age"), "{:?}", v[0]);
+    }
+
+    fn rollback(release: &str, op: &str, digest: &str) -> Activation {
+        Activation {
+            release: release.into(),
+            operation_id: op.into(),
+            activated_at: T[5].into(),
+            owner: Some("w/l".into()),
+            held: vec![crate::plan::Hold {
+                owner: "w/l".into(),
+                digest: digest.into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_second_rollback_steps_further_back() {
+        let mut l = log(&[("a", T[0]), ("b", T[1]), ("c", T[2])]);
+        assert_eq!(rollback_target(&l, "c").as_deref(), Some("b"));
+        l.push(rollback("b", "r1", "dc"));
+        assert_eq!(
+            rollback_target(&l, "b").as_deref(),
+            Some("a"),
+            "not back to c"
+        );
+        l.push(rollback("a", "r2", "db"));
+        assert_eq!(rollback_target(&l, "a"), None, "nothing before a");
+        // A publication after a rollback: back to the release it replaced.
+        let mut l = log(&[("a", T[0]), ("b", T[1]), ("c", T[2])]);
+        l.push(rollback("b", "r1", "dc"));
+        l.extend(log(&[("d", T[4])]));
+        assert_eq!(rollback_target(&l, "d").as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn a_hold_stands_until_its_owner_publishes() {
+        let mut l = log(&[("a", T[0]), ("b", T[1])]);
+        l.push(rollback("a", "r1", "digest-b"));
+        assert_eq!(holds(&l).len(), 1);
+        let mut other = log(&[("c", T[3])]);
+        other[0].owner = Some("other/o".into());
+        l.extend(other);
+        assert_eq!(holds(&l).len(), 1, "another owner's publication keeps it");
+        let mut mine = log(&[("d", T[4])]);
+        mine[0].owner = Some("w/l".into());
+        l.extend(mine);
+        assert!(holds(&l).is_empty());
     }
 
     #[test]

@@ -47,6 +47,17 @@ pub struct ReleasesRecord {
     /// The release `path` named when the operation began (none: `path` did not exist):
     /// while `path` still names it, the operation did not pass its commit point.
     pub active_before: Option<String>,
+    /// The earlier release a rollback activates (SPEC §15); none for a publication, which
+    /// activates the release it builds, named by its operation id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activates: Option<String>,
+}
+
+impl ReleasesRecord {
+    /// The release operation `op` activates.
+    pub fn target<'a>(&'a self, op: &'a str) -> &'a str {
+        self.activates.as_deref().unwrap_or(op)
+    }
 }
 
 /// The releases backend of one destination.
@@ -128,6 +139,8 @@ pub struct ReleaseStore {
     active: Option<Bundle>,
     /// The release an operation builds, and the directories below it opened so far.
     building: Mutex<Option<build::Building>>,
+    /// The earlier release the operation activates, for a rollback.
+    rollback_to: Mutex<Option<String>>,
 }
 
 impl ReleaseStore {
@@ -187,6 +200,7 @@ impl ReleaseStore {
             link,
             active,
             building: Mutex::new(None),
+            rollback_to: Mutex::new(None),
         }))
     }
 
@@ -349,6 +363,100 @@ impl ReleaseStore {
     }
 }
 
+impl ReleaseStore {
+    /// Makes the operation about to run a rollback to the existing release `target`.
+    pub fn set_rollback(&self, target: &str) {
+        *self.rollback_to.lock().unwrap_or_else(|p| p.into_inner()) = Some(target.to_string());
+    }
+
+    /// The release a rollback activates by default ([`log::rollback_target`]).
+    pub fn rollback_target(&self) -> Result<String> {
+        let current = self.active_release().ok_or_else(|| {
+            Error::Failed(format!(
+                "{}: no release is active; nothing to roll back",
+                self.path.display()
+            ))
+        })?;
+        log::rollback_target(&self.activations()?, current).ok_or_else(|| {
+            Error::Failed(format!(
+                "{}: no release was active before {current} (see {}); nothing to roll back to",
+                self.path.display(),
+                self.settings.dir.join(log::LOG_FILE).display()
+            ))
+        })
+    }
+
+    /// The state file of release `name`, which must exist and hold valid state.
+    pub fn release_state(&self, name: &str) -> Result<crate::state::State> {
+        let root = self.root()?;
+        let release = match root.dir().open_dir(name) {
+            Ok(d) => Bundle::reading(&self.settings.dir.join(name), d)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Failed(format!(
+                    "release {name} is gone from {} (retention removed it, or it never existed); cannot roll back to it",
+                    self.settings.dir.display()
+                )));
+            }
+            Err(e) => return Err(Error::io("open", self.settings.dir.join(name), e)),
+        };
+        match release.read_state()?.parse() {
+            crate::state::StateFile::Valid(s) => Ok(s),
+            crate::state::StateFile::Absent => Err(Error::Failed(format!(
+                "release {name} holds no .distributor.json; cannot roll back to it"
+            ))),
+            crate::state::StateFile::Invalid(why) => Err(Error::Failed(format!(
+                "release {name} holds invalid state ({why}); cannot roll back to it"
+            ))),
+        }
+    }
+
+    /// Checks that release `name` holds exactly what `state` records: every output a
+    /// regular file of its size and sha256 (read whole), every link its target. A failure
+    /// lists the first paths that differ.
+    pub fn verify_release(&self, name: &str, state: &crate::state::State) -> Result<()> {
+        let root = self.root()?;
+        let base = self.settings.dir.join(name);
+        let release = root.dir().open_dir(name).ctx("open", &base)?;
+        let mut bad = Vec::new();
+        for o in &state.outputs {
+            let (d, n) = split(&o.path);
+            let ok = release
+                .open_dir(d)
+                .and_then(|dir| dir.open_file(n))
+                .ok()
+                .and_then(|(f, st)| {
+                    let (size, sha) = crate::hash::hash_reader(f, &base.join(&o.path)).ok()?;
+                    Some(size == o.size && st.st_size as u64 == o.size && sha == o.sha256)
+                })
+                .unwrap_or(false);
+            if !ok {
+                bad.push(o.path.clone());
+            }
+        }
+        for l in &state.links {
+            let (d, n) = split(&l.path);
+            let want = crate::source::relative_link_target(&l.path, &l.target);
+            let ok = release
+                .open_dir(d)
+                .and_then(|dir| dir.read_link(n))
+                .is_ok_and(|t| t == want);
+            if !ok {
+                bad.push(l.path.clone());
+            }
+        }
+        if bad.is_empty() {
+            return Ok(());
+        }
+        let shown: Vec<&str> = bad.iter().take(10).map(String::as_str).collect();
+        Err(Error::Failed(format!(
+            "release {name} fails verification: {} recorded path(s) missing or changed ({}{}); not activated",
+            bad.len(),
+            shown.join(", "),
+            if bad.len() > shown.len() { ", ..." } else { "" }
+        )))
+    }
+}
+
 /// `path`'s parent and name.
 fn parent_and_name(path: &Path) -> Result<(PathBuf, String)> {
     match (path.parent(), path.file_name()) {
@@ -461,6 +569,11 @@ impl BundleStore for ReleaseStore {
         Some(ReleasesRecord {
             settings: self.settings.clone(),
             active_before: self.active_release().map(str::to_string),
+            activates: self
+                .rollback_to
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         })
     }
 
@@ -470,8 +583,10 @@ impl BundleStore for ReleaseStore {
 
     fn verdict(&self, op: &StagedOperation) -> Result<Verdict> {
         let before = op.releases.as_ref().and_then(|r| r.active_before.clone());
+        let target =
+            (op.releases.as_ref()).map_or(op.operation_id.as_str(), |r| r.target(&op.operation_id));
         Ok(match self.current()? {
-            Link::Release(r) if r == op.operation_id => Verdict::Forward,
+            Link::Release(r) if r == target => Verdict::Forward,
             Link::Release(r) if Some(&r) == before.as_ref() => Verdict::Back,
             Link::Absent if before.is_none() => Verdict::Back,
             _ => Verdict::Diverged,
@@ -488,6 +603,7 @@ impl BundleStore for ReleaseStore {
             None => Storage::default(),
         };
         storage.releases_mismatch = self.mismatch()?;
+        storage.rolled_back = log::holds(&self.activations()?);
         Ok(storage)
     }
 

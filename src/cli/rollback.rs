@@ -1,0 +1,69 @@
+//! `distributor rollback`.
+
+use super::{CommandOutput, cli_actor};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::publish::resolve_journal;
+use crate::rollback::{RollbackOptions, rollback};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Activate an earlier release of destinations with releases, in one atomic step.
+///
+/// Default target: the release active before the current one; a second rollback steps
+/// further back. Afterwards, publishing the source digest rolled back from is the
+/// conflict `rolled_back` (a new build publishes normally).
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// Pipeline config file (YAML).
+    #[arg(long, value_name = "F")]
+    pub config: PathBuf,
+    /// Only these destinations (repeatable); default: every destination with releases.
+    #[arg(long = "destination", value_name = "ID")]
+    pub destinations: Vec<String>,
+    /// The release to activate: the operation id that built it.
+    #[arg(long, value_name = "OP_ID")]
+    pub to: Option<String>,
+    /// Plan only: write nothing anywhere.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
+    #[arg(long, value_name = "P")]
+    pub journal: Option<PathBuf>,
+    /// Seconds to wait for a destination lock.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub lock_timeout: f64,
+}
+
+/// Runs rollback.
+pub fn run(a: RollbackArgs) -> Result<CommandOutput> {
+    if !(a.lock_timeout.is_finite() && a.lock_timeout >= 0.0) {
+        return Err(Error::Usage(format!(
+            "--lock-timeout {}: accepted is a number of seconds >= 0",
+            a.lock_timeout
+        )));
+    }
+    let config = Config::load(&a.config)?;
+    let opts = RollbackOptions {
+        destinations: a.destinations,
+        to: a.to,
+        dry_run: a.dry_run,
+        journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
+        lock_timeout: Duration::from_secs_f64(a.lock_timeout),
+        actor: cli_actor(),
+    };
+    let outcome = rollback(&config, &opts)?;
+    let stdout = if a.json {
+        outcome.report.to_json()
+    } else {
+        outcome.report.to_text()
+    };
+    Ok(CommandOutput {
+        stdout,
+        code: outcome.exit_code,
+    })
+}

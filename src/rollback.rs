@@ -1,0 +1,435 @@
+//! `distributor rollback` (SPEC §15): activates an earlier release of a destination with
+//! `releases` in one atomic step. It is planned and reported like a publication (decision
+//! `rollback`: the files and links that change for readers), journaled as an operation
+//! whose source is the release's and whose previous source is the one rolled back from,
+//! and carried out through the storage interface like one: the staging record, the swap
+//! of the `path` symlink (the commit point), the activation log (which holds the rolled
+//! back digest: publishing it again is the conflict `rolled_back`), then retention.
+//!
+//! The target is checked before anything changes: it must exist and hold exactly what its
+//! state records (every file read whole). A shared-root destination is refused: rolling
+//! back one owner inside a shared root needs a new release built for it, which is not
+//! supported yet.
+
+use crate::backend::BundleStore;
+use crate::backend::releases::ReleaseStore;
+use crate::config::{Config, Destination};
+use crate::error::{Error, Result};
+use crate::execute::{Origin, StagedOperation, journal_records, retain};
+use crate::hash::sha256_hex;
+use crate::journal::{Journal, event, now};
+use crate::model::{Decision, FileOp, SourceRef, StateMode};
+use crate::plan::{DestinationPlan, FileAction, LinkAction, Previous};
+use crate::publish::{Outcome, check_recovery};
+use crate::report::{DestinationReport, Report, Status, Summary};
+use crate::state::{State, StateFile};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What to roll back and how.
+#[derive(Debug, Clone)]
+pub struct RollbackOptions {
+    /// Destination ids; empty means every destination with `releases`.
+    pub destinations: Vec<String>,
+    /// The release (the operation id that built it) to activate; default: the one active
+    /// before the current one.
+    pub to: Option<String>,
+    /// Plan only; write nothing anywhere.
+    pub dry_run: bool,
+    /// Journal file (already resolved).
+    pub journal: PathBuf,
+    /// How long to wait for a destination lock.
+    pub lock_timeout: Duration,
+    /// Who rolls back.
+    pub actor: String,
+}
+
+/// Rolls back the selected destinations (all that have `releases` when none is named).
+pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
+    let selected: Vec<&Destination> = if opts.destinations.is_empty() {
+        let with: Vec<&Destination> = (config.destinations.iter())
+            .filter(|d| d.releases.is_some())
+            .collect();
+        if with.is_empty() {
+            return Err(Error::Usage(format!(
+                "no destination in {} has releases; rollback activates an earlier release of a destination with a releases block",
+                config.file.display()
+            )));
+        }
+        with
+    } else {
+        config.select(&opts.destinations)?
+    };
+    if let Some(to) = &opts.to
+        && uuid::Uuid::parse_str(to).is_err()
+    {
+        return Err(Error::Usage(format!(
+            "--to {to}: accepted is the operation id that built a release (a UUID, as `distributor history` shows it)"
+        )));
+    }
+    let mut journal = if opts.dry_run {
+        None
+    } else {
+        Some(Journal::open(&opts.journal)?)
+    };
+    let mut reports = Vec::new();
+    let mut codes = Vec::new();
+    let mut source = None;
+    for dest in selected {
+        match rollback_one(config, dest, opts, journal.as_mut()) {
+            Ok((report, to)) => {
+                source.get_or_insert(to);
+                reports.push(report);
+                codes.push(0);
+            }
+            Err(e) => {
+                codes.push(e.exit_code());
+                let mut r = match &e {
+                    Error::Planned { plan, .. } => {
+                        DestinationReport::from_plan((**plan).clone(), Status::Failed, None)
+                    }
+                    _ => failed(dest),
+                };
+                r.message = e.to_string();
+                reports.push(r);
+            }
+        }
+    }
+    let exit_code = [1u8, 2, 4, 3]
+        .into_iter()
+        .find(|c| codes.contains(c))
+        .unwrap_or(0);
+    let summary = Summary::of(&reports);
+    Ok(Outcome {
+        report: Report {
+            report_version: 1,
+            command: "rollback".into(),
+            dry_run: opts.dry_run,
+            pipeline_id: config.pipeline_id.clone(),
+            source: source.unwrap_or_else(|| SourceRef {
+                id: String::new(),
+                created_at: String::new(),
+                digest: String::new(),
+            }),
+            destinations: reports,
+            summary,
+        },
+        exit_code,
+        concurrent_change: false,
+    })
+}
+
+fn failed(dest: &Destination) -> DestinationReport {
+    DestinationReport {
+        destination_id: dest.id.clone(),
+        bundle_path: dest.path.to_string_lossy().into_owned(),
+        state_mode: dest.state_mode,
+        takeover_mode: dest.takeover,
+        decision: None,
+        status: Status::Failed,
+        operation_id: None,
+        previous: None,
+        takeovers: vec![],
+        conflicts: vec![],
+        files: vec![],
+        links: vec![],
+        message: String::new(),
+    }
+}
+
+/// Plans and (unless a dry run) carries out the rollback of one destination; returns its
+/// report and the source of the release activated.
+fn rollback_one(
+    config: &Config,
+    dest: &Destination,
+    opts: &RollbackOptions,
+    journal: Option<&mut Journal>,
+) -> Result<(DestinationReport, SourceRef)> {
+    let settings = dest.releases.as_ref().ok_or_else(|| {
+        Error::Usage(format!(
+            "destination '{}' has no releases block: only a destination with releases can be rolled back (SPEC §15)",
+            dest.id
+        ))
+    })?;
+    if dest.state_mode == StateMode::SharedRoot {
+        return Err(Error::Failed(format!(
+            "destination '{}' is shared_root: rolling back one owner inside a shared root is not supported yet; nothing was changed",
+            dest.id
+        )));
+    }
+    let lock = (!opts.dry_run).then_some((opts.lock_timeout, false));
+    let store = ReleaseStore::open(&dest.path, settings, lock)?.ok_or_else(|| {
+        Error::Failed(format!(
+            "{}: nothing was published there; nothing to roll back",
+            dest.path.display()
+        ))
+    })?;
+    if let Some(j) = journal.as_deref() {
+        check_recovery(j, &store)?;
+    }
+    let current = store
+        .active_release()
+        .ok_or_else(|| {
+            Error::Failed(format!(
+                "{}: no release is active; nothing to roll back",
+                dest.path.display()
+            ))
+        })?
+        .to_string();
+    let target = match &opts.to {
+        Some(t) => t.clone(),
+        None => store.rollback_target()?,
+    };
+    if target == current {
+        return Err(Error::Failed(format!(
+            "release {target} is already active at {}",
+            dest.path.display()
+        )));
+    }
+    let to = store.release_state(&target)?;
+    store.verify_release(&target, &to)?;
+    let from = match store.read_state()?.parse() {
+        StateFile::Valid(s) => s,
+        StateFile::Absent => {
+            return Err(Error::Failed(format!(
+                "the active release {current} holds no state"
+            )));
+        }
+        StateFile::Invalid(why) => {
+            return Err(Error::Failed(format!(
+                "the active release {current} holds invalid state ({why})"
+            )));
+        }
+    };
+    let plan = plan(dest, &from, to, &current, &target)?;
+    let source = plan
+        .new_state
+        .as_ref()
+        .and_then(|s| s.owners.first())
+        .map(|o| o.source.clone())
+        .expect("a release's state names its owner");
+    let Some(journal) = journal else {
+        return Ok((
+            DestinationReport::from_plan(plan, Status::Planned, None),
+            source,
+        ));
+    };
+    store.set_rollback(&target);
+    match activate(&plan, journal, &store, &opts.actor, &config.pipeline_id) {
+        Ok(op) => Ok((
+            DestinationReport::from_plan(plan, Status::Applied, Some(op)),
+            source,
+        )),
+        Err(e) => Err(Error::Planned {
+            plan: Box::new(plan),
+            source: Box::new(e),
+        }),
+    }
+}
+
+/// The plan of a rollback: what readers of `path` see change, and the target's state.
+fn plan(
+    dest: &Destination,
+    from: &State,
+    to: State,
+    current: &str,
+    target: &str,
+) -> Result<DestinationPlan> {
+    if from.mode != StateMode::SingleOwner || to.mode != StateMode::SingleOwner {
+        return Err(Error::Failed(
+            "a single_owner destination holds shared_root state; not rolled back".into(),
+        ));
+    }
+    let previous = from.owners.first().map(|o| Previous {
+        owner: o.owner.clone(),
+        source: o.source.clone(),
+    });
+    let old: BTreeMap<&str, (&str, u64)> = (from.outputs.iter())
+        .map(|o| (o.path.as_str(), (o.sha256.as_str(), o.size)))
+        .collect();
+    let new_paths: std::collections::BTreeSet<&str> =
+        to.outputs.iter().map(|o| o.path.as_str()).collect();
+    let mut files: Vec<FileAction> = Vec::new();
+    for o in &to.outputs {
+        let op = match old.get(o.path.as_str()) {
+            Some((sha, _)) if *sha == o.sha256 => FileOp::Unchanged,
+            Some(_) => FileOp::Overwrite,
+            None => FileOp::Create,
+        };
+        files.push(FileAction {
+            path: o.path.clone(),
+            op,
+            size: o.size,
+            sha256: o.sha256.clone(),
+            replaces: None,
+        });
+    }
+    for o in from
+        .outputs
+        .iter()
+        .filter(|o| !new_paths.contains(o.path.as_str()))
+    {
+        files.push(FileAction {
+            path: o.path.clone(),
+            op: FileOp::Delete,
+            size: o.size,
+            sha256: o.sha256.clone(),
+            replaces: None,
+        });
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let old_links: BTreeMap<&str, &str> = (from.links.iter())
+        .map(|l| (l.path.as_str(), l.target.as_str()))
+        .collect();
+    let new_links: std::collections::BTreeSet<&str> =
+        to.links.iter().map(|l| l.path.as_str()).collect();
+    let mut links: Vec<LinkAction> = Vec::new();
+    for l in &to.links {
+        let op = match old_links.get(l.path.as_str()) {
+            Some(t) if *t == l.target => FileOp::Unchanged,
+            Some(_) => FileOp::Overwrite,
+            None => FileOp::Create,
+        };
+        links.push(LinkAction {
+            path: l.path.clone(),
+            target: l.target.clone(),
+            op,
+            replaces: None,
+        });
+    }
+    for l in from
+        .links
+        .iter()
+        .filter(|l| !new_links.contains(l.path.as_str()))
+    {
+        links.push(LinkAction {
+            path: l.path.clone(),
+            target: l.target.clone(),
+            op: FileOp::Delete,
+            replaces: None,
+        });
+    }
+    links.sort_by(|a, b| a.path.cmp(&b.path));
+    let to_source = to.owners.first().map(|o| o.source.clone());
+    let message = format!(
+        "rolls back from release {current} (source {}) to release {target} (source {})",
+        previous.as_ref().map_or("?".to_string(), |p| format!(
+            "{} created {}",
+            p.source.id, p.source.created_at
+        )),
+        to_source.as_ref().map_or("?".to_string(), |s| format!(
+            "{} created {}",
+            s.id, s.created_at
+        )),
+    );
+    Ok(DestinationPlan {
+        destination_id: dest.id.clone(),
+        bundle_path: dest.path.clone(),
+        state_mode: dest.state_mode,
+        takeover_mode: dest.takeover,
+        decision: Decision::Rollback,
+        previous,
+        takeovers: vec![],
+        conflicts: vec![],
+        files,
+        links,
+        message,
+        new_state: Some(to),
+    })
+}
+
+/// Carries out a planned rollback through the journal: the staging record, the swap
+/// (commit point), the activation log, retention, as `execute::execute` does for a
+/// publication; an error before the swap is undone.
+fn activate(
+    plan: &DestinationPlan,
+    journal: &mut Journal,
+    store: &ReleaseStore,
+    actor: &str,
+    pipeline_id: &str,
+) -> Result<String> {
+    let op_id = uuid::Uuid::new_v4().to_string();
+    let state = plan
+        .new_state
+        .clone()
+        .ok_or_else(|| Error::Failed("rollback plan has no state".into()))?;
+    let post = state.render();
+    let pre = store.read_state()?;
+    let pre = pre.bytes();
+    let to_source = state.owners.first().map(|o| o.source.clone());
+    let origin = Origin {
+        started_at: now(),
+        command: "rollback".into(),
+        actor: actor.to_string(),
+        pipeline_id: pipeline_id.to_string(),
+        state_mode: plan.state_mode.to_string(),
+        decision: plan.decision.to_string(),
+        takeover_mode: plan.takeover_mode.to_string(),
+        previous_owner: plan.previous.as_ref().map(|p| p.owner.to_string()),
+        previous_source: plan.previous.as_ref().map(|p| p.source.clone()),
+        source: to_source.ok_or_else(|| Error::Failed("target state has no owner".into()))?,
+        takeovers: serde_json::json!([]),
+    };
+    // Nothing is staged, moved or placed: the release exists.
+    let mut bare = plan.clone();
+    bare.files.clear();
+    bare.links.clear();
+    let mut staged = StagedOperation::from_plan(
+        &bare,
+        &op_id,
+        pre.map(sha256_hex),
+        sha256_hex(&post),
+        origin,
+        &mut |_| Ok(true),
+    )?;
+    staged.releases = store.releases_record();
+    let (record, actions) = journal_records(&staged)?;
+    journal.begin_operation(&record, &actions)?;
+    let bundle = plan.bundle_path.to_string_lossy().into_owned();
+    let result = store
+        .begin(&staged, pre, &post)
+        .and_then(|()| store.commit_state(&staged, &post));
+    let finish = |e: Error| {
+        Error::Failed(format!(
+            "rollback {op_id} passed its commit point but could not finish ({e}); run `distributor recover`"
+        ))
+    };
+    match result {
+        Ok(committed) => {
+            journal
+                .commit(committed, &op_id, &bundle, &[])
+                .map_err(finish)?;
+            let from = plan.previous.as_ref().map(|p| p.source.digest.as_str());
+            let detail = format!(
+                "release {} activated again; rolled back from release {} (source digest {} is held: publishing it again is the conflict rolled_back)",
+                staged.releases.as_ref().map_or("?", |r| r.target(&op_id)),
+                staged
+                    .releases
+                    .as_ref()
+                    .and_then(|r| r.active_before.as_deref())
+                    .unwrap_or("?"),
+                from.unwrap_or("?")
+            );
+            journal
+                .event(&op_id, event::ACTIVATED, Some(&detail))
+                .map_err(finish)?;
+            store.clean_up(&staged).map_err(finish)?;
+            retain(store, &state, &op_id, &bundle, journal).map_err(finish)?;
+            journal
+                .event(&op_id, event::COMPLETED, None)
+                .map_err(finish)?;
+            Ok(op_id)
+        }
+        Err(e) if store.verdict(&staged)? == crate::backend::Verdict::Forward => Err(finish(e)),
+        Err(e) => match store.undo(&staged) {
+            Ok(()) => {
+                journal.event(&op_id, event::ROLLED_BACK, Some(&e.to_string()))?;
+                Err(e)
+            }
+            Err(u) => Err(Error::RecoveryRequired(format!(
+                "rollback {op_id} failed ({e}) and could not be undone ({u}); run `distributor recover`"
+            ))),
+        },
+    }
+}
