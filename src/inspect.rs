@@ -65,6 +65,10 @@ pub struct BundleStatus {
     pub owners: Vec<OwnerStatus>,
     /// Whether staging holds an unfinished operation.
     pub recovery_pending: bool,
+    /// A destination with releases: every release, oldest activation first, with when it
+    /// was last activated and what retention would decide now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub releases: Option<Vec<crate::backend::releases::log::Verdict>>,
 }
 
 /// Status of every bundle path of the selected destinations.
@@ -89,6 +93,10 @@ pub fn status(dests: &[&Destination]) -> Result<Vec<BundleStatus>> {
                 invalid_reason: None,
                 owners: vec![],
                 recovery_pending,
+                releases: match store.as_ref().and_then(|s| s.as_releases()) {
+                    Some(r) => Some(r.retention()?),
+                    None => None,
+                },
             };
             match state {
                 StateFile::Absent => {}

@@ -34,6 +34,7 @@ pub mod model;
 pub mod ordered;
 pub mod parallel;
 pub mod plan;
+pub mod prune;
 pub mod publish;
 pub mod recover;
 pub mod report;

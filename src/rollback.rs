@@ -165,6 +165,11 @@ fn rollback_one(
             dest.path.display()
         ))
     })?;
+    if let Some(why) = store.mismatch()? {
+        return Err(Error::Failed(format!(
+            "releases_mismatch: {why}; nothing rolled back"
+        )));
+    }
     if let Some(j) = journal.as_deref() {
         check_recovery(j, &store)?;
     }

@@ -890,3 +890,87 @@ fn a_crash_at_every_step_of_a_rollback_is_recovered() {
         env.publish(&cfg, &b4, &[]).expect_code(0);
     }
 }
+
+#[test]
+fn prune_says_why_each_release_is_kept_or_removed_and_status_lists_them() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n      max_age: 1s\n",
+    );
+    let ops = publish_versions(&env, &cfg, 3);
+    assert_eq!(releases(&env).len(), 3);
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let before = env.snapshot("www");
+    let r = env.run(&[
+        "prune",
+        "--dry-run",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    r.expect_code(0);
+    let d = &r.json()["destinations"][0];
+    let verdicts: Vec<(String, bool, String)> = d["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["release"].as_str().unwrap().to_string(),
+                v["keep"].as_bool().unwrap(),
+                v["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(verdicts.len(), 3, "{}", r.stdout);
+    assert_eq!(
+        (&verdicts[0].0, verdicts[0].1),
+        (&ops[0], false),
+        "{}",
+        r.stdout
+    );
+    assert!(verdicts[0].2.contains("max_age"), "{}", r.stdout);
+    assert_eq!((&verdicts[1].0, verdicts[1].1), (&ops[1], true));
+    assert!(verdicts[1].2.contains("previously active"), "{}", r.stdout);
+    assert_eq!(
+        (&verdicts[2].0, verdicts[2].2.as_str()),
+        (&ops[2], "active")
+    );
+    assert_eq!(env.snapshot("www"), before, "a dry run removed something");
+    // status lists the releases with their activation times.
+    let s = env.run(&["status", "--config", cfg.to_str().unwrap()]);
+    s.expect_code(0);
+    for op in &ops {
+        assert!(
+            s.stdout.contains(&format!("release {op}: activated 20")),
+            "{}",
+            s.stdout
+        );
+    }
+    // prune removes it, and the journal says so.
+    let r = env.run(&["prune", "--json", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(0);
+    let d = &r.json()["destinations"][0];
+    assert_eq!(d["removed"], 1, "{}", r.stdout);
+    assert_eq!(
+        releases(&env),
+        BTreeSet::from([ops[1].clone(), ops[2].clone()])
+    );
+    let op = d["operation_id"].as_str().unwrap();
+    let h = env.run(&["history", "show", op, "--json"]);
+    h.expect_code(0);
+    assert!(
+        h.stdout.contains(&ops[0]) && h.stdout.contains("pruned"),
+        "{}",
+        h.stdout
+    );
+    // Nothing left to remove: nothing journaled.
+    let r = env.run(&["prune", "--json", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(0);
+    assert_eq!(r.json()["destinations"][0]["operation_id"], Value::Null);
+}

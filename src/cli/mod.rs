@@ -5,6 +5,7 @@
 mod history;
 mod manifest;
 mod progress;
+mod prune;
 mod publish;
 mod recover;
 mod rollback;
@@ -38,6 +39,7 @@ enum Command {
     History(history::HistoryArgs),
     Serve(serve::ServeArgs),
     Rollback(rollback::RollbackArgs),
+    Prune(prune::PruneArgs),
 }
 
 /// What a command produced: text for stdout and the exit code.
@@ -81,6 +83,7 @@ pub fn main() -> ExitCode {
         Command::History(a) => history::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Rollback(a) => rollback::run(a),
+        Command::Prune(a) => prune::run(a),
     };
     match result {
         Ok(out) => {
@@ -126,6 +129,7 @@ impl Cli {
             Command::Recover(a) => a.json,
             Command::History(a) => a.json(),
             Command::Rollback(a) => a.json,
+            Command::Prune(a) => a.json,
             _ => false,
         }
     }

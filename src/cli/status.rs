@@ -57,6 +57,16 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
                 o.operation_id
             );
         }
+        for r in s.releases.iter().flatten() {
+            let _ = writeln!(
+                out,
+                "  release {}: activated {}; {} ({})",
+                r.release,
+                r.activated_at.as_deref().unwrap_or("never"),
+                if r.keep { "kept" } else { "would be pruned" },
+                r.reason
+            );
+        }
         if s.recovery_pending {
             let _ = writeln!(out, "  recovery pending: run `distributor recover`");
         }

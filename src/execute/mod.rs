@@ -140,7 +140,35 @@ pub fn retain(
     bundle: &str,
     journal: &mut Journal,
 ) -> Result<()> {
-    let detail = match releases.prune(false) {
+    if let Err(e) = prune_and_settle(releases, Some(state), op_id, bundle, journal)? {
+        eprintln!("warning: {bundle}: retention failed: {e}");
+    }
+    Ok(())
+}
+
+/// Retention as its own operation (`distributor prune`): as [`retain`], but a failure
+/// is the operation's error. Returns every release's verdict.
+pub fn retain_journaled(
+    releases: &crate::backend::releases::ReleaseStore,
+    state: Option<&crate::state::State>,
+    op_id: &str,
+    bundle: &str,
+    journal: &mut Journal,
+) -> Result<Vec<crate::backend::releases::log::Verdict>> {
+    prune_and_settle(releases, state, op_id, bundle, journal)?
+}
+
+/// Prunes, then journals the event `pruned` with the fingerprints of `state`'s outputs
+/// in the active release. The outer error is the journal's; the inner, retention's.
+fn prune_and_settle(
+    releases: &crate::backend::releases::ReleaseStore,
+    state: Option<&crate::state::State>,
+    op_id: &str,
+    bundle: &str,
+    journal: &mut Journal,
+) -> Result<Result<Vec<crate::backend::releases::log::Verdict>>> {
+    let pruned = releases.prune(false);
+    let detail = match &pruned {
         Ok(verdicts) => {
             let removed: Vec<&str> = verdicts
                 .iter()
@@ -153,18 +181,19 @@ pub fn retain(
                 format!("removed releases {}", removed.join(", "))
             }
         }
-        Err(e) => {
-            eprintln!("warning: {bundle}: retention failed: {e}");
-            format!("warning: retention failed: {e}")
-        }
+        Err(e) => format!("warning: retention failed: {e}"),
     };
     let outputs: Vec<(&str, &str)> = state
-        .outputs
-        .iter()
-        .map(|o| (o.path.as_str(), o.sha256.as_str()))
-        .collect();
+        .map(|s| {
+            s.outputs
+                .iter()
+                .map(|o| (o.path.as_str(), o.sha256.as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
     let fingerprints = releases.fingerprints(&outputs)?;
-    journal.settle(op_id, bundle, event::PRUNED, Some(&detail), &fingerprints)
+    journal.settle(op_id, bundle, event::PRUNED, Some(&detail), &fingerprints)?;
+    Ok(pruned)
 }
 
 /// Steps 4-7. Returns the commit and the placement fingerprints.

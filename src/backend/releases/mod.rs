@@ -254,7 +254,7 @@ impl ReleaseStore {
     }
 
     /// Why this config's releases settings differ from the recorded ones, if they do.
-    fn mismatch(&self) -> Result<Option<String>> {
+    pub fn mismatch(&self) -> Result<Option<String>> {
         let config = log::RecordedSettings::of(&self.path, &self.settings);
         Ok(self
             .recorded_settings()?
@@ -330,6 +330,21 @@ impl ReleaseStore {
             }
         }
         Ok(verdicts)
+    }
+
+    /// What retention would decide now for every release, oldest activation first
+    /// (never-activated releases last): `status` and `prune --dry-run`.
+    pub fn retention(&self) -> Result<Vec<log::Verdict>> {
+        let verdicts = self.prune(true)?;
+        self.in_activation_order(verdicts)
+    }
+
+    /// `verdicts` ordered by last activation, oldest first; never-activated ones last.
+    pub fn in_activation_order(&self, mut v: Vec<log::Verdict>) -> Result<Vec<log::Verdict>> {
+        let log = self.activations()?;
+        let last = |r: &str| log.iter().rposition(|a| a.release == r);
+        v.sort_by_key(|x| (last(&x.release).is_none(), last(&x.release)));
+        Ok(v)
     }
 
     /// Placement fingerprints of the active release's files, taken now (after the last

@@ -1,0 +1,66 @@
+//! `distributor prune`.
+
+use super::{CommandOutput, cli_actor};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::prune::{PruneOptions, prune};
+use crate::publish::resolve_journal;
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Remove inactive releases that retention does not keep, saying for each release why it
+/// is kept or removed.
+///
+/// The active release, the one active before it and any release an unfinished operation
+/// uses are always kept; any other goes once `keep` other such releases were active after
+/// it, or once it has been inactive longer than `max_age`.
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Pipeline config file (YAML).
+    #[arg(long, value_name = "F")]
+    pub config: PathBuf,
+    /// Only these destinations (repeatable); default: every destination with releases.
+    #[arg(long = "destination", value_name = "ID")]
+    pub destinations: Vec<String>,
+    /// Say what would be removed; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
+    #[arg(long, value_name = "P")]
+    pub journal: Option<PathBuf>,
+    /// Seconds to wait for a destination lock.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub lock_timeout: f64,
+}
+
+/// Runs prune.
+pub fn run(a: PruneArgs) -> Result<CommandOutput> {
+    if !(a.lock_timeout.is_finite() && a.lock_timeout >= 0.0) {
+        return Err(Error::Usage(format!(
+            "--lock-timeout {}: accepted is a number of seconds >= 0",
+            a.lock_timeout
+        )));
+    }
+    let config = Config::load(&a.config)?;
+    let opts = PruneOptions {
+        destinations: a.destinations,
+        dry_run: a.dry_run,
+        journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
+        lock_timeout: Duration::from_secs_f64(a.lock_timeout),
+        actor: cli_actor(),
+    };
+    let (report, code) = prune(&config, &opts)?;
+    let stdout = if a.json {
+        format!(
+            "{}\n",
+            serde_json::to_string_pretty(&report).map_err(|e| Error::Failed(e.to_string()))?
+        )
+    } else {
+        report.to_text()
+    };
+    Ok(CommandOutput { stdout, code })
+}

@@ -1,0 +1,240 @@
+//! `distributor prune` (SPEC §15): retention on demand. For every release of the selected
+//! destinations it says whether it is kept or removed, and why; unless a dry run it
+//! removes the ones retention does not keep, under the destination lock, and journals the
+//! pruning as an operation (command and decision `prune`, event `pruned` naming what was
+//! removed, with the active release's placement fingerprints taken after it: unlinking a
+//! release's files changes the ctime of those the active release shares).
+
+use crate::backend::BundleStore;
+use crate::backend::releases::{ReleaseStore, log::Verdict};
+use crate::config::{Config, Destination};
+use crate::error::{Error, Result};
+use crate::execute::retain_journaled;
+use crate::journal::{Journal, OperationRecord, event, now};
+use crate::publish::check_recovery;
+use crate::state::StateFile;
+use serde::Serialize;
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What to prune and how.
+#[derive(Debug, Clone)]
+pub struct PruneOptions {
+    /// Destination ids; empty means every destination with `releases`.
+    pub destinations: Vec<String>,
+    /// Say what would be removed; remove nothing.
+    pub dry_run: bool,
+    /// Journal file (already resolved).
+    pub journal: PathBuf,
+    /// How long to wait for a destination lock.
+    pub lock_timeout: Duration,
+    /// Who prunes.
+    pub actor: String,
+}
+
+/// The prune report.
+#[derive(Debug, Serialize)]
+pub struct PruneReport {
+    /// Always 1.
+    pub report_version: u32,
+    /// `prune`.
+    pub command: &'static str,
+    /// Whether nothing was removed.
+    pub dry_run: bool,
+    /// Pipeline id.
+    pub pipeline_id: String,
+    /// One entry per destination.
+    pub destinations: Vec<DestinationPrune>,
+}
+
+/// Retention at one destination.
+#[derive(Debug, Serialize)]
+pub struct DestinationPrune {
+    /// Destination id.
+    pub destination_id: String,
+    /// Its `path`.
+    pub bundle_path: String,
+    /// Its `releases.dir`.
+    pub releases_dir: String,
+    /// The journaled operation, when releases were removed.
+    pub operation_id: Option<String>,
+    /// Every release, oldest activation first, with its verdict.
+    pub releases: Vec<Verdict>,
+    /// How many were (or would be) removed.
+    pub removed: usize,
+    /// The error, when the destination could not be pruned.
+    pub error: Option<String>,
+}
+
+impl PruneReport {
+    /// The report as text.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        for d in &self.destinations {
+            let verb = if self.dry_run {
+                "would remove"
+            } else {
+                "removed"
+            };
+            let _ = writeln!(
+                out,
+                "destination {} -> {} (releases in {}): {} kept, {verb} {}",
+                d.destination_id,
+                d.bundle_path,
+                d.releases_dir,
+                d.releases.len() - d.removed,
+                d.removed
+            );
+            if let Some(e) = &d.error {
+                let _ = writeln!(out, "  error: {e}");
+            }
+            for v in &d.releases {
+                let _ = writeln!(
+                    out,
+                    "  {} {}: {}",
+                    if v.keep { "keep  " } else { "remove" },
+                    v.release,
+                    v.reason
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Prunes the selected destinations; returns the report and the exit code (0, or the
+/// worst error's).
+pub fn prune(config: &Config, opts: &PruneOptions) -> Result<(PruneReport, u8)> {
+    let selected: Vec<&Destination> = if opts.destinations.is_empty() {
+        config
+            .destinations
+            .iter()
+            .filter(|d| d.releases.is_some())
+            .collect()
+    } else {
+        config.select(&opts.destinations)?
+    };
+    if selected.is_empty() {
+        return Err(Error::Usage(format!(
+            "no destination in {} has releases; prune removes inactive releases of destinations with a releases block",
+            config.file.display()
+        )));
+    }
+    let mut journal = if opts.dry_run {
+        None
+    } else {
+        Some(Journal::open(&opts.journal)?)
+    };
+    let mut report = PruneReport {
+        report_version: 1,
+        command: "prune",
+        dry_run: opts.dry_run,
+        pipeline_id: config.pipeline_id.clone(),
+        destinations: Vec::new(),
+    };
+    let mut code = 0u8;
+    for dest in selected {
+        let mut d = DestinationPrune {
+            destination_id: dest.id.clone(),
+            bundle_path: dest.path.to_string_lossy().into_owned(),
+            releases_dir: (dest.releases.as_ref())
+                .map(|r| r.dir.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            operation_id: None,
+            releases: Vec::new(),
+            removed: 0,
+            error: None,
+        };
+        if let Err(e) = prune_one(config, dest, opts, journal.as_mut(), &mut d) {
+            code = code.max(e.exit_code());
+            d.error = Some(e.to_string());
+        }
+        report.destinations.push(d);
+    }
+    Ok((report, code))
+}
+
+fn prune_one(
+    config: &Config,
+    dest: &Destination,
+    opts: &PruneOptions,
+    journal: Option<&mut Journal>,
+    d: &mut DestinationPrune,
+) -> Result<()> {
+    let settings = dest.releases.as_ref().ok_or_else(|| {
+        Error::Usage(format!(
+            "destination '{}' has no releases block; there is nothing to prune",
+            dest.id
+        ))
+    })?;
+    let lock = (!opts.dry_run).then_some((opts.lock_timeout, false));
+    let Some(store) = ReleaseStore::open(&dest.path, settings, lock)? else {
+        return Ok(());
+    };
+    if let Some(why) = store.mismatch()? {
+        return Err(Error::Failed(format!(
+            "releases_mismatch: {why}; nothing pruned"
+        )));
+    }
+    let Some(journal) = journal else {
+        d.releases = ordered(&store, store.prune(true)?)?;
+        d.removed = d.releases.iter().filter(|v| !v.keep).count();
+        return Ok(());
+    };
+    check_recovery(journal, &store)?;
+    let verdicts = store.prune(true)?;
+    if verdicts.iter().all(|v| v.keep) {
+        d.releases = ordered(&store, verdicts)?;
+        return Ok(());
+    }
+    let state = match store.read_state()?.parse() {
+        StateFile::Valid(s) => Some(s),
+        _ => None,
+    };
+    let op_id = uuid::Uuid::new_v4().to_string();
+    let owner = state.as_ref().and_then(|s| s.owners.first());
+    let source = owner.map_or((String::new(), String::new(), String::new()), |o| {
+        (
+            o.source.id.clone(),
+            o.source.created_at.clone(),
+            o.source.digest.clone(),
+        )
+    });
+    let state_sha = crate::backend::state_sha256(&store)?
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    journal.begin_operation(
+        &OperationRecord {
+            operation_id: op_id.clone(),
+            started_at: now(),
+            command: "prune".into(),
+            actor: opts.actor.clone(),
+            pipeline_id: config.pipeline_id.clone(),
+            destination_id: dest.id.clone(),
+            bundle_path: d.bundle_path.clone(),
+            state_mode: dest.state_mode.to_string(),
+            decision: "prune".into(),
+            takeover_mode: dest.takeover.to_string(),
+            previous_owner: None,
+            previous_source: None,
+            source,
+            pre_state_sha256: Some(state_sha.clone()),
+            post_state_sha256: state_sha,
+            takeovers_json: "[]".into(),
+            plan_json: "{}".into(),
+        },
+        &[],
+    )?;
+    let verdicts = retain_journaled(&store, state.as_ref(), &op_id, &d.bundle_path, journal)?;
+    journal.event(&op_id, event::COMPLETED, None)?;
+    d.operation_id = Some(op_id);
+    d.removed = verdicts.iter().filter(|v| !v.keep).count();
+    d.releases = ordered(&store, verdicts)?;
+    Ok(())
+}
+
+fn ordered(store: &ReleaseStore, v: Vec<Verdict>) -> Result<Vec<Verdict>> {
+    store.in_activation_order(v)
+}
