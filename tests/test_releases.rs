@@ -974,3 +974,162 @@ fn prune_says_why_each_release_is_kept_or_removed_and_status_lists_them() {
     r.expect_code(0);
     assert_eq!(r.json()["destinations"][0]["operation_id"], Value::Null);
 }
+
+/// What one reader request saw: the versions of the files it read, per owner directory.
+fn read_request(path: &Path, owners: &[&str], files: usize) -> Vec<BTreeSet<String>> {
+    // Resolve `path` once, as nginx's $realpath_root does, then read everything below it.
+    let Ok(root) = std::fs::canonicalize(path) else {
+        return Vec::new();
+    };
+    owners
+        .iter()
+        .map(|o| {
+            (0..files)
+                .filter_map(|i| {
+                    std::fs::read_to_string(root.join(o).join(format!("f{i}.txt"))).ok()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Bundle `v` of owner directory `o`: `files` files that all carry the version.
+fn versioned(env: &Env, o: &str, v: usize, files: usize) -> PathBuf {
+    let text = format!("{o} version {v}");
+    let names: Vec<String> = (0..files).map(|i| format!("{o}/f{i}.txt")).collect();
+    let list: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), text.as_str())).collect();
+    env.bundle(
+        &format!("b-{o}-{v}"),
+        o,
+        &format!("2026-12-02T06:{:02}:{:02}Z", v / 60, v % 60),
+        &list,
+        &[],
+    )
+}
+
+/// Runs a reader in a loop while `publish` runs; returns (requests, requests that saw
+/// more than one version of some owner's files, requests that missed files).
+fn read_while(
+    path: &Path,
+    owners: &[&str],
+    files: usize,
+    publish: impl FnOnce(),
+) -> (u64, u64, u64) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let stop = stop.clone();
+        let path = path.to_path_buf();
+        let owners: Vec<String> = owners.iter().map(|s| s.to_string()).collect();
+        std::thread::spawn(move || {
+            let owners: Vec<&str> = owners.iter().map(String::as_str).collect();
+            let (mut requests, mut mixed, mut missing) = (0u64, 0u64, 0u64);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let seen = read_request(&path, &owners, files);
+                if seen.is_empty() {
+                    continue;
+                }
+                requests += 1;
+                if seen.iter().any(|v| v.len() > 1) {
+                    mixed += 1;
+                }
+                if seen.iter().any(|v| v.is_empty()) {
+                    missing += 1;
+                }
+            }
+            (requests, mixed, missing)
+        })
+    };
+    publish();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    reader.join().unwrap()
+}
+
+/// SPEC §15: a reader that resolves `path` once per request sees one release, never a
+/// mix, through 100 publications; the same reader on an in-place destination is shown for
+/// comparison (docs/operations.md gives the figure).
+#[test]
+fn a_reader_never_sees_two_versions_in_one_request() {
+    const FILES: usize = 40;
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 1\n",
+    );
+    let bundles: Vec<PathBuf> = (1..=100)
+        .map(|v| versioned(&env, "site", v, FILES))
+        .collect();
+    env.publish(&cfg, &bundles[0], &[]).expect_code(0);
+    let (requests, mixed, missing) = read_while(&env.path(PATH), &["site"], FILES, || {
+        for b in &bundles[1..] {
+            env.publish(&cfg, b, &[]).expect_code(0);
+        }
+    });
+    eprintln!("releases: {requests} requests, {mixed} saw two versions, {missing} missed files");
+    assert!(requests > 20, "the reader hardly ran: {requests} requests");
+    assert_eq!(
+        mixed, 0,
+        "a request saw two versions ({mixed} of {requests})"
+    );
+    assert_eq!(
+        missing, 0,
+        "a request missed files ({missing} of {requests})"
+    );
+    assert_eq!(env.read(&format!("{PATH}/site/f0.txt")), "site version 100");
+
+    // The same reader on an in-place destination, for the record.
+    let plain = env.simple_config("p.yaml", "weather", "plain", "www/plain", "");
+    env.publish(&plain, &bundles[0], &[]).expect_code(0);
+    let (requests, mixed, missing) = read_while(&env.path("www/plain"), &["site"], FILES, || {
+        for b in &bundles[1..] {
+            env.publish(&plain, b, &[]).expect_code(0);
+        }
+    });
+    eprintln!("in place: {requests} requests, {mixed} saw two versions, {missing} missed files");
+}
+
+/// Two owners of a shared root alternate publications while the reader runs: every
+/// request sees, for each owner, one complete version of that owner's files.
+#[test]
+fn shared_root_readers_see_one_version_per_owner() {
+    const FILES: usize = 20;
+    let env = Env::new();
+    let a = config(
+        &env,
+        "a.yaml",
+        "weather",
+        "latest",
+        "shared_root",
+        "      keep: 1\n",
+    );
+    let b = config(
+        &env,
+        "b.yaml",
+        "other",
+        "o",
+        "shared_root",
+        "      keep: 1\n",
+    );
+    let wa: Vec<PathBuf> = (1..=30).map(|v| versioned(&env, "w", v, FILES)).collect();
+    let ob: Vec<PathBuf> = (1..=30).map(|v| versioned(&env, "o", v, FILES)).collect();
+    env.publish(&a, &wa[0], &[]).expect_code(0);
+    env.publish(&b, &ob[0], &[]).expect_code(0);
+    let (requests, mixed, missing) = read_while(&env.path(PATH), &["w", "o"], FILES, || {
+        for i in 1..30 {
+            env.publish(&a, &wa[i], &[]).expect_code(0);
+            env.publish(&b, &ob[i], &[]).expect_code(0);
+        }
+    });
+    assert!(requests > 10, "the reader hardly ran: {requests} requests");
+    assert_eq!(
+        mixed, 0,
+        "{mixed} of {requests} requests saw two versions of an owner"
+    );
+    assert_eq!(
+        missing, 0,
+        "{missing} of {requests} requests missed an owner's files"
+    );
+}
