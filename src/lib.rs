@@ -21,6 +21,7 @@
 #![deny(unused_must_use)]
 #![warn(missing_docs)]
 
+pub mod adopt;
 pub mod backend;
 pub mod cli;
 pub mod config;

@@ -184,6 +184,7 @@ impl Location {
                     settings: r.clone(),
                     active_before: None,
                     activates: None,
+                    adopts: false,
                 }),
         };
         (l.s3.is_some() || l.releases.is_some()).then_some(l)

@@ -221,7 +221,26 @@ fn rollback_one(
         ));
     };
     store.set_rollback(&target);
-    match activate(&plan, journal, &store, &opts.actor, &config.pipeline_id) {
+    let how = Activation {
+        command: "rollback",
+        decision: "rollback",
+        actor: &opts.actor,
+        pipeline_id: &config.pipeline_id,
+    };
+    let detail = |staged: &StagedOperation| {
+        let r = staged.releases.as_ref();
+        format!(
+            "release {} activated again; rolled back from release {} (source digest {} is held: publishing it again is the conflict rolled_back)",
+            r.map_or("?", |r| r.target(&staged.operation_id)),
+            r.and_then(|r| r.active_before.as_deref()).unwrap_or("?"),
+            staged
+                .origin
+                .previous_source
+                .as_ref()
+                .map_or("?", |s| s.digest.as_str())
+        )
+    };
+    match run_activation(&plan, journal, &store, &how, &detail) {
         Ok(op) => Ok((
             DestinationReport::from_plan(plan, Status::Applied, Some(op)),
             source,
@@ -344,39 +363,53 @@ fn plan(
     })
 }
 
-/// Carries out a planned rollback through the journal: the staging record, the swap
-/// (commit point), the activation log, retention, as `execute::execute` does for a
-/// publication; an error before the swap is undone.
-fn activate(
+/// How an activation without a publication is journaled.
+pub(crate) struct Activation<'a> {
+    /// `rollback` or `adopt`.
+    pub command: &'a str,
+    /// The journal's decision.
+    pub decision: &'a str,
+    /// Who runs it.
+    pub actor: &'a str,
+    /// The pipeline.
+    pub pipeline_id: &'a str,
+}
+
+/// Carries out a planned activation that publishes nothing (a rollback, an adoption)
+/// through the journal: the staging record (and for an adoption the release, built from
+/// the plain directory), the commit point, the event `activated` with `detail(op)`, the
+/// activation log, retention, as `execute::execute` does for a publication; an error
+/// before the commit point is undone.
+pub(crate) fn run_activation(
     plan: &DestinationPlan,
     journal: &mut Journal,
     store: &ReleaseStore,
-    actor: &str,
-    pipeline_id: &str,
+    how: &Activation<'_>,
+    detail: &dyn Fn(&StagedOperation) -> String,
 ) -> Result<String> {
     let op_id = uuid::Uuid::new_v4().to_string();
     let state = plan
         .new_state
         .clone()
-        .ok_or_else(|| Error::Failed("rollback plan has no state".into()))?;
+        .ok_or_else(|| Error::Failed(format!("{} plan has no state", how.command)))?;
     let post = state.render();
     let pre = store.read_state()?;
     let pre = pre.bytes();
     let to_source = state.owners.first().map(|o| o.source.clone());
     let origin = Origin {
         started_at: now(),
-        command: "rollback".into(),
-        actor: actor.to_string(),
-        pipeline_id: pipeline_id.to_string(),
+        command: how.command.into(),
+        actor: how.actor.to_string(),
+        pipeline_id: how.pipeline_id.to_string(),
         state_mode: plan.state_mode.to_string(),
-        decision: plan.decision.to_string(),
+        decision: how.decision.to_string(),
         takeover_mode: plan.takeover_mode.to_string(),
         previous_owner: plan.previous.as_ref().map(|p| p.owner.to_string()),
         previous_source: plan.previous.as_ref().map(|p| p.source.clone()),
-        source: to_source.ok_or_else(|| Error::Failed("target state has no owner".into()))?,
+        source: to_source.ok_or_else(|| Error::Failed("the state has no owner".into()))?,
         takeovers: serde_json::json!([]),
     };
-    // Nothing is staged, moved or placed: the release exists.
+    // Nothing is staged, moved or placed from a source.
     let mut bare = plan.clone();
     bare.files.clear();
     bare.links.clear();
@@ -397,7 +430,8 @@ fn activate(
         .and_then(|()| store.commit_state(&staged, &post));
     let finish = |e: Error| {
         Error::Failed(format!(
-            "rollback {op_id} passed its commit point but could not finish ({e}); run `distributor recover`"
+            "{} {op_id} passed its commit point but could not finish ({e}); run `distributor recover`",
+            how.command
         ))
     };
     match result {
@@ -405,19 +439,8 @@ fn activate(
             journal
                 .commit(committed, &op_id, &bundle, &[])
                 .map_err(finish)?;
-            let from = plan.previous.as_ref().map(|p| p.source.digest.as_str());
-            let detail = format!(
-                "release {} activated again; rolled back from release {} (source digest {} is held: publishing it again is the conflict rolled_back)",
-                staged.releases.as_ref().map_or("?", |r| r.target(&op_id)),
-                staged
-                    .releases
-                    .as_ref()
-                    .and_then(|r| r.active_before.as_deref())
-                    .unwrap_or("?"),
-                from.unwrap_or("?")
-            );
             journal
-                .event(&op_id, event::ACTIVATED, Some(&detail))
+                .event(&op_id, event::ACTIVATED, Some(&detail(&staged)))
                 .map_err(finish)?;
             store.clean_up(&staged).map_err(finish)?;
             retain(store, &state, &op_id, &bundle, journal).map_err(finish)?;
@@ -433,7 +456,8 @@ fn activate(
                 Err(e)
             }
             Err(u) => Err(Error::RecoveryRequired(format!(
-                "rollback {op_id} failed ({e}) and could not be undone ({u}); run `distributor recover`"
+                "{} {op_id} failed ({e}) and could not be undone ({u}); run `distributor recover`",
+                how.command
             ))),
         },
     }

@@ -47,11 +47,12 @@ fn releases(env: &Env) -> BTreeSet<String> {
     }
 }
 
-/// What a reader resolving `path` sees: every entry below it, state file excluded.
+/// What a reader resolving `path` sees: every entry below it, state and lock files
+/// excluded (an in-place destination has a lock file; a release never does).
 fn view(env: &Env) -> Vec<(String, String)> {
     env.snapshot(PATH)
         .into_iter()
-        .filter(|(p, _)| p != ".distributor.json")
+        .filter(|(p, _)| p != ".distributor.json" && p != ".distributor.lock")
         .collect()
 }
 
@@ -1132,4 +1133,175 @@ fn shared_root_readers_see_one_version_per_owner() {
         missing, 0,
         "{missing} of {requests} requests missed an owner's files"
     );
+}
+
+fn adopt(env: &Env, cfg: &Path, extra: &[&str]) -> Run {
+    let mut args = vec![
+        "releases",
+        "adopt",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    env.run(&args)
+}
+
+/// An in-place destination at `path`, then a config that gives it releases.
+fn in_place_then_releases(env: &Env) -> (PathBuf, PathBuf) {
+    let plain = env.simple_config("plain.yaml", "weather", "latest", PATH, "");
+    let v1 = env.bundle("b1", "tomorrow", V1_AT, V1_FILES, V1_LINKS);
+    env.publish(&plain, &v1, &[]).expect_code(0);
+    let cfg = config(
+        env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n",
+    );
+    (plain, cfg)
+}
+
+#[test]
+fn adopt_makes_the_managed_directory_a_first_release() {
+    let env = Env::new();
+    let (_, cfg) = in_place_then_releases(&env);
+    let before = view(&env);
+    let v2 = env.bundle("b2", "tomorrow", V2_AT, V2_FILES, V2_LINKS);
+    let r = env.publish(&cfg, &v2, &[]);
+    assert_eq!(r.conflict_kinds(), ["unsafe_storage"], "{}", r.stdout);
+    assert!(r.stdout.contains("releases adopt"), "{}", r.stdout);
+    // status and verify still read the plain directory.
+    env.run(&["verify", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+
+    let snap = env.snapshot("www");
+    let r = adopt(&env, &cfg, &["--dry-run"]);
+    r.expect_code(0);
+    assert_eq!(
+        r.json()["destinations"][0]["status"],
+        "planned",
+        "{}",
+        r.stdout
+    );
+    assert_eq!(env.snapshot("www"), snap, "a dry run wrote");
+
+    let r = adopt(&env, &cfg, &[]);
+    r.expect_code(0);
+    let d = &r.json()["destinations"][0];
+    assert_eq!(d["status"], "applied", "{}", r.stdout);
+    let op = d["operation_id"].as_str().unwrap().to_string();
+    assert_eq!(active(&env), op);
+    assert_eq!(view(&env), before, "readers see the same content");
+    let leftovers: Vec<String> = std::fs::read_dir(env.path(DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n.starts_with(".distributor-activate-") || n.starts_with(".distributor-adopted-")
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    env.run(&["verify", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+    let h = env.run(&["history", "show", &op, "--json"]);
+    assert!(h.stdout.contains("became release"), "{}", h.stdout);
+    // Now it publishes as releases, and rolls back to the adopted content.
+    env.publish(&cfg, &v2, &[]).expect_code(0);
+    assert_eq!(
+        env.read(&format!("{PATH}/change.txt")),
+        "version two, longer than one"
+    );
+    rollback(&env, &cfg, &[]).expect_code(0);
+    assert_eq!(view(&env), before);
+    // Adopting again: nothing to do.
+    let r = adopt(&env, &cfg, &[]);
+    r.expect_code(0);
+    assert_eq!(r.json()["destinations"][0]["status"], "skipped");
+}
+
+#[test]
+fn adopt_is_refused_with_the_list_while_unmanaged_content_is_there() {
+    let env = Env::new();
+    let (_, cfg) = in_place_then_releases(&env);
+    env.write(&format!("{PATH}/robots.txt"), "hand-made");
+    env.write(&format!("{PATH}/dir/hand.txt"), "hand-made too");
+    let snap = env.snapshot(PATH);
+    let r = adopt(&env, &cfg, &[]);
+    r.expect_code(3);
+    let d = &r.json()["destinations"][0];
+    assert_eq!(d["status"], "refused");
+    assert_eq!(
+        d["unmanaged"],
+        serde_json::json!(["dir/hand.txt", "robots.txt"])
+    );
+    assert_eq!(env.snapshot(PATH), snap);
+    assert!(
+        !std::fs::symlink_metadata(env.path(PATH))
+            .unwrap()
+            .is_symlink()
+    );
+    let text = env.run(&["releases", "adopt", "--config", cfg.to_str().unwrap()]);
+    assert!(
+        text.stdout.contains("unmanaged: robots.txt"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn a_crash_at_every_step_of_an_adoption_is_recovered() {
+    for (spec, forward) in [
+        ("before_staging_record", false),
+        ("after_staging_record", false),
+        ("during_carry_over", false),
+        ("io_state_fsync", false),
+        ("io_state_rename", false),
+        ("during_cleanup", true),
+        ("io_remove_staging", true),
+    ] {
+        let env = Env::new();
+        let (_, cfg) = in_place_then_releases(&env);
+        let before = view(&env);
+        let r = env.run_env(
+            &[
+                "releases",
+                "adopt",
+                "--json",
+                "--config",
+                cfg.to_str().unwrap(),
+            ],
+            &[("DISTRIBUTOR_FAILPOINT", spec)],
+        );
+        assert_aborted(&r, spec);
+        let rec = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
+        rec.expect_code(0);
+        let is_link = std::fs::symlink_metadata(env.path(PATH))
+            .unwrap()
+            .is_symlink();
+        assert_eq!(is_link, forward, "{spec}: {}", rec.stdout);
+        let mut got = view(&env);
+        got.retain(|(p, _)| p != ".distributor.lock");
+        let mut want = before.clone();
+        want.retain(|(p, _)| p != ".distributor.lock");
+        assert_eq!(got, want, "{spec}");
+        assert!(
+            !env.exists(&format!("{DIR}/.distributor-staging")),
+            "{spec}"
+        );
+        if !forward {
+            assert!(
+                releases(&env).is_empty(),
+                "{spec}: a half-built release is left"
+            );
+            // It can be adopted again.
+            adopt(&env, &cfg, &[]).expect_code(0);
+        }
+        let v2 = env.bundle("b2", "tomorrow", V2_AT, V2_FILES, V2_LINKS);
+        env.publish(&cfg, &v2, &[]).expect_code(0);
+    }
 }

@@ -8,6 +8,7 @@ mod progress;
 mod prune;
 mod publish;
 mod recover;
+mod releases;
 mod rollback;
 mod serve;
 mod status;
@@ -40,6 +41,7 @@ enum Command {
     Serve(serve::ServeArgs),
     Rollback(rollback::RollbackArgs),
     Prune(prune::PruneArgs),
+    Releases(releases::ReleasesArgs),
 }
 
 /// What a command produced: text for stdout and the exit code.
@@ -84,6 +86,7 @@ pub fn main() -> ExitCode {
         Command::Serve(a) => serve::run(a),
         Command::Rollback(a) => rollback::run(a),
         Command::Prune(a) => prune::run(a),
+        Command::Releases(a) => releases::run(a),
     };
     match result {
         Ok(out) => {
@@ -130,6 +133,7 @@ impl Cli {
             Command::History(a) => a.json(),
             Command::Rollback(a) => a.json,
             Command::Prune(a) => a.json,
+            Command::Releases(a) => a.json(),
             _ => false,
         }
     }

@@ -271,6 +271,13 @@ impl Dir {
         Ok(())
     }
 
+    /// Exchanges the entries `name` here and `to/to_name`, both of which must exist
+    /// (`RENAME_EXCHANGE`): one atomic step, neither is ever missing.
+    pub fn exchange(&self, name: &str, to: &Dir, to_name: &str) -> io::Result<()> {
+        renameat_with(&self.fd, name, &to.fd, to_name, RenameFlags::EXCHANGE)?;
+        Ok(())
+    }
+
     /// Hard-links the entry `name` (never followed: a symlink is linked itself) as
     /// `to/to_name`, which must not exist.
     pub fn hard_link(&self, name: &str, to: &Dir, to_name: &str) -> io::Result<()> {

@@ -6,9 +6,10 @@
 //! removes a release `path` does not name; the cleanup appends the activation to the log.
 
 use super::log::{self, Activation};
-use super::{ACTIVATE_PREFIX, Link, ReleaseStore, link_text};
+use super::{ACTIVATE_PREFIX, ADOPTED_PREFIX, Link, ReleaseStore, link_text};
 use crate::backend::Committed;
 use crate::backend::local::handle::{Dir, split, type_name};
+use crate::backend::local::{LOCK_FILE, STAGING_DIR};
 use crate::error::{Error, IoContext, Result};
 use crate::execute::StagedOperation;
 use crate::failpoint;
@@ -200,6 +201,11 @@ impl ReleaseStore {
         self.swap(op, &op.operation_id)
     }
 
+    /// Whether operation `op` adopts the plain directory at `path`.
+    fn adopts(op: &StagedOperation) -> bool {
+        op.releases.as_ref().is_some_and(|r| r.adopts)
+    }
+
     /// A symlink to `release` under a temporary name, renamed over `path`: the commit
     /// point; then `path`'s parent is fsynced.
     fn swap(&self, op: &StagedOperation, release: &str) -> Result<Committed> {
@@ -210,9 +216,19 @@ impl ReleaseStore {
             .symlink(&text, &tmp)
             .ctx("create link", tmp_dir.join(&tmp))?;
         failpoint::io("io_state_rename").ctx("activate", &self.path)?;
-        tmp_dir
-            .rename_over(&tmp, &self.parent, &self.name())
-            .ctx("activate", &self.path)?;
+        if Self::adopts(op) {
+            // The plain directory and the symlink change places: the directory, now
+            // under the temporary name, is emptied of what the release took over by the
+            // cleanup.
+            tmp_dir
+                .exchange(&tmp, &self.parent, &self.name())
+                .ctx("exchange with the first release", &self.path)?;
+            tmp_dir.sync().ctx("fsync", tmp_dir.path())?;
+        } else {
+            tmp_dir
+                .rename_over(&tmp, &self.parent, &self.name())
+                .ctx("activate", &self.path)?;
+        }
         self.parent.sync().ctx("fsync", self.parent.path())?;
         Ok(Committed::passed())
     }
@@ -296,6 +312,9 @@ impl ReleaseStore {
         let root = self.root()?;
         failpoint::hit("during_cleanup");
         self.remove_activation_links(&op.operation_id)?;
+        if Self::adopts(op) {
+            self.retire_adopted(op)?;
+        }
         let logged = self.activations()?;
         if logged.last().map(|a| &a.operation_id) != Some(&op.operation_id) {
             let owner = format!("{}/{}", op.origin.pipeline_id, op.destination_id);
@@ -318,6 +337,83 @@ impl ReleaseStore {
         root.remove_staging(&op.operation_id)
     }
 
+    /// After an adoption: the plain directory, exchanged into `releases.dir` under the
+    /// temporary name, is renamed `.distributor-adopted-<op>` and emptied of what the
+    /// first release took over: each recorded file only while it is the very inode the
+    /// release holds, each link only while its text is the recorded one, the state and
+    /// lock files, then the directories left empty. Anything else stays there, and is
+    /// named in a warning.
+    fn retire_adopted(&self, op: &StagedOperation) -> Result<()> {
+        let root = self.root()?;
+        let id = &op.operation_id;
+        let tmp = format!("{ACTIVATE_PREFIX}{id}");
+        let kept = format!("{ADOPTED_PREFIX}{id}");
+        let tmp_is_dir = root
+            .dir()
+            .stat_opt(&tmp)
+            .ctx("stat", self.settings.dir.join(&tmp))?
+            .is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+        if tmp_is_dir {
+            root.dir()
+                .rename_new(&tmp, root.dir(), &kept)
+                .ctx("rename", self.settings.dir.join(&kept))?;
+        }
+        let old_path = self.settings.dir.join(&kept);
+        let Ok(old) = root.dir().open_dir(&kept) else {
+            return Ok(());
+        };
+        let release_path = self.settings.dir.join(id);
+        let release = root.dir().open_dir(id).ctx("open", &release_path)?;
+        let reading = release.try_clone().ctx("open", &release_path)?;
+        let crate::state::StateFile::Valid(state) =
+            crate::backend::local::Bundle::reading(&release_path, reading)?
+                .read_state()?
+                .parse()
+        else {
+            return Ok(());
+        };
+        for o in &state.outputs {
+            let (d, n) = split(&o.path);
+            let (Ok(od), Ok(rd)) = (old.open_dir(d), release.open_dir(d)) else {
+                continue;
+            };
+            if let (Ok(a), Ok(b)) = (od.stat(n), rd.stat(n))
+                && a.st_ino == b.st_ino
+                && a.st_dev == b.st_dev
+            {
+                od.unlink(n).ctx("remove", old_path.join(&o.path))?;
+            }
+        }
+        for l in &state.links {
+            let (d, n) = split(&l.path);
+            let want = relative_link_target(&l.path, &l.target);
+            if let Ok(od) = old.open_dir(d)
+                && od.read_link(n).is_ok_and(|t| t == want)
+            {
+                od.unlink(n).ctx("remove", old_path.join(&l.path))?;
+            }
+        }
+        for own in [STATE_FILE, LOCK_FILE] {
+            if old
+                .stat_opt(own)
+                .ok()
+                .flatten()
+                .is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
+            {
+                old.unlink(own).ctx("remove", old_path.join(own))?;
+            }
+        }
+        let _ = old.rmdir(STAGING_DIR);
+        prune_empty(&old);
+        if root.dir().rmdir(&kept).is_err() {
+            eprintln!(
+                "warning: {} keeps what was not distributor's to remove (it appeared after the adoption was checked); inspect it",
+                old_path.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Appends one line to the activation log and makes it durable.
     fn append_activation(&self, a: &Activation) -> Result<()> {
         let root = self.root()?;
@@ -331,6 +427,20 @@ impl ReleaseStore {
         f.seek(std::io::SeekFrom::End(0)).ctx("write", &path)?;
         f.write_all(&line).ctx("write", &path)?;
         f.sync_all().ctx("fsync", &path)
+    }
+}
+
+/// Removes every empty directory below `dir`, deepest first (never one holding
+/// anything).
+fn prune_empty(dir: &Dir) {
+    let Ok(entries) = dir.entries() else { return };
+    for (name, kind) in entries {
+        if kind == FileType::Directory
+            && let Ok(sub) = dir.open_dir(&name)
+        {
+            prune_empty(&sub);
+            let _ = dir.rmdir(&name);
+        }
     }
 }
 
@@ -380,7 +490,8 @@ fn carry(
         } else {
             format!("{rel}/{name}")
         };
-        if (rel.is_empty() && name == STATE_FILE) || skip.contains(child.as_str()) {
+        let own = [STATE_FILE, LOCK_FILE, STAGING_DIR];
+        if (rel.is_empty() && own.contains(&name.as_str())) || skip.contains(child.as_str()) {
             continue;
         }
         if kind == FileType::Directory {

@@ -36,6 +36,8 @@ use std::time::Duration;
 
 /// The prefix of the temporary symlink renamed over `path` at the commit point.
 pub const ACTIVATE_PREFIX: &str = ".distributor-activate-";
+/// The name an adopted plain directory takes in `releases.dir` until it is emptied.
+pub const ADOPTED_PREFIX: &str = ".distributor-adopted-";
 
 /// What an operation's staging record keeps of a releases destination, so `recover` can
 /// reach it and judge the operation from the journal or the record alone.
@@ -51,6 +53,10 @@ pub struct ReleasesRecord {
     /// activates the release it builds, named by its operation id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activates: Option<String>,
+    /// `releases adopt`: the release is built from the plain directory at `path`, which
+    /// the commit point exchanges with the symlink.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopts: bool,
 }
 
 impl ReleasesRecord {
@@ -87,6 +93,7 @@ impl Backend for ReleasesBackend {
     fn bundle_unsafe(&self, base: &Path, _bundle: &Path) -> Option<String> {
         match ReleaseStore::open(base, &self.settings, None) {
             Err(Error::Unsafe(why)) => Some(why),
+            Ok(Some(s)) if s.is_plain() => Some(plain_reason(base)),
             _ => None,
         }
     }
@@ -121,6 +128,8 @@ enum Link {
     Absent,
     /// A symlink naming this release.
     Release(String),
+    /// A plain directory: a destination published in place, not adopted yet.
+    Plain,
 }
 
 /// A releases destination, opened for reading or locked for an operation.
@@ -141,6 +150,8 @@ pub struct ReleaseStore {
     building: Mutex<Option<build::Building>>,
     /// The earlier release the operation activates, for a rollback.
     rollback_to: Mutex<Option<String>>,
+    /// The operation adopts the plain directory at `path`.
+    adopting: std::sync::atomic::AtomicBool,
 }
 
 impl ReleaseStore {
@@ -178,18 +189,32 @@ impl ReleaseStore {
         }
         .map(|b| b.recording_for(path));
         let link = read_link(&parent, &name, path, settings)?;
-        if root.is_none() && (lock.is_some() || link == Link::Absent) {
-            if link != Link::Absent {
-                return Err(Error::Unsafe(format!(
-                    "{} names a release but {} does not exist",
-                    path.display(),
-                    dir.display()
-                )));
+        if root.is_none() {
+            match link {
+                Link::Absent => return Ok(None),
+                Link::Release(_) => {
+                    return Err(Error::Unsafe(format!(
+                        "{} names a release but {} does not exist",
+                        path.display(),
+                        dir.display()
+                    )));
+                }
+                // Locking for recovery: nothing was ever staged there.
+                Link::Plain if lock.is_some() => return Ok(None),
+                Link::Plain => {}
             }
-            return Ok(None);
         }
         let active = match (&link, &root) {
             (Link::Release(r), Some(root)) => Some(open_release(root, r, path)?),
+            // Not adopted yet: read (status, verify, adopt) as a plain bundle path, locked
+            // as one for an operation (adopt) so no in-place publication runs meanwhile.
+            (Link::Plain, _) => Some(
+                match lock {
+                    Some((timeout, _)) => Bundle::lock(path, path, timeout, false)?,
+                    None => Bundle::open(path, path)?,
+                }
+                .ok_or_else(|| Error::Failed(format!("{} vanished", path.display())))?,
+            ),
             _ => None,
         };
         Ok(Some(ReleaseStore {
@@ -201,6 +226,7 @@ impl ReleaseStore {
             active,
             building: Mutex::new(None),
             rollback_to: Mutex::new(None),
+            adopting: Default::default(),
         }))
     }
 
@@ -228,8 +254,30 @@ impl ReleaseStore {
     pub fn active_release(&self) -> Option<&str> {
         match &self.link {
             Link::Release(r) => Some(r),
-            Link::Absent => None,
+            Link::Absent | Link::Plain => None,
         }
+    }
+
+    /// Whether `path` is a plain directory, not adopted yet.
+    pub fn is_plain(&self) -> bool {
+        self.link == Link::Plain
+    }
+
+    /// What the plain directory at `path` holds in its own staging (an in-place
+    /// publication that needs `recover` first).
+    pub fn plain_staging(&self) -> Result<Vec<StagingEntry>> {
+        match (&self.active, self.is_plain()) {
+            (Some(p), true) => p.staging_entries(),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// Whether `releases.dir` and `path`'s parent are one filesystem (an adoption
+    /// exchanges entries between them).
+    pub fn same_filesystem(&self) -> Result<bool> {
+        let root = self.root()?;
+        Ok(root.dir().identity().ctx("stat", &self.settings.dir)?.dev
+            == self.parent.identity().ctx("stat", self.parent.path())?.dev)
     }
 
     /// The settings recorded in `releases.dir`, if any.
@@ -310,7 +358,7 @@ impl ReleaseStore {
         }
         let active = match self.current()? {
             Link::Release(r) => Some(r),
-            Link::Absent => None,
+            Link::Absent | Link::Plain => None,
         };
         let verdicts = log::decide(
             &self.activations()?,
@@ -379,6 +427,12 @@ impl ReleaseStore {
 }
 
 impl ReleaseStore {
+    /// Makes the operation about to run the adoption of the plain directory at `path`.
+    pub fn set_adopt(&self) {
+        self.adopting
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Makes the operation about to run a rollback to the existing release `target`.
     pub fn set_rollback(&self, target: &str) {
         *self.rollback_to.lock().unwrap_or_else(|p| p.into_inner()) = Some(target.to_string());
@@ -510,6 +564,14 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
     out
 }
 
+/// Why a plain directory at `path` is not published to.
+fn plain_reason(path: &Path) -> String {
+    format!(
+        "{} is a plain directory, not a release; a destination with releases publishes only where path is distributor's symlink: run `distributor releases adopt` to make its managed content a first release, or move it away",
+        path.display()
+    )
+}
+
 /// What `path` (`name` in `parent`) holds, as a releases destination accepts it.
 fn read_link(parent: &Dir, name: &str, path: &Path, s: &ReleaseSettings) -> Result<Link> {
     let Some(st) = parent.stat_opt(name).ctx("stat", path)? else {
@@ -517,12 +579,7 @@ fn read_link(parent: &Dir, name: &str, path: &Path, s: &ReleaseSettings) -> Resu
     };
     match FileType::from_raw_mode(st.st_mode) {
         FileType::Symlink => {}
-        FileType::Directory => {
-            return Err(Error::Unsafe(format!(
-                "{} is a plain directory, not a release; a destination with releases publishes only where path is distributor's symlink: run `distributor releases adopt` to make its managed content a first release, or move it away",
-                path.display()
-            )));
-        }
+        FileType::Directory => return Ok(Link::Plain),
         kind => {
             return Err(Error::Unsafe(format!(
                 "{} is {}, not a symlink to a release",
@@ -589,6 +646,7 @@ impl BundleStore for ReleaseStore {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
+            adopts: self.adopting.load(std::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -603,7 +661,7 @@ impl BundleStore for ReleaseStore {
         Ok(match self.current()? {
             Link::Release(r) if r == target => Verdict::Forward,
             Link::Release(r) if Some(&r) == before.as_ref() => Verdict::Back,
-            Link::Absent if before.is_none() => Verdict::Back,
+            Link::Absent | Link::Plain if before.is_none() => Verdict::Back,
             _ => Verdict::Diverged,
         })
     }
@@ -619,6 +677,10 @@ impl BundleStore for ReleaseStore {
         };
         storage.releases_mismatch = self.mismatch()?;
         storage.rolled_back = log::holds(&self.activations()?);
+        if self.is_plain() {
+            // Probed for `verify`; the planner refuses to publish there.
+            storage.bundle_unsafe = Some(plain_reason(&self.path));
+        }
         Ok(storage)
     }
 

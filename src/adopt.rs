@@ -1,0 +1,286 @@
+//! `distributor releases adopt` (SPEC §15): turns the plain managed directory at a
+//! releases destination's `path` into its first release. The managed files are
+//! hard-linked into `<releases.dir>/<op>/` with the state, then the directory and a
+//! symlink to the release change places in one `RENAME_EXCHANGE` (the commit point); the
+//! old directory, now `.distributor-adopted-<op>` in `releases.dir`, is emptied of what
+//! the release took over. Refused, with the list, while the directory holds anything its
+//! state does not record: a release is a complete copy, and distributor neither adopts
+//! nor deletes content it does not manage.
+
+use crate::backend::BundleStore;
+use crate::backend::releases::ReleaseStore;
+use crate::config::{Config, Destination};
+use crate::error::{Error, Result};
+use crate::journal::Journal;
+use crate::model::Decision;
+use crate::plan::DestinationPlan;
+use crate::publish::check_recovery;
+use crate::rollback::{Activation, run_activation};
+use crate::state::{STATE_FILE, StateFile};
+use serde::Serialize;
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What to adopt and how.
+#[derive(Debug, Clone)]
+pub struct AdoptOptions {
+    /// Destination ids; empty means every destination with `releases`.
+    pub destinations: Vec<String>,
+    /// Say what would happen; write nothing anywhere.
+    pub dry_run: bool,
+    /// Journal file (already resolved).
+    pub journal: PathBuf,
+    /// How long to wait for the locks.
+    pub lock_timeout: Duration,
+    /// Who adopts.
+    pub actor: String,
+}
+
+/// The adopt report.
+#[derive(Debug, Serialize)]
+pub struct AdoptReport {
+    /// Always 1.
+    pub report_version: u32,
+    /// `releases adopt`.
+    pub command: &'static str,
+    /// Whether nothing was written.
+    pub dry_run: bool,
+    /// Pipeline id.
+    pub pipeline_id: String,
+    /// One entry per destination.
+    pub destinations: Vec<DestinationAdopt>,
+}
+
+/// One destination's adoption.
+#[derive(Debug, Serialize)]
+pub struct DestinationAdopt {
+    /// Destination id.
+    pub destination_id: String,
+    /// Its `path`.
+    pub bundle_path: String,
+    /// `planned`, `applied`, `skipped` (nothing to adopt), `refused` (unmanaged content)
+    /// or `failed`.
+    pub status: &'static str,
+    /// The operation, whose id names the first release.
+    pub operation_id: Option<String>,
+    /// Managed files and links taken into the release.
+    pub files: usize,
+    /// Managed links.
+    pub links: usize,
+    /// What the state does not record (the refusal's list).
+    pub unmanaged: Vec<String>,
+    /// Why, in words.
+    pub message: String,
+}
+
+impl AdoptReport {
+    /// The report as text (at most 20 unmanaged paths per destination).
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        for d in &self.destinations {
+            let _ = writeln!(
+                out,
+                "destination {} -> {}: {}: {}",
+                d.destination_id, d.bundle_path, d.status, d.message
+            );
+            for p in d.unmanaged.iter().take(20) {
+                let _ = writeln!(out, "  unmanaged: {p}");
+            }
+            if d.unmanaged.len() > 20 {
+                let _ = writeln!(
+                    out,
+                    "  ... and {} more (--json lists all)",
+                    d.unmanaged.len() - 20
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Adopts the selected destinations; returns the report and the exit code (0; 3 when a
+/// destination was refused for unmanaged content; the worst error's otherwise).
+pub fn adopt(config: &Config, opts: &AdoptOptions) -> Result<(AdoptReport, u8)> {
+    let selected: Vec<&Destination> = if opts.destinations.is_empty() {
+        (config.destinations.iter())
+            .filter(|d| d.releases.is_some())
+            .collect()
+    } else {
+        config.select(&opts.destinations)?
+    };
+    if selected.is_empty() {
+        return Err(Error::Usage(format!(
+            "no destination in {} has releases; adopt makes the first release of a destination with a releases block",
+            config.file.display()
+        )));
+    }
+    let mut journal = if opts.dry_run {
+        None
+    } else {
+        Some(Journal::open(&opts.journal)?)
+    };
+    let mut report = AdoptReport {
+        report_version: 1,
+        command: "releases adopt",
+        dry_run: opts.dry_run,
+        pipeline_id: config.pipeline_id.clone(),
+        destinations: Vec::new(),
+    };
+    let mut codes = Vec::new();
+    for dest in selected {
+        let mut d = DestinationAdopt {
+            destination_id: dest.id.clone(),
+            bundle_path: dest.path.to_string_lossy().into_owned(),
+            status: "failed",
+            operation_id: None,
+            files: 0,
+            links: 0,
+            unmanaged: Vec::new(),
+            message: String::new(),
+        };
+        match adopt_one(config, dest, opts, journal.as_mut(), &mut d) {
+            Ok(()) if d.status == "refused" => codes.push(3),
+            Ok(()) => {}
+            Err(e) => {
+                codes.push(e.exit_code());
+                d.status = "failed";
+                d.message = e.to_string();
+            }
+        }
+        report.destinations.push(d);
+    }
+    let code = [1u8, 2, 4, 3]
+        .into_iter()
+        .find(|c| codes.contains(c))
+        .unwrap_or(0);
+    Ok((report, code))
+}
+
+fn adopt_one(
+    config: &Config,
+    dest: &Destination,
+    opts: &AdoptOptions,
+    journal: Option<&mut Journal>,
+    d: &mut DestinationAdopt,
+) -> Result<()> {
+    let settings = dest.releases.as_ref().ok_or_else(|| {
+        Error::Usage(format!(
+            "destination '{}' has no releases block; there is nothing to adopt into",
+            dest.id
+        ))
+    })?;
+    let lock = (!opts.dry_run).then_some((opts.lock_timeout, true));
+    let store = ReleaseStore::open(&dest.path, settings, lock)?;
+    let Some(store) = store.filter(|s| s.is_plain()) else {
+        d.status = "skipped";
+        d.message = if dest.path.is_symlink() {
+            "already a release: path is distributor's symlink".into()
+        } else {
+            "nothing at path: the first publication makes the first release".into()
+        };
+        return Ok(());
+    };
+    if !store.plain_staging()?.is_empty() {
+        return Err(Error::RecoveryRequired(format!(
+            "{} holds an interrupted in-place publication; run `distributor recover` first",
+            dest.path.display()
+        )));
+    }
+    if let Some(j) = journal.as_deref() {
+        check_recovery(j, &store)?;
+        if !store.same_filesystem()? {
+            return Err(Error::Failed(format!(
+                "{} and {} are on different filesystems; adoption exchanges the directory with a symlink in one rename, which needs one filesystem",
+                dest.path.display(),
+                settings.dir.display()
+            )));
+        }
+    }
+    let state = match store.read_state()?.parse() {
+        StateFile::Valid(s) => s,
+        StateFile::Absent => {
+            return Err(Error::Failed(format!(
+                "{} holds no .distributor.json: nothing there is managed; move it away, and the first publication makes the first release",
+                dest.path.display()
+            )));
+        }
+        StateFile::Invalid(why) => {
+            return Err(Error::Failed(format!(
+                "{}: .distributor.json is not valid state ({why}); not adopted",
+                dest.path.display()
+            )));
+        }
+    };
+    let recorded: std::collections::HashSet<&str> = (state.outputs.iter())
+        .map(|o| o.path.as_str())
+        .chain(state.links.iter().map(|l| l.path.as_str()))
+        .collect();
+    let own = |p: &str| {
+        p == STATE_FILE
+            || p == crate::backend::local::LOCK_FILE
+            || p.starts_with(&format!("{}/", crate::backend::local::STAGING_DIR))
+    };
+    d.unmanaged = (store.list_files()?.into_iter())
+        .filter(|p| !own(p) && !recorded.contains(p.as_str()))
+        .collect();
+    d.files = state.outputs.len();
+    d.links = state.links.len();
+    if !d.unmanaged.is_empty() {
+        d.status = "refused";
+        d.message = format!(
+            "{} path(s) hold content its state does not record; a release is a complete copy, and distributor neither adopts nor deletes what it does not manage: move them away, or publish them, then adopt",
+            d.unmanaged.len()
+        );
+        return Ok(());
+    }
+    let Some(journal) = journal else {
+        d.status = "planned";
+        d.message = format!(
+            "would make a first release of {} files and {} links in {}, and swap {} for a symlink to it",
+            d.files,
+            d.links,
+            settings.dir.display(),
+            dest.path.display()
+        );
+        return Ok(());
+    };
+    let plan = DestinationPlan {
+        destination_id: dest.id.clone(),
+        bundle_path: dest.path.clone(),
+        state_mode: dest.state_mode,
+        takeover_mode: dest.takeover,
+        decision: Decision::Unchanged,
+        previous: None,
+        takeovers: vec![],
+        conflicts: vec![],
+        files: vec![],
+        links: vec![],
+        message: String::new(),
+        new_state: Some(state),
+    };
+    store.set_adopt();
+    let how = Activation {
+        command: "adopt",
+        decision: "adopt",
+        actor: &opts.actor,
+        pipeline_id: &config.pipeline_id,
+    };
+    let detail = |staged: &crate::execute::StagedOperation| {
+        format!(
+            "the plain directory {} became release {}",
+            staged.bundle_path.display(),
+            staged.operation_id
+        )
+    };
+    let op = run_activation(&plan, journal, &store, &how, &detail)?;
+    d.status = "applied";
+    d.message = format!(
+        "release {op} holds its {} files and {} links; {} names it",
+        d.files,
+        d.links,
+        dest.path.display()
+    );
+    d.operation_id = Some(op);
+    Ok(())
+}

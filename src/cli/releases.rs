@@ -1,0 +1,84 @@
+//! `distributor releases adopt`.
+
+use super::{CommandOutput, cli_actor};
+use crate::adopt::{AdoptOptions, adopt};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::publish::resolve_journal;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Manage the releases of destinations with a releases block.
+#[derive(Debug, Args)]
+pub struct ReleasesArgs {
+    #[command(subcommand)]
+    command: ReleasesCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum ReleasesCommand {
+    Adopt(AdoptArgs),
+}
+
+/// Turn the plain managed directory at path into a first release; refused, with the
+/// list, while it holds content its state does not record.
+#[derive(Debug, Args)]
+pub struct AdoptArgs {
+    /// Pipeline config file (YAML).
+    #[arg(long, value_name = "F")]
+    pub config: PathBuf,
+    /// Only these destinations (repeatable); default: every destination with releases.
+    #[arg(long = "destination", value_name = "ID")]
+    pub destinations: Vec<String>,
+    /// Say what would happen; write nothing anywhere.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
+    #[arg(long, value_name = "P")]
+    pub journal: Option<PathBuf>,
+    /// Seconds to wait for a destination lock.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub lock_timeout: f64,
+}
+
+impl ReleasesArgs {
+    /// Whether the report is JSON.
+    pub fn json(&self) -> bool {
+        match &self.command {
+            ReleasesCommand::Adopt(a) => a.json,
+        }
+    }
+}
+
+/// Runs `releases <command>`.
+pub fn run(a: ReleasesArgs) -> Result<CommandOutput> {
+    let ReleasesCommand::Adopt(a) = a.command;
+    if !(a.lock_timeout.is_finite() && a.lock_timeout >= 0.0) {
+        return Err(Error::Usage(format!(
+            "--lock-timeout {}: accepted is a number of seconds >= 0",
+            a.lock_timeout
+        )));
+    }
+    let config = Config::load(&a.config)?;
+    let opts = AdoptOptions {
+        destinations: a.destinations,
+        dry_run: a.dry_run,
+        journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
+        lock_timeout: Duration::from_secs_f64(a.lock_timeout),
+        actor: cli_actor(),
+    };
+    let (report, code) = adopt(&config, &opts)?;
+    let stdout = if a.json {
+        format!(
+            "{}\n",
+            serde_json::to_string_pretty(&report).map_err(|e| Error::Failed(e.to_string()))?
+        )
+    } else {
+        report.to_text()
+    };
+    Ok(CommandOutput { stdout, code })
+}
