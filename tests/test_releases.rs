@@ -509,17 +509,26 @@ const CRASHES: &[(&str, bool)] = &[
     ("during_prune", true),
 ];
 
-/// A kill at every step, in both state modes: `path` names the old or the new release,
-/// the reader's view is exactly v1 or v2, recover leaves no staging and no half-built
-/// release, and publishing works again.
+/// A kill at every step, and a power cut at every step (the crash-simulating layer loses
+/// everything not yet durable), in both state modes: `path` names the old or the new
+/// release, the reader's view is exactly v1 or v2, recover leaves no staging and no
+/// half-built release, and publishing works again.
 #[test]
 #[cfg_attr(
     not(feature = "failpoints"),
     ignore = "needs the failpoints feature: cargo test --all-features"
 )]
 fn a_crash_at_every_step_leaves_the_old_or_the_new_release() {
+    let cases = CRASHES.iter().flat_map(|&(spec, forward)| {
+        [
+            (spec.to_string(), forward),
+            (format!("{spec}=powercut"), forward),
+        ]
+    });
+    let cases: Vec<(String, bool)> = cases.collect();
     for mode in ["single_owner", "shared_root"] {
-        for &(spec, forward) in CRASHES {
+        for (spec, forward) in &cases {
+            let (spec, forward) = (spec.as_str(), *forward);
             let ctx = format!("{mode} crash at {spec}");
             let env = Env::new();
             // keep 0 with three releases before: the crash's own retention removes one.
@@ -554,7 +563,17 @@ fn a_crash_at_every_step_leaves_the_old_or_the_new_release() {
                 ],
                 &[("DISTRIBUTOR_FAILPOINT", spec)],
             );
-            assert_aborted(&r, spec);
+            let name = spec.split([':', '=']).next().unwrap();
+            let said = if spec.ends_with("=powercut") {
+                format!("failpoint {name} hit: power cut, aborting")
+            } else {
+                format!("failpoint {name} hit: aborting")
+            };
+            assert!(
+                r.code == -1 && r.stderr.contains(&said),
+                "{ctx}: {}",
+                r.stderr
+            );
             // Whatever the moment, path names a complete release.
             let now = active(&env);
             assert!(
@@ -570,7 +589,7 @@ fn a_crash_at_every_step_leaves_the_old_or_the_new_release() {
             let after = active(&env);
             if forward {
                 assert_ne!(after, old, "{ctx}: {}", rec.stdout);
-                if spec == "during_prune" {
+                if name == "during_prune" {
                     // Past the cleanup: the activation stands, its staging is gone;
                     // retention runs again after the next activation.
                     assert_eq!(outcome, "closed", "{ctx}: {}", rec.stdout);
@@ -603,7 +622,7 @@ fn a_crash_at_every_step_leaves_the_old_or_the_new_release() {
                     before_releases,
                     "{ctx}: a half-built release is left"
                 );
-                if !matches!(spec, "after_journal_append" | "before_staging_record") {
+                if !matches!(name, "after_journal_append" | "before_staging_record") {
                     assert_eq!(outcome, "rolled_back", "{ctx}: {}", rec.stdout);
                 }
             }
