@@ -283,6 +283,32 @@ fn plan_with(
     )
 }
 
+/// Plans a shared root's rollback (SPEC §15): `source` holds the owner's records of the
+/// release rolled back to, planned against what `store` (locked, or open for a dry run)
+/// holds now; the owner's own newer record does not stop it, everything else of §5
+/// applies (other owners' paths, unmanaged content).
+pub fn plan_rollback(
+    config: &Config,
+    dest: &Destination,
+    source: &Source,
+    store: &dyn BundleStore,
+) -> Result<DestinationPlan> {
+    let view = View::Store(store);
+    let state = StateMemo::default().read(&view)?;
+    let fingerprints = local::Fingerprints::default();
+    let storage = probe_for_plan(&view, source, &state, &fingerprints)?;
+    Ok(plan_destination(&PlanInput {
+        pipeline_id: &config.pipeline_id,
+        destination: dest,
+        bundle_path: &dest.path,
+        source,
+        state: &state,
+        storage: &storage,
+        force: false,
+        rollback: true,
+    }))
+}
+
 /// Probes storage and plans from a state already read.
 #[allow(clippy::too_many_arguments)]
 fn plan_state(
@@ -304,6 +330,7 @@ fn plan_state(
         state,
         storage: &storage,
         force,
+        rollback: false,
     }))
 }
 
@@ -633,6 +660,7 @@ fn publish_one(
         return report(plan);
     }
     let ctx = ExecContext {
+        command: "publish",
         pipeline_id: &config.pipeline_id,
         actor: &opts.actor,
         progress,

@@ -185,6 +185,7 @@ impl Location {
                     active_before: None,
                     activates: None,
                     adopts: false,
+                    undoes: None,
                 }),
         };
         (l.s3.is_some() || l.releases.is_some()).then_some(l)

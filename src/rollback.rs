@@ -7,21 +7,22 @@
 //! back digest: publishing it again is the conflict `rolled_back`), then retention.
 //!
 //! The target is checked before anything changes: it must exist and hold exactly what its
-//! state records (every file read whole). A shared-root destination is refused: rolling
-//! back one owner inside a shared root needs a new release built for it, which is not
-//! supported yet.
+//! state records (every file read whole). In a shared root only the current owner's
+//! records come back: a new release is built from the current one with that owner's
+//! files taken from the target, planned and executed like a publication of them.
 
 use crate::backend::BundleStore;
 use crate::backend::releases::ReleaseStore;
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
-use crate::execute::{Origin, StagedOperation, journal_records, retain};
+use crate::execute::{ExecContext, Origin, StagedOperation, execute, journal_records, retain};
 use crate::hash::sha256_hex;
 use crate::journal::{Journal, event, now};
-use crate::model::{Decision, FileOp, SourceRef, StateMode};
+use crate::model::{Decision, FileOp, Owner, SourceRef, StateMode};
 use crate::plan::{DestinationPlan, FileAction, LinkAction, Previous};
-use crate::publish::{Outcome, check_recovery};
+use crate::publish::{Outcome, check_recovery, plan_rollback};
 use crate::report::{DestinationReport, Report, Status, Summary};
+use crate::source::{LinkEntry, Manifest, OutputEntry, Source};
 use crate::state::{State, StateFile};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -80,8 +81,12 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
         match rollback_one(config, dest, opts, journal.as_mut()) {
             Ok((report, to)) => {
                 source.get_or_insert(to);
+                codes.push(if report.status == Status::Conflict {
+                    3
+                } else {
+                    0
+                });
                 reports.push(report);
-                codes.push(0);
             }
             Err(e) => {
                 codes.push(e.exit_code());
@@ -152,12 +157,6 @@ fn rollback_one(
             dest.id
         ))
     })?;
-    if dest.state_mode == StateMode::SharedRoot {
-        return Err(Error::Failed(format!(
-            "destination '{}' is shared_root: rolling back one owner inside a shared root is not supported yet; nothing was changed",
-            dest.id
-        )));
-    }
     let lock = (!opts.dry_run).then_some((opts.lock_timeout, false));
     let store = ReleaseStore::open(&dest.path, settings, lock)?.ok_or_else(|| {
         Error::Failed(format!(
@@ -182,17 +181,31 @@ fn rollback_one(
             ))
         })?
         .to_string();
-    let target = match &opts.to {
-        Some(t) => t.clone(),
-        None => store.rollback_target()?,
+    let shared = dest.state_mode == StateMode::SharedRoot;
+    let me = Owner::new(&config.pipeline_id, &dest.id);
+    let owner = me.to_string();
+    let who = shared.then_some(owner.as_str());
+    let (target, undoes) = match &opts.to {
+        Some(t) => (
+            t.clone(),
+            store
+                .latest_activation(who)?
+                .unwrap_or_else(|| current.clone()),
+        ),
+        None => store.rollback_target(who)?,
     };
-    if target == current {
+    if target == current && !shared {
         return Err(Error::Failed(format!(
             "release {target} is already active at {}",
             dest.path.display()
         )));
     }
     let to = store.release_state(&target)?;
+    if shared {
+        return rollback_owner(
+            config, dest, opts, journal, &store, &me, to, &target, &undoes,
+        );
+    }
     store.verify_release(&target, &to)?;
     let from = match store.read_state()?.parse() {
         StateFile::Valid(s) => s,
@@ -220,7 +233,7 @@ fn rollback_one(
             source,
         ));
     };
-    store.set_rollback(&target);
+    store.set_rollback(Some(&target), &undoes);
     let how = Activation {
         command: "rollback",
         decision: "rollback",
@@ -244,6 +257,117 @@ fn rollback_one(
         Ok(op) => Ok((
             DestinationReport::from_plan(plan, Status::Applied, Some(op)),
             source,
+        )),
+        Err(e) => Err(Error::Planned {
+            plan: Box::new(plan),
+            source: Box::new(e),
+        }),
+    }
+}
+
+/// A shared root's rollback (SPEC §15): a new release in which only this owner's records
+/// come from the release `target` (the owner's files read from there, checked against
+/// their records first), planned like a publication of them, so other owners' later
+/// publications stay and §5.2 decides any path another owner holds now.
+#[allow(clippy::too_many_arguments)]
+fn rollback_owner(
+    config: &Config,
+    dest: &Destination,
+    opts: &RollbackOptions,
+    journal: Option<&mut Journal>,
+    store: &ReleaseStore,
+    me: &Owner,
+    to: State,
+    target: &str,
+    undoes: &str,
+) -> Result<(DestinationReport, SourceRef)> {
+    let Some(record) = to.owner(me).cloned() else {
+        return Err(Error::Failed(format!(
+            "release {target} holds no records of {me}; nothing to roll back to"
+        )));
+    };
+    let outputs: Vec<_> = (to.outputs.iter())
+        .filter(|o| *o.owner == *me)
+        .cloned()
+        .collect();
+    let links: Vec<_> = (to.links.iter())
+        .filter(|l| *l.owner == *me)
+        .cloned()
+        .collect();
+    let mine = State {
+        version: to.version,
+        mode: to.mode,
+        owners: vec![record.clone()],
+        outputs,
+        links,
+    };
+    store.verify_release(target, &mine)?;
+    let created = chrono::DateTime::parse_from_rfc3339(&record.source.created_at).map_err(|e| {
+        Error::Failed(format!(
+            "release {target}: created_at {} of {me} does not parse ({e})",
+            record.source.created_at
+        ))
+    })?;
+    let source = Source {
+        dir: dest
+            .releases
+            .as_ref()
+            .map(|r| r.dir.join(target))
+            .unwrap_or_default(),
+        manifest: Manifest {
+            manifest_version: 1,
+            id: record.source.id.clone(),
+            created_at: record.source.created_at.clone(),
+            outputs: (mine.outputs.iter())
+                .map(|o| OutputEntry {
+                    path: o.path.clone(),
+                    size: o.size,
+                    sha256: o.sha256.clone(),
+                })
+                .collect(),
+            links: (mine.links.iter())
+                .map(|l| LinkEntry {
+                    path: l.path.clone(),
+                    target: l.target.clone(),
+                })
+                .collect(),
+        },
+        created,
+        digest: record.source.digest.clone(),
+    };
+    let plan = plan_rollback(config, dest, &source, store)?;
+    let source_ref = record.source.clone();
+    match plan.decision {
+        Decision::Rollback => {}
+        Decision::Conflict => {
+            let mut r = DestinationReport::from_plan(plan, Status::Conflict, None);
+            r.message = format!("not rolled back: {}", r.message);
+            return Ok((r, source_ref));
+        }
+        _ => {
+            return Ok((
+                DestinationReport::from_plan(plan, Status::Skipped, None),
+                source_ref,
+            ));
+        }
+    }
+    let Some(journal) = journal else {
+        return Ok((
+            DestinationReport::from_plan(plan, Status::Planned, None),
+            source_ref,
+        ));
+    };
+    store.set_rollback(None, undoes);
+    let ctx = ExecContext {
+        pipeline_id: &config.pipeline_id,
+        actor: &opts.actor,
+        progress: None,
+        command: "rollback",
+    };
+    match execute(&plan, &source, journal, store, &ctx) {
+        Ok(op) => Ok((
+            DestinationReport::from_plan(plan, Status::Applied, Some(op)),
+            source_ref,
         )),
         Err(e) => Err(Error::Planned {
             plan: Box::new(plan),

@@ -848,17 +848,6 @@ fn rollback_to_a_pruned_or_tampered_release_is_refused() {
     let plain = env.simple_config("p.yaml", "weather", "latest", "plain", "");
     let r = rollback(&env, &plain, &[]);
     r.expect_code(2);
-    let shared = config(
-        &env,
-        "s.yaml",
-        "weather",
-        "latest",
-        "shared_root",
-        "      keep: 0\n",
-    );
-    let r = rollback(&env, &shared, &[]);
-    r.expect_code(1);
-    assert!(r.stdout.contains("not supported yet"), "{}", r.stdout);
 }
 
 /// A kill at every step of a rollback: `path` names the release rolled back from or the
@@ -1323,4 +1312,116 @@ fn a_crash_at_every_step_of_an_adoption_is_recovered() {
         let v2 = env.bundle("b2", "tomorrow", V2_AT, V2_FILES, V2_LINKS);
         env.publish(&cfg, &v2, &[]).expect_code(0);
     }
+}
+
+/// In a shared root a rollback restores only the rolling-back owner's records, in a new
+/// release; the other owner's later publication stays; a path another owner holds now is
+/// decided by §5.2 (here: owner_conflict, nothing changes).
+#[test]
+fn a_shared_root_rollback_restores_only_the_owners_records() {
+    let env = Env::new();
+    let w = config(
+        &env,
+        "w.yaml",
+        "weather",
+        "latest",
+        "shared_root",
+        "      keep: 5\n",
+    );
+    let o = config(
+        &env,
+        "o.yaml",
+        "other",
+        "o",
+        "shared_root",
+        "      keep: 5\n",
+    );
+    let w1 = env.bundle(
+        "w1",
+        "w",
+        "2026-12-02T01:00:00Z",
+        &[("w/a.txt", "w1"), ("w/only1.txt", "w1")],
+        &[],
+    );
+    let o1 = env.bundle("o1", "o", "2026-12-02T01:00:00Z", &[("o/x.txt", "o1")], &[]);
+    let w2 = env.bundle("w2", "w", "2026-12-02T02:00:00Z", &[("w/a.txt", "w2")], &[]);
+    let o2 = env.bundle("o2", "o", "2026-12-02T02:00:00Z", &[("o/x.txt", "o2")], &[]);
+    for (cfg, b) in [(&w, &w1), (&o, &o1), (&w, &w2), (&o, &o2)] {
+        env.publish(cfg, b, &[]).expect_code(0);
+    }
+    let r = rollback(&env, &w, &["--dry-run"]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "rollback", "{}", r.stdout);
+    let r = rollback(&env, &w, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "rollback", "{}", r.stdout);
+    assert_eq!(env.read(&format!("{PATH}/w/a.txt")), "w1");
+    assert_eq!(env.read(&format!("{PATH}/w/only1.txt")), "w1");
+    assert_eq!(
+        env.read(&format!("{PATH}/o/x.txt")),
+        "o2",
+        "the other owner's later publication stays"
+    );
+    for cfg in [&w, &o] {
+        env.run(&["verify", "--config", cfg.to_str().unwrap()])
+            .expect_code(0);
+    }
+    // w's hourly job publishing w2 again is held; o publishes normally.
+    let r = env.publish(&w, &w2, &[]);
+    assert_eq!(r.conflict_kinds(), ["rolled_back"], "{}", r.stdout);
+    let o3 = env.bundle("o3", "o", "2026-12-02T03:00:00Z", &[("o/x.txt", "o3")], &[]);
+    env.publish(&o, &o3, &[]).expect_code(0);
+    assert_eq!(env.read(&format!("{PATH}/w/a.txt")), "w1");
+    // Nothing of w before w1.
+    let r = rollback(&env, &w, &[]);
+    r.expect_code(1);
+    assert!(r.stdout.contains("nothing to roll back to"), "{}", r.stdout);
+    // o rolls back o3: o2 again, w untouched.
+    rollback(&env, &o, &[]).expect_code(0);
+    assert_eq!(env.read(&format!("{PATH}/o/x.txt")), "o2");
+    assert_eq!(env.read(&format!("{PATH}/w/a.txt")), "w1");
+}
+
+#[test]
+fn a_shared_root_rollback_onto_a_path_another_owner_holds_now_is_a_conflict() {
+    let env = Env::new();
+    let w = config(
+        &env,
+        "w.yaml",
+        "weather",
+        "latest",
+        "shared_root",
+        "      keep: 5\n",
+    );
+    let o = config(
+        &env,
+        "o.yaml",
+        "other",
+        "o",
+        "shared_root",
+        "      keep: 5\n",
+    );
+    let w1 = env.bundle(
+        "w1",
+        "w",
+        "2026-12-02T01:00:00Z",
+        &[("w/a.txt", "w1"), ("shared.txt", "w1")],
+        &[],
+    );
+    let w2 = env.bundle("w2", "w", "2026-12-02T02:00:00Z", &[("w/a.txt", "w2")], &[]);
+    let o1 = env.bundle(
+        "o1",
+        "o",
+        "2026-12-02T03:00:00Z",
+        &[("shared.txt", "o1")],
+        &[],
+    );
+    for (cfg, b) in [(&w, &w1), (&w, &w2), (&o, &o1)] {
+        env.publish(cfg, b, &[]).expect_code(0);
+    }
+    let before = view(&env);
+    let r = rollback(&env, &w, &[]);
+    r.expect_code(3);
+    assert_eq!(r.conflict_kinds(), ["owner_conflict"], "{}", r.stdout);
+    assert_eq!(view(&env), before);
 }

@@ -35,6 +35,9 @@ pub struct ExecContext<'a> {
     pub actor: &'a str,
     /// Hears how staging goes (the CLI's progress bar), if anyone listens.
     pub progress: Option<&'a dyn Progress>,
+    /// The command, for the journal: `publish`, or `rollback` (a shared root's rollback
+    /// builds a release from an earlier one's records).
+    pub command: &'a str,
 }
 
 /// Executes `plan` in the locked bundle path `store`; returns the operation id.
@@ -272,7 +275,7 @@ fn origin(
 ) -> Result<Origin> {
     Ok(Origin {
         started_at: started_at.to_string(),
-        command: "publish".into(),
+        command: ctx.command.into(),
         actor: ctx.actor.to_string(),
         pipeline_id: ctx.pipeline_id.to_string(),
         state_mode: plan.state_mode.to_string(),

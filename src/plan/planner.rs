@@ -34,6 +34,10 @@ pub struct PlanInput<'a> {
     pub storage: &'a Storage<'a>,
     /// `--force`.
     pub force: bool,
+    /// A shared root's rollback (SPEC §15): the source is the owner's records of an
+    /// earlier release; the owner's own newer record does not make it
+    /// `skip_destination_newer`, and the decision is `rollback`.
+    pub rollback: bool,
 }
 
 /// What a recorded path looked like before: its owner and content.
@@ -423,8 +427,9 @@ impl<'a, 's> Planner<'a, 's> {
         }
 
         // A rollback's hold: this very digest was rolled back from here.
-        if (storage.rolled_back.iter())
-            .any(|h| h.owner == self.me.to_string() && h.digest == self.src.digest)
+        if !self.input.rollback
+            && (storage.rolled_back.iter())
+                .any(|h| h.owner == self.me.to_string() && h.digest == self.src.digest)
         {
             self.conflict(
                 ConflictKind::RolledBack,
@@ -489,6 +494,13 @@ impl<'a, 's> Planner<'a, 's> {
         self.plan.message = self.reason(replaced);
         if self.plan.decision.writes() {
             self.plan.new_state = Some(self.new_state(&retained, &moved));
+            if self.input.rollback {
+                self.plan.decision = Decision::Rollback;
+                self.plan.message = format!(
+                    "rolls {} back to source {} created {}",
+                    self.me, self.src.id, self.src.created_at
+                );
+            }
         }
         self.plan
     }
@@ -498,7 +510,7 @@ impl<'a, 's> Planner<'a, 's> {
         let d = self.input.destination;
         let same_owner = r.owner == self.me;
         let same_id = r.source.id == self.src.id;
-        let is_newer = newer_than(&r.source, &self.src);
+        let is_newer = newer_than(&r.source, &self.src) && !(self.input.rollback && same_owner);
         if is_newer {
             newer.push(format!(
                 "{} holds source {} created {}",

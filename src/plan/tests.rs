@@ -105,6 +105,7 @@ fn plan(
         state: &StateFile::Valid(st.clone()),
         storage: &storage_of(st),
         force,
+        rollback: false,
     })
 }
 

@@ -319,7 +319,8 @@ impl ReleaseStore {
         if logged.last().map(|a| &a.operation_id) != Some(&op.operation_id) {
             let owner = format!("{}/{}", op.origin.pipeline_id, op.destination_id);
             let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());
-            let held = match (&rollback, &op.origin.previous_source) {
+            let undoes = op.releases.as_ref().and_then(|r| r.undoes.clone());
+            let held = match (&undoes, &op.origin.previous_source) {
                 (Some(_), Some(from)) => vec![crate::plan::Hold {
                     owner: owner.clone(),
                     digest: from.digest.clone(),
@@ -332,6 +333,7 @@ impl ReleaseStore {
                 activated_at: crate::journal::now(),
                 owner: Some(owner),
                 held,
+                undoes,
             })?;
         }
         root.remove_staging(&op.operation_id)

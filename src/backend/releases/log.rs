@@ -74,12 +74,15 @@ pub struct Activation {
     /// A rollback's hold: the source digest it rolled back from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held: Vec<crate::plan::Hold>,
+    /// A rollback: the operation whose activation it undid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undoes: Option<String>,
 }
 
 impl Activation {
-    /// Whether a rollback made it (an older release activated again), not a publication.
+    /// Whether a rollback made it, not a publication.
     pub fn is_rollback(&self) -> bool {
-        self.operation_id != self.release
+        self.undoes.is_some() || self.operation_id != self.release
     }
 }
 
@@ -97,17 +100,38 @@ pub fn holds(log: &[Activation]) -> Vec<crate::plan::Hold> {
     out
 }
 
-/// The release a rollback from `current` activates by default (SPEC §15): the one active
-/// before it; when `current` was itself reached by a rollback, the one active before that
-/// release's own earlier activation, so a second rollback steps further back instead of
-/// toggling. `None` when there is none.
-pub fn rollback_target(log: &[Activation], current: &str) -> Option<String> {
-    let mut i = log.iter().rposition(|a| a.release == current)?;
-    while log[i].is_rollback() {
-        let release = &log[i].release;
-        i = log[..i].iter().rposition(|a| &a.release == release)?;
+/// What a rollback undoes by default (SPEC §15), as `(target, undone operation)`: the
+/// owner's latest activation is undone, and the target is the release active just before
+/// it;
+/// when that activation was itself a rollback, the owner's activation before the one it
+/// undid is undone instead, so a second rollback steps further back rather than toggling.
+/// `owner` limits the activations considered to one owner's (a shared root: another
+/// owner's publications do not change this owner's records); `None` considers all (a
+/// single owner). `None` when there is nothing further back.
+pub fn rollback_target(log: &[Activation], owner: Option<&str>) -> Option<(String, String)> {
+    let mine: Vec<usize> = (0..log.len())
+        .filter(|&j| owner.is_none_or(|o| log[j].owner.as_deref() == Some(o)))
+        .collect();
+    let mut k = mine.len().checked_sub(1)?;
+    while log[mine[k]].is_rollback() {
+        let from = log[mine[k]].undoes.as_ref()?;
+        let u = mine[..k]
+            .iter()
+            .rposition(|&j| &log[j].operation_id == from)?;
+        k = u.checked_sub(1)?;
     }
-    log[..i].last().map(|a| a.release.clone())
+    let at = mine[k];
+    let target = log[..at].last()?.release.clone();
+    Some((target, log[at].operation_id.clone()))
+}
+
+/// The operation of the owner's latest activation (`None`: all owners'), which a
+/// rollback to a named release undoes.
+pub fn latest(log: &[Activation], owner: Option<&str>) -> Option<String> {
+    (log.iter())
+        .rev()
+        .find(|a| owner.is_none_or(|o| a.owner.as_deref() == Some(o)))
+        .map(|a| a.operation_id.clone())
 }
 
 /// Parses the activation log; a line that does not parse (the last one, torn by a crash
@@ -239,6 +263,7 @@ mod tests {
                 activated_at: at.to_string(),
                 owner: None,
                 held: Vec::new(),
+                undoes: None,
             })
             .collect()
     }
@@ -294,7 +319,7 @@ mod tests {
         assert!(v[0].reason.contains("max_age"), "{:?}", v[0]);
     }
 
-    fn rollback(release: &str, op: &str, digest: &str) -> Activation {
+    fn rollback(release: &str, op: &str, undoes: &str) -> Activation {
         Activation {
             release: release.into(),
             operation_id: op.into(),
@@ -302,34 +327,61 @@ mod tests {
             owner: Some("w/l".into()),
             held: vec![crate::plan::Hold {
                 owner: "w/l".into(),
-                digest: digest.into(),
+                digest: format!("digest-{undoes}"),
             }],
+            undoes: Some(undoes.into()),
         }
+    }
+
+    fn target(log: &[Activation], owner: Option<&str>) -> Option<String> {
+        rollback_target(log, owner).map(|(t, _)| t)
     }
 
     #[test]
     fn a_second_rollback_steps_further_back() {
         let mut l = log(&[("a", T[0]), ("b", T[1]), ("c", T[2])]);
-        assert_eq!(rollback_target(&l, "c").as_deref(), Some("b"));
-        l.push(rollback("b", "r1", "dc"));
-        assert_eq!(
-            rollback_target(&l, "b").as_deref(),
-            Some("a"),
-            "not back to c"
-        );
-        l.push(rollback("a", "r2", "db"));
-        assert_eq!(rollback_target(&l, "a"), None, "nothing before a");
+        assert_eq!(rollback_target(&l, None), Some(("b".into(), "c".into())));
+        l.push(rollback("b", "r1", "c"));
+        assert_eq!(target(&l, None).as_deref(), Some("a"), "not back to c");
+        l.push(rollback("a", "r2", "b"));
+        assert_eq!(target(&l, None), None, "nothing before a");
         // A publication after a rollback: back to the release it replaced.
         let mut l = log(&[("a", T[0]), ("b", T[1]), ("c", T[2])]);
-        l.push(rollback("b", "r1", "dc"));
+        l.push(rollback("b", "r1", "c"));
         l.extend(log(&[("d", T[4])]));
-        assert_eq!(rollback_target(&l, "d").as_deref(), Some("b"));
+        assert_eq!(target(&l, None).as_deref(), Some("b"));
+        assert_eq!(latest(&l, None).as_deref(), Some("d"));
+    }
+
+    /// In a shared root, one owner's rollback undoes that owner's latest publication,
+    /// whatever other owners published since; the target is the release before it, and a
+    /// rollback's own release (built for it) is never a target.
+    #[test]
+    fn a_shared_root_rollback_undoes_the_owners_own_publications() {
+        let mut l = log(&[("w1", T[0]), ("o1", T[1]), ("w2", T[2]), ("o2", T[3])]);
+        for (a, o) in l.iter_mut().zip(["w/l", "o/o", "w/l", "o/o"]) {
+            a.owner = Some(o.into());
+        }
+        assert_eq!(
+            rollback_target(&l, Some("w/l")),
+            Some(("o1".into(), "w2".into()))
+        );
+        // w's rollback builds release rw1 holding w1's records; o publishes o3.
+        let mut rb = rollback("rw1", "rw1", "w2");
+        rb.undoes = Some("w2".into());
+        l.push(rb);
+        let mut o3 = log(&[("o3", T[4])]);
+        o3[0].owner = Some("o/o".into());
+        l.extend(o3);
+        // Further back: before w1, nothing.
+        assert_eq!(rollback_target(&l, Some("w/l")), None);
+        assert_eq!(target(&l, Some("o/o")).as_deref(), Some("rw1"));
     }
 
     #[test]
     fn a_hold_stands_until_its_owner_publishes() {
         let mut l = log(&[("a", T[0]), ("b", T[1])]);
-        l.push(rollback("a", "r1", "digest-b"));
+        l.push(rollback("a", "r1", "b"));
         assert_eq!(holds(&l).len(), 1);
         let mut other = log(&[("c", T[3])]);
         other[0].owner = Some("other/o".into());

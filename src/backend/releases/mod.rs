@@ -57,6 +57,9 @@ pub struct ReleasesRecord {
     /// the commit point exchanges with the symlink.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adopts: bool,
+    /// A rollback: the release whose activation it undoes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undoes: Option<String>,
 }
 
 impl ReleasesRecord {
@@ -148,8 +151,9 @@ pub struct ReleaseStore {
     active: Option<Bundle>,
     /// The release an operation builds, and the directories below it opened so far.
     building: Mutex<Option<build::Building>>,
-    /// The earlier release the operation activates, for a rollback.
-    rollback_to: Mutex<Option<String>>,
+    /// A rollback: the earlier release it activates (single owner), and the release whose
+    /// activation it undoes.
+    rollback_to: Mutex<Option<(Option<String>, String)>>,
     /// The operation adopts the plain directory at `path`.
     adopting: std::sync::atomic::AtomicBool,
 }
@@ -433,23 +437,33 @@ impl ReleaseStore {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Makes the operation about to run a rollback to the existing release `target`.
-    pub fn set_rollback(&self, target: &str) {
-        *self.rollback_to.lock().unwrap_or_else(|p| p.into_inner()) = Some(target.to_string());
+    /// Makes the operation about to run a rollback that undoes the activation of release
+    /// `undoes`: activating the existing release `activate` (a single owner), or building
+    /// a new one (`None`: a shared root).
+    pub fn set_rollback(&self, activate: Option<&str>, undoes: &str) {
+        *self.rollback_to.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((activate.map(str::to_string), undoes.to_string()));
     }
 
-    /// The release a rollback activates by default ([`log::rollback_target`]).
-    pub fn rollback_target(&self) -> Result<String> {
+    /// The operation of the latest activation (of `owner`, in a shared root).
+    pub fn latest_activation(&self, owner: Option<&str>) -> Result<Option<String>> {
+        Ok(log::latest(&self.activations()?, owner))
+    }
+
+    /// What a rollback undoes by default ([`log::rollback_target`]): `(target, undone
+    /// operation)`; `owner` for a shared root.
+    pub fn rollback_target(&self, owner: Option<&str>) -> Result<(String, String)> {
         let current = self.active_release().ok_or_else(|| {
             Error::Failed(format!(
                 "{}: no release is active; nothing to roll back",
                 self.path.display()
             ))
         })?;
-        log::rollback_target(&self.activations()?, current).ok_or_else(|| {
+        log::rollback_target(&self.activations()?, owner).ok_or_else(|| {
             Error::Failed(format!(
-                "{}: no release was active before {current} (see {}); nothing to roll back to",
+                "{}: no release was active before {current}{} (see {}); nothing to roll back to",
                 self.path.display(),
+                owner.map_or(String::new(), |o| format!(" as {o} published it")),
                 self.settings.dir.join(log::LOG_FILE).display()
             ))
         })
@@ -638,14 +652,16 @@ impl BundleStore for ReleaseStore {
     }
 
     fn releases_record(&self) -> Option<ReleasesRecord> {
+        let rollback = self
+            .rollback_to
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         Some(ReleasesRecord {
             settings: self.settings.clone(),
             active_before: self.active_release().map(str::to_string),
-            activates: self
-                .rollback_to
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            activates: rollback.as_ref().and_then(|r| r.0.clone()),
+            undoes: rollback.map(|r| r.1),
             adopts: self.adopting.load(std::sync::atomic::Ordering::Relaxed),
         })
     }
