@@ -189,13 +189,14 @@ fn adopt_one(
     }
     if let Some(j) = journal.as_deref() {
         check_recovery(j, &store)?;
-        if !store.same_filesystem()? {
-            return Err(Error::Failed(format!(
-                "{} and {} are on different filesystems; adoption exchanges the directory with a symlink in one rename, which needs one filesystem",
-                dest.path.display(),
-                settings.dir.display()
-            )));
-        }
+    }
+    // Known once releases.dir exists (a dry run before it does cannot tell).
+    if let Ok(false) = store.same_filesystem() {
+        return Err(Error::Failed(format!(
+            "{} and {} are on different filesystems; adoption exchanges the directory with a symlink in one rename, which needs one filesystem",
+            dest.path.display(),
+            settings.dir.display()
+        )));
     }
     let state = match store.read_state()?.parse() {
         StateFile::Valid(s) => s,

@@ -9,7 +9,6 @@ use crate::backend::BundleStore;
 use crate::backend::releases::{ReleaseStore, log::Verdict};
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
-use crate::execute::retain_journaled;
 use crate::journal::{Journal, OperationRecord, event, now};
 use crate::publish::check_recovery;
 use crate::state::StateFile;
@@ -192,6 +191,28 @@ fn prune_one(
         StateFile::Valid(s) => Some(s),
         _ => None,
     };
+    // Removed first, journaled after in one transaction (with what was removed, or why
+    // it stopped): a removal needs no recovery, and the operation never reads as
+    // unfinished.
+    let pruned = store.prune(false);
+    let outputs: Vec<(&str, &str)> = (state.iter())
+        .flat_map(|s| {
+            s.outputs
+                .iter()
+                .map(|o| (o.path.as_str(), o.sha256.as_str()))
+        })
+        .collect();
+    let fingerprints = store.fingerprints(&outputs)?;
+    let detail = match &pruned {
+        Ok(v) => {
+            let removed: Vec<&str> = (v.iter())
+                .filter(|v| !v.keep)
+                .map(|v| v.release.as_str())
+                .collect();
+            format!("removed releases {}", removed.join(", "))
+        }
+        Err(e) => format!("retention failed: {e}"),
+    };
     let op_id = uuid::Uuid::new_v4().to_string();
     let owner = state.as_ref().and_then(|s| s.owners.first());
     let source = owner.map_or((String::new(), String::new(), String::new()), |o| {
@@ -205,7 +226,7 @@ fn prune_one(
         .ok()
         .flatten()
         .unwrap_or_default();
-    journal.begin_operation(
+    journal.finished_operation(
         &OperationRecord {
             operation_id: op_id.clone(),
             started_at: now(),
@@ -225,10 +246,10 @@ fn prune_one(
             takeovers_json: "[]".into(),
             plan_json: "{}".into(),
         },
-        &[],
+        &[(event::PRUNED, Some(&detail)), (event::COMPLETED, None)],
+        &fingerprints,
     )?;
-    let verdicts = retain_journaled(&store, state.as_ref(), &op_id, &d.bundle_path, journal)?;
-    journal.event(&op_id, event::COMPLETED, None)?;
+    let verdicts = pruned?;
     d.operation_id = Some(op_id);
     d.removed = verdicts.iter().filter(|v| !v.keep).count();
     d.releases = ordered(&store, verdicts)?;

@@ -186,12 +186,28 @@ impl Report {
     /// The text plan.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        let verb = if self.dry_run { "plan" } else { "publish" };
-        let _ = writeln!(
-            out,
-            "{verb} {} source {} (created {}, {})",
-            self.pipeline_id, self.source.id, self.source.created_at, self.source.digest
-        );
+        let rollback = self.command == "rollback";
+        let verb = match (rollback, self.dry_run) {
+            (true, true) => "rollback (dry run)",
+            (true, false) => "rollback",
+            (false, true) => "plan",
+            (false, false) => "publish",
+        };
+        if rollback && self.source.id.is_empty() {
+            let _ = writeln!(out, "{verb} {}", self.pipeline_id);
+        } else if rollback {
+            let _ = writeln!(
+                out,
+                "{verb} {} to source {} (created {}, {})",
+                self.pipeline_id, self.source.id, self.source.created_at, self.source.digest
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "{verb} {} source {} (created {}, {})",
+                self.pipeline_id, self.source.id, self.source.created_at, self.source.digest
+            );
+        }
         for d in &self.destinations {
             let _ = writeln!(
                 out,
@@ -240,10 +256,12 @@ impl Report {
             }
         }
         let s = &self.summary;
-        let (write, delete) = if self.dry_run {
-            ("to write", "to delete")
-        } else {
-            ("written", "deleted")
+        // A rollback writes no file: it changes which files readers see.
+        let (write, delete) = match (rollback, self.dry_run) {
+            (true, true) => ("to change for readers", "to disappear"),
+            (true, false) => ("changed for readers", "gone"),
+            (false, true) => ("to write", "to delete"),
+            (false, false) => ("written", "deleted"),
         };
         let _ = writeln!(
             out,

@@ -115,8 +115,18 @@ struct RawDestination {
     takeover: RawTakeover,
     #[serde(default)]
     s3: Option<s3::RawS3>,
-    #[serde(default)]
-    releases: Option<releases::RawReleases>,
+    /// `None`: absent; `Some(None)`: the key with no value (an empty block).
+    #[serde(default, deserialize_with = "present")]
+    releases: Option<Option<releases::RawReleases>>,
+}
+
+/// A key that is there, whatever its value (null included).
+fn present<'de, D, T>(d: D) -> std::result::Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 fn default_backend() -> Backend {
@@ -438,6 +448,12 @@ impl Config {
             };
             let releases = match d.releases {
                 None => None,
+                Some(None) => {
+                    return Err(err(
+                        &format!("{key}.releases"),
+                        "is empty; accepted: a mapping with keys dir, keep, max_age (releases: {keep: 3} for the defaults but keep), or no releases key at all".into(),
+                    ));
+                }
                 Some(_) if d.backend == Backend::S3 => {
                     return Err(err(
                         &format!("{key}.releases"),
@@ -453,7 +469,7 @@ impl Config {
                         ),
                     ));
                 }
-                Some(r) => Some(
+                Some(Some(r)) => Some(
                     releases::settings(&key, &path, r, resolve, check_path_text)
                         .map_err(|(k, m)| err(&k, m))?,
                 ),

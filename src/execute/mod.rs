@@ -149,18 +149,6 @@ pub fn retain(
     Ok(())
 }
 
-/// Retention as its own operation (`distributor prune`): as [`retain`], but a failure
-/// is the operation's error. Returns every release's verdict.
-pub fn retain_journaled(
-    releases: &crate::backend::releases::ReleaseStore,
-    state: Option<&crate::state::State>,
-    op_id: &str,
-    bundle: &str,
-    journal: &mut Journal,
-) -> Result<Vec<crate::backend::releases::log::Verdict>> {
-    prune_and_settle(releases, state, op_id, bundle, journal)?
-}
-
 /// Prunes, then journals the event `pruned` with the fingerprints of `state`'s outputs
 /// in the active release. The outer error is the journal's; the inner, retention's.
 fn prune_and_settle(

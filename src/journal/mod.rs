@@ -210,7 +210,19 @@ impl Journal {
         op: &OperationRecord,
         actions: &[ActionRecord],
     ) -> Result<()> {
-        self.insert_operation(op, actions, None)
+        self.insert_operation(op, actions, &[], &[])
+    }
+
+    /// Appends an operation that was carried out whole before it was journaled (a
+    /// `prune`: removals that need no recovery), its events and placement fingerprints, in
+    /// one transaction: it never reads as unfinished.
+    pub fn finished_operation(
+        &mut self,
+        op: &OperationRecord,
+        events: &[(&str, Option<&str>)],
+        placements: &[(String, Fingerprint)],
+    ) -> Result<()> {
+        self.insert_operation(op, &[], events, placements)
     }
 
     /// Appends an operation found only in a destination's staging, its actions and an
@@ -221,14 +233,15 @@ impl Journal {
         actions: &[ActionRecord],
         detail: &str,
     ) -> Result<()> {
-        self.insert_operation(op, actions, Some((event::ADOPTED, detail)))
+        self.insert_operation(op, actions, &[(event::ADOPTED, Some(detail))], &[])
     }
 
     fn insert_operation(
         &mut self,
         op: &OperationRecord,
         actions: &[ActionRecord],
-        event: Option<(&str, &str)>,
+        events: &[(&str, Option<&str>)],
+        placements: &[(String, Fingerprint)],
     ) -> Result<()> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| jerr(&path, e))?;
@@ -280,7 +293,8 @@ impl Journal {
                 .map_err(|e| jerr(&path, e))?;
             }
         }
-        if let Some((event, detail)) = event {
+        insert_placement_set(&tx, &path, &op.operation_id, &op.bundle_path, placements)?;
+        for (event, detail) in events {
             tx.execute(
                 "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
                 params![op.operation_id, now(), event, detail],

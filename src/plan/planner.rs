@@ -426,22 +426,6 @@ impl<'a, 's> Planner<'a, 's> {
             );
         }
 
-        // A rollback's hold: this very digest was rolled back from here.
-        if !self.input.rollback
-            && (storage.rolled_back.iter())
-                .any(|h| h.owner == self.me.to_string() && h.digest == self.src.digest)
-        {
-            self.conflict(
-                ConflictKind::RolledBack,
-                None,
-                None,
-                format!(
-                    "source digest {} was rolled back from at this destination; publishing it again would undo the rollback (publish a new build, or --force to publish this one anyway)",
-                    self.src.digest
-                ),
-            );
-        }
-
         // Decide.
         if !self.plan.conflicts.is_empty() {
             // Newer content still counts when it is what transfer says to refuse.
@@ -491,6 +475,25 @@ impl<'a, 's> Planner<'a, 's> {
                 Basis::Takeover => Decision::ReplaceTakeover,
             }
         };
+        // A rollback's hold: this very digest was rolled back from here, and publishing
+        // it would write (republishing what is active is unchanged; older content is
+        // left by transfer as ever).
+        if !self.input.rollback
+            && self.plan.decision.writes()
+            && (storage.rolled_back.iter())
+                .any(|h| h.owner == self.me.to_string() && h.digest == self.src.digest)
+        {
+            self.conflict(
+                ConflictKind::RolledBack,
+                None,
+                None,
+                format!(
+                    "source digest {} was rolled back from at this destination; publishing it again would undo the rollback (publish a new build, or --force to publish this one anyway)",
+                    self.src.digest
+                ),
+            );
+            return self.conflict_or_force(&retained, &moved, &newer);
+        }
         self.plan.message = self.reason(replaced);
         if self.plan.decision.writes() {
             self.plan.new_state = Some(self.new_state(&retained, &moved));

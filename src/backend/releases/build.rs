@@ -62,6 +62,7 @@ impl ReleaseStore {
         if let Some(active) = &self.active {
             let skip: foldhash::HashSet<&str> =
                 op.actions.iter().map(|a| a.path.as_str()).collect();
+            // An adopted directory's files become read-only as they become a release's.
             carry(
                 active.dir(),
                 active.path(),
@@ -69,6 +70,7 @@ impl ReleaseStore {
                 &release_path,
                 "",
                 &skip,
+                Self::adopts(op),
             )?;
         }
         let mut dirs = foldhash::HashMap::default();
@@ -472,7 +474,8 @@ fn make_dirs(b: &mut Building, rel: &str, base: &Path) -> Result<Arc<Dir>> {
 /// every entry not in `skip` (the paths the operation writes or deletes) and not the state
 /// file, hard-linked; directories made again. A directory everything below which was
 /// skipped is not made (the deletions emptied it); one that was empty stays. Returns
-/// whether anything was carried.
+/// whether anything was carried. With `read_only`, carried regular files are made
+/// read-only (an adopted directory's files, which no release made so yet).
 fn carry(
     src: &Dir,
     src_path: &Path,
@@ -480,6 +483,7 @@ fn carry(
     dst_path: &Path,
     rel: &str,
     skip: &foldhash::HashSet<&str>,
+    read_only: bool,
 ) -> Result<bool> {
     let entries = src.entries().ctx("list", src_path)?;
     if entries.is_empty() {
@@ -508,6 +512,7 @@ fn carry(
                 &dst_path.join(&name),
                 &child,
                 skip,
+                read_only,
             )? {
                 carried = true;
             } else {
@@ -522,6 +527,11 @@ fn carry(
                 &src_path.join(&name),
                 &dst_path.join(&name),
             )?;
+            if read_only && kind == FileType::RegularFile {
+                let (f, _) = dst.open_file(&name).ctx("open", dst_path.join(&name))?;
+                rustix::fs::fchmod(&f, Mode::from_raw_mode(READ_ONLY))
+                    .map_err(|e| Error::io("make read-only", dst_path.join(&name), e.into()))?;
+            }
             carried = true;
         }
     }

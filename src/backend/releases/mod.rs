@@ -387,6 +387,9 @@ impl ReleaseStore {
     /// What retention would decide now for every release, oldest activation first
     /// (never-activated releases last): `status` and `prune --dry-run`.
     pub fn retention(&self) -> Result<Vec<log::Verdict>> {
+        if self.root.is_none() {
+            return Ok(Vec::new());
+        }
         let verdicts = self.prune(true)?;
         self.in_activation_order(verdicts)
     }
