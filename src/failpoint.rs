@@ -73,8 +73,10 @@ pub const ALL: &[&str] = &[
 pub const S3: &[&str] = &["s3_request", "s3_response"];
 
 /// The releases backend's own failpoints, reached only on destinations with `releases`
-/// (`tests/test_releases.rs`): while the new release is filled with what it carries over.
-pub const RELEASES: &[&str] = &["during_carry_over"];
+/// (`tests/test_releases.rs`): while the new release is filled with what it carries over,
+/// and each hard link it makes there (an injected error stands for `EXDEV`: the link
+/// cannot be made, and the file is copied and verified instead).
+pub const RELEASES: &[&str] = &["during_carry_over", "io_link"];
 
 /// The I/O failpoints of [`ALL`]: the ones an `error` action applies to.
 pub const IO: &[&str] = &[
@@ -84,6 +86,7 @@ pub const IO: &[&str] = &[
     "io_state_fsync",
     "io_state_rename",
     "io_remove_staging",
+    "io_link",
 ];
 
 #[cfg(feature = "failpoints")]

@@ -1514,3 +1514,90 @@ fn adopted_files_become_read_only() {
         "adopted files are read-only"
     );
 }
+
+/// Where a hard link cannot be made (EXDEV, EPERM, EMLINK; injected here as EXDEV for
+/// every link), the new release gets a read-only copy, verified by reading it back.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn files_that_cannot_be_hard_linked_are_copied_and_verified() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n",
+    );
+    let v1 = env.bundle("b1", "tomorrow", V1_AT, V1_FILES, V1_LINKS);
+    let r = env.publish(&cfg, &v1, &[]);
+    r.expect_code(0);
+    let first = op_of(&r);
+    let v2 = env.bundle("b2", "tomorrow", V2_AT, V2_FILES, V2_LINKS);
+    let r = env.run_env(
+        &[
+            "publish",
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            v2.to_str().unwrap(),
+        ],
+        &[("DISTRIBUTOR_FAILPOINT", "io_link=error")],
+    );
+    r.expect_code(0);
+    let second = op_of(&r);
+    let md = |rel: &str| std::fs::symlink_metadata(env.path(rel)).unwrap();
+    let (a, b) = (
+        md(&format!("{DIR}/{first}/keep.txt")),
+        md(&format!("{DIR}/{second}/keep.txt")),
+    );
+    assert_ne!(a.ino(), b.ino(), "copied, not linked");
+    assert_eq!(b.permissions().mode() & 0o222, 0, "the copy is read-only");
+    assert_eq!(env.read(&format!("{PATH}/keep.txt")), "same in both");
+    assert!(md(&format!("{DIR}/{second}/lk")).file_type().is_symlink());
+    env.run(&["verify", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+}
+
+/// A publication that fails is rolled back with its half-built release, and never counts
+/// as a release for retention or rollback.
+#[test]
+fn a_failed_publication_never_counts_as_a_release() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 0\n",
+    );
+    let ops = publish_versions(&env, &cfg, 2);
+    let before = (
+        releases(&env),
+        env.read(&format!("{DIR}/.distributor-activations.log")),
+    );
+    // The bundle's file changes after its manifest was written: an invalid source, found
+    // while staging.
+    let b3 = site(&env, 3);
+    std::fs::write(b3.join("index.html"), "changed after the manifest").unwrap();
+    let r = env.publish(&cfg, &b3, &[]);
+    r.expect_code(1);
+    assert_eq!(
+        (
+            releases(&env),
+            env.read(&format!("{DIR}/.distributor-activations.log"))
+        ),
+        before
+    );
+    // The previous release is still the rollback target, and retention kept both.
+    rollback(&env, &cfg, &["--dry-run"]).expect_code(0);
+    assert_eq!(
+        releases(&env),
+        BTreeSet::from([ops[0].clone(), ops[1].clone()])
+    );
+}

@@ -549,7 +549,11 @@ fn link_or_copy(
     from: &Path,
     to: &Path,
 ) -> Result<()> {
-    let err = match src.hard_link(name, dst, name) {
+    let linked = match failpoint::io("io_link") {
+        Err(_) => Err(std::io::Error::from(rustix::io::Errno::XDEV)),
+        Ok(()) => src.hard_link(name, dst, name),
+    };
+    let err = match linked {
         Ok(()) => return Ok(()),
         Err(e) => e,
     };
