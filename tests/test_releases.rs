@@ -1601,3 +1601,111 @@ fn a_failed_publication_never_counts_as_a_release() {
         BTreeSet::from([ops[0].clone(), ops[1].clone()])
     );
 }
+
+/// Hostile neighbour (SPEC §13 applies to releases.dir): a directory of the release being
+/// built is swapped for a symlink to another directory mid-run. Nothing is written through
+/// it; the publication fails, its half-built release goes, and `path` still names the old
+/// release.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn a_directory_of_the_release_being_built_swapped_for_a_symlink_redirects_nothing() {
+    use crate::common::hostile::{race, swap_for_symlink};
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n",
+    );
+    let v1 = env.bundle("b1", "s", V1_AT, &[("a/x.txt", "x"), ("a/y.txt", "y")], &[]);
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let old = active(&env);
+    let before = view(&env);
+    std::fs::create_dir_all(env.path("victim")).unwrap();
+    let v2 = env.bundle(
+        "b2",
+        "s",
+        V2_AT,
+        &[("a/x.txt", "x"), ("a/z.txt", "new")],
+        &[],
+    );
+    let args = [
+        "publish",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        v2.to_str().unwrap(),
+    ];
+    let r = race(&env, &args, "during_placement:1", &[], || {
+        let building = releases(&env)
+            .into_iter()
+            .find(|r| *r != old)
+            .expect("a release being built");
+        swap_for_symlink(
+            &env.path(&format!("{DIR}/{building}/a")),
+            &env.path("victim"),
+        );
+    });
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert_eq!(
+        std::fs::read_dir(env.path("victim")).unwrap().count(),
+        0,
+        "written through the symlink"
+    );
+    assert_eq!(active(&env), old);
+    assert_eq!(view(&env), before);
+    assert_eq!(
+        releases(&env),
+        BTreeSet::from([old.clone()]),
+        "the half-built release is left"
+    );
+}
+
+/// Hostile neighbour: `path` is pointed elsewhere while a release is built. The commit
+/// point sees that `path` no longer names the release planned against and activates
+/// nothing: the neighbour's symlink stays, and nothing is written where it points.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn path_repointed_mid_run_is_never_replaced() {
+    use crate::common::hostile::race;
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n",
+    );
+    let v1 = env.bundle("b1", "s", V1_AT, &[("a/x.txt", "x")], &[]);
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    std::fs::create_dir_all(env.path("victim")).unwrap();
+    let v2 = env.bundle("b2", "s", V2_AT, &[("a/x.txt", "x2")], &[]);
+    let args = [
+        "publish",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        v2.to_str().unwrap(),
+    ];
+    let r = race(&env, &args, "after_links", &[], || {
+        std::fs::remove_file(env.path(PATH)).unwrap();
+        std::os::unix::fs::symlink(env.path("victim"), env.path(PATH)).unwrap();
+    });
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert_eq!(
+        std::fs::read_link(env.path(PATH)).unwrap(),
+        env.path("victim")
+    );
+    assert_eq!(std::fs::read_dir(env.path("victim")).unwrap().count(), 0);
+}
