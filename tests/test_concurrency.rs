@@ -19,6 +19,7 @@ fn spawn_publish(env: &Env, cfg: &Path, bundle: &Path) -> Child {
         .env_clear()
         .env("HOME", env.path("home"))
         .env("USER", "tester")
+        .env("DISTRIBUTOR_ACTOR", "tester")
         .env("DISTRIBUTOR_JOURNAL", env.journal())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -525,7 +525,7 @@ fn a_control_character_in_user_is_escaped_in_the_actor() {
             "--source",
             b.to_str().unwrap(),
         ],
-        &[("USER", "bob\n2026-01-01T00:00:00Z  forged")],
+        &[("DISTRIBUTOR_ACTOR", "bob\n2026-01-01T00:00:00Z  forged")],
     );
     r.expect_code(0);
     let h = env.run(&["history", "--json"]);
@@ -574,4 +574,83 @@ fn takeover_audit_includes_forced_replacements_that_took_paths() {
     );
     // The plain decision filter still means the decision.
     assert_eq!(history(&env, &["--action", "force_replace"]).len(), 1);
+}
+
+/// SPEC §16: the actor is `--actor`, else DISTRIBUTOR_ACTOR, else the CI's identity, else
+/// user@host from the OS; a CI container without $USER never records `unknown`.
+#[test]
+fn the_actor_is_never_unknown() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let n = std::cell::Cell::new(0);
+    let actor_of = |extra: &[&str], vars: &[(&str, &str)]| {
+        n.set(n.get() + 1);
+        let b = env.bundle(
+            "b",
+            "tomorrow",
+            &format!("2026-12-02T06:{:02}:00Z", n.get()),
+            &[("a.txt", "one")],
+            &[],
+        );
+        let mut args = vec![
+            "publish",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            b.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        // Without the harness's DISTRIBUTOR_ACTOR and USER: as in a CI container.
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"));
+        cmd.args(&args)
+            .env_clear()
+            .env("HOME", env.path("home"))
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("DISTRIBUTOR_JOURNAL", env.journal());
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let h = env.run(&["history", "--json"]);
+        h.json()["operations"][0]["actor"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let bare = actor_of(&[], &[]);
+    assert!(
+        bare.starts_with("cli:") && bare.contains('@') && !bare.contains("unknown"),
+        "{bare}"
+    );
+    assert_eq!(
+        actor_of(&[], &[("GITHUB_ACTOR", "octocat"), ("GITHUB_RUN_ID", "99")]),
+        "cli:github:octocat run 99"
+    );
+    assert_eq!(
+        actor_of(
+            &[],
+            &[
+                ("GITLAB_USER_LOGIN", "bob"),
+                ("CI_JOB_ID", "7"),
+                ("USER", "x")
+            ]
+        ),
+        "cli:gitlab:bob job 7"
+    );
+    assert_eq!(
+        actor_of(
+            &[],
+            &[("DISTRIBUTOR_ACTOR", "deploy"), ("GITHUB_ACTOR", "o")]
+        ),
+        "cli:deploy"
+    );
+    assert_eq!(
+        actor_of(&["--actor", "alice"], &[("DISTRIBUTOR_ACTOR", "deploy")]),
+        "cli:alice"
+    );
 }

@@ -2,6 +2,7 @@
 //! comments are the help) and a handler that calls one library function. This module maps
 //! errors to exit codes, in one place.
 
+mod actor;
 mod history;
 mod manifest;
 mod progress;
@@ -16,6 +17,7 @@ mod validate;
 mod verify;
 
 use crate::error::Error;
+pub use actor::cli_actor;
 use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::process::ExitCode;
@@ -137,26 +139,6 @@ impl Cli {
             _ => false,
         }
     }
-}
-
-/// `cli:<user>`, the actor recorded for CLI publications.
-pub fn cli_actor() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".to_string());
-    // The journal and `history` show it on one line: a control character (a newline in
-    // $USER) would let it forge more lines, so those are escaped.
-    let user: String = user
-        .chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect();
-    format!("cli:{user}")
 }
 
 #[cfg(test)]

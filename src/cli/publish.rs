@@ -39,6 +39,9 @@ pub struct CommonArgs {
     /// Seconds to wait for a destination lock.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub lock_timeout: f64,
+    /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
+    #[arg(long, value_name = "NAME")]
+    pub actor: Option<String>,
 }
 
 /// Publish a source bundle to the pipeline's destinations.
@@ -115,7 +118,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         force: a.force,
         journal,
         lock_timeout: Duration::from_secs_f64(a.lock_timeout),
-        actor: cli_actor(),
+        actor: cli_actor(a.actor.as_deref()),
         command: args.command.to_string(),
     };
     let bar = wants_progress(

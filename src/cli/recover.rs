@@ -33,6 +33,9 @@ pub struct RecoverArgs {
     /// Seconds to wait for each destination lock.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub lock_timeout: f64,
+    /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
+    #[arg(long, value_name = "NAME")]
+    pub actor: Option<String>,
 }
 
 /// Runs the command.
@@ -48,7 +51,7 @@ pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
         journal: resolve_journal(a.journal.as_deref(), config.as_ref())?,
         dry_run: a.dry_run,
         lock_timeout: Duration::from_secs_f64(a.lock_timeout),
-        actor: cli_actor(),
+        actor: cli_actor(a.actor.as_deref()),
     };
     let report = match &a.abandon {
         Some(op) => abandon(op, &opts)?,

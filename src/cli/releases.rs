@@ -43,6 +43,9 @@ pub struct AdoptArgs {
     /// Seconds to wait for a destination lock.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub lock_timeout: f64,
+    /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
+    #[arg(long, value_name = "NAME")]
+    pub actor: Option<String>,
 }
 
 impl ReleasesArgs {
@@ -69,7 +72,7 @@ pub fn run(a: ReleasesArgs) -> Result<CommandOutput> {
         dry_run: a.dry_run,
         journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
         lock_timeout: Duration::from_secs_f64(a.lock_timeout),
-        actor: cli_actor(),
+        actor: cli_actor(a.actor.as_deref()),
     };
     let (report, code) = adopt(&config, &opts)?;
     let stdout = if a.json {

@@ -28,6 +28,7 @@ impl Env {
             .env_clear()
             .env("HOME", self.path("home"))
             .env("USER", "tester")
+            .env("DISTRIBUTOR_ACTOR", "tester")
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("DISTRIBUTOR_JOURNAL", self.journal())
             .current_dir(&self.root)

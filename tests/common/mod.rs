@@ -176,6 +176,7 @@ impl Env {
             .env_clear()
             .env("HOME", self.path("home"))
             .env("USER", "tester")
+            .env("DISTRIBUTOR_ACTOR", "tester")
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("DISTRIBUTOR_JOURNAL", self.journal())
             .current_dir(&self.root);
@@ -198,6 +199,7 @@ impl Env {
             .env_clear()
             .env("HOME", self.path("home"))
             .env("USER", "tester")
+            .env("DISTRIBUTOR_ACTOR", "tester")
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .current_dir(&self.root);
         for (k, v) in env {

@@ -133,6 +133,7 @@ impl Server {
         cmd.env_clear()
             .env("HOME", env.path("home"))
             .env("USER", "tester")
+            .env("DISTRIBUTOR_ACTOR", "tester")
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("DISTRIBUTOR_JOURNAL", env.journal())
             .current_dir(&env.root)
