@@ -183,7 +183,7 @@ pub fn verify(dests: &[&Destination], deep: bool) -> Result<Vec<BundleDrift>> {
                 }
                 (StateFile::Valid(st), Some(store)) => {
                     v.state = "valid";
-                    compare(store.as_ref(), &st, deep, &mut v)?;
+                    compare(store.as_ref(), &st, deep, &d.verify_ignore, &mut v)?;
                 }
                 (StateFile::Valid(_), None) => unreachable!("a state was read from it"),
             }
@@ -200,6 +200,7 @@ fn compare(
     store: &dyn BundleStore,
     st: &crate::state::State,
     deep: bool,
+    ignore: &crate::globs::PathGlobs,
     v: &mut BundleDrift,
 ) -> Result<()> {
     let mut paths: Vec<(&str, Option<Proof>)> = Vec::new();
@@ -245,6 +246,7 @@ fn compare(
             || top == LOCK_FILE
             || top == STAGING_DIR
             || recorded.contains(p.as_str())
+            || ignore.is_match(&p)
         {
             continue;
         }

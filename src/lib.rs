@@ -28,6 +28,7 @@ pub mod config;
 pub mod error;
 pub mod execute;
 pub mod failpoint;
+pub mod globs;
 pub mod hash;
 pub mod inspect;
 pub mod journal;

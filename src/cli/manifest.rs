@@ -2,7 +2,7 @@
 
 use super::CommandOutput;
 use crate::error::Result;
-use crate::source::{MANIFEST_FILE, write_manifest};
+use crate::source::{MANIFEST_FILE, write_manifest_excluding};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -17,6 +17,11 @@ pub struct ManifestArgs {
     /// Creation time, RFC 3339 with offset; default: now (UTC).
     #[arg(long, value_name = "T")]
     pub created_at: Option<String>,
+    /// Leave out paths this glob matches (repeatable): whole bundle-relative paths, `*`
+    /// within one segment, `**` across them; a matched directory goes with everything
+    /// below it (`--exclude .git --exclude '**/.DS_Store'`).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
 }
 
 /// Runs the command.
@@ -24,7 +29,9 @@ pub fn run(a: ManifestArgs) -> Result<CommandOutput> {
     let created = a
         .created_at
         .unwrap_or_else(|| chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-    let m = write_manifest(&a.dir, &a.id, &created)?;
+    let exclude = crate::globs::PathGlobs::new(&a.exclude)
+        .map_err(|m| crate::error::Error::Usage(format!("--exclude: {m}")))?;
+    let m = write_manifest_excluding(&a.dir, &a.id, &created, &exclude)?;
     Ok(CommandOutput {
         stdout: format!(
             "wrote {} ({} outputs, {} links, digest {})\n",

@@ -96,7 +96,7 @@ pub struct UploadToken {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with keys id, backend, path, path_mapping, state, reconciliation, transfer, takeover, s3, releases"
+    expecting = "a mapping with keys id, backend, path, path_mapping, state, reconciliation, transfer, takeover, s3, releases, verify"
 )]
 struct RawDestination {
     id: Id,
@@ -118,6 +118,15 @@ struct RawDestination {
     /// `None`: absent; `Some(None)`: the key with no value (an empty block).
     #[serde(default, deserialize_with = "present")]
     releases: Option<Option<releases::RawReleases>>,
+    #[serde(default)]
+    verify: Option<RawVerify>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with key ignore")]
+struct RawVerify {
+    #[serde(default)]
+    ignore: Vec<String>,
 }
 
 /// A key that is there, whatever its value (null included).
@@ -295,6 +304,8 @@ pub struct Destination {
     pub s3: Option<S3Settings>,
     /// The `releases:` block (SPEC §15): `path` is a symlink swapped to each release.
     pub releases: Option<ReleaseSettings>,
+    /// `verify.ignore` (SPEC §16): unrecorded paths `verify` does not report.
+    pub verify_ignore: crate::globs::PathGlobs,
 }
 
 /// A validated pipeline configuration.
@@ -474,6 +485,8 @@ impl Config {
                         .map_err(|(k, m)| err(&k, m))?,
                 ),
             };
+            let verify_ignore = crate::globs::PathGlobs::new(&d.verify.unwrap_or_default().ignore)
+                .map_err(|m| err(&format!("{key}.verify.ignore"), m))?;
             destinations.push(Destination {
                 id: d.id.0,
                 backend: d.backend,
@@ -485,6 +498,7 @@ impl Config {
                 takeover: d.takeover.mode,
                 s3,
                 releases,
+                verify_ignore,
             });
         }
         for (i, a) in destinations.iter().enumerate() {

@@ -5,12 +5,25 @@
 
 use super::{LinkEntry, MANIFEST_FILE, Manifest, OutputEntry};
 use crate::error::{Error, IoContext, Result};
+use crate::globs::PathGlobs;
 use crate::hash::hash_file;
 use crate::model::{is_valid_source_id, parse_time};
 use std::path::{Path, PathBuf};
 
 /// Builds and writes `<dir>/distributor-manifest.json`; returns the manifest.
 pub fn write_manifest(dir: &Path, id: &str, created_at: &str) -> Result<Manifest> {
+    write_manifest_excluding(dir, id, created_at, &PathGlobs::default())
+}
+
+/// [`write_manifest`], leaving out every file, link and directory whose bundle-relative
+/// path `exclude` matches (a matched directory with everything below it: `--exclude
+/// .git`).
+pub fn write_manifest_excluding(
+    dir: &Path,
+    id: &str,
+    created_at: &str,
+    exclude: &PathGlobs,
+) -> Result<Manifest> {
     if !is_valid_source_id(id) {
         return Err(Error::Usage(format!(
             "--id '{id}' is invalid: accepted are letters, digits, '.', '_', ':', '+' or '-', starting with a letter or digit, at most 128 characters"
@@ -30,7 +43,7 @@ pub fn write_manifest(dir: &Path, id: &str, created_at: &str) -> Result<Manifest
     }
     let mut files = Vec::new();
     let mut links = Vec::new();
-    walk(dir, "", &mut files, &mut links)?;
+    walk(dir, "", exclude, &mut files, &mut links)?;
     let mut outputs = Vec::with_capacity(files.len());
     for rel in files {
         let (size, sha256) = hash_file(&dir.join(&rel))?;
@@ -85,6 +98,7 @@ pub fn write_manifest(dir: &Path, id: &str, created_at: &str) -> Result<Manifest
 fn walk(
     root: &Path,
     rel: &str,
+    exclude: &PathGlobs,
     files: &mut Vec<String>,
     links: &mut Vec<(String, PathBuf)>,
 ) -> Result<()> {
@@ -118,11 +132,14 @@ fn walk(
             }
             continue;
         }
+        if exclude.is_match(&child) {
+            continue;
+        }
         if ft.is_symlink() {
             let target = std::fs::read_link(entry.path()).ctx("read link", entry.path())?;
             links.push((child, target));
         } else if ft.is_dir() {
-            walk(root, &child, files, links)?;
+            walk(root, &child, exclude, files, links)?;
         } else if ft.is_file() {
             files.push(child);
         } else {

@@ -7,7 +7,7 @@
 mod generate;
 mod paths;
 
-pub use generate::write_manifest;
+pub use generate::{write_manifest, write_manifest_excluding};
 pub use paths::{check_path_set, check_safe_path, relative_link_target};
 
 use crate::error::{Error, Result};

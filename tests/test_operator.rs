@@ -1,0 +1,92 @@
+//! Operator experience (SPEC §16): `verify.ignore` for unrecorded content a monitor should
+//! not report, and `manifest --exclude` for what never belongs in a bundle.
+
+use crate::common::Env;
+
+#[test]
+fn verify_ignore_leaves_out_matching_unrecorded_paths_only() {
+    let env = Env::new();
+    let extra = "    verify:\n      ignore: [\"robots.txt\", \"**/*.tmp\"]\n";
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", extra);
+    let b = env.bundle(
+        "b",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "one")],
+        &[],
+    );
+    env.publish(&cfg, &b, &[]).expect_code(0);
+    env.write("dest/robots.txt", "hand-made");
+    env.write("dest/sub/x.tmp", "scratch");
+    let v = env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()]);
+    v.expect_code(0);
+    assert_eq!(
+        v.json()["destinations"][0]["unrecorded"],
+        serde_json::json!([])
+    );
+    // Anything else is still reported, and so is a recorded file that changed.
+    env.write("dest/sub/robots.txt", "not at the top");
+    let v = env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()]);
+    v.expect_code(3);
+    assert_eq!(
+        v.json()["destinations"][0]["unrecorded"],
+        serde_json::json!(["sub/robots.txt"])
+    );
+    // A bad glob is a config error naming the key.
+    let bad = env.simple_config(
+        "bad.yaml",
+        "weather",
+        "latest",
+        "dest",
+        "    verify:\n      ignore: [\"a[\"]\n",
+    );
+    let r = env.run(&["validate", "--config", bad.to_str().unwrap()]);
+    r.expect_code(2);
+    assert!(
+        r.stderr.contains("destinations[0].verify.ignore"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("invalid glob 'a['"), "{}", r.stderr);
+}
+
+#[test]
+fn manifest_exclude_leaves_out_matching_files_and_directories() {
+    let env = Env::new();
+    env.write("b/index.html", "site");
+    env.write("b/.git/config", "git");
+    env.write("b/.git/objects/ab", "obj");
+    env.write("b/.DS_Store", "mac");
+    env.write("b/img/.DS_Store", "mac");
+    env.write("b/img/a.png", "png");
+    let r = env.run(&[
+        "manifest",
+        env.path("b").to_str().unwrap(),
+        "--id",
+        "site",
+        "--exclude",
+        ".git",
+        "--exclude",
+        "**/.DS_Store",
+    ]);
+    r.expect_code(0);
+    let m: serde_json::Value =
+        serde_json::from_str(&env.read("b/distributor-manifest.json")).unwrap();
+    let paths: Vec<&str> = m["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["img/a.png", "index.html"]);
+    let r = env.run(&[
+        "manifest",
+        env.path("b").to_str().unwrap(),
+        "--id",
+        "site",
+        "--exclude",
+        "/abs",
+    ]);
+    r.expect_code(2);
+    assert!(r.stderr.contains("--exclude"), "{}", r.stderr);
+}
