@@ -90,3 +90,45 @@ fn manifest_exclude_leaves_out_matching_files_and_directories() {
     r.expect_code(2);
     assert!(r.stderr.contains("--exclude"), "{}", r.stderr);
 }
+
+/// SPEC §16: completions for bash, zsh and fish from the clap definitions.
+#[test]
+fn completions_cover_every_command() {
+    let env = Env::new();
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef distributor"),
+        ("fish", "complete -c distributor"),
+    ] {
+        let r = env.run(&["completions", shell]);
+        r.expect_code(0);
+        assert!(
+            r.stdout.contains(marker),
+            "{shell}: {}",
+            &r.stdout[..200.min(r.stdout.len())]
+        );
+        for cmd in ["publish", "rollback", "prune", "recover", "history"] {
+            assert!(r.stdout.contains(cmd), "{shell} completions lack {cmd}");
+        }
+    }
+    env.run(&["completions", "powershell"]).expect_code(2);
+}
+
+/// The committed man page is what the binary's definitions generate. After changing a
+/// command or flag: `DISTRIBUTOR_UPDATE_MAN=1 cargo test --all-features the_man_page`.
+#[test]
+fn the_man_page_is_current() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/man/distributor.1");
+    let now = distributor::cli::man_page().unwrap();
+    if std::env::var_os("DISTRIBUTOR_UPDATE_MAN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &now).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == now,
+        "{} is not current: run DISTRIBUTOR_UPDATE_MAN=1 cargo test --all-features the_man_page",
+        path.display()
+    );
+    assert!(now.contains("rollback") && now.contains("publish"));
+}

@@ -3,6 +3,7 @@
 //! errors to exit codes, in one place.
 
 mod actor;
+mod completions;
 mod history;
 mod manifest;
 mod progress;
@@ -19,6 +20,7 @@ mod verify;
 use crate::error::Error;
 pub use actor::cli_actor;
 use clap::{Parser, Subcommand};
+pub use completions::man_page;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -44,6 +46,7 @@ enum Command {
     Rollback(rollback::RollbackArgs),
     Prune(prune::PruneArgs),
     Releases(releases::ReleasesArgs),
+    Completions(completions::CompletionsArgs),
 }
 
 /// What a command produced: text for stdout and the exit code.
@@ -89,6 +92,7 @@ pub fn main() -> ExitCode {
         Command::Rollback(a) => rollback::run(a),
         Command::Prune(a) => prune::run(a),
         Command::Releases(a) => releases::run(a),
+        Command::Completions(a) => completions::run(a),
     };
     match result {
         Ok(out) => {
