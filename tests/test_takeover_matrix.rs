@@ -775,6 +775,7 @@ pub(crate) fn check_report_shape(r: &Value, ctx: &str, check: &mut Check) {
         "replace_takeover",
         "force_replace",
         "skip_destination_newer",
+        "rollback",
         "conflict",
         "failed",
         "files_written",
@@ -793,7 +794,7 @@ pub(crate) fn check_report_shape(r: &Value, ctx: &str, check: &mut Check) {
         n("destinations"),
         dests.len() as u64,
     );
-    let decisions: u64 = summary_keys[1..10].iter().map(|k| n(k)).sum();
+    let decisions: u64 = summary_keys[1..11].iter().map(|k| n(k)).sum();
     check.eq(
         ctx,
         "decision counters add up to destinations",
@@ -827,7 +828,7 @@ pub(crate) fn check_report_shape(r: &Value, ctx: &str, check: &mut Check) {
         check.truth(
             ctx,
             &format!("decision {decision} has a summary counter"),
-            summary_keys[1..10].contains(&decision),
+            summary_keys[1..11].contains(&decision),
         );
         if !d["previous"].is_null() {
             check.eq(
