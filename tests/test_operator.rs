@@ -132,3 +132,52 @@ fn the_man_page_is_current() {
     );
     assert!(now.contains("rollback") && now.contains("publish"));
 }
+
+/// SPEC §16 / issue: error messages that say how to fix the mistake.
+#[test]
+fn common_mistakes_get_a_hint() {
+    let env = Env::new();
+    let head = "pipeline:\n  id: w\ndestinations:\n  - id: d\n";
+    for (yaml, says) in [
+        (
+            format!("version: \"1\"\n{head}    path: out\n"),
+            "expected the number 1",
+        ),
+        (
+            "version: 1\npipeline:\n\tid: w\ndestinations:\n  - id: d\n    path: out\n".to_string(),
+            "tabs are not allowed for indentation in YAML (line 3)",
+        ),
+        (
+            format!("version: 1\n{head}    path: $HOME/out\n"),
+            "variables are not expanded",
+        ),
+        (
+            format!("version: 1\nsource:\n  path: ${{BUILD}}/out\n{head}    path: out\n"),
+            "variables are not expanded",
+        ),
+        (
+            format!(
+                "version: 1\nserver:\n  upload_tokens: [{{name: a, sha256: abc}}]\n{head}    path: out\n"
+            ),
+            "printf %s \"$TOKEN\" | sha256sum",
+        ),
+    ] {
+        let cfg = env.config("c.yaml", &yaml);
+        let r = env.run(&["validate", "--config", cfg.to_str().unwrap()]);
+        r.expect_code(2);
+        assert!(r.stderr.contains(says), "{yaml}\n{}", r.stderr);
+    }
+    // A bundle without its manifest: how to write one.
+    let cfg = env.simple_config("ok.yaml", "w", "d", "dest", "");
+    env.write("b/a.txt", "a");
+    let r = env.run(&[
+        "plan",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        env.path("b").to_str().unwrap(),
+    ]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("distributor manifest"), "{}", r.stderr);
+    assert!(r.stderr.contains("--id ID"), "{}", r.stderr);
+}

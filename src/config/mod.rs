@@ -348,7 +348,7 @@ impl Config {
                 path
             };
             let msg = strip_yaml_path(&key, e.into_inner().to_string());
-            err(&key, msg)
+            err(&key, hint(&key, msg, text))
         })?;
         if raw.version != 1 {
             return Err(err(
@@ -392,7 +392,7 @@ impl Config {
             {
                 return Err(err(
                     &format!("{key}.sha256"),
-                    "accepted: 64 lowercase hex characters (sha256 of the bearer token)".into(),
+                    "accepted: 64 lowercase hex characters, the sha256 of the bearer token: compute it with `printf %s \"$TOKEN\" | sha256sum` and copy the first field".into(),
                 ));
             }
         }
@@ -625,12 +625,36 @@ fn check_path_text(p: &str) -> std::result::Result<(), String> {
     if p.is_empty() {
         return Err("must not be empty".into());
     }
+    if p.contains('$') {
+        return Err(format!(
+            "'{p}': variables are not expanded (a '$' is taken literally, which is almost never meant); accepted: an absolute path, or one relative to this file"
+        ));
+    }
     if p == "~" || p.starts_with("~/") {
         return Err(format!(
             "'{p}': '~' is not expanded; accepted: an absolute path, or one relative to this file"
         ));
     }
     Ok(())
+}
+
+/// A hint for the YAML mistakes operators make most: a tab used for indentation (YAML
+/// allows spaces only) and a quoted version (`version: "1"` is a string).
+fn hint(key: &str, msg: String, text: &str) -> String {
+    if msg.contains("tab") || (text.contains('\t') && msg.contains("found character")) {
+        let line = text
+            .lines()
+            .position(|l| l.trim_start_matches(' ').starts_with('\t'))
+            .map(|n| format!(" (line {})", n + 1))
+            .unwrap_or_default();
+        return format!(
+            "{msg}; tabs are not allowed for indentation in YAML{line}: indent with spaces"
+        );
+    }
+    if key == "version" && msg.contains("expected u32") {
+        return format!("{msg}; expected the number 1 (write `version: 1`, without quotes)");
+    }
+    msg
 }
 
 /// serde_yaml prefixes its messages with its own idea of the path (`destinations[0]:`),

@@ -191,8 +191,20 @@ impl Source {
             .filter(|p| !p.as_os_str().is_empty())
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
-        let text = std::fs::read(file)
-            .map_err(|e| Error::Source(format!("cannot read manifest {}: {e}", file.display())))?;
+        let text = std::fs::read(file).map_err(|e| {
+            let hint = if e.kind() == std::io::ErrorKind::NotFound {
+                format!(
+                    "; write it with `distributor manifest {} --id ID` once the bundle is complete",
+                    dir.display()
+                )
+            } else {
+                String::new()
+            };
+            Error::Source(format!(
+                "cannot read manifest {}: {e}{hint}",
+                file.display()
+            ))
+        })?;
         let manifest: Manifest = serde_json::from_slice(&text)
             .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;
         let created = manifest
