@@ -181,3 +181,83 @@ fn common_mistakes_get_a_hint() {
     assert!(r.stderr.contains("distributor manifest"), "{}", r.stderr);
     assert!(r.stderr.contains("--id ID"), "{}", r.stderr);
 }
+
+/// SPEC §16: a waiting run prints who holds the lock (host, pid, actor, operation, since)
+/// once, and the lock timeout error names the holder.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn the_lock_says_who_holds_it() {
+    use crate::common::hostile::PausedRun;
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let b1 = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "1")],
+        &[],
+    );
+    let b2 = env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T07:00:00Z",
+        &[("a.txt", "2")],
+        &[],
+    );
+    let c = cfg.to_str().unwrap();
+    let holder = PausedRun::start(
+        &env,
+        &[
+            "publish",
+            "--config",
+            c,
+            "--source",
+            b1.to_str().unwrap(),
+            "--actor",
+            "holder-bot",
+        ],
+        "after_staging_record",
+        &[],
+    );
+    let pid = holder.pid();
+    let r = env.run(&[
+        "publish",
+        "--config",
+        c,
+        "--source",
+        b2.to_str().unwrap(),
+        "--lock-timeout",
+        "0.5",
+    ]);
+    r.expect_code(1);
+    let waiting: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("waiting for the lock"))
+        .collect();
+    assert_eq!(waiting.len(), 1, "printed once: {}", r.stderr);
+    for needle in [
+        format!("pid {pid}"),
+        "actor cli:holder-bot".to_string(),
+        "operation ".to_string(),
+        "since 20".to_string(),
+        "host ".to_string(),
+    ] {
+        assert!(waiting[0].contains(&needle), "{needle}: {}", waiting[0]);
+    }
+    assert!(
+        !waiting[0].contains("operation (none yet)"),
+        "{}",
+        waiting[0]
+    );
+    let error = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("--lock-timeout"))
+        .unwrap_or_default();
+    assert!(error.contains(&format!("pid {pid}")), "{}", r.stdout);
+    holder.resume().expect_code(0);
+}

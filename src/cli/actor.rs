@@ -8,7 +8,10 @@
 /// <n>`). Never `unknown`. Control characters are escaped: the journal and `history`
 /// show it on one line.
 pub fn cli_actor(flag: Option<&str>) -> String {
-    actor_from(flag, &|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    let actor = actor_from(flag, &|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+    // The locks this run takes say who holds them.
+    crate::backend::local::holder::set_actor(&actor);
+    actor
 }
 
 fn actor_from(flag: Option<&str>, var: &dyn Fn(&str) -> Option<String>) -> String {

@@ -10,6 +10,7 @@
 pub mod bundle;
 pub mod crashsim;
 pub mod handle;
+pub mod holder;
 
 pub use bundle::{Bundle, StagingEntry, StateBytes, TMP_PREFIX, bundle_unsafe, open_source};
 

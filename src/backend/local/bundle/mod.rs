@@ -21,6 +21,7 @@ mod undo;
 pub use steps::{fingerprint, open_source};
 
 use super::handle::{Dir, Identity, is_redirect, split, type_name};
+use super::holder::Holder;
 use super::{Fingerprint, LOCK_FILE, STAGING_DIR};
 use crate::backend::Committed;
 use crate::error::{Error, IoContext, Result};
@@ -123,10 +124,11 @@ fn dir_error(path: PathBuf, e: std::io::Error) -> Error {
     }
 }
 
-fn lock_timeout(bundle: &Path, timeout: Duration) -> Error {
+fn lock_timeout(bundle: &Path, timeout: Duration, holder: Option<&Holder>) -> Error {
     Error::Lock(format!(
-        "destination {} is locked by another distributor process; gave up after {}s (--lock-timeout)",
+        "destination {} is locked by another distributor process ({}); gave up after {}s (--lock-timeout)",
         bundle.display(),
+        holder.map_or("its holder is not recorded".to_string(), |h| h.describe()),
         timeout.as_secs_f64()
     ))
 }
@@ -144,7 +146,7 @@ fn lock_dir(dir: &Dir, bundle: &Path, start: Instant, timeout: Duration) -> Resu
             Err(e) => return Err(Error::io("lock", bundle, e.into())),
         }
         if start.elapsed() >= timeout {
-            return Err(lock_timeout(bundle, timeout));
+            return Err(lock_timeout(bundle, timeout, None));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -252,6 +254,8 @@ impl Bundle {
         };
         let lock_path = bundle.join(LOCK_FILE);
         let start = Instant::now();
+        let mut holder: Option<Holder> = None;
+        let mut told = false;
         loop {
             let file = dir
                 .open_or_create(LOCK_FILE)
@@ -266,16 +270,27 @@ impl Bundle {
                         // somebody unlinked since still holds the directory, so a new lock
                         // file under the name does not let a second operation in.
                         lock_dir(&dir, bundle, start, timeout)?;
+                        super::holder::record(&file, None);
                         return Ok(Some(Bundle::new(base, bundle, dir, Some(file))?));
                     }
                     // Unlinked or replaced while it was being locked: lock the file the
                     // name holds now.
                 }
-                Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {}
+                Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {
+                    holder = super::holder::read(&file).or(holder);
+                    if !told && let Some(h) = &holder {
+                        eprintln!(
+                            "waiting for the lock on {}, held by {}",
+                            bundle.display(),
+                            h.describe()
+                        );
+                        told = true;
+                    }
+                }
                 Err(e) => return Err(Error::io("lock", lock_path, e.into())),
             }
             if start.elapsed() >= timeout {
-                return Err(lock_timeout(bundle, timeout));
+                return Err(lock_timeout(bundle, timeout, holder.as_ref()));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -141,6 +141,9 @@ impl Bundle {
     /// anything else in the destination changes; then makes the directories staging fills.
     pub fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
         self.locked()?;
+        if let Some(lock) = &self.lock {
+            crate::backend::local::holder::record(lock, Some(op.operation_id.clone()));
+        }
         let staging_path = self.path.join(STAGING_DIR);
         self.dir
             .mkdir(STAGING_DIR)
