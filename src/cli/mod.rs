@@ -69,6 +69,32 @@ fn widen_pipe(stdout: &impl std::os::fd::AsFd, len: usize) {
     }
 }
 
+/// `--lock-timeout SECS`, checked: a finite number of seconds >= 0.
+fn lock_timeout(secs: f64) -> crate::error::Result<std::time::Duration> {
+    if !(secs.is_finite() && secs >= 0.0) {
+        return Err(Error::Usage(format!(
+            "--lock-timeout {secs}: accepted is a number of seconds >= 0"
+        )));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+/// A report as `--json` (pretty, one object) or as text.
+fn render<T: serde::Serialize>(
+    json: bool,
+    report: &T,
+    text: impl FnOnce(&T) -> String,
+) -> crate::error::Result<String> {
+    if json {
+        Ok(format!(
+            "{}\n",
+            serde_json::to_string_pretty(report).map_err(|e| Error::Failed(e.to_string()))?
+        ))
+    } else {
+        Ok(text(report))
+    }
+}
+
 /// Parses arguments, runs the command and returns the exit code (SPEC §10).
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

@@ -2,12 +2,11 @@
 
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::prune::{PruneOptions, prune};
 use crate::publish::resolve_journal;
 use clap::Args;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// Remove inactive releases that retention does not keep, saying for each release why it
 /// is kept or removed.
@@ -42,28 +41,16 @@ pub struct PruneArgs {
 
 /// Runs prune.
 pub fn run(a: PruneArgs) -> Result<CommandOutput> {
-    if !(a.lock_timeout.is_finite() && a.lock_timeout >= 0.0) {
-        return Err(Error::Usage(format!(
-            "--lock-timeout {}: accepted is a number of seconds >= 0",
-            a.lock_timeout
-        )));
-    }
+    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
     let config = Config::load(&a.config)?;
     let opts = PruneOptions {
         destinations: a.destinations,
         dry_run: a.dry_run,
         journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
-        lock_timeout: Duration::from_secs_f64(a.lock_timeout),
+        lock_timeout,
         actor: cli_actor(a.actor.as_deref()),
     };
     let (report, code) = prune(&config, &opts)?;
-    let stdout = if a.json {
-        format!(
-            "{}\n",
-            serde_json::to_string_pretty(&report).map_err(|e| Error::Failed(e.to_string()))?
-        )
-    } else {
-        report.to_text()
-    };
+    let stdout = super::render(a.json, &report, |r| r.to_text())?;
     Ok(CommandOutput { stdout, code })
 }

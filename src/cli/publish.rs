@@ -10,7 +10,6 @@ use crate::source::Source;
 use clap::Args;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// Options shared by publish and plan.
 #[derive(Debug, Args)]
@@ -93,12 +92,7 @@ impl PlanArgs {
 /// Runs publish or plan.
 pub fn run(args: Resolved) -> Result<CommandOutput> {
     let a = args.common;
-    if !(a.lock_timeout.is_finite() && a.lock_timeout >= 0.0) {
-        return Err(Error::Usage(format!(
-            "--lock-timeout {}: accepted is a number of seconds >= 0",
-            a.lock_timeout
-        )));
-    }
+    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
     let config = Config::load(&a.config)?;
     let source = match (&a.source, &a.manifest, &config.source_path) {
         (Some(dir), _, _) => Source::open(dir)?,
@@ -117,7 +111,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         dry_run: args.dry_run,
         force: a.force,
         journal,
-        lock_timeout: Duration::from_secs_f64(a.lock_timeout),
+        lock_timeout,
         actor: cli_actor(a.actor.as_deref()),
         command: args.command.to_string(),
     };

@@ -2,12 +2,11 @@
 
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::publish::resolve_journal;
 use crate::recover::{RecoverOptions, abandon, recover};
 use clap::Args;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// Finish or undo interrupted operations: roll forward when the commit point was reached,
 /// roll back when it was not, report `diverged` (exit 1) and touch nothing otherwise.
@@ -40,17 +39,12 @@ pub struct RecoverArgs {
 
 /// Runs the command.
 pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
-    if !(a.lock_timeout.is_finite() && a.lock_timeout >= 0.0) {
-        return Err(Error::Usage(format!(
-            "--lock-timeout {}: accepted is a number of seconds >= 0",
-            a.lock_timeout
-        )));
-    }
+    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
     let config = a.config.as_deref().map(Config::load).transpose()?;
     let opts = RecoverOptions {
         journal: resolve_journal(a.journal.as_deref(), config.as_ref())?,
         dry_run: a.dry_run,
-        lock_timeout: Duration::from_secs_f64(a.lock_timeout),
+        lock_timeout,
         actor: cli_actor(a.actor.as_deref()),
     };
     let report = match &a.abandon {

@@ -2,12 +2,11 @@
 
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::publish::resolve_journal;
 use crate::rollback::{RollbackOptions, rollback};
 use clap::Args;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// Activate an earlier release of destinations with releases, in one atomic step.
 ///
@@ -44,19 +43,14 @@ pub struct RollbackArgs {
 
 /// Runs rollback.
 pub fn run(a: RollbackArgs) -> Result<CommandOutput> {
-    if !(a.lock_timeout.is_finite() && a.lock_timeout >= 0.0) {
-        return Err(Error::Usage(format!(
-            "--lock-timeout {}: accepted is a number of seconds >= 0",
-            a.lock_timeout
-        )));
-    }
+    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
     let config = Config::load(&a.config)?;
     let opts = RollbackOptions {
         destinations: a.destinations,
         to: a.to,
         dry_run: a.dry_run,
         journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
-        lock_timeout: Duration::from_secs_f64(a.lock_timeout),
+        lock_timeout,
         actor: cli_actor(a.actor.as_deref()),
     };
     let outcome = rollback(&config, &opts)?;

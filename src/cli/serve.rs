@@ -59,12 +59,7 @@ pub struct ServeArgs {
 
 /// Runs the server; returns when it has stopped.
 pub fn run(a: ServeArgs) -> Result<CommandOutput> {
-    if !(a.lock_timeout.is_finite() && a.lock_timeout >= 0.0) {
-        return Err(Error::Usage(format!(
-            "--lock-timeout {}: accepted is a number of seconds >= 0",
-            a.lock_timeout
-        )));
-    }
+    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
     for (flag, v) in [
         ("--max-upload-bytes", a.max_upload_bytes),
         ("--max-entries", a.max_entries),
@@ -88,7 +83,7 @@ pub fn run(a: ServeArgs) -> Result<CommandOutput> {
         spool: a.spool,
         allow_unauthenticated: a.allow_unauthenticated,
         journal: a.journal,
-        lock_timeout: Duration::from_secs_f64(a.lock_timeout),
+        lock_timeout,
         max_concurrent_uploads: usize::try_from(a.max_concurrent_uploads)
             .unwrap_or(usize::MAX)
             .min(tokio::sync::Semaphore::MAX_PERMITS),
