@@ -150,10 +150,7 @@ pub fn adopt(config: &Config, opts: &AdoptOptions) -> Result<(AdoptReport, u8)> 
         }
         report.destinations.push(d);
     }
-    let code = [1u8, 2, 4, 3]
-        .into_iter()
-        .find(|c| codes.contains(c))
-        .unwrap_or(0);
+    let code = crate::publish::overall_exit_code(&codes);
     Ok((report, code))
 }
 

@@ -36,6 +36,15 @@ pub struct PublishOptions {
     pub command: String,
 }
 
+/// The exit code of a run from its destinations' codes (SPEC §10): 1 before 2 (a
+/// destination's own config error) before 4 before 3; 0 when all are 0.
+pub fn overall_exit_code(codes: &[u8]) -> u8 {
+    [1u8, 2, 4, 3]
+        .into_iter()
+        .find(|c| codes.contains(c))
+        .unwrap_or(0)
+}
+
 /// A report and the exit code it implies (SPEC §10).
 #[derive(Debug)]
 pub struct Outcome {
@@ -99,10 +108,7 @@ pub fn publish_with_progress(
     }
     // A destination can fail with a config error of its own (a template that renders an
     // unsafe path): that is 2, after 1 and before 4 and 3, never lost as 0.
-    let exit_code = [1u8, 2, 4, 3]
-        .into_iter()
-        .find(|c| codes.contains(c))
-        .unwrap_or(0);
+    let exit_code = overall_exit_code(&codes);
     let summary = Summary::of(&reports);
     Ok(Outcome {
         report: Report {

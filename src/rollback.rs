@@ -101,10 +101,7 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
             }
         }
     }
-    let exit_code = [1u8, 2, 4, 3]
-        .into_iter()
-        .find(|c| codes.contains(c))
-        .unwrap_or(0);
+    let exit_code = crate::publish::overall_exit_code(&codes);
     let summary = Summary::of(&reports);
     Ok(Outcome {
         report: Report {
