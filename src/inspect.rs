@@ -7,13 +7,15 @@ use crate::backend::local::{LOCK_FILE, Proof, STAGING_DIR};
 use crate::backend::{self, BundleStore};
 use crate::config::{Destination, PathMapping};
 use crate::error::Result;
+use crate::journal::JournalView;
 use crate::model::{Owner, SourceRef, StateMode};
 use crate::plan::Entry;
+use crate::publish::{Pending, pending};
 use crate::source::relative_link_target;
 use crate::state::{STATE_FILE, StateFile};
 use serde::Serialize;
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The bundle paths of a destination that exist: the path itself for fixed mapping, or
 /// every directory under it holding a `.distributor.json` or a `.distributor-staging/` for
@@ -24,6 +26,25 @@ pub fn bundle_paths(dest: &Destination) -> Result<Vec<PathBuf>> {
         return Ok(vec![dest.path.clone()]);
     }
     backend::for_destination(dest)?.bundle_paths(&dest.path)
+}
+
+/// The bundle paths to report for `dest`: those in storage ([`bundle_paths`]) and those
+/// the journal has an unfinished operation on (an operation killed before its staging
+/// existed left nothing in storage to find it by).
+fn reported_paths(dest: &Destination, view: Option<&JournalView>) -> Result<Vec<PathBuf>> {
+    let mut paths = bundle_paths(dest)?;
+    if dest.path_mapping != PathMapping::Fixed
+        && let Some(v) = view
+    {
+        for (_, bundle) in v.unfinished()? {
+            let bundle = PathBuf::from(bundle);
+            if bundle.starts_with(&dest.path) && !paths.contains(&bundle) {
+                paths.push(bundle);
+            }
+        }
+        paths.sort();
+    }
+    Ok(paths)
 }
 
 /// A bundle path opened for reading (`None`: it does not exist).
@@ -63,68 +84,114 @@ pub struct BundleStatus {
     pub invalid_reason: Option<String>,
     /// Owners when valid.
     pub owners: Vec<OwnerStatus>,
-    /// Whether staging holds an unfinished operation.
+    /// Whether an operation is unfinished (in the journal or in staging) and no live lock
+    /// covers it: `distributor recover` is due.
     pub recovery_pending: bool,
+    /// What is unfinished, when recovery is pending.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<String>,
+    /// Another process is publishing here now: who holds the lock (an unfinished
+    /// operation it covers is that process's work in progress).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy: Option<String>,
+    /// Why this bundle path could not be read (the others are still reported).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// A destination with releases: every release, oldest activation first, with when it
     /// was last activated and what retention would decide now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub releases: Option<Vec<crate::backend::releases::log::Verdict>>,
 }
 
-/// Status of every bundle path of the selected destinations.
-pub fn status(dests: &[&Destination]) -> Result<Vec<BundleStatus>> {
+/// Status of every bundle path of the selected destinations. An error at one bundle path
+/// (or in listing a destination's bundle paths) is reported on its entry, with state
+/// `error`, and the others are still read.
+pub fn status(dests: &[&Destination], view: Option<&JournalView>) -> Vec<BundleStatus> {
     let mut out = Vec::new();
     for d in dests {
-        for bundle in bundle_paths(d)? {
-            let store = open(d, &bundle)?;
-            let state = match &store {
-                Some(s) => s.read_state()?.parse().for_version(s.state_version()),
-                None => StateFile::Absent,
-            };
-            let recovery_pending = match &store {
-                Some(s) => !s.staging_entries()?.is_empty(),
-                None => false,
-            };
-            let mut s = BundleStatus {
-                destination_id: d.id.clone(),
-                bundle_path: bundle.to_string_lossy().into_owned(),
-                state: "absent",
-                state_mode: None,
-                invalid_reason: None,
-                owners: vec![],
-                recovery_pending,
-                releases: match store.as_ref().and_then(|s| s.as_releases()) {
-                    Some(r) => Some(r.retention()?),
-                    None => None,
-                },
-            };
-            match state {
-                StateFile::Absent => {}
-                StateFile::Invalid(r) => {
-                    s.state = "invalid";
-                    s.invalid_reason = Some(r);
-                }
-                StateFile::Valid(st) => {
-                    s.state = "valid";
-                    s.state_mode = Some(st.mode);
-                    s.owners = st
-                        .owners
-                        .iter()
-                        .map(|r| OwnerStatus {
-                            owner: r.owner.clone(),
-                            source: r.source.clone(),
-                            published_at: r.published_at.clone(),
-                            operation_id: r.operation_id.clone(),
-                            outputs: st.outputs.iter().filter(|o| *o.owner == r.owner).count(),
-                            links: st.links.iter().filter(|l| *l.owner == r.owner).count(),
-                        })
-                        .collect();
-                }
+        let empty = |bundle: &Path| BundleStatus {
+            destination_id: d.id.clone(),
+            bundle_path: bundle.to_string_lossy().into_owned(),
+            state: "absent",
+            state_mode: None,
+            invalid_reason: None,
+            owners: vec![],
+            recovery_pending: false,
+            recovery: None,
+            busy: None,
+            error: None,
+            releases: None,
+        };
+        let bundles = match reported_paths(d, view) {
+            Ok(b) => b,
+            Err(e) => {
+                let mut s = empty(&d.path);
+                s.state = "error";
+                s.error = Some(e.to_string());
+                out.push(s);
+                continue;
+            }
+        };
+        for bundle in bundles {
+            let mut s = empty(&bundle);
+            if let Err(e) = status_of(d, &bundle, view, &mut s) {
+                s.state = "error";
+                s.error = Some(e.to_string());
             }
             out.push(s);
         }
     }
-    Ok(out)
+    out
+}
+
+/// Fills in the status of one bundle path.
+fn status_of(
+    d: &Destination,
+    bundle: &Path,
+    view: Option<&JournalView>,
+    s: &mut BundleStatus,
+) -> Result<()> {
+    let store = open(d, bundle)?;
+    let state = match &store {
+        Some(s) => s.read_state()?.parse().for_version(s.state_version()),
+        None => StateFile::Absent,
+    };
+    match pending(view, bundle, store.as_deref())? {
+        Pending::Nothing => {}
+        Pending::Busy(who) => s.busy = Some(who),
+        Pending::Recovery(what) => {
+            s.recovery_pending = true;
+            s.recovery = Some(what);
+        }
+    }
+    s.releases = match store.as_ref().and_then(|s| s.as_releases()) {
+        Some(r) => Some(r.retention()?),
+        None => None,
+    };
+    match state {
+        StateFile::Absent => {}
+        StateFile::Invalid(r) => {
+            s.state = "invalid";
+            s.invalid_reason = Some(r);
+        }
+        StateFile::Valid(st) => {
+            s.state = "valid";
+            s.state_mode = Some(st.mode);
+            s.owners = st
+                .owners
+                .iter()
+                .map(|r| OwnerStatus {
+                    owner: r.owner.clone(),
+                    source: r.source.clone(),
+                    published_at: r.published_at.clone(),
+                    operation_id: r.operation_id.clone(),
+                    outputs: st.outputs.iter().filter(|o| *o.owner == r.owner).count(),
+                    links: st.links.iter().filter(|l| *l.owner == r.owner).count(),
+                })
+                .collect();
+        }
+    }
+    Ok(())
 }
 
 /// Drift found in one bundle path.
@@ -144,6 +211,18 @@ pub struct BundleDrift {
     pub modified: Vec<String>,
     /// Paths in storage no state records.
     pub unrecorded: Vec<String>,
+    /// Recovery is due (as in `status`): storage was not compared, since an interrupted
+    /// operation's half-placed files would read as drift.
+    pub recovery_pending: bool,
+    /// What is unfinished, when recovery is pending.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<String>,
+    /// Another process is publishing here now (who holds the lock): not compared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy: Option<String>,
+    /// Why this bundle path could not be verified (the others still are).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl BundleDrift {
@@ -156,41 +235,91 @@ impl BundleDrift {
     }
 }
 
-/// Compares storage with state for every bundle path of the selected destinations.
-pub fn verify(dests: &[&Destination], deep: bool) -> Result<Vec<BundleDrift>> {
+/// Compares storage with state for every bundle path of the selected destinations. A
+/// bundle path where recovery is pending, or another process is publishing, is not
+/// compared (it says which); an error at one is reported on its entry, with state
+/// `error`, and the others are still verified.
+pub fn verify(dests: &[&Destination], deep: bool, view: Option<&JournalView>) -> Vec<BundleDrift> {
     let mut out = Vec::new();
     for d in dests {
-        for bundle in bundle_paths(d)? {
-            let mut v = BundleDrift {
-                destination_id: d.id.clone(),
-                bundle_path: bundle.to_string_lossy().into_owned(),
-                state: "absent",
-                invalid_reason: None,
-                missing: vec![],
-                modified: vec![],
-                unrecorded: vec![],
-            };
-            let store = open(d, &bundle)?;
-            let state = match &store {
-                Some(s) => s.read_state()?.parse().for_version(s.state_version()),
-                None => StateFile::Absent,
-            };
-            match (state, store) {
-                (StateFile::Absent, _) => {}
-                (StateFile::Invalid(r), _) => {
-                    v.state = "invalid";
-                    v.invalid_reason = Some(r);
-                }
-                (StateFile::Valid(st), Some(store)) => {
-                    v.state = "valid";
-                    compare(store.as_ref(), &st, deep, &d.verify_ignore, &mut v)?;
-                }
-                (StateFile::Valid(_), None) => unreachable!("a state was read from it"),
+        let empty = |bundle: &Path| BundleDrift {
+            destination_id: d.id.clone(),
+            bundle_path: bundle.to_string_lossy().into_owned(),
+            state: "absent",
+            invalid_reason: None,
+            missing: vec![],
+            modified: vec![],
+            unrecorded: vec![],
+            recovery_pending: false,
+            recovery: None,
+            busy: None,
+            error: None,
+        };
+        let bundles = match reported_paths(d, view) {
+            Ok(b) => b,
+            Err(e) => {
+                let mut v = empty(&d.path);
+                v.state = "error";
+                v.error = Some(e.to_string());
+                out.push(v);
+                continue;
+            }
+        };
+        for bundle in bundles {
+            let mut v = empty(&bundle);
+            if let Err(e) = verify_one(d, &bundle, deep, view, &mut v) {
+                v = BundleDrift {
+                    state: "error",
+                    error: Some(e.to_string()),
+                    ..empty(&bundle)
+                };
             }
             out.push(v);
         }
     }
-    Ok(out)
+    out
+}
+
+/// Verifies one bundle path.
+fn verify_one(
+    d: &Destination,
+    bundle: &Path,
+    deep: bool,
+    view: Option<&JournalView>,
+    v: &mut BundleDrift,
+) -> Result<()> {
+    let store = open(d, bundle)?;
+    let state = match &store {
+        Some(s) => s.read_state()?.parse().for_version(s.state_version()),
+        None => StateFile::Absent,
+    };
+    let compare_it = match pending(view, bundle, store.as_deref())? {
+        Pending::Nothing => true,
+        Pending::Busy(who) => {
+            v.busy = Some(who);
+            false
+        }
+        Pending::Recovery(what) => {
+            v.recovery_pending = true;
+            v.recovery = Some(what);
+            false
+        }
+    };
+    match (state, store) {
+        (StateFile::Absent, _) => {}
+        (StateFile::Invalid(r), _) => {
+            v.state = "invalid";
+            v.invalid_reason = Some(r);
+        }
+        (StateFile::Valid(st), Some(store)) => {
+            v.state = "valid";
+            if compare_it {
+                compare(store.as_ref(), &st, deep, &d.verify_ignore, v)?;
+            }
+        }
+        (StateFile::Valid(_), None) => unreachable!("a state was read from it"),
+    }
+    Ok(())
 }
 
 /// Compares what `store` holds with the valid state `st`. Every recorded path is looked

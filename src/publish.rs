@@ -7,7 +7,7 @@ use crate::config::{Config, Destination, PathMapping};
 use crate::error::{Error, Result};
 use crate::execute::{ExecContext, Progress, execute};
 use crate::hash::hash_file;
-use crate::journal::Journal;
+use crate::journal::{Journal, JournalView};
 use crate::model::{Decision, Owner};
 use crate::plan::{DestinationPlan, PlanInput, Storage, plan_destination};
 use crate::report::{DestinationReport, Report, Status, Summary};
@@ -70,10 +70,12 @@ pub fn publish_with_progress(
     progress: Option<&dyn Progress>,
 ) -> Result<Outcome> {
     let selected = config.select(&opts.destinations)?;
-    let mut journal = if opts.dry_run {
-        None
+    // A dry run reads the journal without writing anything, to say what a real run would
+    // (exit 4 while recovery is pending, SPEC §16).
+    let (mut journal, view) = if opts.dry_run {
+        (None, JournalView::open(&opts.journal)?)
     } else {
-        Some(Journal::open(&opts.journal)?)
+        (Some(Journal::open(&opts.journal)?), None)
     };
     let mut reports = Vec::new();
     let mut codes: Vec<u8> = Vec::new();
@@ -86,23 +88,30 @@ pub fn publish_with_progress(
             reports.push(r);
             continue;
         }
-        let (report, code) =
-            match publish_one(config, dest, source, opts, journal.as_mut(), progress) {
-                Ok(x) => x,
-                Err(e) => {
-                    if matches!(e.root(), Error::Source(_)) {
-                        invalid_source = Some(e.to_string());
-                    }
-                    concurrent_change |= matches!(e.root(), Error::ConcurrentChange(_));
-                    let code = e.exit_code();
-                    let mut r = failed_report(config, dest, source, e.to_string());
-                    if let Error::Planned { plan, .. } = &e {
-                        r = DestinationReport::from_plan((**plan).clone(), Status::Failed, None);
-                    }
-                    r.message = e.to_string();
-                    (r, code)
+        let (report, code) = match publish_one(
+            config,
+            dest,
+            source,
+            opts,
+            journal.as_mut(),
+            view.as_ref(),
+            progress,
+        ) {
+            Ok(x) => x,
+            Err(e) => {
+                if matches!(e.root(), Error::Source(_)) {
+                    invalid_source = Some(e.to_string());
                 }
-            };
+                concurrent_change |= matches!(e.root(), Error::ConcurrentChange(_));
+                let code = e.exit_code();
+                let mut r = failed_report(config, dest, source, e.to_string());
+                if let Error::Planned { plan, .. } = &e {
+                    r = DestinationReport::from_plan((**plan).clone(), Status::Failed, None);
+                }
+                r.message = e.to_string();
+                (r, code)
+            }
+        };
         reports.push(report);
         codes.push(code);
     }
@@ -501,6 +510,7 @@ fn publish_one(
     source: &Source,
     opts: &PublishOptions,
     journal: Option<&mut Journal>,
+    view: Option<&JournalView>,
     progress: Option<&dyn Progress>,
 ) -> Result<(DestinationReport, u8)> {
     let Some(journal) = journal else {
@@ -523,27 +533,28 @@ fn publish_one(
                 });
             }
         }
-        // A dry run opens no journal, but an interrupted operation's staging is visible:
-        // the real run would refuse with exit 4, so the plan says so too.
-        let staging = match Unlocked::open(dest, &plan.bundle_path)?.store {
-            Some(store) => staging_names(store.as_ref())?,
-            None => Vec::new(),
+        // The journal (read only) and staging say whether recovery is pending: the real
+        // run would refuse with exit 4, so the plan says so too; unless another process is
+        // publishing there right now (`busy`).
+        let store = Unlocked::open(dest, &plan.bundle_path)?.store;
+        let busy = match pending(view, &plan.bundle_path, store.as_deref())? {
+            Pending::Recovery(what) if !stands_during_recovery(plan.decision) => {
+                return Err(Error::Planned {
+                    plan: Box::new(plan),
+                    source: Box::new(Error::RecoveryRequired(what)),
+                });
+            }
+            Pending::Busy(who) => Some(who),
+            _ => None,
         };
-        if !stands_during_recovery(plan.decision) && !staging.is_empty() {
-            let e = Error::RecoveryRequired(format!(
-                "recovery required: {}/{} holds {}; run `distributor recover` (with the same --config/--journal) before publishing again",
-                plan.bundle_path.display(),
-                local::STAGING_DIR,
-                staging.join(", ")
-            ));
-            return Err(Error::Planned {
-                plan: Box::new(plan),
-                source: Box::new(e),
-            });
-        }
         let status = status_of(&plan, Status::Planned);
         let code = code_of(&plan);
         let mut report = DestinationReport::from_plan(plan, status, None);
+        if let Some(who) = busy {
+            report.message = format!(
+                "busy: another distributor process is publishing here now ({who}); this plan may change when it finishes"
+            );
+        }
         if dest.s3.is_some() {
             // A real run checks once that the store honours conditional writes; a dry
             // run writes nothing, so it cannot (SPEC §14).
@@ -715,22 +726,69 @@ pub fn check_recovery(journal: &Journal, store: &dyn BundleStore) -> Result<()> 
     let key = store.path().to_string_lossy();
     let unfinished = journal.unfinished_for(&key)?;
     let staging = staging_names(store)?;
-    if unfinished.is_empty() && staging.is_empty() {
-        return Ok(());
+    match recovery_due(&key, &unfinished, &staging) {
+        None => Ok(()),
+        Some(what) => Err(Error::RecoveryRequired(what)),
     }
+}
+
+/// What is unfinished at bundle path `key`, said as the refusal says it; `None` when
+/// nothing is.
+fn recovery_due(key: &str, unfinished: &[String], staging: &[String]) -> Option<String> {
     let what = if let Some(op) = unfinished.first() {
         format!("operation {op} on {key} is unfinished")
-    } else {
+    } else if !staging.is_empty() {
         format!(
             "{}/{} holds {}",
             key,
             local::STAGING_DIR,
             staging.join(", ")
         )
+    } else {
+        return None;
     };
-    Err(Error::RecoveryRequired(format!(
+    Some(format!(
         "recovery required: {what}; run `distributor recover` (with the same --config/--journal) before publishing again"
-    )))
+    ))
+}
+
+/// Whether recovery is pending at a bundle path, as a command that takes no lock sees it
+/// (SPEC §16).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pending {
+    /// Nothing is unfinished.
+    Nothing,
+    /// Something is unfinished and another process holds the lock now: it is that
+    /// process's work in progress (who, as its lock says), not a recovery.
+    Busy(String),
+    /// Recovery is due: what is unfinished, and what to run.
+    Recovery(String),
+}
+
+/// Reads, without writing or locking anything, whether an operation at `bundle` is
+/// unfinished (in the journal `view`, or in the staging of `store`) and whether a live
+/// lock covers it.
+pub fn pending(
+    view: Option<&JournalView>,
+    bundle: &Path,
+    store: Option<&dyn BundleStore>,
+) -> Result<Pending> {
+    let key = bundle.to_string_lossy();
+    let unfinished = match view {
+        Some(v) => v.unfinished_for(&key)?,
+        None => Vec::new(),
+    };
+    let staging = match store {
+        Some(s) => staging_names(s)?,
+        None => Vec::new(),
+    };
+    let Some(what) = recovery_due(&key, &unfinished, &staging) else {
+        return Ok(Pending::Nothing);
+    };
+    if let Some(who) = store.map(|s| s.lock_holder()).transpose()?.flatten() {
+        return Ok(Pending::Busy(who));
+    }
+    Ok(Pending::Recovery(what))
 }
 
 fn status_of(plan: &DestinationPlan, writing: Status) -> Status {
@@ -747,6 +805,14 @@ fn code_of(plan: &DestinationPlan) -> u8 {
     } else {
         0
     }
+}
+
+/// Whether [`resolve_journal`] falls through to the default location (no `--journal`,
+/// `DISTRIBUTOR_JOURNAL` or `journal.path`).
+pub fn journal_is_default(flag: Option<&Path>, config: Option<&Config>) -> bool {
+    flag.is_none()
+        && std::env::var_os("DISTRIBUTOR_JOURNAL").is_none_or(|v| v.is_empty())
+        && config.is_none_or(|c| c.journal_path.is_none())
 }
 
 /// The journal location (SPEC §2): `--journal`, `DISTRIBUTOR_JOURNAL`, `journal.path`,

@@ -137,8 +137,22 @@ pub struct RecoverReport {
     pub journal: String,
     /// One entry per operation found.
     pub operations: Vec<RecoveredOperation>,
+    /// Destinations of the config that could not be searched for interrupted operations
+    /// (the others still were); each counts as failed.
+    pub errors: Vec<DestinationError>,
     /// Counters.
     pub summary: RecoverSummary,
+}
+
+/// A destination `recover` could not search.
+#[derive(Debug, Clone, Serialize)]
+pub struct DestinationError {
+    /// Destination id.
+    pub destination_id: String,
+    /// Its configured path.
+    pub path: String,
+    /// What went wrong.
+    pub message: String,
 }
 
 impl RecoverReport {
@@ -211,6 +225,7 @@ pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<Recover
         dry_run: opts.dry_run,
         journal: opts.journal.to_string_lossy().into_owned(),
         operations: Vec::new(),
+        errors: Vec::new(),
         summary: RecoverSummary::default(),
     };
     if let Some(j) = &journal {
@@ -224,30 +239,14 @@ pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<Recover
     }
     if let Some(config) = config {
         for dest in &config.destinations {
-            let backend = backend::for_destination(dest)?;
-            let backend = backend.as_ref();
-            for bundle in staging_bundles(backend, &dest.path, &dest.path_mapping)? {
-                let ops = found.entry(bundle.clone()).or_default();
-                let Some(store) = backend.open(&dest.path, &bundle)? else {
-                    continue;
-                };
-                for entry in store.staging_entries()? {
-                    let c = match &entry {
-                        StagingEntry::Operation(op) | StagingEntry::Unfinished(op) => {
-                            ops.entry(op.clone()).or_default()
-                        }
-                        StagingEntry::Foreign(name, why) => {
-                            report.operations.push(foreign(&bundle, name, why));
-                            continue;
-                        }
-                    };
-                    match entry {
-                        StagingEntry::Operation(_) => c.in_staging = true,
-                        _ => c.unfinished_record = true,
-                    }
-                    c.base = Some(dest.path.clone());
-                    c.location = Location::of_destination(dest);
-                }
+            // One destination that cannot be searched is reported, and the others still
+            // are (SPEC §16).
+            if let Err(e) = search_staging(dest, &mut found, &mut report) {
+                report.errors.push(DestinationError {
+                    destination_id: dest.id.clone(),
+                    path: dest.path.to_string_lossy().into_owned(),
+                    message: e.to_string(),
+                });
             }
         }
     }
@@ -272,7 +271,44 @@ pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<Recover
             Outcome::Closed => s.closed += 1,
         }
     }
+    s.failed += report.errors.len();
     Ok(report)
+}
+
+/// Adds to `found` the operations whose staging is in `dest`'s bundle paths (staging
+/// distributor did not make goes to `report`, failed).
+fn search_staging(
+    dest: &crate::config::Destination,
+    found: &mut BTreeMap<PathBuf, BTreeMap<String, Candidate>>,
+    report: &mut RecoverReport,
+) -> Result<()> {
+    let backend = backend::for_destination(dest)?;
+    let backend = backend.as_ref();
+    for bundle in staging_bundles(backend, &dest.path, &dest.path_mapping)? {
+        let Some(store) = backend.open(&dest.path, &bundle)? else {
+            continue;
+        };
+        let entries = store.staging_entries()?;
+        let ops = found.entry(bundle.clone()).or_default();
+        for entry in entries {
+            let c = match &entry {
+                StagingEntry::Operation(op) | StagingEntry::Unfinished(op) => {
+                    ops.entry(op.clone()).or_default()
+                }
+                StagingEntry::Foreign(name, why) => {
+                    report.operations.push(foreign(&bundle, name, why));
+                    continue;
+                }
+            };
+            match entry {
+                StagingEntry::Operation(_) => c.in_staging = true,
+                _ => c.unfinished_record = true,
+            }
+            c.base = Some(dest.path.clone());
+            c.location = Location::of_destination(dest);
+        }
+    }
+    Ok(())
 }
 
 /// Ends the diverged operation `op` without touching its destination (`recover
@@ -337,6 +373,7 @@ pub fn abandon(op: &str, opts: &RecoverOptions) -> Result<RecoverReport> {
         command: "recover",
         dry_run: opts.dry_run,
         journal: opts.journal.to_string_lossy().into_owned(),
+        errors: Vec::new(),
         operations: vec![RecoveredOperation {
             operation_id: d.operation_id,
             bundle_path: d.bundle_path,
@@ -772,8 +809,18 @@ impl RecoverReport {
     pub fn to_text(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
+        for e in &self.errors {
+            let _ = writeln!(
+                out,
+                "destination {} -> {}: not searched for interrupted operations: {}",
+                e.destination_id, e.path, e.message
+            );
+        }
         if self.operations.is_empty() {
             let _ = writeln!(out, "nothing to recover (journal {})", self.journal);
+            if !self.errors.is_empty() {
+                let _ = writeln!(out, "{} destination(s) failed", self.errors.len());
+            }
             return out;
         }
         for o in &self.operations {

@@ -372,7 +372,19 @@ fn dry_run_reports_recovery_required_when_staging_is_left() {
     );
     assert_ne!(crashed.code, 0, "the failpoint aborts the run");
     assert!(env.exists("dest/latest/.distributor-staging"));
-    let before = env.snapshot("");
+    // The journal is read, not written: its database and WAL stay byte for byte (the
+    // `-shm` index, where SQLite readers take their read marks, holds no data).
+    let unshared = || -> Vec<(String, String)> {
+        env.snapshot("")
+            .into_iter()
+            .filter(|(p, _)| !p.ends_with("-shm"))
+            .collect()
+    };
+    let before = unshared();
+    assert!(
+        before.iter().any(|(p, _)| p.ends_with("-wal")),
+        "the killed run left its WAL"
+    );
     let r = env.plan(&c, &b2, &[]);
     r.expect_code(4);
     assert_eq!(r.dest(0)["status"], "failed");
@@ -383,7 +395,7 @@ fn dry_run_reports_recovery_required_when_staging_is_left() {
             .unwrap()
             .contains("recovery required")
     );
-    assert_eq!(env.snapshot(""), before, "the dry run wrote something");
+    assert_eq!(unshared(), before, "the dry run wrote something");
     env.publish(&c, &b2, &[]).expect_code(4);
 }
 

@@ -612,11 +612,13 @@ fn a_bucket_that_does_not_exist_is_a_clear_error() {
         assert!(msg.contains("NoSuchBucket"), "{extra:?}: {msg}");
     }
     assert!(w.history().is_empty(), "an operation was journaled");
-    // verify and status say so too, rather than reading a missing bucket as no state.
+    // verify and status say so too, rather than reading a missing bucket as no state: on
+    // that destination, in state `error` (SPEC §16).
     for cmd in ["verify", "status"] {
         let r = w.run(&[cmd, "--config", path(&config)], &[]);
         assert_eq!(r.code, 1, "{cmd}: {}{}", r.stdout, r.stderr);
-        assert!(r.stderr.contains("NoSuchBucket"), "{cmd}: {}", r.stderr);
+        assert!(r.stdout.contains(": state error"), "{cmd}: {}", r.stdout);
+        assert!(r.stdout.contains("NoSuchBucket"), "{cmd}: {}", r.stdout);
     }
     let r = moto.raw("GET", &format!("/{missing}?list-type=2"), &[], &[]);
     assert_eq!(r.status, 404, "the bucket appeared: {}", r.text());

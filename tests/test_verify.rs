@@ -384,7 +384,9 @@ fn status_and_verify_of_mapped_destinations() {
     );
     // An interrupted first publication: staging, no state yet.
     fs::create_dir_all(env.path("dest/daily/day-3/.distributor-staging/op")).unwrap();
-    let s = status(&env, &cfg);
+    let r = env.run(&["status", "--json", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(4); // recovery pending (SPEC §16)
+    let s = r.json();
     let d = &s["destinations"][2];
     assert_eq!(
         d["bundle_path"],

@@ -125,6 +125,10 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// Whether any distributor process ever locked this bundle path (its lock exists).
     fn locked_before(&self) -> Result<bool>;
 
+    /// Whether another process holds this bundle path's lock right now (SPEC §16 `busy`):
+    /// who, as its lock record says. Writes nothing and waits for nothing.
+    fn lock_holder(&self) -> Result<Option<String>>;
+
     /// What `.distributor-staging/` holds.
     fn staging_entries(&self) -> Result<Vec<StagingEntry>>;
 

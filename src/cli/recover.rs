@@ -3,7 +3,7 @@
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::Result;
-use crate::publish::resolve_journal;
+use crate::publish::{journal_is_default, resolve_journal};
 use crate::recover::{RecoverOptions, abandon, recover};
 use clap::Args;
 use std::path::PathBuf;
@@ -41,8 +41,22 @@ pub struct RecoverArgs {
 pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
     let lock_timeout = super::lock_timeout(a.lock_timeout)?;
     let config = a.config.as_deref().map(Config::load).transpose()?;
+    let journal = resolve_journal(a.journal.as_deref(), config.as_ref())?;
+    if journal_is_default(a.journal.as_deref(), config.as_ref()) {
+        // A bare `recover` reads the default journal: say which, since the operations to
+        // recover may be in another (SPEC §16).
+        eprintln!(
+            "using the default journal {} (no --journal, DISTRIBUTOR_JOURNAL or journal.path{})",
+            journal.display(),
+            if config.is_none() {
+                ", no --config"
+            } else {
+                ""
+            }
+        );
+    }
     let opts = RecoverOptions {
-        journal: resolve_journal(a.journal.as_deref(), config.as_ref())?,
+        journal,
         dry_run: a.dry_run,
         lock_timeout,
         actor: cli_actor(a.actor.as_deref()),

@@ -4,6 +4,8 @@ use super::CommandOutput;
 use crate::config::Config;
 use crate::error::Result;
 use crate::inspect;
+use crate::journal::JournalView;
+use crate::publish::{overall_exit_code, resolve_journal};
 use clap::Args;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -20,18 +22,33 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Journal file, read to tell pending recovery (else DISTRIBUTOR_JOURNAL, journal.path,
+    /// $XDG_STATE_HOME/distributor/journal.sqlite3). Nothing is written to it.
+    #[arg(long, value_name = "P")]
+    pub journal: Option<PathBuf>,
 }
 
 /// Runs the command.
 pub fn run(a: StatusArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
     let dests = config.select(&a.destinations)?;
-    let st = inspect::status(&dests)?;
+    let view = JournalView::open(&resolve_journal(a.journal.as_deref(), Some(&config))?)?;
+    let st = inspect::status(&dests, view.as_ref());
+    // An unreadable bundle path is 1, pending recovery 4 (SPEC §10 precedence).
+    let codes: Vec<u8> = st
+        .iter()
+        .map(|s| match (&s.error, s.recovery_pending) {
+            (Some(_), _) => 1,
+            (None, true) => 4,
+            (None, false) => 0,
+        })
+        .collect();
+    let code = overall_exit_code(&codes);
     if a.json {
         let v = serde_json::json!({"pipeline_id": config.pipeline_id, "destinations": st});
         return Ok(CommandOutput {
             stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
-            code: 0,
+            code,
         });
     }
     let mut out = String::new();
@@ -43,6 +60,9 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
         );
         if let Some(r) = &s.invalid_reason {
             let _ = writeln!(out, "  invalid: {r}");
+        }
+        if let Some(e) = &s.error {
+            let _ = writeln!(out, "  error: {e}");
         }
         for o in &s.owners {
             let _ = writeln!(
@@ -67,12 +87,15 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
                 r.reason
             );
         }
-        if s.recovery_pending {
-            let _ = writeln!(out, "  recovery pending: run `distributor recover`");
+        if let Some(what) = &s.recovery {
+            let _ = writeln!(out, "  recovery pending: {what}");
+        }
+        if let Some(who) = &s.busy {
+            let _ = writeln!(
+                out,
+                "  busy: another distributor process is publishing here now ({who})"
+            );
         }
     }
-    Ok(CommandOutput {
-        stdout: out,
-        code: 0,
-    })
+    Ok(CommandOutput { stdout: out, code })
 }

@@ -4,6 +4,8 @@ use super::CommandOutput;
 use crate::config::Config;
 use crate::error::Result;
 use crate::inspect;
+use crate::journal::JournalView;
+use crate::publish::{overall_exit_code, resolve_journal};
 use clap::Args;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -24,20 +26,32 @@ pub struct VerifyArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Journal file, read to tell pending recovery (else DISTRIBUTOR_JOURNAL, journal.path,
+    /// $XDG_STATE_HOME/distributor/journal.sqlite3). Nothing is written to it.
+    #[arg(long, value_name = "P")]
+    pub journal: Option<PathBuf>,
 }
 
 /// Runs the command.
 pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
     let dests = config.select(&a.destinations)?;
-    let drift = inspect::verify(&dests, a.deep)?;
-    let code = if drift.iter().any(|d| d.drifted()) {
-        3
-    } else {
-        0
-    };
+    let view = JournalView::open(&resolve_journal(a.journal.as_deref(), Some(&config))?)?;
+    let drift = inspect::verify(&dests, a.deep, view.as_ref());
+    // An unverifiable bundle path is 1, pending recovery 4, drift 3 (SPEC §10 precedence).
+    let codes: Vec<u8> = drift
+        .iter()
+        .map(|d| match (&d.error, d.recovery_pending, d.drifted()) {
+            (Some(_), _, _) => 1,
+            (None, true, _) => 4,
+            (None, false, true) => 3,
+            (None, false, false) => 0,
+        })
+        .collect();
+    let code = overall_exit_code(&codes);
     if a.json {
-        let v = serde_json::json!({"pipeline_id": config.pipeline_id, "drift": code == 3, "destinations": drift});
+        let any_drift = drift.iter().any(|d| d.drifted());
+        let v = serde_json::json!({"pipeline_id": config.pipeline_id, "drift": any_drift, "destinations": drift});
         return Ok(CommandOutput {
             stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
             code,
@@ -45,7 +59,17 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     }
     let mut out = String::new();
     for d in &drift {
-        let verdict = if d.drifted() { "drift" } else { "ok" };
+        let verdict = if d.error.is_some() {
+            "error"
+        } else if d.recovery_pending {
+            "recovery pending, not compared"
+        } else if d.busy.is_some() {
+            "busy, not compared"
+        } else if d.drifted() {
+            "drift"
+        } else {
+            "ok"
+        };
         let _ = writeln!(
             out,
             "destination {} -> {}: state {}, {verdict}",
@@ -53,6 +77,18 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
         );
         if let Some(r) = &d.invalid_reason {
             let _ = writeln!(out, "  invalid state: {r}");
+        }
+        if let Some(e) = &d.error {
+            let _ = writeln!(out, "  error: {e}");
+        }
+        if let Some(what) = &d.recovery {
+            let _ = writeln!(out, "  {what}");
+        }
+        if let Some(who) = &d.busy {
+            let _ = writeln!(
+                out,
+                "  another distributor process is publishing here now ({who})"
+            );
         }
         for p in &d.missing {
             let _ = writeln!(out, "  missing    {p}");

@@ -7,6 +7,9 @@
 
 mod migrate;
 pub mod query;
+mod read_only;
+
+pub use read_only::JournalView;
 
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 
@@ -116,6 +119,9 @@ pub struct Journal {
 impl Journal {
     /// Opens (creating when absent) and migrates the journal at `path`.
     pub fn open(path: &Path) -> Result<Journal> {
+        if path.is_dir() {
+            return Err(is_a_directory(path));
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::Journal {
                 path: path.to_path_buf(),
@@ -138,6 +144,9 @@ impl Journal {
     /// Opens an existing journal for reading; `None` when there is no file. Still migrates
     /// (an older schema is brought up to date), refuses a newer one.
     pub fn open_existing(path: &Path) -> Result<Option<Journal>> {
+        if path.is_dir() {
+            return Err(is_a_directory(path));
+        }
         if !path.exists() {
             return Ok(None);
         }
@@ -544,6 +553,17 @@ const LATEST_PLACEMENT_SETS: &str = "SELECT id, placements FROM journal_placemen
 /// `journal_placements_latest`).
 const LATEST_PLACEMENTS: &str = "SELECT path, size, mtime_ns, ino, sha256 FROM journal_placements
      WHERE bundle_path = ?1 ORDER BY id DESC";
+
+/// The error for a journal path that names a directory.
+pub(crate) fn is_a_directory(path: &Path) -> Error {
+    Error::Journal {
+        path: path.to_path_buf(),
+        message: format!(
+            "is a directory; the journal is a file (SQLite database), e.g. {}",
+            path.join("journal.sqlite3").display()
+        ),
+    }
+}
 
 /// How long a journal statement waits for another process's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -186,7 +186,8 @@ pub async fn destinations(
         let p = Arc::clone(&pipeline);
         let statuses = tokio::task::spawn_blocking(move || {
             let dests: Vec<_> = p.config.destinations.iter().collect();
-            crate::inspect::status(&dests)
+            let view = crate::journal::JournalView::open(&p.journal)?;
+            crate::error::Result::Ok(crate::inspect::status(&dests, view.as_ref()))
         })
         .await
         .map_err(|e| ApiError::internal(format!("status failed: {e}")))?

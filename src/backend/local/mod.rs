@@ -89,6 +89,9 @@ impl BundleStore for Bundle {
             .ctx("stat", self.path().join(LOCK_FILE))?
             .is_some())
     }
+    fn lock_holder(&self) -> Result<Option<String>> {
+        Bundle::lock_holder(self)
+    }
     fn staging_entries(&self) -> Result<Vec<StagingEntry>> {
         Bundle::staging_entries(self)
     }

@@ -717,6 +717,14 @@ impl BundleStore for ReleaseStore {
         }
     }
 
+    fn lock_holder(&self) -> Result<Option<String>> {
+        // The lock of a destination with releases is in `releases.dir`.
+        match &self.root {
+            Some(r) => r.lock_holder(),
+            None => Ok(None),
+        }
+    }
+
     fn locked_before(&self) -> Result<bool> {
         match &self.root {
             Some(r) => Ok(r

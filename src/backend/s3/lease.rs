@@ -95,6 +95,78 @@ fn body_bytes(b: &LeaseBody) -> PutPayload {
     PutPayload::from(v)
 }
 
+/// What a lease object found in place says.
+enum Judged {
+    /// It was removed meanwhile.
+    Gone,
+    /// Expired by the store's clock, or left by a process of this host that is gone: it
+    /// may be taken over on this ETag, with the next epoch.
+    Expired { e_tag: Option<String>, epoch: u64 },
+    /// Held: by whom, and when it expires.
+    Live(String),
+}
+
+/// Reads the lease at `key` and judges it by the store's clock (`lease`: the length to
+/// assume when its content does not say).
+fn judge(backend: &S3Backend, key: &Key, shown: &str, lease: Duration) -> Result<Judged> {
+    backend.clock.reset();
+    let got = match block_on(backend.client.get(key)) {
+        Err(object_store::Error::NotFound { .. }) => return Ok(Judged::Gone),
+        Err(e) => return Err(store_error("read the lease", shown, e)),
+        Ok(g) => g,
+    };
+    let meta = got.meta.clone();
+    let bytes = block_on(got.bytes()).map_err(|e| store_error("read the lease", shown, e))?;
+    let theirs: Option<LeaseBody> = serde_json::from_slice(&bytes).ok();
+    let their_lease = theirs.as_ref().map_or(lease, |b| {
+        Duration::from_secs(b.lease_seconds.clamp(10, 3600))
+    });
+    let modified = SystemTime::from(meta.last_modified);
+    let expires = modified + their_lease + GRACE;
+    // A lease of a process of this host that is gone is never renewed again: it is as
+    // good as expired (a kill -9, then `recover`).
+    let orphaned = theirs
+        .as_ref()
+        .is_some_and(|b| b.host == host() && !process_alive(b.pid));
+    let store_now = backend.clock.now();
+    if orphaned || store_now.is_some_and(|now| now > expires) {
+        return Ok(Judged::Expired {
+            e_tag: meta.e_tag,
+            epoch: theirs.as_ref().map_or(1, |b| b.epoch),
+        });
+    }
+    let left = store_now
+        .and_then(|n| expires.duration_since(n).ok())
+        .map(|d| format!("it expires in {} s by the store's clock", d.as_secs()))
+        .unwrap_or_else(|| "the store sent no Date to judge its age by".into());
+    Ok(Judged::Live(match &theirs {
+        Some(b) => format!(
+            "held by {} pid {} ({}{}, epoch {}); {left}",
+            b.host,
+            b.pid,
+            b.actor,
+            b.operation_id
+                .as_deref()
+                .map(|o| format!(", operation {o}"))
+                .unwrap_or_default(),
+            b.epoch
+        ),
+        None => format!("held (its content is not a distributor lease); {left}"),
+    }))
+}
+
+/// Whether a live lease covers the bundle path `bundle` (key prefix `prefix`) now (SPEC
+/// §16 `busy`): who holds it. Reads the lease, writes nothing.
+pub fn live_holder(backend: &S3Backend, bundle: &Path, prefix: &str) -> Result<Option<String>> {
+    let key = Key::from(format!("{prefix}/{LOCK_OBJECT}"));
+    let shown = format!("{}/{LOCK_OBJECT}", bundle.display());
+    let lease = Duration::from_secs(backend.location.lease_seconds);
+    Ok(match judge(backend, &key, &shown, lease)? {
+        Judged::Live(why) => Some(format!("the lease {shown} is {why}")),
+        Judged::Gone | Judged::Expired { .. } => None,
+    })
+}
+
 impl Lease {
     /// Takes the lease of the bundle path `bundle` (key prefix `prefix`), waiting up to
     /// `timeout` for a live one to be released or to expire.
@@ -130,41 +202,19 @@ impl Lease {
             let why_waiting = match put {
                 Ok(r) => return Ok(Lease::held(backend, key, shown, lease, r.e_tag, body, sent)),
                 Err(object_store::Error::AlreadyExists { .. }) => {
-                    // Held, or left behind: its age by the store's clock.
-                    backend.clock.reset();
-                    let got = block_on(client.get(&key));
-                    let got = match got {
-                        Err(object_store::Error::NotFound { .. }) => continue,
-                        Err(e) => return Err(store_error("read the lease", &shown, e)),
-                        Ok(g) => g,
-                    };
-                    let meta = got.meta.clone();
-                    let bytes = block_on(got.bytes())
-                        .map_err(|e| store_error("read the lease", &shown, e))?;
-                    let theirs: Option<LeaseBody> = serde_json::from_slice(&bytes).ok();
-                    let their_lease = theirs.as_ref().map_or(lease, |b| {
-                        Duration::from_secs(b.lease_seconds.clamp(10, 3600))
-                    });
-                    let modified = SystemTime::from(meta.last_modified);
-                    let expires = modified + their_lease + GRACE;
-                    // A lease of a process of this host that is gone is never renewed
-                    // again: it is as good as expired (a kill -9, then `recover`).
-                    let orphaned = theirs
-                        .as_ref()
-                        .is_some_and(|b| b.host == body.host && !process_alive(b.pid));
-                    let store_now = backend.clock.now();
-                    let expired = orphaned || store_now.is_some_and(|now| now > expires);
-                    match store_now {
-                        _ if expired => {
+                    match judge(backend, &key, &shown, lease)? {
+                        Judged::Gone => continue,
+                        Judged::Live(why) => why,
+                        Judged::Expired { e_tag, epoch } => {
                             // Expired by the store's clock: take it over on the ETag seen.
-                            body.epoch = theirs.as_ref().map_or(1, |b| b.epoch) + 1;
+                            body.epoch = epoch + 1;
                             let sent = Instant::now();
                             let taken = block_on(client.put_opts(
                                 &key,
                                 body_bytes(&body),
                                 PutOptions {
                                     mode: PutMode::Update(UpdateVersion {
-                                        e_tag: meta.e_tag.clone(),
+                                        e_tag,
                                         version: None,
                                     }),
                                     ..Default::default()
@@ -180,32 +230,6 @@ impl Lease {
                                 | Err(object_store::Error::NotFound { .. }) => continue,
                                 Err(e) => {
                                     return Err(store_error("take over the lease", &shown, e));
-                                }
-                            }
-                        }
-                        _ => {
-                            let left = store_now
-                                .and_then(|n| expires.duration_since(n).ok())
-                                .map(|d| {
-                                    format!("it expires in {} s by the store's clock", d.as_secs())
-                                })
-                                .unwrap_or_else(|| {
-                                    "the store sent no Date to judge its age by".into()
-                                });
-                            match &theirs {
-                                Some(b) => format!(
-                                    "held by {} pid {} ({}{}, epoch {}); {left}",
-                                    b.host,
-                                    b.pid,
-                                    b.actor,
-                                    b.operation_id
-                                        .as_deref()
-                                        .map(|o| format!(", operation {o}"))
-                                        .unwrap_or_default(),
-                                    b.epoch
-                                ),
-                                None => {
-                                    format!("held (its content is not a distributor lease); {left}")
                                 }
                             }
                         }

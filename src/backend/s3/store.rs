@@ -734,6 +734,13 @@ impl BundleStore for S3Store {
         Ok(true)
     }
 
+    fn lock_holder(&self) -> Result<Option<String>> {
+        if self.lease.is_some() {
+            return Ok(None);
+        }
+        super::lease::live_holder(&self.backend, &self.bundle, &self.prefix)
+    }
+
     fn staging_entries(&self) -> Result<Vec<StagingEntry>> {
         let mut ops: BTreeMap<String, bool> = BTreeMap::new();
         let mut out = Vec::new();

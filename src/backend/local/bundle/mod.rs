@@ -301,6 +301,33 @@ impl Bundle {
         &self.path
     }
 
+    /// Whether another process holds the lock now: a shared `flock` on the bundle
+    /// directory, tried without waiting and let go at once (every holder has it
+    /// exclusively), and the holder's record from `.distributor.lock`. Writes nothing; a
+    /// publisher that tries the lock in that instant tries again 20 ms later.
+    pub fn lock_holder(&self) -> Result<Option<String>> {
+        match rustix::fs::flock(
+            self.dir.fd(),
+            rustix::fs::FlockOperation::NonBlockingLockShared,
+        ) {
+            Ok(()) => {
+                let _ = rustix::fs::flock(self.dir.fd(), rustix::fs::FlockOperation::Unlock);
+                Ok(None)
+            }
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {
+                let holder = match self.dir.open_file(LOCK_FILE) {
+                    Ok((file, _)) => super::holder::read(&file),
+                    Err(_) => None,
+                };
+                Ok(Some(holder.map_or_else(
+                    || "another distributor process (its holder is not recorded)".to_string(),
+                    |h| h.describe(),
+                )))
+            }
+            Err(e) => Err(Error::io("lock", &self.path, e.into())),
+        }
+    }
+
     /// A directory opened elsewhere, for reading only (a release of a releases
     /// destination): `path` names it in messages.
     pub fn reading(path: &Path, dir: Dir) -> Result<Bundle> {
