@@ -8,7 +8,7 @@
 use super::log::{self, Activation};
 use super::{ACTIVATE_PREFIX, ADOPTED_PREFIX, Link, ReleaseStore, link_text};
 use crate::backend::Committed;
-use crate::backend::local::handle::{Dir, split, type_name};
+use crate::backend::local::handle::{Dir, Identity, split, type_name};
 use crate::backend::local::{LOCK_FILE, STAGING_DIR};
 use crate::error::{Error, IoContext, Result};
 use crate::execute::StagedOperation;
@@ -63,15 +63,7 @@ impl ReleaseStore {
             let skip: foldhash::HashSet<&str> =
                 op.actions.iter().map(|a| a.path.as_str()).collect();
             // An adopted directory's files become read-only as they become a release's.
-            carry(
-                active.dir(),
-                active.path(),
-                &release,
-                &release_path,
-                "",
-                &skip,
-                Self::adopts(op),
-            )?;
+            carry(active.dir(), &release, &skip, Self::adopts(op))?;
         }
         let mut dirs = foldhash::HashMap::default();
         dirs.insert(String::new(), release);
@@ -470,27 +462,44 @@ fn make_dirs(b: &mut Building, rel: &str, base: &Path) -> Result<Arc<Dir>> {
     Ok(d)
 }
 
-/// Carries the directory `rel` of the active release (`src`) into the new one (`dst`):
-/// every entry not in `skip` (the paths the operation writes or deletes) and not the state
-/// file, hard-linked; directories made again. A directory everything below which was
-/// skipped is not made (the deletions emptied it); one that was empty stays. Returns
-/// whether anything was carried. With `read_only`, carried regular files are made
-/// read-only (an adopted directory's files, which no release made so yet).
-fn carry(
-    src: &Dir,
-    src_path: &Path,
-    dst: &Dir,
-    dst_path: &Path,
+/// One directory of the active release, as the carry-over scanned it.
+struct Scanned {
+    /// Release-relative path (`""` for the release itself).
+    rel: String,
+    /// Index of its parent in the scan (`None` for the release itself).
+    parent: Option<usize>,
+    /// Its identity in the active release, checked when it is opened again to link from.
+    identity: Identity,
+    /// Whether the new release gets it: something below it is carried, or it was empty.
+    made: bool,
+    /// The entries to link from it (files, symlinks, anything but directories).
+    entries: Vec<(String, FileType)>,
+}
+
+/// Reads the directory `rel` of the active release (`dir`) and everything below it into
+/// `out` (parents first): every entry not in `skip` (the paths the operation writes or
+/// deletes) and not distributor's own. Returns whether the new release gets the
+/// directory: a directory everything below which was skipped is not made (the deletions
+/// emptied it); one that was empty stays.
+fn scan(
+    dir: &Dir,
     rel: &str,
+    parent: Option<usize>,
     skip: &foldhash::HashSet<&str>,
-    read_only: bool,
+    out: &mut Vec<Scanned>,
 ) -> Result<bool> {
-    let entries = src.entries().ctx("list", src_path)?;
-    if entries.is_empty() {
-        return Ok(true);
-    }
-    let mut carried = false;
-    for (name, kind) in entries {
+    let list = dir.entries().ctx("list", dir.path())?;
+    let here = out.len();
+    out.push(Scanned {
+        rel: rel.to_string(),
+        parent,
+        identity: dir.identity().ctx("stat", dir.path())?,
+        made: list.is_empty(),
+        entries: Vec::new(),
+    });
+    let mut made = list.is_empty();
+    let mut entries = Vec::new();
+    for (name, kind) in list {
         let child = if rel.is_empty() {
             name.clone()
         } else {
@@ -501,41 +510,100 @@ fn carry(
             continue;
         }
         if kind == FileType::Directory {
-            let s = src.open_dir(&name).ctx("open", src_path.join(&name))?;
-            dst.mkdir(&name)
-                .ctx("create directory", dst_path.join(&name))?;
-            let d = dst.open_dir(&name).ctx("open", dst_path.join(&name))?;
-            if carry(
-                &s,
-                &src_path.join(&name),
-                &d,
-                &dst_path.join(&name),
-                &child,
-                skip,
-                read_only,
-            )? {
-                carried = true;
-            } else {
-                dst.rmdir(&name).ctx("remove", dst_path.join(&name))?;
-            }
+            let sub = dir.open_dir(&name).ctx("open", dir.join(&name))?;
+            made |= scan(&sub, &child, Some(here), skip, out)?;
         } else {
-            link_or_copy(
-                src,
-                &name,
-                kind,
-                dst,
-                &src_path.join(&name),
-                &dst_path.join(&name),
-            )?;
-            if read_only && kind == FileType::RegularFile {
-                let (f, _) = dst.open_file(&name).ctx("open", dst_path.join(&name))?;
-                rustix::fs::fchmod(&f, Mode::from_raw_mode(READ_ONLY))
-                    .map_err(|e| Error::io("make read-only", dst_path.join(&name), e.into()))?;
-            }
-            carried = true;
+            entries.push((name, kind));
+            made = true;
         }
     }
-    Ok(carried)
+    out[here].made = made;
+    out[here].entries = entries;
+    Ok(made)
+}
+
+/// Opens `rel` below `root`, never through a symlink.
+fn open_real(root: &Dir, rel: &str) -> Result<Dir> {
+    root.open_dir(rel).map_err(|e| {
+        if crate::backend::local::handle::is_redirect(&e) {
+            Error::Unsafe(format!(
+                "{} is not a real directory",
+                root.join(rel).display()
+            ))
+        } else {
+            Error::io("open", root.join(rel), e)
+        }
+    })
+}
+
+/// [`open_real`], checked to be the directory `identity` names: one swapped in since it
+/// was scanned or made is refused.
+fn reopen(root: &Dir, rel: &str, identity: Identity) -> Result<Dir> {
+    let d = open_real(root, rel)?;
+    if d.identity().ctx("stat", root.join(rel))? != identity {
+        return Err(Error::Unsafe(format!(
+            "{} was replaced while the release was being built",
+            root.join(rel).display()
+        )));
+    }
+    Ok(d)
+}
+
+/// Carries the active release (`src`) into the new one (`dst`): every entry not in `skip`
+/// (the paths the operation writes or deletes) and not the state file, hard-linked;
+/// directories made again (see [`scan`] for which). The directories are scanned and made
+/// first, on one thread; then the links are made directory by directory on several
+/// (links into different directories do not wait on each other), each directory opened
+/// again without following symlinks and checked to be the one scanned or made. With
+/// `read_only`, carried regular files are made read-only (an adopted directory's files,
+/// which no release made so yet).
+fn carry(src: &Dir, dst: &Dir, skip: &foldhash::HashSet<&str>, read_only: bool) -> Result<()> {
+    let mut dirs = Vec::new();
+    scan(src, "", None, skip, &mut dirs)?;
+    // The new release's directories, parents first; each one's identity once made.
+    let mut made: Vec<Option<Identity>> = vec![None; dirs.len()];
+    made[0] = Some(dst.identity().ctx("stat", dst.path())?);
+    for i in 1..dirs.len() {
+        let d = &dirs[i];
+        let Some(parent) = d.parent.and_then(|p| made[p]) else {
+            continue;
+        };
+        if !d.made {
+            continue;
+        }
+        let (parent_rel, name) = split(&d.rel);
+        let p = reopen(dst, parent_rel, parent)?;
+        p.mkdir(name).ctx("create directory", p.join(name))?;
+        let sub = open_real(&p, name)?;
+        made[i] = Some(sub.identity().ctx("stat", sub.path())?);
+    }
+    let work: Vec<(&Scanned, Identity)> = dirs
+        .iter()
+        .zip(&made)
+        .filter(|(d, _)| !d.entries.is_empty())
+        .filter_map(|(d, m)| m.map(|m| (d, m)))
+        .collect();
+    let files: usize = work.iter().map(|(d, _)| d.entries.len()).sum();
+    let threads = crate::parallel::threads_for(files);
+    crate::parallel::try_map_on(
+        threads,
+        &work,
+        || (),
+        |(d, made), _| {
+            let from = reopen(src, &d.rel, d.identity)?;
+            let to = reopen(dst, &d.rel, *made)?;
+            for (name, kind) in &d.entries {
+                link_or_copy(&from, name, *kind, &to, &from.join(name), &to.join(name))?;
+                if read_only && *kind == FileType::RegularFile {
+                    let (f, _) = to.open_file(name).ctx("open", to.join(name))?;
+                    rustix::fs::fchmod(&f, Mode::from_raw_mode(READ_ONLY))
+                        .map_err(|e| Error::io("make read-only", to.join(name), e.into()))?;
+                }
+            }
+            Ok(())
+        },
+    )?;
+    Ok(())
 }
 
 /// Hard-links `name` from `src` into `dst`; where the filesystem refuses (`EXDEV`,

@@ -414,22 +414,27 @@ impl ReleaseStore {
             .dir()
             .open_dir(&r)
             .ctx("open", self.settings.dir.join(&r))?;
-        let mut dirs: foldhash::HashMap<&str, Option<Dir>> = Default::default();
-        let mut out = Vec::with_capacity(outputs.len());
-        for &(rel, sha) in outputs {
-            let (d, n) = split(rel);
-            let dir = dirs.entry(d).or_insert_with(|| release.open_dir(d).ok());
-            let Some(dir) = dir else { continue };
-            if let Ok(st) = dir.stat(n)
-                && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
-            {
-                out.push((
-                    rel.to_string(),
-                    crate::backend::local::bundle::fingerprint(&st, sha),
-                ));
-            }
-        }
-        Ok(out)
+        // One lstat per file, on several threads (outputs come in path order: each thread
+        // takes runs of one directory, opened once per run).
+        let found = crate::parallel::try_map(
+            outputs,
+            foldhash::HashMap::<&str, Option<Dir>>::default,
+            |&(rel, sha), dirs| {
+                let (d, n) = split(rel);
+                let dir = dirs.entry(d).or_insert_with(|| release.open_dir(d).ok());
+                let Some(dir) = dir else { return Ok(None) };
+                Ok(match dir.stat(n) {
+                    Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
+                        Some((
+                            rel.to_string(),
+                            crate::backend::local::bundle::fingerprint(&st, sha),
+                        ))
+                    }
+                    _ => None,
+                })
+            },
+        )?;
+        Ok(found.into_iter().flatten().collect())
     }
 }
 
