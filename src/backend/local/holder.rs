@@ -15,6 +15,11 @@ pub fn set_actor(actor: &str) {
     WHO.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(actor.to_string());
 }
 
+/// The actor this process records in its locks, when it was set.
+pub fn actor() -> Option<String> {
+    WHO.lock().unwrap_or_else(|p| p.into_inner()).0.clone()
+}
+
 /// What a lock file says of its holder.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Holder {

@@ -70,10 +70,11 @@ fn host() -> String {
         .into_owned()
 }
 
+/// Who this process is, as its local locks say it (SPEC §16: the CLI's actor), else the
+/// uid: never `unknown`.
 fn actor() -> String {
-    std::env::var("DISTRIBUTOR_ACTOR")
-        .or_else(|_| std::env::var("USER"))
-        .unwrap_or_else(|_| "unknown".into())
+    crate::backend::local::holder::actor()
+        .unwrap_or_else(|| format!("uid {}", rustix::process::getuid().as_raw()))
 }
 
 /// How long after its last renewal the holder still writes: `lease_seconds - 10 s`
