@@ -183,9 +183,12 @@ impl Report {
         String::from_utf8(out).expect("serde_json writes UTF-8")
     }
 
-    /// The text plan.
-    pub fn to_text(&self) -> String {
+    /// The text plan (SPEC §16): per destination its decision, counts by op, conflicts
+    /// grouped by kind, then at most [`FILE_LINES`] file and link lines (changes first)
+    /// unless `opts.files`; with `opts.quiet`, only the summary.
+    pub fn to_text(&self, opts: &TextOptions) -> String {
         let mut out = String::new();
+        let paint = |code: &str, text: &str| paint(opts.colour, code, text);
         let rollback = self.command == "rollback";
         let verb = match (rollback, self.dry_run) {
             (true, true) => "rollback (dry run)",
@@ -193,7 +196,15 @@ impl Report {
             (false, true) => "plan",
             (false, false) => "publish",
         };
-        if rollback && self.source.id.is_empty() {
+        // A rollback writes no file: it changes which files readers see.
+        let (write, delete) = match (rollback, self.dry_run) {
+            (true, true) => ("to change for readers", "to disappear"),
+            (true, false) => ("changed for readers", "gone"),
+            (false, true) => ("to write", "to delete"),
+            (false, false) => ("written", "deleted"),
+        };
+        if opts.quiet {
+        } else if rollback && self.source.id.is_empty() {
             let _ = writeln!(out, "{verb} {}", self.pipeline_id);
         } else if rollback {
             let _ = writeln!(
@@ -208,7 +219,7 @@ impl Report {
                 self.pipeline_id, self.source.id, self.source.created_at, self.source.digest
             );
         }
-        for d in &self.destinations {
+        for d in self.destinations.iter().filter(|_| !opts.quiet) {
             let _ = writeln!(
                 out,
                 "\ndestination {} -> {}",
@@ -218,24 +229,25 @@ impl Report {
                 out,
                 "  decision: {} [{}]",
                 d.decision.map_or("none", |x| x.as_str()),
-                status_word(d.status)
+                paint(status_colour(d.status), status_word(d.status))
             );
             if !d.message.is_empty() {
                 let _ = writeln!(out, "  reason: {}", d.message);
             }
-            for c in &d.conflicts {
-                let at = c
-                    .path
-                    .as_deref()
-                    .map(|p| format!(" at {p}"))
-                    .unwrap_or_default();
-                let force = if c.forceable {
-                    "forceable"
-                } else {
-                    "not forceable"
-                };
-                let _ = writeln!(out, "  ! {}{at}: {} ({force})", c.kind, c.message);
+            if let Some(counts) = counts_line(
+                d.files.iter().map(|f| (f.op, f.size)),
+                // A refused or failed destination keeps nothing it would have written.
+                Some(match d.status {
+                    Status::Failed | Status::Conflict => "not written",
+                    _ => write,
+                }),
+            ) {
+                let _ = writeln!(out, "  files: {counts}");
             }
+            if let Some(counts) = counts_line(d.links.iter().map(|l| (l.op, 0)), None) {
+                let _ = writeln!(out, "  links: {counts}");
+            }
+            write_conflicts(&mut out, &d.conflicts, opts);
             for t in &d.takeovers {
                 let _ = writeln!(
                     out,
@@ -245,38 +257,250 @@ impl Report {
                     t.paths.len()
                 );
             }
-            for f in &d.files {
-                let _ = writeln!(out, "  {} {} ({} bytes)", f.op.sign(), f.path, f.size);
+            // Changes first, then what stays; each group in plan order.
+            let mut lines: Vec<(bool, String)> = d
+                .files
+                .iter()
+                .map(|f| {
+                    (
+                        stays(f.op),
+                        format!("{} {} ({})", f.op.sign(), f.path, human_size(f.size)),
+                    )
+                })
+                .chain(d.links.iter().map(|l| {
+                    (
+                        stays(l.op),
+                        format!("{} {} -> {}", l.op.sign(), l.path, l.target),
+                    )
+                }))
+                .collect();
+            lines.sort_by_key(|(stays, _)| *stays);
+            let shown = if opts.files {
+                lines.len()
+            } else {
+                lines.len().min(FILE_LINES)
+            };
+            for (_, line) in &lines[..shown] {
+                let _ = writeln!(out, "  {line}");
             }
-            for l in &d.links {
-                let _ = writeln!(out, "  {} {} -> {}", l.op.sign(), l.path, l.target);
+            if shown < lines.len() {
+                let _ = writeln!(
+                    out,
+                    "  ... and {} more (--files lists every one, --json has them all)",
+                    lines.len() - shown
+                );
             }
             if let Some(op) = &d.operation_id {
                 let _ = writeln!(out, "  operation: {op}");
             }
         }
         let s = &self.summary;
-        // A rollback writes no file: it changes which files readers see.
-        let (write, delete) = match (rollback, self.dry_run) {
-            (true, true) => ("to change for readers", "to disappear"),
-            (true, false) => ("changed for readers", "gone"),
-            (false, true) => ("to write", "to delete"),
-            (false, false) => ("written", "deleted"),
-        };
+        let conflicts = format!("{} conflict(s)", s.conflict);
+        let failed = format!("{} failed", s.failed);
         let _ = writeln!(
             out,
-            "\nsummary: {} destination(s); {} file(s) {write} ({} bytes), {} {delete}, {} unchanged, {} retained; {} conflict(s), {} failed",
+            "{}summary: {} destination(s); {} file(s) {write} ({}), {} {delete}, {} unchanged, {} retained; {}, {}",
+            if opts.quiet { "" } else { "\n" },
             s.destinations,
             s.files_written,
-            s.bytes_written,
+            human_size(s.bytes_written),
             s.files_deleted,
             s.files_unchanged,
             s.files_retained,
-            s.conflict,
-            s.failed
+            if s.conflict > 0 {
+                paint(YELLOW, &conflicts)
+            } else {
+                conflicts
+            },
+            if s.failed > 0 {
+                paint(RED, &failed)
+            } else {
+                failed
+            }
         );
         out
     }
+}
+
+/// File and link lines a text report shows per destination, unless `--files`.
+pub const FILE_LINES: usize = 20;
+
+/// Conflicts of one kind a text report names by path before it says how many more.
+const CONFLICT_PATHS: usize = 5;
+
+/// How a text report is laid out (SPEC §16).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TextOptions {
+    /// Every file and link line, and every path of a conflict (`--files`).
+    pub files: bool,
+    /// Only the summary (`--quiet`).
+    pub quiet: bool,
+    /// ANSI colours (stdout is a terminal and `NO_COLOR` is not set).
+    pub colour: bool,
+}
+
+impl TextOptions {
+    /// Colour when `terminal` (stdout is one), `NO_COLOR` is unset or empty
+    /// (<https://no-color.org>) and `TERM` is not `dumb`.
+    pub fn colour_for(terminal: bool) -> bool {
+        colour_from(
+            terminal,
+            std::env::var_os("NO_COLOR").as_deref(),
+            std::env::var_os("TERM").as_deref(),
+        )
+    }
+}
+
+fn colour_from(
+    terminal: bool,
+    no_color: Option<&std::ffi::OsStr>,
+    term: Option<&std::ffi::OsStr>,
+) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty()) && term.is_none_or(|t| t != "dumb")
+}
+
+const RED: &str = "31";
+const GREEN: &str = "32";
+const YELLOW: &str = "33";
+const CYAN: &str = "36";
+
+/// `text` in the ANSI colour `code` when `colour`.
+fn paint(colour: bool, code: &str, text: &str) -> String {
+    if colour {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_string()
+    }
+}
+
+fn status_colour(s: Status) -> &'static str {
+    match s {
+        Status::Applied => GREEN,
+        Status::Planned | Status::Skipped => CYAN,
+        Status::Conflict => YELLOW,
+        Status::Failed => RED,
+    }
+}
+
+/// Whether a line for `op` shows something that stays as it is.
+fn stays(op: FileOp) -> bool {
+    matches!(op, FileOp::Unchanged | FileOp::Retain)
+}
+
+/// `3 create, 1 delete, 9996 unchanged (12.0 KiB to write)`: the count of each op present,
+/// with the bytes created and overwritten when `written` says how to call them; `None`
+/// when there is nothing.
+fn counts_line(
+    items: impl Iterator<Item = (FileOp, u64)>,
+    written: Option<&str>,
+) -> Option<String> {
+    let ops = [
+        FileOp::Create,
+        FileOp::Overwrite,
+        FileOp::Delete,
+        FileOp::Unchanged,
+        FileOp::Retain,
+    ];
+    let mut n = [0u64; 5];
+    let mut bytes = 0u64;
+    for (op, size) in items {
+        let i = ops
+            .iter()
+            .position(|o| *o == op)
+            .expect("every op is listed");
+        n[i] += 1;
+        if matches!(op, FileOp::Create | FileOp::Overwrite) {
+            bytes += size;
+        }
+    }
+    if n.iter().all(|c| *c == 0) {
+        return None;
+    }
+    let mut line = ops
+        .iter()
+        .zip(n)
+        .filter(|(_, c)| *c > 0)
+        .map(|(op, c)| format!("{c} {}", op.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if let Some(written) = written
+        && n[0] + n[1] > 0
+    {
+        let _ = write!(line, " ({} {written})", human_size(bytes));
+    }
+    Some(line)
+}
+
+/// Conflicts grouped by kind (and forceability), in the order each kind first appears:
+/// one alone as `! kind at path: message (forceable)`; several as a count, the first
+/// message and the first [`CONFLICT_PATHS`] paths (all with `--files`).
+fn write_conflicts(out: &mut String, conflicts: &[Conflict], opts: &TextOptions) {
+    let mut groups: Vec<(&Conflict, Vec<&Conflict>)> = Vec::new();
+    for c in conflicts {
+        match groups
+            .iter_mut()
+            .find(|(first, _)| first.kind == c.kind && first.forceable == c.forceable)
+        {
+            Some((_, all)) => all.push(c),
+            None => groups.push((c, vec![c])),
+        }
+    }
+    for (first, all) in groups {
+        let force = if first.forceable {
+            "forceable"
+        } else {
+            "not forceable"
+        };
+        let mark = paint(opts.colour, YELLOW, "!");
+        if all.len() == 1 {
+            let at = first
+                .path
+                .as_deref()
+                .map(|p| format!(" at {p}"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {mark} {}{at}: {} ({force})",
+                first.kind, first.message
+            );
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "  {mark} {} x{} ({force}), the first: {}",
+            first.kind,
+            all.len(),
+            first.message
+        );
+        let paths: Vec<&str> = all.iter().filter_map(|c| c.path.as_deref()).collect();
+        let shown = if opts.files {
+            paths.len()
+        } else {
+            paths.len().min(CONFLICT_PATHS)
+        };
+        if shown > 0 {
+            let more = match paths.len() - shown {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            let _ = writeln!(out, "    at {}{more}", paths[..shown].join(", "));
+        }
+    }
+}
+
+/// A size for people: bytes up to 1023, then KiB, MiB, GiB, TiB with one decimal.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
 }
 
 fn status_word(s: Status) -> &'static str {
@@ -286,5 +510,52 @@ fn status_word(s: Status) -> &'static str {
         Status::Skipped => "skipped",
         Status::Conflict => "conflict",
         Status::Failed => "failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(human_size(0), "0 B");
+        assert_eq!(human_size(1023), "1023 B");
+        assert_eq!(human_size(1024), "1.0 KiB");
+        assert_eq!(human_size(4096 * 10_000), "39.1 MiB");
+        assert_eq!(human_size(74_100_000), "70.7 MiB");
+        assert_eq!(human_size(5 << 40), "5.0 TiB");
+        assert_eq!(human_size(u64::MAX), "16777216.0 TiB");
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour_from(true, None, Some(OsStr::new("xterm"))));
+        assert!(colour_from(true, Some(OsStr::new("")), None));
+        assert!(!colour_from(false, None, None));
+        assert!(!colour_from(true, Some(OsStr::new("1")), None));
+        assert!(!colour_from(true, None, Some(OsStr::new("dumb"))));
+        assert_eq!(paint(false, RED, "x"), "x");
+        assert_eq!(paint(true, RED, "x"), "\x1b[31mx\x1b[0m");
+    }
+
+    #[test]
+    fn counts_name_each_op_present_and_the_bytes_to_write() {
+        let items = [
+            (FileOp::Create, 1000),
+            (FileOp::Overwrite, 2000),
+            (FileOp::Unchanged, 5),
+            (FileOp::Unchanged, 5),
+        ];
+        assert_eq!(
+            counts_line(items.into_iter(), Some("to write")).unwrap(),
+            "1 create, 1 overwrite, 2 unchanged (2.9 KiB to write)"
+        );
+        assert_eq!(
+            counts_line([(FileOp::Delete, 0)].into_iter(), Some("written")).unwrap(),
+            "1 delete"
+        );
+        assert!(counts_line(std::iter::empty(), None).is_none());
     }
 }

@@ -22,6 +22,7 @@ mod test_performance;
 mod test_reconciliation;
 mod test_recover;
 mod test_releases;
+mod test_report_text;
 mod test_s3;
 mod test_s3_harness;
 mod test_s3_hosts;

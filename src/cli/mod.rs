@@ -79,6 +79,29 @@ fn lock_timeout(secs: f64) -> crate::error::Result<std::time::Duration> {
     Ok(std::time::Duration::from_secs_f64(secs))
 }
 
+/// How much a text report shows (SPEC §16).
+#[derive(Debug, clap::Args)]
+pub struct TextArgs {
+    /// List every file and link (a text report lists at most 20 per destination).
+    #[arg(long, conflicts_with = "quiet")]
+    pub files: bool,
+    /// Print only the summary.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+impl TextArgs {
+    /// The layout of a text report on this process's stdout.
+    pub fn options(&self) -> crate::report::TextOptions {
+        use std::io::IsTerminal;
+        crate::report::TextOptions {
+            files: self.files,
+            quiet: self.quiet,
+            colour: crate::report::TextOptions::colour_for(std::io::stdout().is_terminal()),
+        }
+    }
+}
+
 /// A report as `--json` (pretty, one object) or as text.
 fn render<T: serde::Serialize>(
     json: bool,

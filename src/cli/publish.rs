@@ -41,6 +41,8 @@ pub struct CommonArgs {
     /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
     #[arg(long, value_name = "NAME")]
     pub actor: Option<String>,
+    #[command(flatten)]
+    pub text: super::TextArgs,
 }
 
 /// Publish a source bundle to the pipeline's destinations.
@@ -130,7 +132,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
     let stdout = if a.json {
         outcome.report.to_json()
     } else {
-        outcome.report.to_text()
+        outcome.report.to_text(&a.text.options())
     };
     Ok(CommandOutput {
         stdout,

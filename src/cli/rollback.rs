@@ -30,6 +30,8 @@ pub struct RollbackArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub text: super::TextArgs,
     /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
     #[arg(long, value_name = "P")]
     pub journal: Option<PathBuf>,
@@ -57,7 +59,7 @@ pub fn run(a: RollbackArgs) -> Result<CommandOutput> {
     let stdout = if a.json {
         outcome.report.to_json()
     } else {
-        outcome.report.to_text()
+        outcome.report.to_text(&a.text.options())
     };
     Ok(CommandOutput {
         stdout,

@@ -26,6 +26,9 @@ pub struct VerifyArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// List every drifted path (the text lists at most 20 per destination).
+    #[arg(long)]
+    pub files: bool,
     /// Journal file, read to tell pending recovery (else DISTRIBUTOR_JOURNAL, journal.path,
     /// $XDG_STATE_HOME/distributor/journal.sqlite3). Nothing is written to it.
     #[arg(long, value_name = "P")]
@@ -90,14 +93,37 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
                 "  another distributor process is publishing here now ({who})"
             );
         }
-        for p in &d.missing {
-            let _ = writeln!(out, "  missing    {p}");
+        let lists = [
+            ("missing", &d.missing),
+            ("modified", &d.modified),
+            ("unrecorded", &d.unrecorded),
+        ];
+        let counts: Vec<String> = lists
+            .iter()
+            .filter(|(_, l)| !l.is_empty())
+            .map(|(what, l)| format!("{} {what}", l.len()))
+            .collect();
+        if !counts.is_empty() {
+            let _ = writeln!(out, "  {}", counts.join(", "));
         }
-        for p in &d.modified {
-            let _ = writeln!(out, "  modified   {p}");
+        let all: Vec<(&str, &String)> = lists
+            .iter()
+            .flat_map(|(what, l)| l.iter().map(move |p| (*what, p)))
+            .collect();
+        let shown = if a.files {
+            all.len()
+        } else {
+            all.len().min(crate::report::FILE_LINES)
+        };
+        for (what, p) in &all[..shown] {
+            let _ = writeln!(out, "  {what:<10} {p}");
         }
-        for p in &d.unrecorded {
-            let _ = writeln!(out, "  unrecorded {p}");
+        if shown < all.len() {
+            let _ = writeln!(
+                out,
+                "  ... and {} more (--files lists every one, --json has them all)",
+                all.len() - shown
+            );
         }
     }
     Ok(CommandOutput { stdout: out, code })
