@@ -308,10 +308,37 @@ fn same_created_digest_mismatch_applies_across_owners() {
     assert_eq!(env.read("dest/a.txt"), "two");
 }
 
-/// Another pipeline holds newer content and takeover is not permitted. Plain runs report
-/// the ownership conflict (exit 3). Under `destination_newer: skip` the newer content stays
-/// in place even with `--force`, as it does for the same owner; under `conflict` both
-/// conflicts are reported and `--force` may replace.
+/// A refusal `--force` cannot lift: another owner's newer content, which
+/// `destination_newer: skip` keeps even under `--force`. Every conflict is then not
+/// forceable, and the run exits 3 with or without `--force`.
+fn assert_refused_newer(env: &Env, r: &Run, before: &[(String, String)], kinds: &[&str]) {
+    r.expect_code(3);
+    assert_eq!(r.decision(), "conflict", "{}", r.stdout);
+    assert_eq!(r.conflict_kinds(), kinds, "{}", r.stdout);
+    let d = r.dest(0);
+    assert_eq!(d["status"], "conflict");
+    assert!(d["operation_id"].is_null());
+    for c in d["conflicts"].as_array().unwrap() {
+        assert_eq!(c["forceable"], false, "{c}");
+        assert!(
+            c["message"]
+                .as_str()
+                .unwrap()
+                .contains("newer than this source"),
+            "{c}"
+        );
+    }
+    let reason = d["message"].as_str().unwrap();
+    assert!(reason.contains("not forceable"), "{reason}");
+    assert!(!reason.contains("--force would"), "{reason}");
+    assert_eq!(env.snapshot("dest"), before, "nothing is written");
+}
+
+/// Another pipeline holds newer content and takeover is not permitted. Under
+/// `destination_newer: skip` the newer content stays in place even with `--force`, so the
+/// ownership conflict is not forceable and a forced run is refused too (exit 3, not a skip
+/// with exit 0); under `conflict` both conflicts are reported, forceable, and `--force`
+/// replaces.
 #[test]
 fn force_never_replaces_newer_content_under_destination_newer_skip() {
     let env = Env::new();
@@ -323,17 +350,9 @@ fn force_never_replaces_newer_content_under_destination_newer_skip() {
 
     let skip = config(&env, "skip.yaml", "");
     let r = env.publish(&skip, &b7, &[]);
-    assert_nothing_written(&env, &r, &before, "conflict", 3, &["pipeline_differs"]);
-    assert!(
-        !r.dest(0)["message"]
-            .as_str()
-            .unwrap()
-            .contains("--force would replace"),
-        "{}",
-        r.dest(0)["message"]
-    );
+    assert_refused_newer(&env, &r, &before, &["pipeline_differs"]);
     let r = env.publish(&skip, &b7, &["--force"]);
-    assert_nothing_written(&env, &r, &before, "skip_destination_newer", 0, &[]);
+    assert_refused_newer(&env, &r, &before, &["pipeline_differs"]);
 
     let conflict = config(
         &env,
@@ -355,8 +374,10 @@ fn force_never_replaces_newer_content_under_destination_newer_skip() {
     assert_eq!(env.read("dest/a.txt"), "seven");
 }
 
-/// The same with an unmanaged file on a planned path: `--force` may overwrite unmanaged
-/// files, but not to put older content over newer under `destination_newer: skip`.
+/// The same owner's newer content with an unmanaged file on a planned path: the unmanaged
+/// file is forceable (forcing it leaves what the run would do without it), but `--force`
+/// does not put older content over newer under `destination_newer: skip`: the forced run
+/// skips the destination, as the plain run's reason says.
 #[test]
 fn force_over_unmanaged_content_still_skips_newer_content() {
     let env = Env::new();
@@ -374,6 +395,11 @@ fn force_over_unmanaged_content_still_skips_newer_content() {
     );
     let r = env.publish(&cfg, &b7, &[]);
     assert_nothing_written(&env, &r, &before, "conflict", 3, &["unmanaged_content"]);
+    let reason = r.dest(0)["message"].as_str().unwrap().to_string();
+    assert!(
+        reason.contains("a forced run skips this destination"),
+        "{reason}"
+    );
     let r = env.publish(&cfg, &b7, &["--force"]);
     assert_nothing_written(&env, &r, &before, "skip_destination_newer", 0, &[]);
 }
@@ -392,16 +418,9 @@ fn force_never_replaces_a_newer_colliding_owner_under_destination_newer_skip() {
 
     let skip = config(&env, "skip.yaml", shared);
     let r = env.publish(&skip, &b7, &[]);
-    assert_nothing_written(
-        &env,
-        &r,
-        &before,
-        "conflict",
-        3,
-        &["owner_conflict", "owner_conflict"],
-    );
+    assert_refused_newer(&env, &r, &before, &["owner_conflict", "owner_conflict"]);
     let r = env.publish(&skip, &b7, &["--force"]);
-    assert_nothing_written(&env, &r, &before, "skip_destination_newer", 0, &[]);
+    assert_refused_newer(&env, &r, &before, &["owner_conflict", "owner_conflict"]);
 
     let conflict = config(
         &env,

@@ -99,7 +99,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
     let source = match (&a.source, &a.manifest, &config.source_path) {
         (Some(dir), _, _) => Source::open(dir)?,
         (None, Some(file), _) => Source::open_manifest(file)?,
-        (None, None, Some(dir)) => Source::open(dir)?,
+        (None, None, Some(dir)) => Source::open_configured(dir, &config)?,
         (None, None, None) => {
             return Err(Error::Usage(format!(
                 "no source: pass --source DIR or --manifest FILE, or set source.path in {}",

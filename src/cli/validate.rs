@@ -38,6 +38,22 @@ pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
             d.reconciliation,
             d.takeover
         );
+        if let Some(origin) = &d.path_origin {
+            let _ = writeln!(out, "    {origin}");
+        }
+    }
+    // Paths written relative are taken relative to the config file, not the working
+    // directory: say where each one went.
+    for (key, path) in [
+        ("source.path", &config.source_path),
+        ("journal.path", &config.journal_path),
+    ] {
+        if let Some(lines) = path
+            .as_deref()
+            .and_then(|p| config.relative_path_lines(key, p))
+        {
+            let _ = writeln!(out, "  {lines}");
+        }
     }
     if let Some(dir) = a.source {
         let s = Source::open(&dir)?;

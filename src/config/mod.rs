@@ -306,6 +306,10 @@ pub struct Destination {
     pub releases: Option<ReleaseSettings>,
     /// `verify.ignore` (SPEC §16): unrecorded paths `verify` does not report.
     pub verify_ignore: crate::globs::PathGlobs,
+    /// How a `path` written relative was resolved, for messages about it:
+    /// `destinations[0].path 'public/site' is taken relative to the config file
+    /// /etc/distributor/weather.yaml`; `None` for an absolute path (or an s3 URL).
+    pub path_origin: Option<String>,
 }
 
 /// A validated pipeline configuration.
@@ -323,6 +327,9 @@ pub struct Config {
     pub upload_tokens: Vec<UploadToken>,
     /// Destinations, in file order.
     pub destinations: Vec<Destination>,
+    /// The paths written relative to the config file (`source.path`, `journal.path`,
+    /// `destinations[i].path`): key path and text as written, in file order.
+    pub relative_paths: Vec<(String, String)>,
 }
 
 impl Config {
@@ -358,14 +365,22 @@ impl Config {
         }
         let base = absolute_dir_of(file)?;
         let resolve = |p: &str| normalize(&base.join(p));
+        let mut relative_paths = Vec::new();
+        let mut note_relative = |key: &str, text: &str| {
+            if Path::new(text).is_relative() {
+                relative_paths.push((key.to_string(), text.to_string()));
+            }
+        };
         let source_path = raw.source.and_then(|s| s.path);
         if let Some(p) = &source_path {
             check_path_text(p).map_err(|m| err("source.path", m))?;
+            note_relative("source.path", p);
         }
         let source_path = source_path.map(|p| resolve(&p));
         let journal_path = raw.journal.and_then(|j| j.path);
         if let Some(p) = &journal_path {
             check_path_text(p).map_err(|m| err("journal.path", m))?;
+            note_relative("journal.path", p);
         }
         let journal_path = journal_path.map(|p| resolve(&p));
         let upload_tokens = raw.server.map(|s| s.upload_tokens).unwrap_or_default();
@@ -412,6 +427,7 @@ impl Config {
                     format!("duplicate destination id '{}'", d.id.0),
                 ));
             }
+            let mut path_origin = None;
             let (path, s3) = match d.backend {
                 Backend::Local => {
                     if d.s3.is_some() {
@@ -420,10 +436,13 @@ impl Config {
                             "applies to backend s3 only; this destination is backend local (set backend: s3, or remove the s3 block)".into(),
                         ));
                     }
-                    (
-                        local_path(&d.path, resolve).map_err(|m| err(&format!("{key}.path"), m))?,
-                        None,
-                    )
+                    let path =
+                        local_path(&d.path, resolve).map_err(|m| err(&format!("{key}.path"), m))?;
+                    if Path::new(&d.path).is_relative() {
+                        note_relative(&format!("{key}.path"), &d.path);
+                        path_origin = Some(relative_note(&format!("{key}.path"), &d.path, file));
+                    }
+                    (path, None)
                 }
                 Backend::S3 => {
                     let (bucket, prefix) =
@@ -499,6 +518,7 @@ impl Config {
                 s3,
                 releases,
                 verify_ignore,
+                path_origin,
             });
         }
         for (i, a) in destinations.iter().enumerate() {
@@ -544,7 +564,31 @@ impl Config {
             journal_path,
             upload_tokens,
             destinations,
+            relative_paths,
         })
+    }
+
+    /// How the path at `key` (`source.path`, `journal.path`, `destinations[0].path`) was
+    /// resolved, when it was written relative: `source.path 'out/site' is taken relative to
+    /// the config file /etc/distributor/weather.yaml`, for a message about that path.
+    /// `None` when the config wrote it absolute (or not at all).
+    pub fn path_origin(&self, key: &str) -> Option<String> {
+        self.relative_paths
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(k, text)| relative_note(k, text, &self.file))
+    }
+
+    /// For `validate`, a path written relative: `key: <where it went>[ (does not exist
+    /// yet)]` and, on the next line, the note saying it is relative to the config file.
+    pub fn relative_path_lines(&self, key: &str, path: &Path) -> Option<String> {
+        let origin = self.path_origin(key)?;
+        let missing = if std::fs::symlink_metadata(path).is_err() {
+            " (does not exist yet)"
+        } else {
+            ""
+        };
+        Some(format!("{key}: {}{missing}\n    {origin}", path.display()))
     }
 
     /// The destinations named by `--destination` flags, in the order given; all of them
@@ -616,6 +660,20 @@ fn local_path(
         ));
     }
     Ok(path)
+}
+
+/// `<key> '<text>' is taken relative to the config file <file>`: what a message about a
+/// path written relative says, so that an operator who expected the working directory
+/// sees where it went. `file` as the operator named it, made absolute.
+fn relative_note(key: &str, text: &str, file: &Path) -> String {
+    let file = match std::path::absolute(file) {
+        Ok(abs) => normalize(&abs),
+        Err(_) => file.to_path_buf(),
+    };
+    format!(
+        "{key} '{text}' is taken relative to the config file {}",
+        file.display()
+    )
 }
 
 /// Refuses path text that would silently resolve somewhere unexpected: an empty path (the

@@ -126,11 +126,16 @@ pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
         new_state: None,
     };
     if let Some(reason) = &input.storage.bundle_unsafe {
+        // A relative `path` the operator meant from the working directory: say where it went.
+        let message = match &d.path_origin {
+            Some(origin) => format!("{reason} ({origin})"),
+            None => reason.clone(),
+        };
         plan.conflicts.push(Conflict::new(
             ConflictKind::UnsafeStorage,
             None,
             None,
-            reason.clone(),
+            message,
         ));
         return finish_conflict(plan);
     }
@@ -187,6 +192,7 @@ pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
         src,
         state,
         invalid: invalid.is_some(),
+        newer_owners: Vec::new(),
         plan,
     }
     .run()
@@ -198,6 +204,9 @@ struct Planner<'a, 's> {
     src: SourceRef,
     state: &'s State,
     invalid: bool,
+    /// Owners whose recorded source is newer than this one (the replaced record, or a
+    /// colliding owner's): what `newer` in [`Planner::run`] describes.
+    newer_owners: Vec<Owner>,
     plan: DestinationPlan,
 }
 
@@ -263,6 +272,7 @@ impl<'a, 's> Planner<'a, 's> {
                         "{} holds source {} created {}",
                         owner, other.source.id, other.source.created_at
                     ));
+                    self.newer_owners.push(owner.clone());
                 }
                 if takeover_permitted(d.takeover, &self.me, &self.src.id, owner, &other.source.id) {
                     taken.entry(owner.clone()).or_default().push(p.to_string());
@@ -519,6 +529,7 @@ impl<'a, 's> Planner<'a, 's> {
                 "{} holds source {} created {}",
                 r.owner, r.source.id, r.source.created_at
             ));
+            self.newer_owners.push(r.owner.clone());
         }
         let same_created = r.source.created() == Some(self.input.source.created);
         if same_id && same_created && r.source.digest != self.src.digest {
@@ -779,13 +790,35 @@ impl<'a, 's> Planner<'a, 's> {
         newer: &[String],
     ) -> DestinationPlan {
         let d = self.input.destination;
-        let all_forceable = self.plan.conflicts.iter().all(|c| c.forceable);
-        let kinds = conflict_kinds(&self.plan.conflicts);
         // `destination_newer: skip` leaves newer content in place, forced or not (SPEC
         // §5.1: a replacement never takes over content from a newer source unless transfer
         // says so); only `destination_newer: conflict` makes it something --force overrides.
         let newer_stays =
             !newer.is_empty() && d.transfer.destination_newer == DestinationNewer::Skip;
+        // So a conflict over an owner whose content is newer (another pipeline's in a
+        // shared root or as single owner, an own record under another source id) is one
+        // --force cannot override: it is not forceable, and a forced run refuses it (exit
+        // 3) instead of skipping the destination with exit 0 while the conflict line says
+        // forceable. A forceable conflict elsewhere (an unmanaged file) stays forceable:
+        // forcing it gives what the run would give without it, a skip.
+        let mut held = false;
+        if newer_stays {
+            for c in &mut self.plan.conflicts {
+                if c.forceable
+                    && c.owner
+                        .as_ref()
+                        .is_some_and(|o| self.newer_owners.contains(o))
+                {
+                    c.forceable = false;
+                    c.message.push_str(
+                        "; its content is newer than this source, and transfer.destination_newer: skip keeps newer content even under --force",
+                    );
+                    held = true;
+                }
+            }
+        }
+        let all_forceable = self.plan.conflicts.iter().all(|c| c.forceable);
+        let kinds = conflict_kinds(&self.plan.conflicts);
         let forced =
             self.input.force && all_forceable && d.transfer.on_conflict == OnConflict::Replace;
         if forced && newer_stays {
@@ -813,13 +846,20 @@ impl<'a, 's> Planner<'a, 's> {
             return self.plan;
         }
         self.plan.decision = Decision::Conflict;
-        self.plan.message = if !all_forceable {
+        self.plan.message = if held {
+            format!(
+                "{kinds}: nothing written; not forceable: {}, newer than this source ({} created {}), and transfer.destination_newer: skip keeps newer content even under --force (under destination_newer: conflict, --force replaces it)",
+                newer.join("; "),
+                self.src.id,
+                self.src.created_at
+            )
+        } else if !all_forceable {
             format!("{kinds}: nothing written; not forceable")
         } else if self.input.force {
             format!("{kinds}: nothing written; transfer.on_conflict: refuse forbids --force")
         } else if newer_stays {
             format!(
-                "{kinds}: nothing written; --force would not replace either: {}, newer than this source, and transfer.destination_newer: skip leaves it in place",
+                "{kinds}: nothing written; --force would override the conflicts but not replace newer content: {}, newer than this source, stays under transfer.destination_newer: skip, so a forced run skips this destination",
                 newer.join("; ")
             )
         } else {

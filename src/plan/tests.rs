@@ -126,8 +126,9 @@ fn retained_outputs_do_not_make_a_republication_a_repair() {
     assert_eq!(ops, [FileOp::Unchanged, FileOp::Retain]);
 }
 
-/// `destination_newer: skip` keeps newer content in place even when --force overrides the
-/// other conflicts (here: another pipeline owns the destination).
+/// `destination_newer: skip` keeps newer content in place even under --force: a conflict
+/// over the owner of newer content (here: another pipeline owns the destination) is not
+/// forceable, and a forced plan stays a conflict rather than a skip.
 #[test]
 fn force_leaves_newer_content_under_destination_newer_skip() {
     let d = destination("");
@@ -135,17 +136,15 @@ fn force_leaves_newer_content_under_destination_newer_skip() {
     let st = state(&Owner::new("radar", "latest"), &theirs, &[("a.txt", 'r')]);
     let mine = source("tomorrow", T7, &[("a.txt", 'a')]);
 
-    let p = plan(&d, &mine, &st, false);
-    assert_eq!(p.decision, Decision::Conflict);
-    assert!(
-        !p.message.contains("--force would replace"),
-        "{}",
-        p.message
-    );
-
-    let p = plan(&d, &mine, &st, true);
-    assert_eq!(p.decision, Decision::SkipDestinationNewer, "{}", p.message);
-    assert!(p.conflicts.is_empty() && p.files.is_empty() && p.new_state.is_none());
+    for force in [false, true] {
+        let p = plan(&d, &mine, &st, force);
+        assert_eq!(p.decision, Decision::Conflict, "{}", p.message);
+        assert!(!p.message.contains("--force would"), "{}", p.message);
+        assert!(p.message.contains("not forceable"), "{}", p.message);
+        assert_eq!(p.conflicts.len(), 1);
+        assert!(!p.conflicts[0].forceable, "{:?}", p.conflicts[0]);
+        assert!(p.files.is_empty() && p.new_state.is_none());
+    }
 
     let d = destination("    transfer:\n      destination_newer: conflict\n");
     let p = plan(&d, &mine, &st, true);

@@ -176,6 +176,40 @@ impl Source {
         Source::open_manifest(&dir.join(MANIFEST_FILE))
     }
 
+    /// [`Source::open`] for the bundle directory `dir` that the config's `source.path`
+    /// names (the default for `--source`). When that directory, or its manifest, is not
+    /// there, the error says so first and, for a path the config wrote relative, that it
+    /// is taken relative to the config file, not the working directory:
+    /// `source.path 'out/site' is taken relative to the config file /x/pipeline.yaml:
+    /// /x/out/site does not exist`.
+    pub fn open_configured(dir: &Path, config: &crate::config::Config) -> Result<Source> {
+        let origin = config
+            .path_origin("source.path")
+            .unwrap_or_else(|| "source.path".to_string());
+        match std::fs::metadata(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Source(format!(
+                    "{origin}: {} does not exist (pass --source DIR, or correct source.path in {})",
+                    dir.display(),
+                    config.file.display()
+                )));
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(Error::Source(format!(
+                    "{origin}: {} is not a directory; source.path names the bundle directory, the one holding {MANIFEST_FILE}",
+                    dir.display()
+                )));
+            }
+            _ => {}
+        }
+        Source::open(dir).map_err(|e| match e {
+            Error::Source(m) if m.starts_with("cannot read manifest") => {
+                Error::Source(format!("{m} ({origin})"))
+            }
+            e => e,
+        })
+    }
+
     /// Reads a manifest file and verifies it and the files' structure; the bundle
     /// directory is the file's directory.
     pub fn open_manifest(file: &Path) -> Result<Source> {
@@ -192,13 +226,17 @@ impl Source {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
         let text = std::fs::read(file).map_err(|e| {
-            let hint = if e.kind() == std::io::ErrorKind::NotFound {
-                format!(
+            let hint = match std::fs::metadata(&dir) {
+                // No bundle directory at all: there is nothing to write a manifest for.
+                Err(d) if d.kind() == std::io::ErrorKind::NotFound => {
+                    format!("; the bundle directory {} does not exist", dir.display())
+                }
+                Ok(m) if !m.is_dir() => format!("; {} is not a directory", dir.display()),
+                _ if e.kind() == std::io::ErrorKind::NotFound => format!(
                     "; write it with `distributor manifest {} --id ID` once the bundle is complete",
                     dir.display()
-                )
-            } else {
-                String::new()
+                ),
+                _ => String::new(),
             };
             Error::Source(format!(
                 "cannot read manifest {}: {e}{hint}",

@@ -168,7 +168,22 @@ fn walk(base: &Path, bundle: &Path, create: bool) -> Result<Walk> {
                 "{} is a symlink; distributor never publishes through a symlink",
                 p.display()
             ),
-            _ => format!("{} is not a directory", p.display()),
+            Ok(md) if md.is_file() => format!("{} is a file, not a directory", p.display()),
+            Ok(_) => format!("{} is not a directory", p.display()),
+            // ENOTDIR on the way: the configured path (or the mapped part) lies below a
+            // file. Name the file in the way, as for a path that is the file itself.
+            Err(_) => match p
+                .ancestors()
+                .skip(1)
+                .find(|a| std::fs::metadata(a).is_ok_and(|m| !m.is_dir()))
+            {
+                Some(file) => format!(
+                    "{} is a file, not a directory: {} cannot be created below it",
+                    file.display(),
+                    p.display()
+                ),
+                None => format!("{} is not a directory", p.display()),
+            },
         }
     };
     let mut dir = match Dir::open_path(base) {
