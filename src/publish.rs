@@ -627,7 +627,8 @@ fn publish_one(
         if !p.decision.writes() && nothing_to_wait_for && clean(unlocked.store.as_deref()) {
             let (status, code) = (status_of(p, Status::Applied), code_of(p));
             let preview = preview.expect("looked at above");
-            return Ok((DestinationReport::from_plan(preview, status, None), code));
+            let op = journal_refusal(config, &preview, source, opts, journal)?;
+            return Ok((DestinationReport::from_plan(preview, status, op), code));
         }
     }
     // A failure to lock or a pending recovery is reported with the planned decision; with
@@ -674,7 +675,9 @@ fn publish_one(
     }
     check_recovery(journal, store).map_err(|e| with_plan(&plan, e))?;
     if !plan.decision.writes() {
-        return report(plan);
+        let op = journal_refusal(config, &plan, source, opts, journal)?;
+        let (status, code) = (status_of(&plan, Status::Applied), code_of(&plan));
+        return Ok((DestinationReport::from_plan(plan, status, op), code));
     }
     let ctx = ExecContext {
         command: "publish",
@@ -692,6 +695,51 @@ fn publish_one(
             source: Box::new(e),
         }),
     }
+}
+
+/// A publication refused for its conflicts is journaled (SPEC §16): the operation with
+/// the conflicts (its `plan_json`), no actions and a terminal `refused` event, in one
+/// transaction, so an audit shows who tried what and it never reads as unfinished. The
+/// operation id, for a conflict; `None` for any other decision (nothing is journaled).
+fn journal_refusal(
+    config: &Config,
+    plan: &DestinationPlan,
+    source: &Source,
+    opts: &PublishOptions,
+    journal: &mut Journal,
+) -> Result<Option<String>> {
+    if plan.decision != Decision::Conflict {
+        return Ok(None);
+    }
+    let src = source.source_ref();
+    let record = crate::journal::OperationRecord {
+        operation_id: uuid::Uuid::new_v4().to_string(),
+        started_at: crate::journal::now(),
+        command: opts.command.clone(),
+        actor: opts.actor.clone(),
+        pipeline_id: config.pipeline_id.clone(),
+        destination_id: plan.destination_id.clone(),
+        bundle_path: plan.bundle_path.to_string_lossy().into_owned(),
+        state_mode: plan.state_mode.to_string(),
+        decision: plan.decision.to_string(),
+        takeover_mode: plan.takeover_mode.to_string(),
+        previous_owner: plan.previous.as_ref().map(|p| p.owner.to_string()),
+        previous_source: plan.previous.as_ref().map(|p| {
+            (
+                p.source.id.clone(),
+                p.source.created_at.clone(),
+                p.source.digest.clone(),
+            )
+        }),
+        source: (src.id, src.created_at, src.digest),
+        pre_state_sha256: None,
+        // Nothing was committed: no state file is the operation's.
+        post_state_sha256: String::new(),
+        takeovers_json: "[]".into(),
+        plan_json: serde_json::json!({ "conflicts": plan.conflicts }).to_string(),
+    };
+    journal.refused_operation(&record, &plan.message)?;
+    Ok(Some(record.operation_id))
 }
 
 /// Whether a decision is reported even while recovery is due at its bundle path. SPEC §6

@@ -521,7 +521,13 @@ fn invalid_state_is_a_forceable_conflict(bytes: &[u8]) {
         );
         assert_eq!(env.snapshot("dest"), before);
     }
-    assert!(operations(&env.journal()).is_empty());
+    // Each refused publication is journaled as such, with nothing else (SPEC §16).
+    let ops = operations(&env.journal());
+    assert!(!ops.is_empty());
+    assert!(
+        ops.iter().all(|(d, s)| d == "conflict" && s == "refused"),
+        "{ops:?}"
+    );
     // --force: force_replace; nothing deleted (nothing is known to be managed), fresh state.
     let r = env.publish(&w.cfg, &b, &["--force"]);
     r.expect_code(0);

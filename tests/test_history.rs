@@ -659,3 +659,114 @@ fn the_actor_is_never_unknown() {
         "cli:alice"
     );
 }
+
+/// A publication refused for its conflicts is an operation (SPEC §16): decision
+/// `conflict`, status `refused`, no actions, its conflicts in `history show`, and never
+/// unfinished (nothing to recover, nothing pending).
+#[test]
+fn a_refused_publication_is_journaled_with_its_conflicts() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let b = env.bundle(
+        "b",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "1"), ("b.txt", "2")],
+        &[],
+    );
+    env.write("dest/a.txt", "hand-made");
+    env.write("dest/b.txt", "hand-made");
+    let r = env.publish(&cfg, &b, &[]);
+    r.expect_code(3);
+    let id = op_id(&r);
+    let ops = history(&env, &[]);
+    assert_eq!(ids(&ops), [id.clone()]);
+    assert_eq!(ops[0]["decision"], "conflict");
+    assert_eq!(ops[0]["status"], "refused");
+    assert_eq!(ops[0]["actor"], "cli:tester");
+    assert_eq!(ids(&history(&env, &["--action", "conflict"])), [id.clone()]);
+    assert_eq!(ids(&history(&env, &["--status", "refused"])), [id.clone()]);
+    let show = env.run(&["history", "show", &id, "--json"]);
+    show.expect_code(0);
+    let d = show.json();
+    assert_eq!(d["actions"], serde_json::json!([]));
+    let kinds: Vec<(&str, &str)> = (d["conflicts"].as_array().unwrap().iter())
+        .map(|c| (c["kind"].as_str().unwrap(), c["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("unmanaged_content", "a.txt"),
+            ("unmanaged_content", "b.txt")
+        ]
+    );
+    let events: Vec<&str> = (d["events"].as_array().unwrap().iter())
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(events, ["refused"]);
+    let text = env.run(&["history", "show", &id]);
+    assert!(
+        text.stdout
+            .contains("conflicts (2):\n    unmanaged_content at a.txt:"),
+        "{}",
+        text.stdout
+    );
+    // Finished in its one transaction: nothing to recover, nothing pending.
+    let rec = env.run(&["recover", "--json"]);
+    rec.expect_code(0);
+    assert_eq!(rec.json()["summary"]["operations"], 0);
+    env.run(&["status", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+    // A dry run journals nothing.
+    env.plan(&cfg, &b, &[]).expect_code(3);
+    assert_eq!(history(&env, &[]).len(), 1);
+}
+
+/// Unknown filter values are errors that list what exists (SPEC §16); `--config F` is
+/// that pipeline's history.
+#[test]
+fn unknown_filter_values_list_what_exists_and_config_is_its_pipeline() {
+    let env = Env::new();
+    let weather = env.simple_config("w.yaml", "weather", "latest", "dest/w", "");
+    let news = env.simple_config("n.yaml", "news", "front", "dest/n", "");
+    let b = env.bundle(
+        "b",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "1")],
+        &[],
+    );
+    let w = op_id(&env.publish(&weather, &b, &[]));
+    let n = op_id(&env.publish(&news, &b, &[]));
+    for (args, needle) in [
+        (
+            vec!["history", "--pipeline", "wether"],
+            "--pipeline wether: no operation of that pipeline in the journal; pipelines there: news, weather",
+        ),
+        (
+            vec!["history", "--destination", "lates"],
+            "destinations there: front, latest",
+        ),
+        (
+            vec!["history", "--action", "conflicts"],
+            "conflict, rollback",
+        ),
+        (
+            vec!["history", "--journal", "nowhere.sqlite3"],
+            "--journal nowhere.sqlite3: no journal there",
+        ),
+        (
+            vec!["history", "--config", "w.yaml", "--pipeline", "news"],
+            "is the config of pipeline weather",
+        ),
+    ] {
+        let r = env.run(&args);
+        assert_eq!(r.code, 2, "{args:?}: {}{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains(needle), "{args:?}: {}", r.stderr);
+    }
+    assert!(!env.exists("nowhere.sqlite3"));
+    // A decision no operation has yet is accepted: an empty answer.
+    assert!(history(&env, &["--action", "rollback"]).is_empty());
+    assert_eq!(ids(&history(&env, &["--config", "w.yaml"])), [w]);
+    assert_eq!(ids(&history(&env, &["--config", "n.yaml"])), [n]);
+}

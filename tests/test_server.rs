@@ -252,7 +252,10 @@ fn conflict_is_409_with_the_report_and_writes_nothing() {
     assert_eq!(env.read("dest/latest/a.txt"), "hand-made");
     // A dry run reaches the same verdict.
     server.upload("weather", "?dry_run=true", &tar).expect(409);
-    assert!(journal_operations(&env).is_empty());
+    // The refused upload is journaled, the dry run is not.
+    let ops = journal_operations(&env);
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    assert_eq!(ops[0].3, "refused");
 }
 
 #[test]

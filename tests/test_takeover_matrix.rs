@@ -647,7 +647,12 @@ fn run_case(b: Backend, c: &Case, run: usize, check: &mut Check) {
                 );
             }
             check.eq(&ctx, "takeovers of a conflict", takeovers_of(&d), vec![]);
-            check.eq(&ctx, "operation_id", d["operation_id"].clone(), Value::Null);
+            // A refused publication is journaled, with its conflicts (SPEC §16).
+            check.truth(
+                &ctx,
+                "a conflict is journaled: its operation_id is set",
+                d["operation_id"].is_string(),
+            );
             check.eq(&ctx, "a conflict writes nothing", w.snapshot(DEST), before);
             check.eq(
                 &ctx,

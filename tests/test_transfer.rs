@@ -50,7 +50,13 @@ fn assert_nothing_written(
         "skipped"
     };
     assert_eq!(d["status"], status);
-    assert!(d["operation_id"].is_null());
+    // Only a refused publication is journaled (SPEC §16); a skip writes nothing at all.
+    assert_eq!(
+        d["operation_id"].is_string(),
+        decision == "conflict",
+        "{}",
+        r.stdout
+    );
     assert_eq!(d["takeovers"], serde_json::json!([]));
     for c in d["conflicts"].as_array().unwrap() {
         assert_eq!(c["forceable"], true, "{c}");
@@ -317,7 +323,8 @@ fn assert_refused_newer(env: &Env, r: &Run, before: &[(String, String)], kinds: 
     assert_eq!(r.conflict_kinds(), kinds, "{}", r.stdout);
     let d = r.dest(0);
     assert_eq!(d["status"], "conflict");
-    assert!(d["operation_id"].is_null());
+    // Refused, and journaled as such (SPEC §16).
+    assert!(d["operation_id"].is_string(), "{}", r.stdout);
     for c in d["conflicts"].as_array().unwrap() {
         assert_eq!(c["forceable"], false, "{c}");
         assert!(

@@ -50,10 +50,10 @@ struct ListArgs {
     /// Only this destination id.
     #[arg(long, value_name = "D")]
     destination: Option<String>,
-    /// Only this decision (create, repair, replace_older, replace_changed, replace_takeover, force_replace).
+    /// Only this decision (create, repair, replace_older, replace_changed, replace_takeover, force_replace, conflict, rollback, ...; prune, adopt).
     #[arg(long, value_name = "A")]
     action: Option<String>,
-    /// Only this status (in_progress, committed, applied, failed, rolled_forward, rolled_back, diverged, abandoned).
+    /// Only this status (in_progress, committed, applied, failed, rolled_forward, rolled_back, diverged, abandoned, closed, refused).
     #[arg(long, value_name = "S")]
     status: Option<String>,
     /// Started at or after T (RFC 3339, or a date YYYY-MM-DD meaning midnight UTC).
@@ -109,10 +109,6 @@ pub fn run(a: HistoryArgs) -> Result<CommandOutput> {
 }
 
 fn list(a: ListArgs) -> Result<CommandOutput> {
-    if let Some(d) = &a.action {
-        d.parse::<Decision>()
-            .map_err(|m| Error::Usage(format!("--action {d}: {m}")))?;
-    }
     if let Some(s) = a.status.as_deref().filter(|s| !STATUSES.contains(s)) {
         return Err(Error::Usage(format!(
             "--status {s}: unknown value, accepted: {}",
@@ -125,16 +121,39 @@ fn list(a: ListArgs) -> Result<CommandOutput> {
             .transpose()
             .map_err(|m| Error::Usage(format!("{flag}: {m}")))
     };
+    let config = a.journal.config.as_deref().map(Config::load).transpose()?;
+    // `--config F` is that pipeline's history (SPEC §16).
+    let pipeline = match (&a.pipeline, &config) {
+        (Some(p), Some(c)) if *p != c.pipeline_id => {
+            return Err(Error::Usage(format!(
+                "--pipeline {p}: {} is the config of pipeline {}; give one or the other",
+                c.file.display(),
+                c.pipeline_id
+            )));
+        }
+        (Some(p), _) => Some(p.clone()),
+        (None, Some(c)) => Some(c.pipeline_id.clone()),
+        (None, None) => None,
+    };
     let filter = Filter {
         since: bound("--since", &a.since)?,
         until: bound("--until", &a.until)?,
-        pipeline: a.pipeline,
+        pipeline,
         destination: a.destination,
         action: a.action,
         status: a.status,
         limit: a.limit,
     };
-    let (path, journal) = open(&a.journal)?;
+    let path = resolve_journal(a.journal.journal.as_deref(), config.as_ref())?;
+    let journal = Journal::open_existing(&path)?;
+    if journal.is_none() && a.journal.journal.is_some() {
+        // Named on the command line and not there: a typo, not an empty history.
+        return Err(Error::Usage(format!(
+            "--journal {}: no journal there (nothing was ever published with it)",
+            path.display()
+        )));
+    }
+    check_filters(journal.as_ref(), &filter, a.pipeline.is_some())?;
     let ops = match &journal {
         Some(j) => query::list(j, &filter)?,
         None => Vec::new(),
@@ -156,6 +175,58 @@ fn list(a: ListArgs) -> Result<CommandOutput> {
         out
     };
     Ok(CommandOutput { stdout, code: 0 })
+}
+
+/// Unknown filter values are errors that list what exists (SPEC §16): a `--pipeline`
+/// (given as such, not from `--config`) or `--destination` no operation of the journal
+/// has, an `--action` that is neither a decision nor a command the journal records.
+fn check_filters(journal: Option<&Journal>, f: &Filter, pipeline_flag: bool) -> Result<()> {
+    let known = |column: &str| -> Result<Vec<String>> {
+        match journal {
+            Some(j) => query::distinct(j, column),
+            None => Ok(Vec::new()),
+        }
+    };
+    let listed = |v: &[String]| {
+        if v.is_empty() {
+            "none (the journal records no operation)".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    if let Some(p) = f.pipeline.as_deref().filter(|_| pipeline_flag) {
+        let there = known("pipeline_id")?;
+        if !there.iter().any(|x| x == p) {
+            return Err(Error::Usage(format!(
+                "--pipeline {p}: no operation of that pipeline in the journal; pipelines there: {}",
+                listed(&there)
+            )));
+        }
+    }
+    if let Some(d) = &f.destination {
+        let there = known("destination_id")?;
+        if !there.iter().any(|x| x == d) {
+            return Err(Error::Usage(format!(
+                "--destination {d}: no operation of that destination in the journal; destinations there: {}",
+                listed(&there)
+            )));
+        }
+    }
+    if let Some(act) = &f.action {
+        let mut accepted: Vec<String> = Decision::ALL.iter().map(|d| d.to_string()).collect();
+        for d in known("decision")? {
+            if !accepted.contains(&d) {
+                accepted.push(d);
+            }
+        }
+        if !accepted.contains(act) {
+            return Err(Error::Usage(format!(
+                "--action {act}: unknown value, accepted: {}",
+                accepted.join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// One line per operation; takeovers get the audit lines below it.
@@ -293,6 +364,25 @@ fn show_text(d: &OperationDetail) -> String {
     if has_takeovers(op) || op.decision == Decision::ReplaceTakeover.as_str() {
         let _ = writeln!(out, "  takeover:");
         takeover_lines(&mut out, op, "    ");
+    }
+    if !d.conflicts.is_empty() {
+        let _ = writeln!(out, "  conflicts ({}):", d.conflicts.len());
+        for c in &d.conflicts {
+            let at = c["path"]
+                .as_str()
+                .map(|p| format!(" at {p}"))
+                .unwrap_or_default();
+            let force = match c["forceable"].as_bool() {
+                Some(true) => "forceable",
+                _ => "not forceable",
+            };
+            let _ = writeln!(
+                out,
+                "    {}{at}: {} ({force})",
+                c["kind"].as_str().unwrap_or("?"),
+                c["message"].as_str().unwrap_or("")
+            );
+        }
     }
     let _ = writeln!(out, "  actions ({}):", d.actions.len());
     for a in &d.actions {

@@ -30,6 +30,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0006_closed",
         include_str!("../../migrations/0006_closed.sql"),
     ),
+    (
+        "0007_refused",
+        include_str!("../../migrations/0007_refused.sql"),
+    ),
 ];
 
 /// Schema version this build writes.

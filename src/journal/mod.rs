@@ -54,6 +54,8 @@ pub mod event {
     /// A rollback activated an earlier release (SPEC §15): the detail names the release
     /// activated, the one rolled back from, and the source digest now held.
     pub const ACTIVATED: &str = "activated";
+    /// A publication refused for its conflicts (SPEC §16): its only event.
+    pub const REFUSED: &str = "refused";
 }
 
 /// The operation row appended before anything runs.
@@ -232,6 +234,13 @@ impl Journal {
         placements: &[(String, Fingerprint)],
     ) -> Result<()> {
         self.insert_operation(op, &[], events, placements)
+    }
+
+    /// Appends a publication refused for its conflicts (they are in its `plan_json`) with
+    /// its terminal [`event::REFUSED`] event, in one transaction: it never reads as
+    /// unfinished, and an audit shows who tried what.
+    pub fn refused_operation(&mut self, op: &OperationRecord, detail: &str) -> Result<()> {
+        self.insert_operation(op, &[], &[(event::REFUSED, Some(detail))], &[])
     }
 
     /// Appends an operation found only in a destination's staging, its actions and an

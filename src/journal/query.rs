@@ -21,6 +21,7 @@ pub const STATUSES: &[&str] = &[
     "diverged",
     "abandoned",
     "closed",
+    "refused",
 ];
 
 /// Filters of `history`; `None` means any.
@@ -128,6 +129,9 @@ pub struct OperationDetail {
     pub events: Vec<EventRow>,
     /// Its actions, in plan order.
     pub actions: Vec<ActionRow>,
+    /// A refused publication's conflicts (as the report had them); absent otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<serde_json::Value>,
 }
 
 const SELECT: &str =
@@ -297,11 +301,48 @@ pub fn show(j: &Journal, id: &str) -> Result<Option<OperationDetail>> {
             .collect()
         })
         .map_err(jr)?;
+    let conflicts = match operation.status.as_str() {
+        "refused" => {
+            let plan: String = conn
+                .query_row(
+                    "SELECT plan_json FROM journal_operations WHERE operation_id = ?1",
+                    [&op_id],
+                    |r| r.get(0),
+                )
+                .map_err(jr)?;
+            serde_json::from_str::<serde_json::Value>(&plan)
+                .ok()
+                .and_then(|v| v["conflicts"].as_array().cloned())
+                .unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
     Ok(Some(OperationDetail {
         operation,
         events,
         actions,
+        conflicts,
     }))
+}
+
+/// The distinct values of `column` (`pipeline_id`, `destination_id` or `decision`) in
+/// the journal, sorted: what a `history` filter can match.
+pub fn distinct(j: &Journal, column: &str) -> Result<Vec<String>> {
+    let column = match column {
+        "pipeline_id" | "destination_id" | "decision" => column,
+        other => return Err(Error::Failed(format!("not a filter column: {other}"))),
+    };
+    let conn = j.connection();
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT DISTINCT {column} FROM journal_operations ORDER BY {column}"
+        ))
+        .map_err(|e| jerr(j.path(), e))?;
+    let rows = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .map_err(|e| jerr(j.path(), e))?;
+    rows.collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(|e| jerr(j.path(), e))
 }
 
 /// Normalises a `--since`/`--until` value to the journal's time format (UTC, milliseconds,

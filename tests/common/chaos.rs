@@ -79,6 +79,11 @@ pub fn recover_with(env: &Env, cfg: &Path, journal: &Path, extra: &[(&str, &str)
 /// Every operation of journal `journal` (`history --json --journal`): id and status,
 /// newest first. A journal that does not exist has none.
 pub fn history(env: &Env, journal: &Path) -> Vec<(String, String)> {
+    if !journal.exists() {
+        // `history --journal` refuses a path with no journal (a typo is not an empty
+        // history, SPEC §16).
+        return Vec::new();
+    }
     let r = env.run(&["history", "--json", "--journal", journal.to_str().unwrap()]);
     r.expect_code(0);
     r.json()["operations"]
