@@ -606,6 +606,40 @@ fn carry(src: &Dir, dst: &Dir, skip: &foldhash::HashSet<&str>, read_only: bool) 
     Ok(())
 }
 
+/// Removes the release `name` of `parent` (retention): its files directory by directory
+/// on several threads (each directory opened again without following symlinks and
+/// checked to be the one listed), then the emptied directories. A release of 10,000
+/// files is 10,000 `unlinkat`; on one thread they were most of what retention added to a
+/// publication.
+pub(super) fn remove_release(parent: &Dir, name: &str) -> Result<()> {
+    let Some(st) = parent.stat_opt(name).ctx("stat", parent.join(name))? else {
+        return Ok(());
+    };
+    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        let root = open_real(parent, name)?;
+        let mut dirs = Vec::new();
+        scan(&root, "", None, &Default::default(), &mut dirs)?;
+        let files: usize = dirs.iter().map(|d| d.entries.len()).sum();
+        let work: Vec<&Scanned> = dirs.iter().filter(|d| !d.entries.is_empty()).collect();
+        crate::parallel::try_map_on(
+            crate::parallel::threads_for(files),
+            &work,
+            || (),
+            |d, _| {
+                let dir = reopen(&root, &d.rel, d.identity)?;
+                for (entry, _) in &d.entries {
+                    dir.unlink(entry).ctx("remove", dir.join(entry))?;
+                }
+                Ok(())
+            },
+        )?;
+    }
+    // What is left: the emptied directories (or `name` itself, when not one).
+    parent
+        .remove_tree(name)
+        .ctx("remove release", parent.join(name))
+}
+
 /// Hard-links `name` from `src` into `dst`; where the filesystem refuses (`EXDEV`,
 /// `EPERM`, `EMLINK`), copies a regular file read-only and verifies the copy by reading it
 /// back, and makes a symlink again with the same text.

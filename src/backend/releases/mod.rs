@@ -376,9 +376,7 @@ impl ReleaseStore {
         if !dry_run {
             for v in verdicts.iter().filter(|v| !v.keep) {
                 crate::failpoint::hit("during_prune");
-                root.dir()
-                    .remove_tree(&v.release)
-                    .ctx("remove release", self.settings.dir.join(&v.release))?;
+                build::remove_release(root.dir(), &v.release)?;
             }
         }
         Ok(verdicts)
