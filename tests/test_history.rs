@@ -684,8 +684,14 @@ fn a_refused_publication_is_journaled_with_its_conflicts() {
     assert_eq!(ops[0]["decision"], "conflict");
     assert_eq!(ops[0]["status"], "refused");
     assert_eq!(ops[0]["actor"], "cli:tester");
-    assert_eq!(ids(&history(&env, &["--action", "conflict"])), vec![id.clone()]);
-    assert_eq!(ids(&history(&env, &["--status", "refused"])), vec![id.clone()]);
+    assert_eq!(
+        ids(&history(&env, &["--action", "conflict"])),
+        vec![id.clone()]
+    );
+    assert_eq!(
+        ids(&history(&env, &["--status", "refused"])),
+        vec![id.clone()]
+    );
     let show = env.run(&["history", "show", &id, "--json"]);
     show.expect_code(0);
     let d = show.json();
