@@ -5,6 +5,7 @@
 //! destination's error is reported on it while the others are still read, in `status`,
 //! `verify` and `recover`.
 
+use crate::common::backend::{Backend, World};
 use crate::common::hostile::PausedRun;
 use crate::common::{Env, Run};
 use sha2::{Digest, Sha256};
@@ -352,4 +353,60 @@ fn a_bare_recover_names_the_default_journal() {
     let r = env.run(&["recover"]);
     r.expect_code(0);
     assert!(!r.stderr.contains("default journal"), "{}", r.stderr);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn busy_under_a_live_flock() {
+    busy_under_a_live_lock_on_either_backend(Backend::Local);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn busy_under_a_live_s3_lease() {
+    let _ = crate::common::s3::require_moto!();
+    busy_under_a_live_lock_on_either_backend(Backend::S3);
+}
+
+/// On both backends, an operation another process is carrying out now (its lock: the
+/// flock, or the s3 lease) is `busy` in status and verify, exit 0, with the holder named.
+fn busy_under_a_live_lock_on_either_backend(b: Backend) {
+    let w = World::new(b);
+    let cfg = w.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let b1 = w.bundle("b1", "one", "2026-12-01T06:00:00Z", &[("a.txt", "1")], &[]);
+    let b2 = w.bundle("b2", "two", "2026-12-02T06:00:00Z", &[("a.txt", "2")], &[]);
+    w.publish(&cfg, &b1, &[]).expect_code(0);
+    let vars = w.vars();
+    let paused = PausedRun::start(
+        &w.env,
+        &[
+            "publish",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            b2.to_str().unwrap(),
+        ],
+        "after_staging",
+        &vars,
+    );
+    let pid = format!("pid {}", paused.pid());
+    for r in [w.status(&cfg), w.verify(&cfg)] {
+        r.expect_code(0);
+        let d = &r.json()["destinations"][0];
+        assert_eq!(d["recovery_pending"], false, "{d}");
+        let busy = d["busy"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not busy: {d}"));
+        assert!(busy.contains(&pid) && busy.contains("cli:tester"), "{busy}");
+    }
+    paused.resume().expect_code(0);
+    let r = w.status(&cfg);
+    r.expect_code(0);
+    assert!(r.json()["destinations"][0].get("busy").is_none());
 }

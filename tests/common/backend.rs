@@ -163,6 +163,14 @@ impl World {
         self.env.bundle(rel, id, at, files, links)
     }
 
+    /// What the backend needs in the environment of a run (none for local storage).
+    pub fn vars(&self) -> Vec<(&str, &str)> {
+        match &self.storage {
+            Storage::Local => Vec::new(),
+            Storage::S3 { vars, .. } => vars.iter().map(|(k, v)| (*k, v.as_str())).collect(),
+        }
+    }
+
     /// Runs the binary with what the backend needs in the environment.
     pub fn run(&self, args: &[&str]) -> Run {
         match &self.storage {
