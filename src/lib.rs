@@ -32,6 +32,7 @@ pub mod globs;
 pub mod hash;
 pub mod inspect;
 pub mod journal;
+pub mod limits;
 pub mod model;
 pub mod ordered;
 pub mod parallel;

@@ -17,6 +17,7 @@ mod test_hostile;
 mod test_journal;
 mod test_journals;
 mod test_layering;
+mod test_limits;
 mod test_operator;
 mod test_pending;
 mod test_performance;

@@ -254,7 +254,7 @@ pub fn state_sha256(
 ) -> Result<std::result::Result<Option<String>, String>> {
     Ok(match store.read_state()? {
         StateBytes::Absent => Ok(None),
-        StateBytes::NotAFile(why) => Err(why),
+        StateBytes::Unusable(why) => Err(why),
         StateBytes::Bytes(b) => Ok(Some(crate::hash::sha256_hex(&b))),
     })
 }

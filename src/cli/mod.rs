@@ -128,21 +128,35 @@ pub fn main() -> ExitCode {
         }
     };
     let json = cli.wants_json();
-    let result = match cli.command {
-        Command::Publish(a) => publish::run(a.into_common(false)),
-        Command::Plan(a) => publish::run(a.into_common()),
-        Command::Manifest(a) => manifest::run(a),
-        Command::Validate(a) => validate::run(a),
-        Command::Status(a) => status::run(a),
-        Command::Verify(a) => verify::run(a),
-        Command::Recover(a) => recover::run(a),
-        Command::History(a) => history::run(a),
-        Command::Serve(a) => serve::run(a),
-        Command::Rollback(a) => rollback::run(a),
-        Command::Prune(a) => prune::run(a),
-        Command::Releases(a) => releases::run(a),
-        Command::Completions(a) => completions::run(a),
+    let result = match crate::limits::check_env() {
+        Err(e) => Err(e),
+        Ok(()) => cli.run(),
     };
+    finish(result, json)
+}
+
+impl Cli {
+    fn run(self) -> crate::error::Result<CommandOutput> {
+        match self.command {
+            Command::Publish(a) => publish::run(a.into_common(false)),
+            Command::Plan(a) => publish::run(a.into_common()),
+            Command::Manifest(a) => manifest::run(a),
+            Command::Validate(a) => validate::run(a),
+            Command::Status(a) => status::run(a),
+            Command::Verify(a) => verify::run(a),
+            Command::Recover(a) => recover::run(a),
+            Command::History(a) => history::run(a),
+            Command::Serve(a) => serve::run(a),
+            Command::Rollback(a) => rollback::run(a),
+            Command::Prune(a) => prune::run(a),
+            Command::Releases(a) => releases::run(a),
+            Command::Completions(a) => completions::run(a),
+        }
+    }
+}
+
+/// Prints a command's output (or its error) and gives its exit code.
+fn finish(result: crate::error::Result<CommandOutput>, json: bool) -> ExitCode {
     match result {
         Ok(out) => {
             let mut stdout = std::io::stdout().lock();

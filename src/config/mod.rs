@@ -335,6 +335,18 @@ pub struct Config {
 impl Config {
     /// Reads and validates a config file.
     pub fn load(file: &Path) -> Result<Config> {
+        if let Ok(m) = std::fs::metadata(file)
+            && m.len() > crate::limits::CONFIG_BYTES
+        {
+            return Err(Error::Config(format!(
+                "config {}: is {} bytes ({}); a config is at most {} ({} bytes) and is refused before it is read",
+                file.display(),
+                m.len(),
+                crate::report::human_size(m.len()),
+                crate::report::human_size(crate::limits::CONFIG_BYTES),
+                crate::limits::CONFIG_BYTES
+            )));
+        }
         let text = std::fs::read_to_string(file)
             .map_err(|e| Error::Config(format!("config {}: cannot read: {e}", file.display())))?;
         Config::parse(&text, file)

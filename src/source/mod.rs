@@ -225,6 +225,18 @@ impl Source {
             .filter(|p| !p.as_os_str().is_empty())
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
+        // A manifest over the limit is refused before it is read (the scale issue).
+        let limit = crate::limits::manifest_bytes()?;
+        if let Ok(m) = std::fs::metadata(file)
+            && m.len() > limit
+        {
+            return Err(Error::Source(crate::limits::over(
+                &format!("manifest {}", file.display()),
+                m.len(),
+                limit,
+                crate::limits::MANIFEST_VAR,
+            )));
+        }
         let text = std::fs::read(file).map_err(|e| {
             let hint = match std::fs::metadata(&dir) {
                 // No bundle directory at all: there is nothing to write a manifest for.

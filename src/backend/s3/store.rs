@@ -153,13 +153,27 @@ impl S3Store {
     }
 
     fn get(&self, rel: &str) -> Result<Option<(Bytes, Option<String>)>> {
+        Ok(self
+            .get_at_most(rel, u64::MAX)?
+            .map(|g| g.expect("nothing is over u64::MAX bytes")))
+    }
+
+    /// [`S3Store::get`], but an object over `limit` bytes is not read: its size and ETag
+    /// instead (`Err`).
+    #[allow(clippy::type_complexity)]
+    fn get_at_most(
+        &self,
+        rel: &str,
+        limit: u64,
+    ) -> Result<Option<std::result::Result<(Bytes, Option<String>), (u64, Option<String>)>>> {
         let key = self.key(rel)?;
         match block_on(self.client().get(&key)) {
+            Ok(g) if g.meta.size > limit => Ok(Some(Err((g.meta.size, g.meta.e_tag.clone())))),
             Ok(g) => {
                 let etag = g.meta.e_tag.clone();
                 let bytes =
                     block_on(g.bytes()).map_err(|e| store_error("read", &self.shown(rel), e))?;
-                Ok(Some((bytes, etag)))
+                Ok(Some(Ok((bytes, etag))))
             }
             // A missing bucket is not a missing object.
             Err(e @ object_store::Error::NotFound { .. }) if no_such_bucket(&e) => {
@@ -610,7 +624,19 @@ impl BundleStore for S3Store {
     }
 
     fn read_state(&self) -> Result<StateBytes> {
-        let got = self.get(STATE_FILE)?;
+        let limit = crate::limits::state_bytes()?;
+        let got = self.get_at_most(STATE_FILE, limit)?;
+        if let Some(Err((size, etag))) = got {
+            // Refused before its body is read; its ETag is kept for a forced replacement.
+            *lock(&self.state) = Some((Vec::new(), etag));
+            return Ok(StateBytes::Unusable(crate::limits::over(
+                &self.shown(STATE_FILE),
+                size,
+                limit,
+                crate::limits::STATE_VAR,
+            )));
+        }
+        let got = got.map(|g| g.expect("over the limit returned above"));
         let out = match &got {
             Some((b, _)) => StateBytes::Bytes(b.to_vec()),
             None => StateBytes::Absent,

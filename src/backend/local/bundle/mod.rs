@@ -70,8 +70,8 @@ pub struct Bundle {
 pub enum StateBytes {
     /// Nothing.
     Absent,
-    /// Something that is not a regular file: why.
-    NotAFile(String),
+    /// Something that cannot be state (not a regular file, or over the size limit): why.
+    Unusable(String),
     /// A regular file's bytes.
     Bytes(Vec<u8>),
 }
@@ -90,7 +90,7 @@ impl StateBytes {
         use crate::state::StateFile;
         match self {
             StateBytes::Absent => StateFile::Absent,
-            StateBytes::NotAFile(why) => StateFile::Invalid(why.clone()),
+            StateBytes::Unusable(why) => StateFile::Invalid(why.clone()),
             StateBytes::Bytes(b) => StateFile::parse(b),
         }
     }
@@ -457,22 +457,43 @@ impl Bundle {
         match self.dir.stat_opt(STATE_FILE).ctx("stat", &path)? {
             None => Ok(StateBytes::Absent),
             Some(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => Ok(
-                StateBytes::NotAFile(format!("{} is not a regular file", path.display())),
+                StateBytes::Unusable(format!("{} is not a regular file", path.display())),
             ),
+            Some(st) if st.st_size as u64 > crate::limits::state_bytes()? => {
+                Ok(StateBytes::Unusable(crate::limits::over(
+                    &path.display().to_string(),
+                    st.st_size as u64,
+                    crate::limits::state_bytes()?,
+                    crate::limits::STATE_VAR,
+                )))
+            }
             Some(_) => {
-                let (mut f, _) = match self.dir.open_file(STATE_FILE) {
+                let (f, _) = match self.dir.open_file(STATE_FILE) {
                     Ok(x) => x,
                     // Replaced by something else since the stat.
                     Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
-                        return Ok(StateBytes::NotAFile(format!(
+                        return Ok(StateBytes::Unusable(format!(
                             "{} is not a regular file",
                             path.display()
                         )));
                     }
                     Err(e) => return Err(Error::io("read", path, e)),
                 };
+                // At most one byte past the limit: a file that grew since the stat is
+                // refused too, without reading it all.
+                let limit = crate::limits::state_bytes()?;
                 let mut bytes = Vec::new();
-                f.read_to_end(&mut bytes).ctx("read", &path)?;
+                f.take(limit + 1)
+                    .read_to_end(&mut bytes)
+                    .ctx("read", &path)?;
+                if bytes.len() as u64 > limit {
+                    return Ok(StateBytes::Unusable(crate::limits::over(
+                        &path.display().to_string(),
+                        bytes.len() as u64,
+                        limit,
+                        crate::limits::STATE_VAR,
+                    )));
+                }
                 Ok(StateBytes::Bytes(bytes))
             }
         }
