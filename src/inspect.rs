@@ -44,6 +44,11 @@ fn reported_paths(dest: &Destination, view: Option<&JournalView>) -> Result<Vec<
         }
         paths.sort();
     }
+    if paths.is_empty() {
+        // A mapped destination nothing was published to yet: reported as its configured
+        // path, absent, so that every destination shows.
+        paths.push(dest.path.clone());
+    }
     Ok(paths)
 }
 

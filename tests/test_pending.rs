@@ -410,3 +410,39 @@ fn busy_under_a_live_lock_on_either_backend(b: Backend) {
     r.expect_code(0);
     assert!(r.json()["destinations"][0].get("busy").is_none());
 }
+
+/// A mapped destination shows in status and verify even before its first publication
+/// (absent, at its configured path), and one whose path is under a file is an error on
+/// it, never silently nothing.
+#[test]
+fn a_mapped_destination_always_shows_and_one_under_a_file_is_an_error() {
+    let env = Env::new();
+    env.write("afile", "a regular file");
+    let cfg = env.config(
+        "c.yaml",
+        &format!(
+            "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: daily\n    path: {}\n    path_mapping:\n      mode: source_id\n  - id: broken\n    path: {}\n    path_mapping:\n      mode: source_id\n",
+            env.path("daily").display(),
+            env.path("afile/sub").display()
+        ),
+    );
+    for what in ["status", "verify"] {
+        let r = env.run(&[what, "--json", "--config", cfg.to_str().unwrap()]);
+        assert_eq!(r.code, 1, "{what}: {}", r.stdout);
+        let j = r.json();
+        let d = &j["destinations"];
+        assert_eq!(d.as_array().unwrap().len(), 2, "{what}: {j}");
+        assert_eq!(d[0]["destination_id"], "daily");
+        assert_eq!(d[0]["state"], "absent");
+        assert_eq!(d[0]["bundle_path"], env.path("daily").to_str().unwrap());
+        assert_eq!(d[1]["destination_id"], "broken");
+        assert_eq!(d[1]["state"], "error", "{what}: {j}");
+        assert!(
+            d[1]["error"]
+                .as_str()
+                .unwrap()
+                .contains("is not a real directory"),
+            "{what}: {j}"
+        );
+    }
+}

@@ -436,8 +436,15 @@ pub fn bundle_paths(base: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let root = match handle::Dir::open_path(base) {
         Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound || handle::is_redirect(&e) => {
-            return Ok(out);
+        // Nothing published below it yet.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        // A symlink, or a file, on the way: nothing can be published there, and saying
+        // "nothing here" would hide it (status and verify report it on the destination).
+        Err(e) if handle::is_redirect(&e) => {
+            return Err(Error::Unsafe(format!(
+                "{} is not a real directory (a symlink or a file is on the way); distributor never publishes through one",
+                base.display()
+            )));
         }
         Err(e) => return Err(Error::io("open", base, e)),
     };
