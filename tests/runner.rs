@@ -32,6 +32,7 @@ mod test_s3_refusals;
 mod test_server;
 mod test_server_docs;
 mod test_server_load;
+mod test_server_slow;
 mod test_server_uploads;
 mod test_smoke;
 mod test_takeover_matrix;

@@ -4,7 +4,8 @@ use super::CommandOutput;
 use crate::error::{Error, Result};
 use crate::server::limits::{
     DEFAULT_MAX_CONCURRENT_UPLOADS, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_EXTRACTED_BYTES,
-    DEFAULT_MAX_UPLOAD_BYTES, DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS, Limits,
+    DEFAULT_MAX_UPLOAD_BYTES, DEFAULT_UPLOAD_DEADLINE_SECS, DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS,
+    DEFAULT_UPLOAD_MIN_RATE, DEFAULT_UPLOAD_RATE_WINDOW_SECS, Limits,
 };
 use crate::server::{ServeOptions, serve};
 use clap::Args;
@@ -36,6 +37,18 @@ pub struct ServeArgs {
     /// also the longest a request head may take before its connection is closed.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_UPLOAD_IDLE_TIMEOUT_SECS)]
     pub upload_idle_timeout: u64,
+    /// Bytes per second an upload's body must average over each --upload-rate-window
+    /// (the first window is a grace period); a slower upload is cut off with 408 and its
+    /// spool removed, so slow clients cannot hold the upload slots.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_UPLOAD_MIN_RATE)]
+    pub upload_min_rate: u64,
+    /// Seconds of waiting for the client over which --upload-min-rate is averaged.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_UPLOAD_RATE_WINDOW_SECS)]
+    pub upload_rate_window: u64,
+    /// Seconds an upload's body may take in all, from when its slot is granted, however
+    /// fast it goes (408 beyond it).
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_UPLOAD_DEADLINE_SECS)]
+    pub upload_deadline: u64,
     /// Uploads received, unpacked and published at once; more wait for a slot before
     /// their body is read (this bounds the spool's disk use).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONCURRENT_UPLOADS)]
@@ -66,10 +79,19 @@ pub fn run(a: ServeArgs) -> Result<CommandOutput> {
         ("--max-extracted-bytes", a.max_extracted_bytes),
         ("--upload-idle-timeout", a.upload_idle_timeout),
         ("--max-concurrent-uploads", a.max_concurrent_uploads),
+        ("--upload-min-rate", a.upload_min_rate),
+        ("--upload-rate-window", a.upload_rate_window),
+        ("--upload-deadline", a.upload_deadline),
     ] {
         if v == 0 {
             return Err(Error::Usage(format!("{flag} 0: accepted is a number >= 1")));
         }
+    }
+    if a.upload_rate_window > a.upload_deadline {
+        return Err(Error::Usage(format!(
+            "--upload-rate-window {} is longer than --upload-deadline {}: the rate would never be measured; accepted is a window no longer than the deadline",
+            a.upload_rate_window, a.upload_deadline
+        )));
     }
     serve(ServeOptions {
         configs: a.configs,
@@ -79,6 +101,9 @@ pub fn run(a: ServeArgs) -> Result<CommandOutput> {
             max_entries: a.max_entries,
             max_extracted_bytes: a.max_extracted_bytes,
             idle_timeout: Duration::from_secs(a.upload_idle_timeout),
+            min_rate: a.upload_min_rate,
+            rate_window: Duration::from_secs(a.upload_rate_window),
+            deadline: Duration::from_secs(a.upload_deadline),
         },
         spool: a.spool,
         allow_unauthenticated: a.allow_unauthenticated,

@@ -64,6 +64,12 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer realm=\"distributor\""),
             );
         }
+        if self.status == StatusCode::REQUEST_TIMEOUT {
+            // RFC 9110 §15.5.9: the server has given up on this request's body, and the
+            // rest of it is not read, so the connection cannot carry another request.
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         resp.extensions_mut().insert(RequestLog {
             error_kind: Some(self.kind.to_string()),
             ..RequestLog::default()

@@ -2,9 +2,10 @@
 //!
 //! Producers POST a tar (or gzip tar) of a bundle; the server authenticates the bearer
 //! token ([`auth`]), streams the body into a private spool directory under the upload
-//! limits ([`spool`], [`limits`]), unpacks it entry by entry refusing anything a bundle
-//! cannot hold ([`extract`]), and publishes it with [`crate::publish::publish`] on a
-//! blocking thread ([`routes`]): the same engine, locks and journal as the CLI. It never
+//! limits ([`spool`], [`limits`]), judging its pace as it arrives so that slow clients
+//! cannot hold the upload slots ([`pace`]), unpacks it entry by entry refusing anything a
+//! bundle cannot hold ([`extract`]), and publishes it with [`crate::publish::publish`] on
+//! a blocking thread ([`routes`]): the same engine, locks and journal as the CLI. It never
 //! writes to a destination itself. Every request is logged as one JSON line ([`logging`]).
 //!
 //! Start-up refuses bad configs, duplicate pipeline ids, and pipelines without tokens
@@ -17,6 +18,7 @@ pub mod error;
 pub mod extract;
 pub mod limits;
 pub mod logging;
+pub mod pace;
 pub mod routes;
 pub mod spool;
 
@@ -232,6 +234,9 @@ async fn run(state: Arc<AppState>, addr: SocketAddr) -> Result<()> {
             "max_entries": state.limits.max_entries,
             "max_extracted_bytes": state.limits.max_extracted_bytes,
             "upload_idle_timeout_secs": state.limits.idle_timeout.as_secs_f64(),
+            "upload_min_rate": state.limits.min_rate,
+            "upload_rate_window_secs": state.limits.rate_window.as_secs_f64(),
+            "upload_deadline_secs": state.limits.deadline.as_secs_f64(),
             "max_concurrent_uploads": state.max_concurrent_uploads,
             "authentication": if state.tokens.is_empty() { "none" } else { "bearer" },
         }),

@@ -255,7 +255,7 @@ async fn upload_inner(
         .map_err(|_| ApiError::internal("the server is shutting down".to_string()))?;
     log.queued_ms = Some(waiting.elapsed().as_millis() as u64);
     let spool = state.spool.request()?;
-    let received = spool.receive(body, max, state.limits.idle_timeout).await?;
+    let received = spool.receive(body, &state.limits).await?;
     log.upload_bytes = Some(received);
     let job = PublishJob {
         pipeline,

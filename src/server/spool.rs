@@ -7,13 +7,17 @@
 //! used and removed at exit.
 
 use super::error::ApiError;
+use super::limits::Limits;
 use super::logging;
+use super::pace::{Cut, Pace};
 use crate::error::{Error, IoContext, Result};
 use axum::body::Body;
+use axum::http::StatusCode;
 use http_body_util::BodyExt;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 use tokio::io::AsyncWriteExt;
 
 const LOCK_FILE: &str = ".distributor-serve.lock";
@@ -143,50 +147,81 @@ impl RequestSpool {
         &self.dir
     }
 
-    /// Streams `body` into [`Self::body_path`], counting bytes; passing `max` ends the
-    /// request with 413 at once, without reading the rest, and a body that sends nothing
-    /// for `idle_timeout` ends it with 400. Returns the bytes received.
-    pub async fn receive(
-        &self,
-        body: Body,
-        max: u64,
-        idle_timeout: std::time::Duration,
-    ) -> std::result::Result<u64, ApiError> {
+    /// Streams `body` into [`Self::body_path`], counting bytes; passing
+    /// `limits.max_upload_bytes` ends the request with 413 at once, without reading the
+    /// rest. The body's pace is judged as it arrives ([`Pace`]): nothing for the idle
+    /// timeout is a 400, too slow a rate or the deadline passed a 408. Returns the bytes
+    /// received.
+    pub async fn receive(&self, body: Body, limits: &Limits) -> std::result::Result<u64, ApiError> {
         let path = self.body_path();
         let mut file = tokio::fs::File::create(&path)
             .await
             .map_err(|e| ApiError::internal(format!("spool: cannot create a file: {e}")))?;
         let mut body = body;
-        let mut received: u64 = 0;
+        let mut pace = Pace::new(limits, Instant::now());
         loop {
-            let next = tokio::time::timeout(idle_timeout, body.frame()).await;
-            let Ok(frame) = next else {
-                return Err(ApiError::new(
-                    axum::http::StatusCode::BAD_REQUEST,
-                    "upload_timeout",
-                    format!(
-                        "the request body stalled for {}s after {received} bytes (--upload-idle-timeout)",
-                        idle_timeout.as_secs_f64()
-                    ),
-                ));
+            let from = Instant::now();
+            let wake = tokio::time::Instant::from_std(pace.wake_at(from));
+            let next = tokio::time::timeout_at(wake, body.frame()).await;
+            let data = match next {
+                Ok(None) => break,
+                // A frame that is not data holds trailers: activity, but no bytes.
+                Ok(Some(frame)) => frame.map_err(body_error)?.into_data().ok(),
+                Err(_) => {
+                    pace.record(from, Instant::now(), None)
+                        .map_err(|cut| cut_off(cut, &pace, limits))?;
+                    continue;
+                }
             };
-            let Some(frame) = frame else { break };
-            let frame = frame.map_err(body_error)?;
-            let Ok(data) = frame.into_data() else {
-                continue; // trailers
-            };
-            received += data.len() as u64;
-            if received > max {
-                return Err(over_limit(max));
+            let len = data.as_ref().map_or(0, |d| d.len() as u64);
+            if pace.received().saturating_add(len) > limits.max_upload_bytes {
+                return Err(over_limit(limits.max_upload_bytes));
             }
-            file.write_all(&data)
-                .await
-                .map_err(|e| ApiError::internal(format!("spool: cannot write: {e}")))?;
+            pace.record(from, Instant::now(), Some(len))
+                .map_err(|cut| cut_off(cut, &pace, limits))?;
+            if let Some(data) = data {
+                file.write_all(&data)
+                    .await
+                    .map_err(|e| ApiError::internal(format!("spool: cannot write: {e}")))?;
+            }
         }
         file.flush()
             .await
             .map_err(|e| ApiError::internal(format!("spool: cannot write: {e}")))?;
-        Ok(received)
+        Ok(pace.received())
+    }
+}
+
+/// The reply for a body cut off by its pace.
+fn cut_off(cut: Cut, pace: &Pace, limits: &Limits) -> ApiError {
+    let received = pace.received();
+    match cut {
+        Cut::Idle => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "upload_timeout",
+            format!(
+                "the request body stalled for {}s after {received} bytes (--upload-idle-timeout)",
+                limits.idle_timeout.as_secs_f64()
+            ),
+        ),
+        Cut::TooSlow { window_bytes } => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "upload_too_slow",
+            format!(
+                "the request body sent {window_bytes} bytes in {window}s, below the minimum of {} bytes/s (--upload-min-rate): {} bytes per {window}s window (--upload-rate-window); cut off after {received} bytes",
+                limits.min_rate,
+                pace.window_minimum(),
+                window = pace.window().as_secs_f64(),
+            ),
+        ),
+        Cut::Deadline => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "upload_deadline",
+            format!(
+                "the request body did not end within {}s (--upload-deadline); cut off after {received} bytes",
+                limits.deadline.as_secs_f64()
+            ),
+        ),
     }
 }
 
