@@ -515,14 +515,19 @@ fn publish_one(
 ) -> Result<(DestinationReport, u8)> {
     let Some(journal) = journal else {
         // Dry run: plan, and read the files a real run would write so both reach the
-        // same verdict on the source.
-        let plan = plan_one(
-            config,
-            dest,
-            source,
-            opts.force,
-            &local::Fingerprints::default(),
-        )?;
+        // same verdict on the source. Unchanged files are proven by the journal's
+        // placement fingerprints (read only) as in the real run, not hashed.
+        let mut fingerprints = local::Fingerprints::default();
+        if let Some(v) = view {
+            let bundle = bundle_path(config, dest, source)?;
+            fingerprints = local::Fingerprints::wanting(
+                (source.manifest.outputs.iter())
+                    .map(|o| (o.path.as_str(), o.sha256.as_str()))
+                    .collect::<Vec<_>>(),
+            );
+            v.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
+        }
+        let plan = plan_one(config, dest, source, opts.force, &fingerprints)?;
         for f in plan.writes() {
             let (size, sha) = hash_file(&source.file(&f.path))?;
             if size != f.size || sha != f.sha256 {

@@ -438,55 +438,7 @@ impl Journal {
         bundle_path: &str,
         wanted: &mut crate::backend::local::Fingerprints<'_>,
     ) -> Result<()> {
-        if wanted.open() == 0 {
-            return Ok(());
-        }
-        let err = |e| jerr(&self.path, e);
-        let mut stmt = self.conn.prepare(LATEST_PLACEMENT_SETS).map_err(err)?;
-        let mut sets = stmt.query([bundle_path]).map_err(err)?;
-        while wanted.open() > 0 {
-            let Some(r) = sets.next().map_err(err)? else {
-                break;
-            };
-            let text = r.get_ref(1).and_then(|v| Ok(v.as_str()?)).map_err(err)?;
-            let set: Vec<SetEntry<'_>> =
-                serde_json::from_str(text).map_err(|e| Error::Journal {
-                    path: self.path.clone(),
-                    message: format!(
-                        "journal_placement_sets row {} is not a JSON array of [path, size, mtime_ns, ino, sha256, ctime_ns]: {e}",
-                        r.get::<_, i64>(0).unwrap_or_default()
-                    ),
-                })?;
-            for SetEntry(path, size, mtime_ns, ino, sha256, ctime_ns) in &set {
-                let placed = crate::backend::local::Placed {
-                    size: *size as u64,
-                    mtime_ns: *mtime_ns,
-                    ino: *ino as u64,
-                    ctime_ns: *ctime_ns,
-                };
-                wanted.offer(path, sha256, placed);
-            }
-        }
-        if wanted.open() == 0 {
-            return Ok(());
-        }
-        let mut stmt = self.conn.prepare(LATEST_PLACEMENTS).map_err(err)?;
-        let mut rows = stmt.query([bundle_path]).map_err(err)?;
-        while wanted.open() > 0 {
-            let Some(r) = rows.next().map_err(err)? else {
-                break;
-            };
-            let text = |i| r.get_ref(i).and_then(|v| Ok(v.as_str()?)).map_err(err);
-            let placed = crate::backend::local::Placed {
-                size: r.get::<_, i64>(1).map_err(err)? as u64,
-                mtime_ns: r.get(2).map_err(err)?,
-                ino: r.get::<_, i64>(3).map_err(err)? as u64,
-                // Recorded before ctime was: vouches for nothing.
-                ctime_ns: None,
-            };
-            wanted.offer(text(0)?, text(4)?, placed);
-        }
-        Ok(())
+        read_fingerprints(&self.conn, &self.path, bundle_path, wanted)
     }
 
     /// The stored plan JSON of an operation.
@@ -500,6 +452,64 @@ impl Journal {
             .optional()
             .map_err(|e| jerr(&self.path, e))
     }
+}
+
+/// [`Journal::fingerprints`] on any connection to a journal (a [`JournalView`] too).
+pub(crate) fn read_fingerprints(
+    conn: &Connection,
+    journal: &Path,
+    bundle_path: &str,
+    wanted: &mut crate::backend::local::Fingerprints<'_>,
+) -> Result<()> {
+    if wanted.open() == 0 {
+        return Ok(());
+    }
+    let err = |e| jerr(journal, e);
+    let mut stmt = conn.prepare(LATEST_PLACEMENT_SETS).map_err(err)?;
+    let mut sets = stmt.query([bundle_path]).map_err(err)?;
+    while wanted.open() > 0 {
+        let Some(r) = sets.next().map_err(err)? else {
+            break;
+        };
+        let text = r.get_ref(1).and_then(|v| Ok(v.as_str()?)).map_err(err)?;
+        let set: Vec<SetEntry<'_>> =
+            serde_json::from_str(text).map_err(|e| Error::Journal {
+                path: journal.to_path_buf(),
+                message: format!(
+                    "journal_placement_sets row {} is not a JSON array of [path, size, mtime_ns, ino, sha256, ctime_ns]: {e}",
+                    r.get::<_, i64>(0).unwrap_or_default()
+                ),
+            })?;
+        for SetEntry(path, size, mtime_ns, ino, sha256, ctime_ns) in &set {
+            let placed = crate::backend::local::Placed {
+                size: *size as u64,
+                mtime_ns: *mtime_ns,
+                ino: *ino as u64,
+                ctime_ns: *ctime_ns,
+            };
+            wanted.offer(path, sha256, placed);
+        }
+    }
+    if wanted.open() == 0 {
+        return Ok(());
+    }
+    let mut stmt = conn.prepare(LATEST_PLACEMENTS).map_err(err)?;
+    let mut rows = stmt.query([bundle_path]).map_err(err)?;
+    while wanted.open() > 0 {
+        let Some(r) = rows.next().map_err(err)? else {
+            break;
+        };
+        let text = |i| r.get_ref(i).and_then(|v| Ok(v.as_str()?)).map_err(err);
+        let placed = crate::backend::local::Placed {
+            size: r.get::<_, i64>(1).map_err(err)? as u64,
+            mtime_ns: r.get(2).map_err(err)?,
+            ino: r.get::<_, i64>(3).map_err(err)? as u64,
+            // Recorded before ctime was: vouches for nothing.
+            ctime_ns: None,
+        };
+        wanted.offer(text(0)?, text(4)?, placed);
+    }
+    Ok(())
 }
 
 /// Appends one row of `journal_placement_sets` holding `placements` (none for an empty

@@ -180,6 +180,26 @@ impl JournalView {
         first
     }
 
+    /// [`super::Journal::fingerprints`], read only: a dry run proves unchanged files by
+    /// their placement fingerprints as the real run does, instead of hashing them. A
+    /// journal older than schema 6 recorded no ctime, so its placements vouch for nothing
+    /// and are not read. A fingerprint read from a snapshot a writer has moved past since
+    /// can only be older: it then matches no file (the ctime changed), which is hashed.
+    pub fn fingerprints(
+        &self,
+        bundle_path: &str,
+        wanted: &mut crate::backend::local::Fingerprints<'_>,
+    ) -> Result<()> {
+        let version: i64 = self
+            .conn()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| jerr(&self.path, e))?;
+        if version < 6 {
+            return Ok(());
+        }
+        super::read_fingerprints(self.conn(), &self.path, bundle_path, wanted)
+    }
+
     /// Unfinished operations on `bundle_path`, oldest first.
     pub fn unfinished_for(&self, bundle_path: &str) -> Result<Vec<String>> {
         Ok(self
