@@ -23,6 +23,9 @@ pub struct Server {
     pub addr: String,
     pub spool: PathBuf,
     logs: Arc<Mutex<Vec<String>>>,
+    /// The thread reading the server's stderr into `logs`; joined once the server exits,
+    /// so that its last lines are in `logs` before anyone looks.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 /// An HTTP reply.
@@ -148,7 +151,7 @@ impl Server {
         let logs = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::channel();
         let sink = Arc::clone(&logs);
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 if let Ok(v) = serde_json::from_str::<Value>(&line)
@@ -175,6 +178,7 @@ impl Server {
             addr,
             spool,
             logs,
+            reader: Some(reader),
         }
     }
 
@@ -275,6 +279,10 @@ impl Server {
         let start = Instant::now();
         loop {
             if let Some(s) = self.child.try_wait().expect("try_wait") {
+                // Its stderr is closed: the reader gets to the end of it.
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join();
+                }
                 return s;
             }
             assert!(
