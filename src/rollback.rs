@@ -69,16 +69,18 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
             "--to {to}: accepted is the operation id that built a release (a UUID, as `distributor history` shows it)"
         )));
     }
-    let mut journal = if opts.dry_run {
-        None
+    // A dry run reads the journal without writing anything, to refuse (exit 4) where the
+    // real rollback would: an unfinished operation no live lock covers (SPEC §16).
+    let (mut journal, view) = if opts.dry_run {
+        (None, crate::journal::JournalView::open(&opts.journal)?)
     } else {
-        Some(Journal::open(&opts.journal)?)
+        (Some(Journal::open(&opts.journal)?), None)
     };
     let mut reports = Vec::new();
     let mut codes = Vec::new();
     let mut source = None;
     for dest in selected {
-        match rollback_one(config, dest, opts, journal.as_mut()) {
+        match rollback_one(config, dest, opts, journal.as_mut(), view.as_ref()) {
             Ok((report, to)) => {
                 source.get_or_insert(to);
                 codes.push(if report.status == Status::Conflict {
@@ -147,6 +149,7 @@ fn rollback_one(
     dest: &Destination,
     opts: &RollbackOptions,
     journal: Option<&mut Journal>,
+    view: Option<&crate::journal::JournalView>,
 ) -> Result<(DestinationReport, SourceRef)> {
     let settings = dest.releases.as_ref().ok_or_else(|| {
         Error::Usage(format!(
@@ -168,6 +171,10 @@ fn rollback_one(
     }
     if let Some(j) = journal.as_deref() {
         check_recovery(j, &store)?;
+    } else if let crate::publish::Pending::Recovery(what) =
+        crate::publish::pending(view, store.path(), Some(&store))?
+    {
+        return Err(Error::RecoveryRequired(what));
     }
     let current = store
         .active_release()

@@ -1709,3 +1709,46 @@ fn path_repointed_mid_run_is_never_replaced() {
     );
     assert_eq!(std::fs::read_dir(env.path("victim")).unwrap().count(), 0);
 }
+
+/// A rollback dry run refuses (exit 4) where the real rollback would: an operation
+/// killed before its staging existed is only in the journal, which the dry run reads
+/// without writing anything (SPEC §16).
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_rollback_dry_run_sees_pending_recovery() {
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 3\n",
+    );
+    publish_versions(&env, &cfg, 2);
+    let b3 = site(&env, 3);
+    let killed = env.run_env(
+        &[
+            "publish",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            b3.to_str().unwrap(),
+        ],
+        &[("DISTRIBUTOR_FAILPOINT", "after_journal_append")],
+    );
+    crate::common::faults::assert_aborted(&killed, "after_journal_append");
+    for dry in [true, false] {
+        let extra: &[&str] = if dry { &["--dry-run"] } else { &[] };
+        let r = rollback(&env, &cfg, extra);
+        assert_eq!(r.code, 4, "dry run {dry}: {}", r.stdout);
+        let msg = r.dest(0)["message"].as_str().unwrap().to_string();
+        assert!(msg.contains("recovery required"), "dry run {dry}: {msg}");
+    }
+    env.run(&["recover", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+    rollback(&env, &cfg, &["--dry-run"]).expect_code(0);
+}
