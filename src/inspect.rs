@@ -108,13 +108,48 @@ pub struct BundleStatus {
     pub releases: Option<Vec<crate::backend::releases::log::Verdict>>,
 }
 
-/// Status of every bundle path of the selected destinations. An error at one bundle path
-/// (or in listing a destination's bundle paths) is reported on its entry, with state
-/// `error`, and the others are still read.
-pub fn status(dests: &[&Destination], view: Option<&JournalView>) -> Vec<BundleStatus> {
+/// An entry of `status` or `verify`: one bundle path of a destination.
+trait Reported {
+    /// The entry of a bundle path nothing was read of yet.
+    fn empty(dest: &Destination, bundle: &Path) -> Self;
+    /// Marks it failed: state `error`, and why.
+    fn failed(&mut self, why: String);
+}
+
+/// Runs `one` on every bundle path of the selected destinations (those
+/// [`reported_paths`] gives), each from its [`Reported::empty`] entry. An error, in listing a
+/// destination's bundle paths or at one of them, is reported on that entry
+/// ([`Reported::failed`]) and the others are still read.
+fn each_bundle<T: Reported>(
+    dests: &[&Destination],
+    view: Option<&JournalView>,
+    mut one: impl FnMut(&Destination, &Path, &mut T) -> Result<()>,
+) -> Vec<T> {
     let mut out = Vec::new();
     for d in dests {
-        let empty = |bundle: &Path| BundleStatus {
+        match reported_paths(d, view) {
+            Ok(bundles) => {
+                for bundle in bundles {
+                    let mut entry = T::empty(d, &bundle);
+                    if let Err(e) = one(d, &bundle, &mut entry) {
+                        entry.failed(e.to_string());
+                    }
+                    out.push(entry);
+                }
+            }
+            Err(e) => {
+                let mut entry = T::empty(d, &d.path);
+                entry.failed(e.to_string());
+                out.push(entry);
+            }
+        }
+    }
+    out
+}
+
+impl Reported for BundleStatus {
+    fn empty(d: &Destination, bundle: &Path) -> Self {
+        BundleStatus {
             destination_id: d.id.clone(),
             bundle_path: bundle.to_string_lossy().into_owned(),
             state: "absent",
@@ -126,27 +161,20 @@ pub fn status(dests: &[&Destination], view: Option<&JournalView>) -> Vec<BundleS
             busy: None,
             error: None,
             releases: None,
-        };
-        let bundles = match reported_paths(d, view) {
-            Ok(b) => b,
-            Err(e) => {
-                let mut s = empty(&d.path);
-                s.state = "error";
-                s.error = Some(e.to_string());
-                out.push(s);
-                continue;
-            }
-        };
-        for bundle in bundles {
-            let mut s = empty(&bundle);
-            if let Err(e) = status_of(d, &bundle, view, &mut s) {
-                s.state = "error";
-                s.error = Some(e.to_string());
-            }
-            out.push(s);
         }
     }
-    out
+
+    fn failed(&mut self, why: String) {
+        self.state = "error";
+        self.error = Some(why);
+    }
+}
+
+/// Status of every bundle path of the selected destinations. An error at one bundle path
+/// (or in listing a destination's bundle paths) is reported on its entry, with state
+/// `error`, and the others are still read.
+pub fn status(dests: &[&Destination], view: Option<&JournalView>) -> Vec<BundleStatus> {
+    each_bundle(dests, view, |d, bundle, s| status_of(d, bundle, view, s))
 }
 
 /// Fills in the status of one bundle path.
@@ -240,14 +268,9 @@ impl BundleDrift {
     }
 }
 
-/// Compares storage with state for every bundle path of the selected destinations. A
-/// bundle path where recovery is pending, or another process is publishing, is not
-/// compared (it says which); an error at one is reported on its entry, with state
-/// `error`, and the others are still verified.
-pub fn verify(dests: &[&Destination], deep: bool, view: Option<&JournalView>) -> Vec<BundleDrift> {
-    let mut out = Vec::new();
-    for d in dests {
-        let empty = |bundle: &Path| BundleDrift {
+impl Reported for BundleDrift {
+    fn empty(d: &Destination, bundle: &Path) -> Self {
+        BundleDrift {
             destination_id: d.id.clone(),
             bundle_path: bundle.to_string_lossy().into_owned(),
             state: "absent",
@@ -259,30 +282,35 @@ pub fn verify(dests: &[&Destination], deep: bool, view: Option<&JournalView>) ->
             recovery: None,
             busy: None,
             error: None,
-        };
-        let bundles = match reported_paths(d, view) {
-            Ok(b) => b,
-            Err(e) => {
-                let mut v = empty(&d.path);
-                v.state = "error";
-                v.error = Some(e.to_string());
-                out.push(v);
-                continue;
-            }
-        };
-        for bundle in bundles {
-            let mut v = empty(&bundle);
-            if let Err(e) = verify_one(d, &bundle, deep, view, &mut v) {
-                v = BundleDrift {
-                    state: "error",
-                    error: Some(e.to_string()),
-                    ..empty(&bundle)
-                };
-            }
-            out.push(v);
         }
     }
-    out
+
+    /// Nothing of a failed comparison is reported but the error.
+    fn failed(&mut self, why: String) {
+        *self = BundleDrift {
+            state: "error",
+            error: Some(why),
+            destination_id: std::mem::take(&mut self.destination_id),
+            bundle_path: std::mem::take(&mut self.bundle_path),
+            invalid_reason: None,
+            missing: vec![],
+            modified: vec![],
+            unrecorded: vec![],
+            recovery_pending: false,
+            recovery: None,
+            busy: None,
+        };
+    }
+}
+
+/// Compares storage with state for every bundle path of the selected destinations. A
+/// bundle path where recovery is pending, or another process is publishing, is not
+/// compared (it says which); an error at one is reported on its entry, with state
+/// `error`, and the others are still verified.
+pub fn verify(dests: &[&Destination], deep: bool, view: Option<&JournalView>) -> Vec<BundleDrift> {
+    each_bundle(dests, view, |d, bundle, v| {
+        verify_one(d, bundle, deep, view, v)
+    })
 }
 
 /// Verifies one bundle path.

@@ -1752,3 +1752,52 @@ fn a_rollback_dry_run_sees_pending_recovery() {
         .expect_code(0);
     rollback(&env, &cfg, &["--dry-run"]).expect_code(0);
 }
+
+/// Hostile neighbour during retention: a directory of the release about to be pruned is
+/// swapped for a symlink to a directory of theirs. Retention removes the symlink, never
+/// what it points to; the publication stands.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn a_directory_of_a_pruned_release_swapped_for_a_symlink_removes_nothing_through_it() {
+    use crate::common::hostile::{race, swap_for_symlink};
+    let env = Env::new();
+    let cfg = config(
+        &env,
+        "c.yaml",
+        "weather",
+        "latest",
+        "single_owner",
+        "      keep: 0\n",
+    );
+    let v1 = env.bundle("b1", "s", V1_AT, &[("a/x.txt", "x"), ("a/y.txt", "y")], &[]);
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let first = active(&env);
+    let v2 = env.bundle("b2", "s", V2_AT, &[("a/x.txt", "x2")], &[]);
+    env.publish(&cfg, &v2, &[]).expect_code(0);
+    env.write("victim/keep.txt", "theirs");
+    env.write("victim/sub/deep.txt", "theirs too");
+    let v3 = env.bundle("b3", "s", "2026-12-02T08:00:00Z", &[("a/x.txt", "x3")], &[]);
+    let args = [
+        "publish",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        v3.to_str().unwrap(),
+    ];
+    // keep: 0 prunes the first release (neither active nor previously active).
+    let r = race(&env, &args, "during_prune:1", &[], || {
+        swap_for_symlink(&env.path(&format!("{DIR}/{first}/a")), &env.path("victim"));
+    });
+    r.expect_code(0);
+    assert_eq!(env.read("victim/keep.txt"), "theirs");
+    assert_eq!(env.read("victim/sub/deep.txt"), "theirs too");
+    assert_eq!(env.read(&format!("{PATH}/a/x.txt")), "x3");
+    assert!(
+        !releases(&env).contains(&first),
+        "the first release was pruned"
+    );
+}

@@ -454,19 +454,21 @@ impl Bundle {
     /// What stands at `.distributor.json`.
     pub fn read_state(&self) -> Result<StateBytes> {
         let path = self.path.join(STATE_FILE);
+        let limit = crate::limits::state_bytes()?;
+        let too_large = |size: u64| {
+            StateBytes::Unusable(crate::limits::over(
+                &path.display().to_string(),
+                size,
+                limit,
+                crate::limits::STATE_VAR,
+            ))
+        };
         match self.dir.stat_opt(STATE_FILE).ctx("stat", &path)? {
             None => Ok(StateBytes::Absent),
             Some(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => Ok(
                 StateBytes::Unusable(format!("{} is not a regular file", path.display())),
             ),
-            Some(st) if st.st_size as u64 > crate::limits::state_bytes()? => {
-                Ok(StateBytes::Unusable(crate::limits::over(
-                    &path.display().to_string(),
-                    st.st_size as u64,
-                    crate::limits::state_bytes()?,
-                    crate::limits::STATE_VAR,
-                )))
-            }
+            Some(st) if st.st_size as u64 > limit => Ok(too_large(st.st_size as u64)),
             Some(_) => {
                 let (f, _) = match self.dir.open_file(STATE_FILE) {
                     Ok(x) => x,
@@ -481,18 +483,12 @@ impl Bundle {
                 };
                 // At most one byte past the limit: a file that grew since the stat is
                 // refused too, without reading it all.
-                let limit = crate::limits::state_bytes()?;
                 let mut bytes = Vec::new();
                 f.take(limit + 1)
                     .read_to_end(&mut bytes)
                     .ctx("read", &path)?;
                 if bytes.len() as u64 > limit {
-                    return Ok(StateBytes::Unusable(crate::limits::over(
-                        &path.display().to_string(),
-                        bytes.len() as u64,
-                        limit,
-                        crate::limits::STATE_VAR,
-                    )));
+                    return Ok(too_large(bytes.len() as u64));
                 }
                 Ok(StateBytes::Bytes(bytes))
             }
