@@ -28,6 +28,19 @@ pub fn is_sha256_hex(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// The 32 bytes that a 64-digit lowercase hex sha256 spells; `None` for anything else.
+pub fn sha256_bytes(hex: &str) -> Option<[u8; 32]> {
+    if !is_sha256_hex(hex) {
+        return None;
+    }
+    let digit = |b: u8| if b <= b'9' { b - b'0' } else { b - b'a' + 10 };
+    let mut out = [0u8; 32];
+    for (o, pair) in out.iter_mut().zip(hex.as_bytes().chunks_exact(2)) {
+        *o = (digit(pair[0]) << 4) | digit(pair[1]);
+    }
+    Some(out)
+}
+
 /// Size and lowercase hex sha256 of a source file, read once. The file is opened without
 /// blocking and must be a regular file (a FIFO or device swapped in is an invalid source).
 pub fn hash_file(path: &Path) -> Result<(u64, String)> {

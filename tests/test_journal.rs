@@ -39,7 +39,9 @@ fn update_and_delete_are_refused_by_triggers() {
     let c = Connection::open(env.journal()).unwrap();
     for table in [
         "journal_operations",
-        "journal_actions",
+        "journal_action_sets",
+        "journal_action_rows",
+        "journal_action_kinds",
         "journal_events",
         "journal_placement_sets",
     ] {
@@ -47,10 +49,11 @@ fn update_and_delete_are_refused_by_triggers() {
             .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
             .unwrap();
         assert!(n > 0, "{table} is empty: the trigger would prove nothing");
-        let col = if table == "journal_operations" {
-            "actor"
-        } else {
-            "operation_id"
+        let col = match table {
+            "journal_operations" => "actor",
+            "journal_action_rows" => "path",
+            "journal_action_kinds" => "kind",
+            _ => "operation_id",
         };
         let e = c
             .execute(&format!("UPDATE {table} SET {col} = 'x'"), [])
@@ -79,7 +82,9 @@ fn insert_or_replace_cannot_rewrite_a_row() {
     for sql in [
         "INSERT OR REPLACE INTO journal_operations SELECT operation_id, started_at, command, 'cli:mallory', pipeline_id, destination_id, bundle_path, state_mode, decision, takeover_mode, previous_owner, previous_source_id, previous_source_created_at, previous_source_digest, source_id, source_created_at, source_digest, pre_state_sha256, post_state_sha256, takeovers_json, plan_json FROM journal_operations",
         "INSERT OR REPLACE INTO journal_events (id, operation_id, at, event, detail) SELECT id, operation_id, at, 'rolled_back', NULL FROM journal_events",
-        "INSERT OR REPLACE INTO journal_actions SELECT * FROM journal_actions",
+        "INSERT OR REPLACE INTO journal_action_sets SELECT * FROM journal_action_sets",
+        "INSERT OR REPLACE INTO journal_action_rows SELECT * FROM journal_action_rows",
+        "INSERT OR REPLACE INTO journal_action_kinds SELECT code, 'file_move' FROM journal_action_kinds",
         "INSERT OR REPLACE INTO journal_placement_sets SELECT * FROM journal_placement_sets",
     ] {
         let e = c.execute(sql, []).unwrap_err();
@@ -270,7 +275,8 @@ fn several_processes_share_one_journal() {
             let out = c.wait_with_output().unwrap();
             assert!(
                 out.status.success(),
-                "round {round}: {}",
+                "round {round}: {:?} {}",
+                out.status,
                 String::from_utf8_lossy(&out.stderr)
             );
         }

@@ -260,6 +260,54 @@ fn journal_events_do_not_grow_with_the_number_of_files() {
     assert_eq!(events[0], events[1], "event rows per operation");
 }
 
+/// At most 150 bytes of journal per published file (issue 16): each path and sha256 is
+/// stored once, in the action rows; the plan and the placement set name files by their
+/// action. Measured as the growth of the checkpointed journal file for a first
+/// publication and for one that replaces every file, with paths as long as the
+/// benchmark's (`d00000/f0000000.bin`). Schema 7 took about 490 bytes per file.
+#[test]
+fn the_journal_takes_at_most_150_bytes_per_published_file() {
+    let env = Env::new();
+    let n = 5000;
+    let files = |tag: &str| -> Vec<(String, String)> {
+        (0..n)
+            .map(|i| {
+                (
+                    format!("d{:05}/f{i:07}.bin", i / 100),
+                    format!("{tag} content of file {i}\n"),
+                )
+            })
+            .collect()
+    };
+    let cfg = env.simple_config("c.yaml", "p", "d", "dest", "");
+    let small = env.simple_config("s.yaml", "p", "small", "small", "");
+    let tiny = bundle_of(&env, "tiny", "2026-12-02T05:00:00Z", &many(1, 1));
+    let b1 = bundle_of(&env, "b1", "2026-12-02T06:00:00Z", &files("first"));
+    let b2 = bundle_of(&env, "b2", "2026-12-02T07:00:00Z", &files("second"));
+    let size = || -> u64 {
+        let db = rusqlite::Connection::open(env.journal()).unwrap();
+        db.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        drop(db);
+        std::fs::metadata(env.journal()).unwrap().len()
+    };
+    // The journal's schema and first pages, before anything is measured.
+    env.publish(&small, &tiny, &[]).expect_code(0);
+    let mut before = size();
+    for (b, decision) in [(&b1, "create"), (&b2, "replace_older")] {
+        let r = env.publish(&cfg, b, &[]);
+        r.expect_code(0);
+        assert_eq!(r.decision(), decision);
+        let after = size();
+        let per_file = (after - before) as f64 / n as f64;
+        assert!(
+            per_file <= 150.0,
+            "{decision}: {per_file:.0} bytes of journal per published file"
+        );
+        before = after;
+    }
+}
+
 #[test]
 fn no_progress_output_when_stderr_is_not_a_terminal() {
     let env = Env::new();

@@ -198,7 +198,7 @@ fn run_steps(
     post: &[u8],
     journal: &Journal,
     progress: Option<&dyn Progress>,
-) -> Result<(crate::backend::Committed, Vec<(String, Fingerprint)>)> {
+) -> Result<(crate::backend::Committed, Vec<(usize, Fingerprint)>)> {
     // The staging record first, whole and atomically (SPEC §13).
     store.begin(staged, pre, post)?;
 
@@ -236,7 +236,7 @@ fn run_steps(
     let mut placements = Vec::with_capacity(writes.len());
     for &i in &writes {
         if let Some(fingerprint) = store.place(staged, i)? {
-            placements.push((staged.actions[i].path.clone(), fingerprint));
+            placements.push((i, fingerprint));
         }
     }
     failpoint::hit("after_placement");
@@ -307,7 +307,8 @@ pub fn journal_records(staged: &StagedOperation) -> Result<(OperationRecord, Vec
         pre_state_sha256: staged.pre_state_sha256.clone(),
         post_state_sha256: staged.post_state_sha256.clone(),
         takeovers_json: serde_json::to_string(&o.takeovers).map_err(json)?,
-        plan_json: serde_json::to_string(staged).map_err(json)?,
+        // The actions are journaled as rows of their own (schema 8), not again here.
+        plan_json: staged.to_json_without_actions().map_err(json)?,
     };
     let actions = staged
         .actions
@@ -318,6 +319,7 @@ pub fn journal_records(staged: &StagedOperation) -> Result<(OperationRecord, Vec
             size: a.size,
             sha256: a.sha256.clone(),
             target: a.target.clone(),
+            replaces: a.replaces.map(|r| r.as_str().to_string()),
         })
         .collect();
     Ok((record, actions))

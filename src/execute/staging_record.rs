@@ -214,7 +214,56 @@ pub enum StagingLayout {
     Mirrored,
 }
 
+/// A [`StagedOperation`] without its actions, serialized as the journal's `plan_json`
+/// holds it (schema 8 journals the actions as rows of their own). Every field but
+/// `actions`, with the same names and rules: `record_json_without_actions_drops_only_the_actions`
+/// checks that it stays so.
+#[derive(Serialize)]
+struct WithoutActions<'a> {
+    operation_id: &'a str,
+    destination_id: &'a str,
+    bundle_path: &'a std::path::Path,
+    pre_state_sha256: &'a Option<String>,
+    post_state_sha256: &'a str,
+    origin: &'a Origin,
+    new_dirs: &'a [String],
+    staging_layout: StagingLayout,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store: &'a Option<crate::backend::s3::S3Location>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    releases: &'a Option<crate::backend::releases::ReleasesRecord>,
+}
+
 impl StagedOperation {
+    /// This record as JSON without its `actions` (the journal's `plan_json`, schema 8).
+    pub fn to_json_without_actions(&self) -> serde_json::Result<String> {
+        let StagedOperation {
+            operation_id,
+            destination_id,
+            bundle_path,
+            pre_state_sha256,
+            post_state_sha256,
+            origin,
+            actions: _,
+            new_dirs,
+            staging_layout,
+            store,
+            releases,
+        } = self;
+        serde_json::to_string(&WithoutActions {
+            operation_id,
+            destination_id,
+            bundle_path,
+            pre_state_sha256,
+            post_state_sha256,
+            origin,
+            new_dirs,
+            staging_layout: *staging_layout,
+            store,
+            releases,
+        })
+    }
+
     /// Builds the record of a plan about to run; `exists` says whether a directory of the
     /// bundle path exists now (a directory that does not may be created, and is removed
     /// again by an undo).
@@ -449,6 +498,28 @@ mod tests {
             staging_layout: layout,
             store: None,
             releases: None,
+        }
+    }
+
+    /// The journal's `plan_json` is the record less its actions, every other field as
+    /// `plan.json` has it (with and without the optional ones).
+    #[test]
+    fn record_json_without_actions_drops_only_the_actions() {
+        let mut op = record(StagingLayout::Flat);
+        op.pre_state_sha256 = Some("1".repeat(64));
+        op.releases = Some(
+            serde_json::from_value(serde_json::json!({
+                "dir": "/r", "keep": 2, "active_before": "a", "undoes": "u"
+            }))
+            .unwrap(),
+        );
+        for op in [record(StagingLayout::Flat), op] {
+            let mut whole: serde_json::Value =
+                serde_json::from_slice(&op.to_json().unwrap()).unwrap();
+            assert!(whole.as_object_mut().unwrap().remove("actions").is_some());
+            let without: serde_json::Value =
+                serde_json::from_str(&op.to_json_without_actions().unwrap()).unwrap();
+            assert_eq!(without, whole);
         }
     }
 

@@ -34,12 +34,17 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0007_refused",
         include_str!("../../migrations/0007_refused.sql"),
     ),
+    (
+        "0008_compact_actions",
+        include_str!("../../migrations/0008_compact_actions.sql"),
+    ),
 ];
 
 /// Schema version this build writes.
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 
-/// The tables every distributor journal has had since schema 1.
+/// The tables every distributor journal has had since schema 1 (`journal_actions` is a
+/// view from schema 8 on).
 const CORE_TABLES: &[&str] = &[
     "schema_migrations",
     "journal_operations",
@@ -60,7 +65,7 @@ pub fn refuse_foreign(conn: &Connection) -> Result<(), String> {
         .query_row(
             "SELECT (SELECT user_version FROM pragma_user_version),
                     (SELECT group_concat(name, '/') FROM sqlite_master
-                      WHERE type = 'table' AND name NOT LIKE 'sqlite_%')",
+                      WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%')",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
@@ -159,7 +164,8 @@ mod tests {
              PRAGMA user_version = 1;
              INSERT INTO journal_operations VALUES ('op', 't', 'publish', 'cli:x', 'p', 'd', '/b', 'single_owner',
                'create', 'same_pipeline', NULL, NULL, NULL, NULL, 's', 't', 'sha256:x', NULL, 'post', '[]', '{}');
-             INSERT INTO journal_events (operation_id, at, event) VALUES ('op', 't', 'diverged'), ('op', 't2', 'abandoned');",
+             INSERT INTO journal_events (operation_id, at, event) VALUES ('op', 't', 'diverged'), ('op', 't2', 'abandoned');
+             INSERT INTO journal_actions VALUES ('op', 0, 'file_create', 'a.txt', 3, 'abc', NULL);",
         )
         .unwrap();
         migrate(&mut c).unwrap();
@@ -171,6 +177,43 @@ mod tests {
             )
             .unwrap();
         assert_eq!(status, "abandoned");
+        // Schema 8 keeps the old action rows in journal_actions_v1, append-only still, and
+        // the journal_actions view shows them as before.
+        let action: (String, i64, String, String, i64, String) = c
+            .query_row(
+                "SELECT operation_id, seq, kind, path, size, sha256 FROM journal_actions",
+                [],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            action,
+            (
+                "op".into(),
+                0,
+                "file_create".into(),
+                "a.txt".into(),
+                3,
+                "abc".into()
+            )
+        );
+        for sql in [
+            "UPDATE journal_actions_v1 SET path = 'x'",
+            "DELETE FROM journal_actions_v1",
+            "INSERT OR REPLACE INTO journal_actions_v1 SELECT * FROM journal_actions_v1",
+        ] {
+            let e = c.execute(sql, []).unwrap_err().to_string();
+            assert!(e.contains("append-only"), "{sql}: {e}");
+        }
         let n: i64 = c
             .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();

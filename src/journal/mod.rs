@@ -97,20 +97,38 @@ pub struct OperationRecord {
     pub plan_json: String,
 }
 
-/// One planned action.
-#[derive(Debug, Clone)]
+/// One planned action. Serialized as the plan's actions are (a `plan.json`'s `actions`),
+/// so [`Journal::plan_json`] can put them back into the plan they were taken from.
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct ActionRecord {
     /// `file_create`, `file_overwrite`, `file_delete`, `link_create`, `link_overwrite`, `link_delete`.
     pub kind: String,
     /// Path.
     pub path: String,
     /// Size (files).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
-    /// sha256 (files).
+    /// sha256 (files), lowercase hex.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
     /// Link target (links).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// What an overwrite or delete moves aside (`file`, `link`), as planned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
 }
+
+/// The action kinds by their code in `journal_action_rows.kind` (schema 8's
+/// `journal_action_kinds`).
+const ACTION_KINDS: [&str; 6] = [
+    "file_create",
+    "file_overwrite",
+    "file_delete",
+    "link_create",
+    "link_overwrite",
+    "link_delete",
+];
 
 /// An open, migrated journal.
 pub struct Journal {
@@ -210,6 +228,15 @@ impl Journal {
         &self.path
     }
 
+    /// A transaction that takes the write lock at once (waiting for it as long as the busy
+    /// timeout): one that read first and then wrote could find another process's commit in
+    /// between, and SQLite fails that upgrade at once, without waiting.
+    fn write_transaction(&mut self) -> Result<rusqlite::Transaction<'_>> {
+        self.conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| jerr(&self.path, e))
+    }
+
     /// The underlying connection, for queries in this module's siblings and tests.
     pub fn connection(&self) -> &Connection {
         &self.conn
@@ -221,7 +248,7 @@ impl Journal {
         op: &OperationRecord,
         actions: &[ActionRecord],
     ) -> Result<()> {
-        self.insert_operation(op, actions, &[], &[])
+        self.insert_operation(op, Some(actions), &[], &[])
     }
 
     /// Appends an operation that was carried out whole before it was journaled (a
@@ -233,14 +260,14 @@ impl Journal {
         events: &[(&str, Option<&str>)],
         placements: &[(String, Fingerprint)],
     ) -> Result<()> {
-        self.insert_operation(op, &[], events, placements)
+        self.insert_operation(op, None, events, placements)
     }
 
     /// Appends a publication refused for its conflicts (they are in its `plan_json`) with
     /// its terminal [`event::REFUSED`] event, in one transaction: it never reads as
     /// unfinished, and an audit shows who tried what.
     pub fn refused_operation(&mut self, op: &OperationRecord, detail: &str) -> Result<()> {
-        self.insert_operation(op, &[], &[(event::REFUSED, Some(detail))], &[])
+        self.insert_operation(op, None, &[(event::REFUSED, Some(detail))], &[])
     }
 
     /// Appends an operation found only in a destination's staging, its actions and an
@@ -251,18 +278,18 @@ impl Journal {
         actions: &[ActionRecord],
         detail: &str,
     ) -> Result<()> {
-        self.insert_operation(op, actions, &[(event::ADOPTED, Some(detail))], &[])
+        self.insert_operation(op, Some(actions), &[(event::ADOPTED, Some(detail))], &[])
     }
 
     fn insert_operation(
         &mut self,
         op: &OperationRecord,
-        actions: &[ActionRecord],
+        actions: Option<&[ActionRecord]>,
         events: &[(&str, Option<&str>)],
         placements: &[(String, Fingerprint)],
     ) -> Result<()> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| jerr(&path, e))?;
+        let tx = self.write_transaction()?;
         tx.execute(
             "INSERT INTO journal_operations (operation_id, started_at, command, actor, pipeline_id, destination_id,
                bundle_path, state_mode, decision, takeover_mode, previous_owner, previous_source_id,
@@ -294,22 +321,8 @@ impl Journal {
             ],
         )
         .map_err(|e| jerr(&path, e))?;
-        {
-            let mut stmt = tx
-                .prepare("INSERT INTO journal_actions (operation_id, seq, kind, path, size, sha256, target) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
-                .map_err(|e| jerr(&path, e))?;
-            for (i, a) in actions.iter().enumerate() {
-                stmt.execute(params![
-                    op.operation_id,
-                    i as i64,
-                    a.kind,
-                    a.path,
-                    a.size.map(|s| s as i64),
-                    a.sha256,
-                    a.target
-                ])
-                .map_err(|e| jerr(&path, e))?;
-            }
+        if let Some(actions) = actions {
+            insert_actions(&tx, &path, &op.operation_id, actions)?;
         }
         insert_placement_set(&tx, &path, &op.operation_id, &op.bundle_path, placements)?;
         for (event, detail) in events {
@@ -334,19 +347,21 @@ impl Journal {
     }
 
     /// Appends the commit event and the placement fingerprints in one transaction, given
-    /// the proof that storage passed the commit point: the
-    /// fingerprints as one row of `journal_placement_sets` (schema 5), a JSON array of
-    /// `[path, size, mtime_ns, ino, sha256]`.
+    /// the proof that storage passed the commit point. Each placement names the action
+    /// (by its index in the plan, `seq`) that placed the file: the fingerprints are one row
+    /// of `journal_placement_sets` (schema 8) whose elements are `[seq, mtime_ns -
+    /// mtime_base, ino, ctime_ns - ctime_base]`, the path, size and sha256 being the
+    /// action's.
     pub fn commit(
         &mut self,
         committed: crate::backend::Committed,
         operation_id: &str,
         bundle_path: &str,
-        placements: &[(String, Fingerprint)],
+        placements: &[(usize, Fingerprint)],
     ) -> Result<()> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| jerr(&path, e))?;
-        insert_placement_set(&tx, &path, operation_id, bundle_path, placements)?;
+        let tx = self.write_transaction()?;
+        insert_commit_set(&tx, &path, operation_id, bundle_path, placements)?;
         // A state other than the planned post-state (an object store's, with the ETags
         // its uploads returned) is named in the event.
         let detail = committed.state_sha256().map(|sha| {
@@ -374,7 +389,7 @@ impl Journal {
         placements: &[(String, Fingerprint)],
     ) -> Result<()> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| jerr(&path, e))?;
+        let tx = self.write_transaction()?;
         insert_placement_set(&tx, &path, operation_id, bundle_path, placements)?;
         tx.execute(
             "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
@@ -438,26 +453,165 @@ impl Journal {
         bundle_path: &str,
         wanted: &mut crate::backend::local::Fingerprints<'_>,
     ) -> Result<()> {
-        read_fingerprints(&self.conn, &self.path, bundle_path, wanted)
+        read_fingerprints(
+            &self.conn,
+            &self.path,
+            SCHEMA_VERSION as i64,
+            bundle_path,
+            wanted,
+        )
     }
 
-    /// The stored plan JSON of an operation.
+    /// The plan JSON of an operation, as its staging directory's `plan.json` has it: from
+    /// schema 8 on, the stored `plan_json` lacks the actions, which are put back from
+    /// `journal_action_rows`.
     pub fn plan_json(&self, operation_id: &str) -> Result<Option<String>> {
-        self.conn
+        let err = |e| jerr(&self.path, e);
+        let Some(stored) = self
+            .conn
             .query_row(
                 "SELECT plan_json FROM journal_operations WHERE operation_id = ?1",
+                [operation_id],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()
+            .map_err(err)?
+        else {
+            return Ok(None);
+        };
+        let set: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT id FROM journal_action_sets WHERE operation_id = ?1",
                 [operation_id],
                 |r| r.get(0),
             )
             .optional()
-            .map_err(|e| jerr(&self.path, e))
+            .map_err(err)?;
+        let Some(set) = set else {
+            return Ok(Some(stored));
+        };
+        let actions = read_actions(&self.conn, &self.path, set)?;
+        let actions = serde_json::to_string(&actions).map_err(|e| Error::Journal {
+            path: self.path.clone(),
+            message: format!("cannot render the actions of {operation_id}: {e}"),
+        })?;
+        let body = stored.trim_end();
+        let Some(body) = body.strip_suffix('}') else {
+            return Err(Error::Journal {
+                path: self.path.clone(),
+                message: format!("plan_json of {operation_id} is not a JSON object"),
+            });
+        };
+        let sep = if body.trim_end().ends_with('{') {
+            ""
+        } else {
+            ","
+        };
+        Ok(Some(format!("{body}{sep}\"actions\":{actions}}}")))
     }
 }
 
-/// [`Journal::fingerprints`] on any connection to a journal (a [`JournalView`] too).
+/// Appends `actions` as the action set of `operation_id` (schema 8): one row of
+/// `journal_action_sets`, and a row per action in `journal_action_rows`, the kind as its
+/// code and the sha256 as 32 bytes.
+fn insert_actions(
+    tx: &rusqlite::Transaction<'_>,
+    path: &Path,
+    operation_id: &str,
+    actions: &[ActionRecord],
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO journal_action_sets (operation_id) VALUES (?1)",
+        [operation_id],
+    )
+    .map_err(|e| jerr(path, e))?;
+    let set = tx.last_insert_rowid();
+    let mut stmt = tx
+        .prepare(
+            "INSERT INTO journal_action_rows (action_set, seq, kind, path, size, sha256, target, replaces)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .map_err(|e| jerr(path, e))?;
+    for (i, a) in actions.iter().enumerate() {
+        let bad = |what: String| Error::Journal {
+            path: path.to_path_buf(),
+            message: format!("cannot record action {i} of {operation_id}: {what}"),
+        };
+        let kind = ACTION_KINDS
+            .iter()
+            .position(|k| *k == a.kind)
+            .ok_or_else(|| bad(format!("unknown kind {:?}", a.kind)))?;
+        let sha = match &a.sha256 {
+            Some(h) => Some(
+                crate::hash::sha256_bytes(h)
+                    .ok_or_else(|| bad(format!("sha256 {h:?} is not 64 lowercase hex digits")))?,
+            ),
+            None => None,
+        };
+        stmt.execute(params![
+            set,
+            i as i64,
+            kind as i64,
+            a.path,
+            a.size.map(|s| s as i64),
+            sha.as_ref().map(|b| &b[..]),
+            a.target,
+            a.replaces,
+        ])
+        .map_err(|e| jerr(path, e))?;
+    }
+    Ok(())
+}
+
+/// The actions of action set `set`, in plan order.
+fn read_actions(conn: &Connection, path: &Path, set: i64) -> Result<Vec<ActionRecord>> {
+    let err = |e| jerr(path, e);
+    let mut stmt = conn
+        .prepare(
+            "SELECT seq, kind, path, size, sha256, target, replaces FROM journal_action_rows
+             WHERE action_set = ?1 ORDER BY seq",
+        )
+        .map_err(err)?;
+    let mut rows = stmt.query([set]).map_err(err)?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next().map_err(err)? {
+        let seq: i64 = r.get(0).map_err(err)?;
+        let code: i64 = r.get(1).map_err(err)?;
+        let corrupt = |what: &str| Error::Journal {
+            path: path.to_path_buf(),
+            message: format!("journal_action_rows ({set}, {seq}): {what}"),
+        };
+        if seq != out.len() as i64 {
+            return Err(corrupt("actions are not numbered 0, 1, 2, ..."));
+        }
+        let kind = usize::try_from(code)
+            .ok()
+            .and_then(|c| ACTION_KINDS.get(c))
+            .ok_or_else(|| corrupt("unknown kind code"))?;
+        let sha256 = match r.get_ref(4).map_err(err)? {
+            rusqlite::types::ValueRef::Null => None,
+            rusqlite::types::ValueRef::Blob(b) if b.len() == 32 => Some(crate::hash::hex(b)),
+            _ => return Err(corrupt("sha256 is not 32 bytes")),
+        };
+        out.push(ActionRecord {
+            kind: kind.to_string(),
+            path: r.get(2).map_err(err)?,
+            size: r.get::<_, Option<i64>>(3).map_err(err)?.map(|s| s as u64),
+            sha256,
+            target: r.get(5).map_err(err)?,
+            replaces: r.get(6).map_err(err)?,
+        });
+    }
+    Ok(out)
+}
+
+/// [`Journal::fingerprints`] on any connection to a journal of schema `version` (a
+/// [`JournalView`] too: read only, it may be older than this build's).
 pub(crate) fn read_fingerprints(
     conn: &Connection,
     journal: &Path,
+    version: i64,
     bundle_path: &str,
     wanted: &mut crate::backend::local::Fingerprints<'_>,
 ) -> Result<()> {
@@ -465,19 +619,37 @@ pub(crate) fn read_fingerprints(
         return Ok(());
     }
     let err = |e| jerr(journal, e);
-    let mut stmt = conn.prepare(LATEST_PLACEMENT_SETS).map_err(err)?;
+    let query = if version >= 8 {
+        LATEST_PLACEMENT_SETS
+    } else {
+        LATEST_PLACEMENT_SETS_V5
+    };
+    let mut stmt = conn.prepare(query).map_err(err)?;
     let mut sets = stmt.query([bundle_path]).map_err(err)?;
     while wanted.open() > 0 {
         let Some(r) = sets.next().map_err(err)? else {
             break;
         };
+        let id: i64 = r.get(0).map_err(err)?;
         let text = r.get_ref(1).and_then(|v| Ok(v.as_str()?)).map_err(err)?;
+        let action_set: Option<i64> = if version >= 8 {
+            r.get(2).map_err(err)?
+        } else {
+            None
+        };
+        if let Some(action_set) = action_set {
+            let bases = (
+                r.get::<_, Option<i64>>(3).map_err(err)?.unwrap_or(0),
+                r.get::<_, Option<i64>>(4).map_err(err)?,
+            );
+            offer_commit_set(conn, journal, id, text, action_set, bases, wanted)?;
+            continue;
+        }
         let set: Vec<SetEntry<'_>> =
             serde_json::from_str(text).map_err(|e| Error::Journal {
                 path: journal.to_path_buf(),
                 message: format!(
-                    "journal_placement_sets row {} is not a JSON array of [path, size, mtime_ns, ino, sha256, ctime_ns]: {e}",
-                    r.get::<_, i64>(0).unwrap_or_default()
+                    "journal_placement_sets row {id} is not a JSON array of [path, size, mtime_ns, ino, sha256, ctime_ns]: {e}"
                 ),
             })?;
         for SetEntry(path, size, mtime_ns, ino, sha256, ctime_ns) in &set {
@@ -509,6 +681,134 @@ pub(crate) fn read_fingerprints(
         };
         wanted.offer(text(0)?, text(4)?, placed);
     }
+    Ok(())
+}
+
+/// Offers the fingerprints of a commit's placement set (schema 8, row `id`): its elements
+/// `[seq, mtime_ns - mtime_base, ino, ctime_ns - ctime_base]` in ascending `seq`, each
+/// joined with the action `seq` of `action_set` for its path, size and sha256. The actions
+/// are read in one pass beside the elements.
+fn offer_commit_set(
+    conn: &Connection,
+    journal: &Path,
+    id: i64,
+    text: &str,
+    action_set: i64,
+    (mtime_base, ctime_base): (i64, Option<i64>),
+    wanted: &mut crate::backend::local::Fingerprints<'_>,
+) -> Result<()> {
+    let err = |e| jerr(journal, e);
+    let corrupt = |what: String| Error::Journal {
+        path: journal.to_path_buf(),
+        message: format!("journal_placement_sets row {id}: {what}"),
+    };
+    let set: Vec<(i64, i64, i64, Option<i64>)> = serde_json::from_str(text).map_err(|e| {
+        corrupt(format!(
+            "is not a JSON array of [seq, mtime_ns - mtime_base, ino, ctime_ns - ctime_base]: {e}"
+        ))
+    })?;
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT seq, path, size, sha256 FROM journal_action_rows
+             WHERE action_set = ?1 AND seq >= ?2 ORDER BY seq",
+        )
+        .map_err(err)?;
+    let first = set.first().map_or(0, |e| e.0);
+    let mut rows = stmt.query([action_set, first]).map_err(err)?;
+    let mut hex = [0u8; 64];
+    for &(seq, mtime, ino, ctime) in &set {
+        if wanted.open() == 0 {
+            break;
+        }
+        let row = loop {
+            let Some(r) = rows.next().map_err(err)? else {
+                return Err(corrupt(format!(
+                    "names action {seq}, which action set {action_set} does not hold (or not in ascending order)"
+                )));
+            };
+            if r.get::<_, i64>(0).map_err(err)? == seq {
+                break r;
+            }
+        };
+        let path = row.get_ref(1).and_then(|v| Ok(v.as_str()?)).map_err(err)?;
+        let size: Option<i64> = row.get(2).map_err(err)?;
+        let sha = match row.get_ref(3).map_err(err)? {
+            rusqlite::types::ValueRef::Blob(b) if b.len() == 32 => hex_into(b, &mut hex),
+            _ => {
+                return Err(corrupt(format!(
+                    "action {seq} placed no file with a sha256"
+                )));
+            }
+        };
+        let placed = crate::backend::local::Placed {
+            size: size.unwrap_or(0) as u64,
+            mtime_ns: mtime_base.wrapping_add(mtime),
+            ino: ino as u64,
+            ctime_ns: ctime.zip(ctime_base).map(|(c, b)| b.wrapping_add(c)),
+        };
+        wanted.offer(path, sha, placed);
+    }
+    Ok(())
+}
+
+/// Lowercase hex of 32 bytes into `buf`, without allocating.
+fn hex_into<'b>(bytes: &[u8], buf: &'b mut [u8; 64]) -> &'b str {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (i, b) in bytes.iter().enumerate() {
+        buf[2 * i] = DIGITS[(b >> 4) as usize];
+        buf[2 * i + 1] = DIGITS[(b & 15) as usize];
+    }
+    std::str::from_utf8(buf).expect("hex digits")
+}
+
+/// Appends the placement set of a commit (schema 8): each element names the action that
+/// placed the file, whose row holds its path, size and sha256; times are stored as offsets
+/// from the set's smallest, which takes about half the digits.
+fn insert_commit_set(
+    tx: &rusqlite::Transaction<'_>,
+    path: &Path,
+    operation_id: &str,
+    bundle_path: &str,
+    placements: &[(usize, Fingerprint)],
+) -> Result<()> {
+    if placements.is_empty() {
+        return Ok(());
+    }
+    let action_set: i64 = tx
+        .query_row(
+            "SELECT id FROM journal_action_sets WHERE operation_id = ?1",
+            [operation_id],
+            |r| r.get(0),
+        )
+        .map_err(|e| jerr(path, e))?;
+    let mtime_base = placements
+        .iter()
+        .map(|(_, f)| f.mtime_ns)
+        .min()
+        .unwrap_or(0);
+    let ctime_base = placements.iter().filter_map(|(_, f)| f.ctime_ns).min();
+    debug_assert!(placements.windows(2).all(|w| w[0].0 < w[1].0));
+    let set: Vec<(usize, i64, i64, Option<i64>)> = placements
+        .iter()
+        .map(|(seq, f)| {
+            (
+                *seq,
+                f.mtime_ns.wrapping_sub(mtime_base),
+                f.ino as i64,
+                f.ctime_ns.zip(ctime_base).map(|(c, b)| c.wrapping_sub(b)),
+            )
+        })
+        .collect();
+    let json = serde_json::to_string(&set).map_err(|e| Error::Journal {
+        path: path.to_path_buf(),
+        message: format!("cannot record the placements of {operation_id}: {e}"),
+    })?;
+    tx.execute(
+        "INSERT INTO journal_placement_sets (operation_id, bundle_path, placements, action_set, mtime_base, ctime_base)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![operation_id, bundle_path, json, action_set, mtime_base, ctime_base],
+    )
+    .map_err(|e| jerr(path, e))?;
     Ok(())
 }
 
@@ -565,7 +865,11 @@ struct SetEntry<'a>(
 );
 
 /// A bundle path's placement sets, newest first (through `journal_placement_sets_latest`).
-const LATEST_PLACEMENT_SETS: &str = "SELECT id, placements FROM journal_placement_sets
+const LATEST_PLACEMENT_SETS: &str = "SELECT id, placements, action_set, mtime_base, ctime_base
+     FROM journal_placement_sets WHERE bundle_path = ?1 ORDER BY id DESC";
+
+/// The same in a journal of schemas 5-7, whose sets all have the schema 5 form.
+const LATEST_PLACEMENT_SETS_V5: &str = "SELECT id, placements FROM journal_placement_sets
      WHERE bundle_path = ?1 ORDER BY id DESC";
 
 /// A bundle path's per-file placements (schemas 1-4), newest first (through
@@ -641,15 +945,36 @@ mod tests {
             mtime_ns: ino as i64,
             ino,
             ctime_ns: Some(ino as i64 + 7),
-            sha256: format!("sha-{ino}"),
+            sha256: sha(ino).to_string(),
         }
+    }
+
+    /// A sha256 in lowercase hex (64 digits) standing for content `n`.
+    fn sha(n: u64) -> &'static str {
+        static SHAS: std::sync::LazyLock<Vec<String>> =
+            std::sync::LazyLock::new(|| (0..16).map(|n| format!("{n:064x}")).collect());
+        &SHAS[n as usize]
     }
 
     /// Commits operation `op` on `bundle` placing `paths`, each with fingerprint `fp(ino)`.
     fn place(j: &mut Journal, op: &str, bundle: &str, paths: &[(&str, u64)]) {
-        j.begin_operation(&operation(op, bundle), &[]).unwrap();
-        let placements: Vec<(String, Fingerprint)> =
-            paths.iter().map(|(p, i)| (p.to_string(), fp(*i))).collect();
+        let actions: Vec<ActionRecord> = paths
+            .iter()
+            .map(|(p, i)| ActionRecord {
+                kind: "file_create".into(),
+                path: p.to_string(),
+                size: Some(1),
+                sha256: Some(sha(*i).to_string()),
+                target: None,
+                replaces: None,
+            })
+            .collect();
+        j.begin_operation(&operation(op, bundle), &actions).unwrap();
+        let placements: Vec<(usize, Fingerprint)> = paths
+            .iter()
+            .enumerate()
+            .map(|(k, (_, i))| (k, fp(*i)))
+            .collect();
         j.commit(Committed::passed(), op, bundle, &placements)
             .unwrap();
     }
@@ -673,29 +998,135 @@ mod tests {
         place(&mut j, "o3", "/d", &[("a", 4)]);
         place(&mut j, "o4", "/d", &[("b", 5)]);
         let wanted = [
-            ("a", "sha-4"),
-            ("b", "sha-5"),
-            ("c", "sha-3"),
-            ("never", "sha-1"),
+            ("a", sha(4)),
+            ("b", sha(5)),
+            ("c", sha(3)),
+            ("never", sha(1)),
         ];
         let mut got = Fingerprints::wanting(wanted);
         j.fingerprints("/d", &mut got).unwrap();
-        assert_eq!(got.vouching("a", "sha-4"), Some(&placed(4)));
-        assert_eq!(got.vouching("b", "sha-5"), Some(&placed(5)));
+        assert_eq!(got.vouching("a", sha(4)), Some(&placed(4)));
+        assert_eq!(got.vouching("b", sha(5)), Some(&placed(5)));
         // Placed long ago and not since: still found, behind newer placements.
-        assert_eq!(got.vouching("c", "sha-3"), Some(&placed(3)));
-        assert_eq!(got.vouching("never", "sha-1"), None);
+        assert_eq!(got.vouching("c", sha(3)), Some(&placed(3)));
+        assert_eq!(got.vouching("never", sha(1)), None);
         assert_eq!(got.open(), 1, "only 'never' was not found");
         // Only for the hash it was wanted for.
-        assert_eq!(got.vouching("a", "sha-1"), None);
+        assert_eq!(got.vouching("a", sha(1)), None);
         // Only what is asked for.
-        let mut got = Fingerprints::wanting([("c", "sha-3")]);
+        let mut got = Fingerprints::wanting([("c", sha(3))]);
         j.fingerprints("/d", &mut got).unwrap();
-        assert_eq!(got.vouching("a", "sha-4"), None);
-        assert_eq!(got.vouching("c", "sha-3"), Some(&placed(3)));
-        let mut none = Fingerprints::wanting([("a", "sha-4")]);
+        assert_eq!(got.vouching("a", sha(4)), None);
+        assert_eq!(got.vouching("c", sha(3)), Some(&placed(3)));
+        let mut none = Fingerprints::wanting([("a", sha(4))]);
         j.fingerprints("/nowhere", &mut none).unwrap();
-        assert_eq!(none.vouching("a", "sha-4"), None);
+        assert_eq!(none.vouching("a", sha(4)), None);
+    }
+
+    /// Schema 8 stores the actions as rows, not in plan_json: `plan_json` puts them back
+    /// as the plan had them, and the journal_actions view shows them as before.
+    #[test]
+    fn actions_are_stored_once_and_put_back_into_the_plan() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+        let actions = vec![
+            ActionRecord {
+                kind: "file_overwrite".into(),
+                path: "dir/a \"b\".txt".into(),
+                size: Some(7),
+                sha256: Some(sha(3).to_string()),
+                target: None,
+                replaces: Some("link".into()),
+            },
+            ActionRecord {
+                kind: "link_create".into(),
+                path: "l".into(),
+                size: None,
+                sha256: None,
+                target: Some("dir".into()),
+                replaces: None,
+            },
+        ];
+        let mut op = operation("o1", "/d");
+        op.plan_json = r#"{"operation_id":"o1","new_dirs":[]}"#.into();
+        j.begin_operation(&op, &actions).unwrap();
+        let plan: serde_json::Value =
+            serde_json::from_str(&j.plan_json("o1").unwrap().unwrap()).unwrap();
+        assert_eq!(
+            plan,
+            serde_json::json!({
+                "operation_id": "o1",
+                "new_dirs": [],
+                "actions": [
+                    {"kind": "file_overwrite", "path": "dir/a \"b\".txt", "size": 7,
+                     "sha256": sha(3), "replaces": "link"},
+                    {"kind": "link_create", "path": "l", "target": "dir"},
+                ],
+            })
+        );
+        // An empty plan object, and a plan with no action set (a refusal), as stored.
+        let mut op = operation("o2", "/d");
+        op.plan_json = "{}".into();
+        j.begin_operation(&op, &[]).unwrap();
+        assert_eq!(j.plan_json("o2").unwrap().unwrap(), r#"{"actions":[]}"#);
+        j.refused_operation(&operation("o3", "/d"), "conflicts")
+            .unwrap();
+        assert_eq!(j.plan_json("o3").unwrap().unwrap(), "{}");
+        assert_eq!(j.plan_json("nope").unwrap(), None);
+        type Row = (
+            String,
+            i64,
+            String,
+            String,
+            Option<i64>,
+            Option<String>,
+            Option<String>,
+        );
+        let rows: Vec<Row> = j
+            .connection()
+            .prepare("SELECT operation_id, seq, kind, path, size, sha256, target FROM journal_actions ORDER BY operation_id, seq")
+            .unwrap()
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            rows,
+            vec![
+                (
+                    "o1".into(),
+                    0,
+                    "file_overwrite".into(),
+                    "dir/a \"b\".txt".into(),
+                    Some(7),
+                    Some(sha(3).into()),
+                    None
+                ),
+                (
+                    "o1".into(),
+                    1,
+                    "link_create".into(),
+                    "l".into(),
+                    None,
+                    None,
+                    Some("dir".into())
+                ),
+            ]
+        );
+        // A sha256 that is not one is refused, and nothing of the operation is written.
+        let mut bad = actions.clone();
+        bad[0].sha256 = Some("sha-3".into());
+        let e = j
+            .begin_operation(&operation("o4", "/d"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("action 0 of o4") && e.contains("64 lowercase hex"),
+            "{e}"
+        );
+        assert_eq!(j.status("o4").unwrap(), None);
     }
 
     #[test]
@@ -706,9 +1137,9 @@ mod tests {
         let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
         place(&mut j, "o1", "/d", &[("a", 1)]);
         place(&mut j, "o2", "/d", &[("a", 4)]);
-        let mut got = Fingerprints::wanting([("a", "sha-1")]);
+        let mut got = Fingerprints::wanting([("a", sha(1))]);
         j.fingerprints("/d", &mut got).unwrap();
-        assert_eq!(got.vouching("a", "sha-1"), None);
+        assert_eq!(got.vouching("a", sha(1)), None);
         assert_eq!(got.open(), 0, "decided by the newest placement");
     }
 
@@ -749,8 +1180,8 @@ mod tests {
         assert_eq!(
             rows,
             vec![
-                (s("o1"), s("/d"), s("a"), 1, 1, 1, s("sha-1")),
-                (s("o1"), s("/d"), s("dir/b"), 1, 2, 2, s("sha-2")),
+                (s("o1"), s("/d"), s("a"), 1, 1, 1, s(sha(1))),
+                (s("o1"), s("/d"), s("dir/b"), 1, 2, 2, s(sha(2))),
             ]
         );
         // A commit that placed nothing (deletions only) writes no set.
@@ -770,27 +1201,33 @@ mod tests {
     fn the_largest_inode_numbers_come_back_exact() {
         let tmp = tempfile::tempdir().unwrap();
         let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
-        j.begin_operation(&operation("o1", "/d"), &[]).unwrap();
+        place(&mut j, "o0", "/elsewhere", &[("x", 2)]);
+        let action = ActionRecord {
+            kind: "file_create".into(),
+            path: "a".into(),
+            size: Some(1),
+            sha256: Some(sha(1).to_string()),
+            target: None,
+            replaces: None,
+        };
+        j.begin_operation(&operation("o1", "/d"), &[action])
+            .unwrap();
         let big = Fingerprint {
             ino: u64::MAX - 1,
             ..fp(1)
         };
-        j.commit(
-            Committed::passed(),
-            "o1",
-            "/d",
-            &[("a".to_string(), big.clone())],
-        )
-        .unwrap();
-        let mut got = Fingerprints::wanting([("a", "sha-1")]);
+        j.commit(Committed::passed(), "o1", "/d", &[(0, big.clone())])
+            .unwrap();
+        let mut got = Fingerprints::wanting([("a", sha(1))]);
         j.fingerprints("/d", &mut got).unwrap();
-        assert_eq!(
-            got.vouching("a", "sha-1").map(|p| p.ino),
-            Some(u64::MAX - 1)
-        );
+        assert_eq!(got.vouching("a", sha(1)).map(|p| p.ino), Some(u64::MAX - 1));
         let shown: i64 = j
             .connection()
-            .query_row("SELECT ino FROM placements", [], |r| r.get(0))
+            .query_row(
+                "SELECT ino FROM placements WHERE bundle_path = '/d'",
+                [],
+                |r| r.get(0),
+            )
             .unwrap();
         assert_eq!(shown, (u64::MAX - 1) as i64);
     }
@@ -801,9 +1238,9 @@ mod tests {
         let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
         let odd = "quote\"d/sn\u{f8}w \u{2603}.txt";
         place(&mut j, "o1", "/d", &[(odd, 7)]);
-        let mut got = Fingerprints::wanting([(odd, "sha-7")]);
+        let mut got = Fingerprints::wanting([(odd, sha(7))]);
         j.fingerprints("/d", &mut got).unwrap();
-        assert_eq!(got.vouching(odd, "sha-7"), Some(&placed(7)));
+        assert_eq!(got.vouching(odd, sha(7)), Some(&placed(7)));
     }
 
     /// A journal from before schema 5 holds per-file rows: they are still read, after
@@ -816,21 +1253,21 @@ mod tests {
         legacy_row(&mut j, "o1", "/d", "b", 2);
         legacy_row(&mut j, "o1", "/other", "c", 3);
         place(&mut j, "o2", "/d", &[("a", 4)]);
-        let mut got = Fingerprints::wanting([("a", "sha-4"), ("b", "sha-2"), ("c", "sha-3")]);
+        let mut got = Fingerprints::wanting([("a", sha(4)), ("b", sha(2)), ("c", sha(3))]);
         j.fingerprints("/d", &mut got).unwrap();
-        assert_eq!(got.vouching("a", "sha-4"), Some(&placed(4)));
+        assert_eq!(got.vouching("a", sha(4)), Some(&placed(4)));
         // Recorded before ctime was: found, but it can never match a file (it proves
         // nothing, and the file is hashed).
         let legacy = Placed {
             ctime_ns: None,
             ..placed(2)
         };
-        assert_eq!(got.vouching("b", "sha-2"), Some(&legacy));
-        assert_eq!(got.vouching("c", "sha-3"), None, "another bundle path's");
+        assert_eq!(got.vouching("b", sha(2)), Some(&legacy));
+        assert_eq!(got.vouching("c", sha(3)), None, "another bundle path's");
         // The old placement of `a` (sha-1) is behind the newer set: it vouches for nothing.
-        let mut old = Fingerprints::wanting([("a", "sha-1")]);
+        let mut old = Fingerprints::wanting([("a", sha(1))]);
         j.fingerprints("/d", &mut old).unwrap();
-        assert_eq!(old.vouching("a", "sha-1"), None);
+        assert_eq!(old.vouching("a", sha(1)), None);
         let n: i64 = j
             .connection()
             .query_row(
@@ -862,7 +1299,7 @@ mod tests {
                 [],
             )
             .unwrap();
-        let mut got = Fingerprints::wanting([("a", "sha-1")]);
+        let mut got = Fingerprints::wanting([("a", sha(1))]);
         let e = j.fingerprints("/d", &mut got).unwrap_err().to_string();
         assert!(e.contains("journal_placement_sets row 1"), "{e}");
         assert!(

@@ -197,7 +197,7 @@ impl JournalView {
         if version < 6 {
             return Ok(());
         }
-        super::read_fingerprints(self.conn(), &self.path, bundle_path, wanted)
+        super::read_fingerprints(self.conn(), &self.path, version, bundle_path, wanted)
     }
 
     /// Unfinished operations on `bundle_path`, oldest first.

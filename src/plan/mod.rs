@@ -204,6 +204,14 @@ pub enum Replaced {
 }
 
 impl Replaced {
+    /// As serialized: `file`, `link`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Replaced::File => "file",
+            Replaced::Link => "link",
+        }
+    }
+
     /// What `entry` is, when it is a file or a link.
     pub fn of(entry: &Entry) -> Option<Replaced> {
         match entry {
