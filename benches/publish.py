@@ -19,7 +19,16 @@ Scenarios:
   d  4 files of 64 MiB
   e  plan --json of one owner in a shared root holding 100,000 outputs of 20 owners
      (time and peak RSS)
-  f  first publish of 100,000 outputs (time and peak RSS)
+  f  first publish of 100,000 outputs (time and peak RSS); prints the journal's bytes per
+     file and the JSON report's size after it
+  g  republish of f's bundle, nothing changed (time and peak RSS)
+
+--million sets f and g to 1,000,000 outputs in 10,000 directories, one run per tool (the
+scale issue's goals: first publish <= 1.0x rsync+sync in <= 512 MiB, unchanged
+republish <= 0.5x rsync in <= 256 MiB). It takes about 15 minutes and 10 GB of disk:
+  benches/publish.sh --million --only fg
+Its floor (lstat of every file, reading the manifest and the state) is
+benches/plan_scale.py --files 1000000.
 """
 
 import argparse
@@ -354,13 +363,22 @@ def journal_events_per_op(journal):
 
 
 def journal_check(b, small, large, tool="distributor"):
-    """Events (autocommitted rows) per operation must not grow with the file count."""
+    """Events (autocommitted rows) per operation must not grow with the file count. Also
+    the journal's size per file after the large publication (checkpointed, so the -wal is
+    in the file) and the size of its JSON report."""
     out = {}
     for tag, src in (("small", small), ("large", large)):
         run = b.fresh("j")
         cfg = b.config(run, os.path.join(run, "dst"))
-        b.publish(run, cfg, src, "create", tool=tool)
-        out[tag] = journal_events_per_op(os.path.join(run, "journal.sqlite3"))
+        _, _, report = timed_rss(b.dist_cmd(run, cfg, src, "publish", tool))
+        journal = os.path.join(run, "journal.sqlite3")
+        out[tag] = journal_events_per_op(journal)
+        if tag == "large":
+            with sqlite3.connect(journal) as c:
+                c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                files = c.execute("SELECT count(*) FROM placements").fetchone()[0]
+            out["journal_bytes_per_file"] = os.path.getsize(journal) / max(1, files)
+            out["report_bytes"] = len(report)
         b.discard(run)
     b.empty_trash()
     return out
@@ -434,12 +452,16 @@ def main():
                     "(\"baseline\"), e.g. a build of the commit before a change")
     ap.add_argument("--work", required=True, help="scratch directory (emptied first)")
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    ap.add_argument("--only", default="abcdef", help="scenarios to run, e.g. 'ad'")
+    ap.add_argument("--only", default="abcdefg", help="scenarios to run, e.g. 'ad'")
     ap.add_argument("--reps", type=int, help="runs per tool (default 5, quick 3)")
     ap.add_argument("--reps-big", type=int, help="runs per tool in (f) (default 2)")
     ap.add_argument("--raw", help="also write every run's seconds and the peak RSS to this JSON file")
+    ap.add_argument("--million", action="store_true",
+                    help="(f) and (g) at 1,000,000 outputs, one run per tool (about 15 minutes, 10 GB)")
     args = ap.parse_args()
     s = dict(QUICK if args.quick else FULL)
+    if args.million:
+        s.update(f_files=1_000_000, f_dirs=10_000, reps_big=1)
     if args.reps:
         s["reps"] = args.reps
     if args.reps_big:
@@ -493,16 +515,23 @@ def main():
         t, rss, total = scenario_shared_plan(b, s["e_owners"], R)
         label = f"e: plan --json, shared root of {total} outputs, {s['e_owners']} owners"
         rows.append(("e", label, t, rss, "< 2 s, < 300 MiB"))
+    if "f" in args.only or "g" in args.only:
+        f_src = write_bundle(os.path.join(work, "bundles", "f"),
+                             tree_files(s["f_files"], s["f_dirs"], s["f_size"]), "many", T0)
     if "f" in args.only:
         label = f"f: first publish, {s['f_files']} outputs of {s['f_size']} B"
         log(label)
-        f_src = write_bundle(os.path.join(work, "bundles", "f"),
-                             tree_files(s["f_files"], s["f_dirs"], s["f_size"]), "many", T0)
         # Peak memory is the point here; cp adds minutes and nothing to compare.
         t, rss = scenario_first(b, "f", f_src, RB, others=("rsync",))
         rows.append(("f", label, t, rss, "peak RSS reported"))
         for tool in b.dists:
             jc[tool] = journal_check(b, a_src, f_src, tool)
+    if "g" in args.only:
+        label = f"g: republish, {s['f_files']} outputs, nothing changed"
+        log(label)
+        t, rss = scenario_republish(b, f_src, RB)
+        rows.append(("g", label, t, rss, "<= 0.5x rsync"))
+    if "f" in args.only or "g" in args.only:
         rm(f_src)
 
     print()
@@ -515,6 +544,9 @@ def main():
         who = "" if tool == "distributor" else f" ({tool})"
         print(f"journal events per operation{who}: {s['a_files']} files -> {counts['small']}, "
               f"{s['f_files']} files -> {counts['large']} (must be equal)")
+        print(f"journal bytes per file{who} after the first publish of {s['f_files']}: "
+              f"{counts['journal_bytes_per_file']:.0f} (goal <= 150); JSON report "
+              f"{counts['report_bytes'] / 1e6:.1f} MB")
     if args.baseline:
         print(f"distributor: {bins['distributor']}\nbaseline: {bins['baseline']}")
     load_end = os.getloadavg()

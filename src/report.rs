@@ -162,12 +162,9 @@ impl Summary {
 }
 
 impl Report {
-    /// Pretty JSON with a trailing newline.
-    pub fn to_json(&self) -> String {
-        // A report of many files is megabytes long: written into a buffer of about its size
-        // instead of one doubled again and again.
-        let estimate: usize = self
-            .destinations
+    /// About how long [`Report::to_json`] is, in bytes.
+    pub fn json_len_estimate(&self) -> usize {
+        self.destinations
             .iter()
             .map(|d| {
                 let files: usize = d.files.iter().map(|f| 200 + f.path.len()).sum();
@@ -176,11 +173,23 @@ impl Report {
                     .sum();
                 4096 + files + links
             })
-            .sum();
-        let mut out = Vec::with_capacity(4096 + estimate);
-        serde_json::to_writer_pretty(&mut out, self).expect("report serializes");
-        out.push(b'\n');
+            .sum::<usize>()
+            + 4096
+    }
+
+    /// Pretty JSON with a trailing newline.
+    pub fn to_json(&self) -> String {
+        // A report of many files is megabytes long: written into a buffer of about its size
+        // instead of one doubled again and again.
+        let mut out = Vec::with_capacity(self.json_len_estimate());
+        self.write_json(&mut out).expect("report serializes");
         String::from_utf8(out).expect("serde_json writes UTF-8")
+    }
+
+    /// Writes [`Report::to_json`] to `w` as it is serialized, without holding it whole.
+    pub fn write_json(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(&mut *w, self)?;
+        w.write_all(b"\n")
     }
 
     /// The text plan (SPEC §16): per destination its decision, counts by op, conflicts

@@ -38,6 +38,7 @@ pub fn run(a: CompletionsArgs) -> Result<CommandOutput> {
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "distributor", &mut out);
     Ok(CommandOutput {
+        report: None,
         stdout: String::from_utf8(out).map_err(|e| Error::Failed(e.to_string()))?,
         code: 0,
     })

@@ -174,7 +174,11 @@ fn list(a: ListArgs) -> Result<CommandOutput> {
         }
         out
     };
-    Ok(CommandOutput { stdout, code: 0 })
+    Ok(CommandOutput {
+        stdout,
+        code: 0,
+        report: None,
+    })
 }
 
 /// Unknown filter values are errors that list what exists (SPEC §16): a `--pipeline`
@@ -313,7 +317,11 @@ fn show(a: ShowArgs) -> Result<CommandOutput> {
     } else {
         show_text(&d)
     };
-    Ok(CommandOutput { stdout, code: 0 })
+    Ok(CommandOutput {
+        stdout,
+        code: 0,
+        report: None,
+    })
 }
 
 fn show_text(d: &OperationDetail) -> String {

@@ -33,6 +33,7 @@ pub fn run(a: ManifestArgs) -> Result<CommandOutput> {
         .map_err(|m| crate::error::Error::Usage(format!("--exclude: {m}")))?;
     let m = write_manifest_excluding(&a.dir, &a.id, &created, &exclude)?;
     Ok(CommandOutput {
+        report: None,
         stdout: format!(
             "wrote {} ({} outputs, {} links, digest {})\n",
             a.dir.join(MANIFEST_FILE).display(),

@@ -53,6 +53,9 @@ enum Command {
 pub struct CommandOutput {
     /// Printed to stdout.
     pub stdout: String,
+    /// A `--json` report, printed to stdout after `stdout` as it is serialized: a report
+    /// of a million files is hundreds of megabytes, never held whole in memory.
+    pub report: Option<crate::report::Report>,
     /// Process exit code.
     pub code: u8,
 }
@@ -160,9 +163,14 @@ fn finish(result: crate::error::Result<CommandOutput>, json: bool) -> ExitCode {
     match result {
         Ok(out) => {
             let mut stdout = std::io::stdout().lock();
-            widen_pipe(&stdout, out.stdout.len());
+            let len = out.stdout.len() + out.report.as_ref().map_or(0, |r| r.json_len_estimate());
+            widen_pipe(&stdout, len);
             // A closed pipe is not an error worth reporting.
             let _ = stdout.write_all(out.stdout.as_bytes());
+            if let Some(report) = &out.report {
+                let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut stdout);
+                let _ = report.write_json(&mut w).and_then(|()| w.flush());
+            }
             let _ = stdout.flush();
             ExitCode::from(out.code)
         }

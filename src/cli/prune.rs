@@ -52,5 +52,9 @@ pub fn run(a: PruneArgs) -> Result<CommandOutput> {
     };
     let (report, code) = prune(&config, &opts)?;
     let stdout = super::render(a.json, &report, |r| r.to_text())?;
-    Ok(CommandOutput { stdout, code })
+    Ok(CommandOutput {
+        report: None,
+        stdout,
+        code,
+    })
 }

@@ -129,12 +129,14 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         &opts,
         bar.as_ref().map(|b| b as &dyn Progress),
     )?;
-    let stdout = if a.json {
-        outcome.report.to_json()
+    // A JSON report is written out as it is serialized (`finish`).
+    let (stdout, report) = if a.json {
+        (String::new(), Some(outcome.report))
     } else {
-        outcome.report.to_text(&a.text.options())
+        (outcome.report.to_text(&a.text.options()), None)
     };
     Ok(CommandOutput {
+        report,
         stdout,
         code: outcome.exit_code,
     })

@@ -66,6 +66,7 @@ pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
         None => recover(config.as_ref(), &opts)?,
     };
     Ok(CommandOutput {
+        report: None,
         stdout: if a.json {
             report.to_json()
         } else {

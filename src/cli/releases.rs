@@ -70,5 +70,9 @@ pub fn run(a: ReleasesArgs) -> Result<CommandOutput> {
     };
     let (report, code) = adopt(&config, &opts)?;
     let stdout = super::render(a.json, &report, |r| r.to_text())?;
-    Ok(CommandOutput { stdout, code })
+    Ok(CommandOutput {
+        report: None,
+        stdout,
+        code,
+    })
 }

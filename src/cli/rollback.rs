@@ -56,12 +56,14 @@ pub fn run(a: RollbackArgs) -> Result<CommandOutput> {
         actor: cli_actor(a.actor.as_deref()),
     };
     let outcome = rollback(&config, &opts)?;
-    let stdout = if a.json {
-        outcome.report.to_json()
+    // A JSON report is written out as it is serialized (`finish`).
+    let (stdout, report) = if a.json {
+        (String::new(), Some(outcome.report))
     } else {
-        outcome.report.to_text(&a.text.options())
+        (outcome.report.to_text(&a.text.options()), None)
     };
     Ok(CommandOutput {
+        report,
         stdout,
         code: outcome.exit_code,
     })

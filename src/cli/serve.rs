@@ -114,6 +114,7 @@ pub fn run(a: ServeArgs) -> Result<CommandOutput> {
             .min(tokio::sync::Semaphore::MAX_PERMITS),
     })?;
     Ok(CommandOutput {
+        report: None,
         stdout: String::new(),
         code: 0,
     })

@@ -47,6 +47,7 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
     if a.json {
         let v = serde_json::json!({"pipeline_id": config.pipeline_id, "destinations": st});
         return Ok(CommandOutput {
+            report: None,
             stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
             code,
         });
@@ -97,5 +98,9 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
             );
         }
     }
-    Ok(CommandOutput { stdout: out, code })
+    Ok(CommandOutput {
+        report: None,
+        stdout: out,
+        code,
+    })
 }

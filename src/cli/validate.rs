@@ -68,6 +68,7 @@ pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
         );
     }
     Ok(CommandOutput {
+        report: None,
         stdout: out,
         code: 0,
     })

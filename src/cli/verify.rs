@@ -56,6 +56,7 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
         let any_drift = drift.iter().any(|d| d.drifted());
         let v = serde_json::json!({"pipeline_id": config.pipeline_id, "drift": any_drift, "destinations": drift});
         return Ok(CommandOutput {
+            report: None,
             stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
             code,
         });
@@ -126,5 +127,9 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
             );
         }
     }
-    Ok(CommandOutput { stdout: out, code })
+    Ok(CommandOutput {
+        report: None,
+        stdout: out,
+        code,
+    })
 }
