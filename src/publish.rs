@@ -662,7 +662,7 @@ fn publish_one(
         .map_err(&mut planned)?;
     drop(unlocked);
     let store = store.as_ref();
-    let plan = plan_with(
+    let mut plan = plan_with(
         config,
         dest,
         source,
@@ -690,7 +690,7 @@ fn publish_one(
         actor: &opts.actor,
         progress,
     };
-    match execute(&plan, source, journal, store, &ctx) {
+    match execute(&mut plan, source, journal, store, &ctx) {
         Ok(op) => Ok((
             DestinationReport::from_plan(plan, Status::Applied, Some(op)),
             0,

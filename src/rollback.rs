@@ -339,7 +339,7 @@ fn rollback_owner(
         created,
         digest: record.source.digest.clone(),
     };
-    let plan = plan_rollback(config, dest, &source, store)?;
+    let mut plan = plan_rollback(config, dest, &source, store)?;
     let source_ref = record.source.clone();
     match plan.decision {
         Decision::Rollback => {}
@@ -368,7 +368,7 @@ fn rollback_owner(
         progress: None,
         command: "rollback",
     };
-    match execute(&plan, &source, journal, store, &ctx) {
+    match execute(&mut plan, &source, journal, store, &ctx) {
         Ok(op) => Ok((
             DestinationReport::from_plan(plan, Status::Applied, Some(op)),
             source_ref,

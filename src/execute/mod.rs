@@ -41,9 +41,10 @@ pub struct ExecContext<'a> {
 }
 
 /// Executes `plan` in the locked bundle path `store`; returns the operation id.
-/// `plan.new_state` must be set.
+/// `plan.new_state` must be set; it is taken (not copied: at a million outputs it is
+/// hundreds of megabytes), and the plan is left without it.
 pub fn execute(
-    plan: &DestinationPlan,
+    plan: &mut DestinationPlan,
     source: &Source,
     journal: &mut Journal,
     store: &dyn BundleStore,
@@ -53,7 +54,7 @@ pub fn execute(
     let op_id = uuid::Uuid::new_v4().to_string();
     let mut state = plan
         .new_state
-        .clone()
+        .take()
         .ok_or_else(|| Error::Failed("plan has no post-state".into()))?;
     let published_at = now();
     for r in state.owners.iter_mut() {
@@ -280,7 +281,9 @@ fn origin(
 /// The journal rows of an operation: its record and its actions. Built from the
 /// [`StagedOperation`] alone, so `recover` writes the same rows from a `plan.json` when the
 /// journal that started the operation is gone.
-pub fn journal_records(staged: &StagedOperation) -> Result<(OperationRecord, Vec<ActionRecord>)> {
+pub fn journal_records(
+    staged: &StagedOperation,
+) -> Result<(OperationRecord, Vec<ActionRecord<'_>>)> {
     let o = &staged.origin;
     let json = |e: serde_json::Error| Error::Failed(e.to_string());
     let record = OperationRecord {
@@ -314,12 +317,12 @@ pub fn journal_records(staged: &StagedOperation) -> Result<(OperationRecord, Vec
         .actions
         .iter()
         .map(|a| ActionRecord {
-            kind: a.kind.as_str().to_string(),
-            path: a.path.clone(),
+            kind: a.kind.as_str().into(),
+            path: a.path.as_str().into(),
             size: a.size,
-            sha256: a.sha256.clone(),
-            target: a.target.clone(),
-            replaces: a.replaces.map(|r| r.as_str().to_string()),
+            sha256: a.sha256.as_deref().map(Into::into),
+            target: a.target.as_deref().map(Into::into),
+            replaces: a.replaces.map(|r| r.as_str().into()),
         })
         .collect();
     Ok((record, actions))

@@ -16,6 +16,7 @@ pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 use crate::backend::local::Fingerprint;
 use crate::error::{Error, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -99,24 +100,26 @@ pub struct OperationRecord {
 
 /// One planned action. Serialized as the plan's actions are (a `plan.json`'s `actions`),
 /// so [`Journal::plan_json`] can put them back into the plan they were taken from.
+/// Borrowed from the plan when written (a million actions are not copied to be
+/// journaled), owned when read back.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ActionRecord {
+pub struct ActionRecord<'a> {
     /// `file_create`, `file_overwrite`, `file_delete`, `link_create`, `link_overwrite`, `link_delete`.
-    pub kind: String,
+    pub kind: Cow<'a, str>,
     /// Path.
-    pub path: String,
+    pub path: Cow<'a, str>,
     /// Size (files).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
     /// sha256 (files), lowercase hex.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
+    pub sha256: Option<Cow<'a, str>>,
     /// Link target (links).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
+    pub target: Option<Cow<'a, str>>,
     /// What an overwrite or delete moves aside (`file`, `link`), as planned.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub replaces: Option<String>,
+    pub replaces: Option<Cow<'a, str>>,
 }
 
 /// The action kinds by their code in `journal_action_rows.kind` (schema 8's
@@ -246,7 +249,7 @@ impl Journal {
     pub fn begin_operation(
         &mut self,
         op: &OperationRecord,
-        actions: &[ActionRecord],
+        actions: &[ActionRecord<'_>],
     ) -> Result<()> {
         self.insert_operation(op, Some(actions), &[], &[])
     }
@@ -275,7 +278,7 @@ impl Journal {
     pub fn adopt_operation(
         &mut self,
         op: &OperationRecord,
-        actions: &[ActionRecord],
+        actions: &[ActionRecord<'_>],
         detail: &str,
     ) -> Result<()> {
         self.insert_operation(op, Some(actions), &[(event::ADOPTED, Some(detail))], &[])
@@ -284,7 +287,7 @@ impl Journal {
     fn insert_operation(
         &mut self,
         op: &OperationRecord,
-        actions: Option<&[ActionRecord]>,
+        actions: Option<&[ActionRecord<'_>]>,
         events: &[(&str, Option<&str>)],
         placements: &[(String, Fingerprint)],
     ) -> Result<()> {
@@ -519,7 +522,7 @@ fn insert_actions(
     tx: &rusqlite::Transaction<'_>,
     path: &Path,
     operation_id: &str,
-    actions: &[ActionRecord],
+    actions: &[ActionRecord<'_>],
 ) -> Result<()> {
     tx.execute(
         "INSERT INTO journal_action_sets (operation_id) VALUES (?1)",
@@ -565,7 +568,7 @@ fn insert_actions(
 }
 
 /// The actions of action set `set`, in plan order.
-fn read_actions(conn: &Connection, path: &Path, set: i64) -> Result<Vec<ActionRecord>> {
+fn read_actions(conn: &Connection, path: &Path, set: i64) -> Result<Vec<ActionRecord<'static>>> {
     let err = |e| jerr(path, e);
     let mut stmt = conn
         .prepare(
@@ -595,12 +598,12 @@ fn read_actions(conn: &Connection, path: &Path, set: i64) -> Result<Vec<ActionRe
             _ => return Err(corrupt("sha256 is not 32 bytes")),
         };
         out.push(ActionRecord {
-            kind: kind.to_string(),
-            path: r.get(2).map_err(err)?,
+            kind: Cow::Borrowed(kind),
+            path: Cow::Owned(r.get(2).map_err(err)?),
             size: r.get::<_, Option<i64>>(3).map_err(err)?.map(|s| s as u64),
-            sha256,
-            target: r.get(5).map_err(err)?,
-            replaces: r.get(6).map_err(err)?,
+            sha256: sha256.map(Cow::Owned),
+            target: r.get::<_, Option<String>>(5).map_err(err)?.map(Cow::Owned),
+            replaces: r.get::<_, Option<String>>(6).map_err(err)?.map(Cow::Owned),
         });
     }
     Ok(out)
@@ -958,13 +961,13 @@ mod tests {
 
     /// Commits operation `op` on `bundle` placing `paths`, each with fingerprint `fp(ino)`.
     fn place(j: &mut Journal, op: &str, bundle: &str, paths: &[(&str, u64)]) {
-        let actions: Vec<ActionRecord> = paths
+        let actions: Vec<ActionRecord<'_>> = paths
             .iter()
             .map(|(p, i)| ActionRecord {
                 kind: "file_create".into(),
-                path: p.to_string(),
+                path: (*p).into(),
                 size: Some(1),
-                sha256: Some(sha(*i).to_string()),
+                sha256: Some(sha(*i).into()),
                 target: None,
                 replaces: None,
             })
@@ -1034,7 +1037,7 @@ mod tests {
                 kind: "file_overwrite".into(),
                 path: "dir/a \"b\".txt".into(),
                 size: Some(7),
-                sha256: Some(sha(3).to_string()),
+                sha256: Some(sha(3).into()),
                 target: None,
                 replaces: Some("link".into()),
             },
@@ -1206,7 +1209,7 @@ mod tests {
             kind: "file_create".into(),
             path: "a".into(),
             size: Some(1),
-            sha256: Some(sha(1).to_string()),
+            sha256: Some(sha(1).into()),
             target: None,
             replaces: None,
         };
