@@ -647,7 +647,7 @@ fn recover_one(
                 .join("plan.json")
                 .display()
         );
-        j.adopt_operation(&record, &actions, &detail)?;
+        j.adopt_operation(&record, actions, &detail)?;
         failpoint::hit("recover_after_adopt");
     }
 

@@ -551,7 +551,7 @@ pub(crate) fn run_activation(
     )?;
     staged.releases = store.releases_record();
     let (record, actions) = journal_records(&staged)?;
-    journal.begin_operation(&record, &actions)?;
+    journal.begin_operation(&record, actions)?;
     let bundle = plan.bundle_path.to_string_lossy().into_owned();
     let result = store
         .begin(&staged, pre, &post)

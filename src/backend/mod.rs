@@ -20,7 +20,7 @@ pub mod s3;
 use crate::error::Result;
 use crate::execute::StagedOperation;
 use crate::plan::Storage;
-use local::{Fingerprint, Proof, StagingEntry, StateBytes};
+use local::{Proof, StagingEntry, StateBytes};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -163,7 +163,7 @@ pub trait BundleStore: std::fmt::Debug + Sync {
 
     /// Places the file staged for action `i`; its placement fingerprint, where the
     /// backend proves content by one (an object store proves it by the state's ETag).
-    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Fingerprint>>;
+    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<local::Placed>>;
 
     /// Creates the link of action `i`.
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()>;

@@ -18,7 +18,7 @@ pub use staging_record::{
 };
 
 use crate::backend::BundleStore;
-use crate::backend::local::Fingerprint;
+use crate::backend::local::Placed;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::hash::sha256_hex;
@@ -77,7 +77,7 @@ pub fn execute(
     staged.store = store.location();
     staged.releases = store.releases_record();
     let (record, actions) = journal_records(&staged)?;
-    journal.begin_operation(&record, &actions)?;
+    journal.begin_operation(&record, actions)?;
     failpoint::hit("after_journal_append");
 
     let result = run_steps(
@@ -199,7 +199,7 @@ fn run_steps(
     post: &[u8],
     journal: &Journal,
     progress: Option<&dyn Progress>,
-) -> Result<(crate::backend::Committed, Vec<(usize, Fingerprint)>)> {
+) -> Result<(crate::backend::Committed, Vec<(usize, Placed)>)> {
     // The staging record first, whole and atomically (SPEC §13).
     store.begin(staged, pre, post)?;
 
@@ -278,12 +278,16 @@ fn origin(
     })
 }
 
-/// The journal rows of an operation: its record and its actions. Built from the
+/// The journal rows of an operation: its record and its actions (borrowed from it, as
+/// they are written). Built from the
 /// [`StagedOperation`] alone, so `recover` writes the same rows from a `plan.json` when the
 /// journal that started the operation is gone.
 pub fn journal_records(
     staged: &StagedOperation,
-) -> Result<(OperationRecord, Vec<ActionRecord<'_>>)> {
+) -> Result<(
+    OperationRecord,
+    impl Iterator<Item = ActionRecord<'_>> + Clone + '_,
+)> {
     let o = &staged.origin;
     let json = |e: serde_json::Error| Error::Failed(e.to_string());
     let record = OperationRecord {
@@ -313,17 +317,13 @@ pub fn journal_records(
         // The actions are journaled as rows of their own (schema 8), not again here.
         plan_json: staged.to_json_without_actions().map_err(json)?,
     };
-    let actions = staged
-        .actions
-        .iter()
-        .map(|a| ActionRecord {
-            kind: a.kind.as_str().into(),
-            path: a.path.as_str().into(),
-            size: a.size,
-            sha256: a.sha256.as_deref().map(Into::into),
-            target: a.target.as_deref().map(Into::into),
-            replaces: a.replaces.map(|r| r.as_str().into()),
-        })
-        .collect();
+    let actions = staged.actions.iter().map(|a| ActionRecord {
+        kind: a.kind.as_str().into(),
+        path: a.path.as_str().into(),
+        size: a.size,
+        sha256: a.sha256.as_deref().map(Into::into),
+        target: a.target.as_deref().map(Into::into),
+        replaces: a.replaces.map(|r| r.as_str().into()),
+    });
     Ok((record, actions))
 }

@@ -246,12 +246,12 @@ impl Journal {
     }
 
     /// Appends the operation and all its actions in one transaction.
-    pub fn begin_operation(
+    pub fn begin_operation<'a>(
         &mut self,
         op: &OperationRecord,
-        actions: &[ActionRecord<'_>],
+        actions: impl IntoIterator<Item = ActionRecord<'a>>,
     ) -> Result<()> {
-        self.insert_operation(op, Some(actions), &[], &[])
+        self.insert_operation(op, Some(&mut actions.into_iter()), &[], &[])
     }
 
     /// Appends an operation that was carried out whole before it was journaled (a
@@ -275,19 +275,24 @@ impl Journal {
 
     /// Appends an operation found only in a destination's staging, its actions and an
     /// [`event::ADOPTED`] event, in one transaction.
-    pub fn adopt_operation(
+    pub fn adopt_operation<'a>(
         &mut self,
         op: &OperationRecord,
-        actions: &[ActionRecord<'_>],
+        actions: impl IntoIterator<Item = ActionRecord<'a>>,
         detail: &str,
     ) -> Result<()> {
-        self.insert_operation(op, Some(actions), &[(event::ADOPTED, Some(detail))], &[])
+        self.insert_operation(
+            op,
+            Some(&mut actions.into_iter()),
+            &[(event::ADOPTED, Some(detail))],
+            &[],
+        )
     }
 
-    fn insert_operation(
+    fn insert_operation<'a>(
         &mut self,
         op: &OperationRecord,
-        actions: Option<&[ActionRecord<'_>]>,
+        actions: Option<&mut dyn Iterator<Item = ActionRecord<'a>>>,
         events: &[(&str, Option<&str>)],
         placements: &[(String, Fingerprint)],
     ) -> Result<()> {
@@ -360,7 +365,7 @@ impl Journal {
         committed: crate::backend::Committed,
         operation_id: &str,
         bundle_path: &str,
-        placements: &[(usize, Fingerprint)],
+        placements: &[(usize, crate::backend::local::Placed)],
     ) -> Result<()> {
         let path = self.path.clone();
         let tx = self.write_transaction()?;
@@ -518,11 +523,11 @@ impl Journal {
 /// Appends `actions` as the action set of `operation_id` (schema 8): one row of
 /// `journal_action_sets`, and a row per action in `journal_action_rows`, the kind as its
 /// code and the sha256 as 32 bytes.
-fn insert_actions(
+fn insert_actions<'a>(
     tx: &rusqlite::Transaction<'_>,
     path: &Path,
     operation_id: &str,
-    actions: &[ActionRecord<'_>],
+    actions: &mut dyn Iterator<Item = ActionRecord<'a>>,
 ) -> Result<()> {
     tx.execute(
         "INSERT INTO journal_action_sets (operation_id) VALUES (?1)",
@@ -536,7 +541,7 @@ fn insert_actions(
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )
         .map_err(|e| jerr(path, e))?;
-    for (i, a) in actions.iter().enumerate() {
+    for (i, a) in actions.enumerate() {
         let bad = |what: String| Error::Journal {
             path: path.to_path_buf(),
             message: format!("cannot record action {i} of {operation_id}: {what}"),
@@ -772,7 +777,7 @@ fn insert_commit_set(
     path: &Path,
     operation_id: &str,
     bundle_path: &str,
-    placements: &[(usize, Fingerprint)],
+    placements: &[(usize, crate::backend::local::Placed)],
 ) -> Result<()> {
     if placements.is_empty() {
         return Ok(());
@@ -972,11 +977,11 @@ mod tests {
                 replaces: None,
             })
             .collect();
-        j.begin_operation(&operation(op, bundle), &actions).unwrap();
-        let placements: Vec<(usize, Fingerprint)> = paths
+        j.begin_operation(&operation(op, bundle), actions).unwrap();
+        let placements: Vec<(usize, Placed)> = paths
             .iter()
             .enumerate()
-            .map(|(k, (_, i))| (k, fp(*i)))
+            .map(|(k, (_, i))| (k, placed(*i)))
             .collect();
         j.commit(Committed::passed(), op, bundle, &placements)
             .unwrap();
@@ -1052,7 +1057,7 @@ mod tests {
         ];
         let mut op = operation("o1", "/d");
         op.plan_json = r#"{"operation_id":"o1","new_dirs":[]}"#.into();
-        j.begin_operation(&op, &actions).unwrap();
+        j.begin_operation(&op, actions.clone()).unwrap();
         let plan: serde_json::Value =
             serde_json::from_str(&j.plan_json("o1").unwrap().unwrap()).unwrap();
         assert_eq!(
@@ -1070,7 +1075,7 @@ mod tests {
         // An empty plan object, and a plan with no action set (a refusal), as stored.
         let mut op = operation("o2", "/d");
         op.plan_json = "{}".into();
-        j.begin_operation(&op, &[]).unwrap();
+        j.begin_operation(&op, std::iter::empty()).unwrap();
         assert_eq!(j.plan_json("o2").unwrap().unwrap(), r#"{"actions":[]}"#);
         j.refused_operation(&operation("o3", "/d"), "conflicts")
             .unwrap();
@@ -1122,7 +1127,7 @@ mod tests {
         let mut bad = actions.clone();
         bad[0].sha256 = Some("sha-3".into());
         let e = j
-            .begin_operation(&operation("o4", "/d"), &bad)
+            .begin_operation(&operation("o4", "/d"), bad)
             .unwrap_err()
             .to_string();
         assert!(
@@ -1148,7 +1153,8 @@ mod tests {
 
     /// Writes a per-file placement row as schemas 1-4 did.
     fn legacy_row(j: &mut Journal, op: &str, bundle: &str, path: &str, ino: u64) {
-        j.begin_operation(&operation(op, bundle), &[]).ok();
+        j.begin_operation(&operation(op, bundle), std::iter::empty())
+            .ok();
         let f = fp(ino);
         j.connection()
             .execute(
@@ -1213,13 +1219,12 @@ mod tests {
             target: None,
             replaces: None,
         };
-        j.begin_operation(&operation("o1", "/d"), &[action])
-            .unwrap();
-        let big = Fingerprint {
+        j.begin_operation(&operation("o1", "/d"), [action]).unwrap();
+        let big = Placed {
             ino: u64::MAX - 1,
-            ..fp(1)
+            ..placed(1)
         };
-        j.commit(Committed::passed(), "o1", "/d", &[(0, big.clone())])
+        j.commit(Committed::passed(), "o1", "/d", &[(0, big)])
             .unwrap();
         let mut got = Fingerprints::wanting([("a", sha(1))]);
         j.fingerprints("/d", &mut got).unwrap();
@@ -1295,7 +1300,8 @@ mod tests {
     fn a_garbled_placement_set_is_a_journal_error() {
         let tmp = tempfile::tempdir().unwrap();
         let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
-        j.begin_operation(&operation("o1", "/d"), &[]).unwrap();
+        j.begin_operation(&operation("o1", "/d"), std::iter::empty())
+            .unwrap();
         j.connection()
             .execute(
                 "INSERT INTO journal_placement_sets (operation_id, bundle_path, placements) VALUES ('o1', '/d', '[[\"a\", 1]]')",
@@ -1316,7 +1322,8 @@ mod tests {
     fn a_placement_set_without_ctime_is_read_with_none() {
         let tmp = tempfile::tempdir().unwrap();
         let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
-        j.begin_operation(&operation("o1", "/d"), &[]).unwrap();
+        j.begin_operation(&operation("o1", "/d"), std::iter::empty())
+            .unwrap();
         j.connection()
             .execute(
                 "INSERT INTO journal_placement_sets (operation_id, bundle_path, placements) VALUES ('o1', '/d', '[[\"a\", 1, 2, 3, \"sha-1\"]]')",

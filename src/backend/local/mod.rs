@@ -123,7 +123,7 @@ impl BundleStore for Bundle {
     fn remove_emptied_dir(&self, rel: &str) -> Result<()> {
         Bundle::remove_emptied_dir(self, rel)
     }
-    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Fingerprint>> {
+    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Placed>> {
         Bundle::place(self, op, i).map(Some)
     }
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()> {

@@ -783,7 +783,11 @@ impl BundleStore for ReleaseStore {
         self.remove_emptied_dir_in_release(rel)
     }
 
-    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Fingerprint>> {
+    fn place(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+    ) -> Result<Option<crate::backend::local::Placed>> {
         self.place_in_release(op, i).map(|()| None)
     }
 

@@ -3,6 +3,7 @@
 //! handles opened from the bundle path's handle without following a symlink.
 
 use super::*;
+use crate::backend::local::Placed;
 
 /// Most directories fsynced one by one before the commit point; more take one syncfs.
 const DIR_FSYNC_MAX: usize = 8;
@@ -143,7 +144,7 @@ impl Bundle {
     /// (`RENAME_NOREPLACE`: a file that appeared there after planning is never replaced),
     /// creating missing directories. Returns its placement fingerprint, taken after the
     /// rename (which changes its ctime).
-    pub fn place(&self, op: &StagedOperation, i: usize) -> Result<Fingerprint> {
+    pub fn place(&self, op: &StagedOperation, i: usize) -> Result<Placed> {
         self.locked()?;
         let a = &op.actions[i];
         let (dir_rel, name) = split(&a.path);
@@ -168,7 +169,7 @@ impl Bundle {
             })?;
         self.touch(dir_rel);
         let st = parent.stat(name).ctx("stat", &path)?;
-        Ok(fingerprint(&st, a.sha256.as_deref().unwrap_or_default()))
+        Ok(placed(&st))
     }
 
     /// Creates the link of action `i` (it must not exist).
@@ -288,12 +289,25 @@ pub fn open_source(path: &Path) -> Result<File> {
 // The field types of `stat` differ between targets.
 #[allow(clippy::unnecessary_cast)]
 pub fn fingerprint(st: &rustix::fs::Stat, sha256: &str) -> Fingerprint {
+    let p = placed(st);
     Fingerprint {
+        size: p.size,
+        mtime_ns: p.mtime_ns,
+        ino: p.ino,
+        ctime_ns: p.ctime_ns,
+        sha256: sha256.to_string(),
+    }
+}
+
+/// What a file's `lstat` says of it for a placement fingerprint (the hash is the
+/// action's that placed it).
+#[allow(clippy::unnecessary_cast)]
+pub fn placed(st: &rustix::fs::Stat) -> Placed {
+    Placed {
         size: st.st_size as u64,
         mtime_ns: st.st_mtime as i64 * 1_000_000_000 + st.st_mtime_nsec as i64,
         ino: st.st_ino as u64,
         ctime_ns: Some(st.st_ctime as i64 * 1_000_000_000 + st.st_ctime_nsec as i64),
-        sha256: sha256.to_string(),
     }
 }
 
