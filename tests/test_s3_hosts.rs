@@ -5,8 +5,9 @@
 //!   threaded `moto_server` does not (so race tests must not use it);
 //! - two "hosts" (separate processes, journals and config files naming one bucket and
 //!   prefix, one pipeline and destination id) publish at once, round after round, one of
-//!   them SIGKILLed at a random moment of its run in two rounds of three; then each runs
-//!   `recover` with its own journal and config. After every round:
+//!   them SIGKILLed at a random moment of its run (or of its operation, once journaled)
+//!   in two rounds of three; then each runs `recover` with its own journal and config.
+//!   After every round:
 //!   - the prefix holds the newest committed bundle, byte for byte, and nothing else but
 //!     the state object (each output's ETag that of its object): no staging, no probe
 //!     object, no lease but one a killed publisher left (the next run that locks takes
@@ -203,6 +204,24 @@ impl Host {
         let mut all = args.to_vec();
         all.extend_from_slice(&["--config", path(&self.config)]);
         self.env.run_env(&all, vars)
+    }
+
+    /// How many operations this host's journal holds (0 while it cannot be read: not
+    /// created yet, or its first transaction under way).
+    fn journal_len(&self) -> usize {
+        let file = self.env.journal();
+        let count = || -> rusqlite::Result<i64> {
+            let c = rusqlite::Connection::open_with_flags(
+                &file,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )?;
+            c.query_row("SELECT count(*) FROM operations", [], |r| r.get(0))
+        };
+        if file.exists() {
+            count().unwrap_or(0) as usize
+        } else {
+            0
+        }
     }
 
     /// Every operation of this host's journal.
@@ -404,6 +423,15 @@ fn reap(children: Vec<(Child, Instant)>) -> Vec<(Output, Duration)> {
         .collect()
 }
 
+/// When a drawn kill lands.
+#[derive(Clone, Copy)]
+enum Kill {
+    /// This long after the victim started.
+    After(Duration),
+    /// This long after the victim's journal holds its operation.
+    Begun(Duration),
+}
+
 fn bump(stats: &mut BTreeMap<String, u64>, key: String) {
     *stats.entry(key).or_default() += 1;
 }
@@ -464,20 +492,57 @@ fn two_hosts_publish_concurrently_killed_at_random_and_recover() {
         // any moment of its run.
         let first = rng.below(2) as usize;
         let gap = Duration::from_millis(rng.range(0, 20));
+        // Half the kills land at a drawn moment of the victim's whole run; the other half
+        // a drawn moment after its operation is journaled, so that kills between begin
+        // and commit happen however long the run spends before its operation (starting,
+        // waiting for the other's lease) on a loaded machine.
         let kill = rng.chance(KILLS_IN_THREE, 3).then(|| {
-            let delay = rng.range(0, window.as_millis() as u64);
-            (rng.below(2) as usize, Duration::from_millis(delay))
+            let victim = rng.below(2) as usize;
+            if rng.chance(1, 2) {
+                let delay = rng.range(0, window.as_millis() as u64);
+                (victim, Kill::After(Duration::from_millis(delay)))
+            } else {
+                // An operation here (a few files) runs for some tens of ms.
+                let delay = rng.range(0, 40);
+                (victim, Kill::Begun(Duration::from_millis(delay)))
+            }
         });
         let mut children: Vec<Option<(Child, Instant)>> = vec![None, None];
+        // The operations of the victim's journal before it runs.
+        let before = kill.map(|(v, _)| hosts[v].journal().len());
         for (i, h) in [first, 1 - first].into_iter().enumerate() {
             if i == 1 {
                 std::thread::sleep(gap);
             }
             children[h] = Some((hosts[h].spawn_publish(&paths[h], &vars), Instant::now()));
         }
-        if let Some((victim, delay)) = kill {
+        if let Some((victim, how)) = kill {
             let (child, spawned) = children[victim].as_mut().unwrap();
-            std::thread::sleep((*spawned + delay).saturating_duration_since(Instant::now()));
+            let at = match how {
+                Kill::After(delay) => *spawned + delay,
+                Kill::Begun(delay) => {
+                    // Until its journal holds one more operation, or it exits by itself.
+                    let begun = loop {
+                        if hosts[victim].journal_len() > before.unwrap_or(0) {
+                            break Some(Instant::now());
+                        }
+                        if child.try_wait().ok().flatten().is_some()
+                            || spawned.elapsed() > Duration::from_secs(60)
+                        {
+                            break None;
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                    };
+                    match begun {
+                        Some(t) => {
+                            bump(&mut stats, "kill after its operation began".into());
+                            t + delay
+                        }
+                        None => Instant::now(),
+                    }
+                }
+            };
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
             let _ = child.kill(); // SIGKILL
             seen.killed_pids.insert(child.id());
         }
@@ -509,10 +574,13 @@ fn two_hosts_publish_concurrently_killed_at_random_and_recover() {
             line.push(format!("{}: {o}", host.name));
         }
         match kill {
-            Some((v, d)) => line.push(format!(
-                "kill {} at {} ms{}",
+            Some((v, how)) => line.push(format!(
+                "kill {} {}{}",
                 hosts[v].name,
-                d.as_millis(),
+                match how {
+                    Kill::After(d) => format!("at {} ms", d.as_millis()),
+                    Kill::Begun(d) => format!("{} ms after its operation began", d.as_millis()),
+                },
                 if line[v].ends_with(": killed") {
                     ""
                 } else {
