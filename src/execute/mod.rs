@@ -64,6 +64,15 @@ pub fn execute(
         }
     }
     let post = state.render();
+    // Only retention reads the post-state again (a releases destination); elsewhere its
+    // records (about 180 B per output) are freed before staging.
+    let state = match store.as_releases() {
+        Some(_) => Some(state),
+        None => {
+            drop(state);
+            None
+        }
+    };
     let pre = store.read_state()?;
     let pre = pre.bytes();
     let mut staged = StagedOperation::from_plan(
@@ -109,8 +118,8 @@ pub fn execute(
                 .map_err(finish)?;
             failpoint::hit("after_journal_commit");
             store.clean_up(&staged).map_err(finish)?;
-            if let Some(releases) = store.as_releases() {
-                retain(releases, &state, &op_id, &bundle.to_string_lossy(), journal)
+            if let (Some(releases), Some(state)) = (store.as_releases(), &state) {
+                retain(releases, state, &op_id, &bundle.to_string_lossy(), journal)
                     .map_err(finish)?;
             }
             journal
