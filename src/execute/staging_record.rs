@@ -384,6 +384,13 @@ impl StagedOperation {
         serde_json::to_vec_pretty(self).map_err(|e| Error::Failed(e.to_string()))
     }
 
+    /// The bytes [`to_json`](Self::to_json) returns, written to `w` as they are
+    /// serialized (never held whole), then flushed.
+    pub fn write_json<W: std::io::Write>(&self, mut w: W) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(&mut w, self)?;
+        w.flush()
+    }
+
     /// Parses `plan.json` found in the staging entry `entry` of `bundle` (`file` names it
     /// in messages), and refuses one that does not describe an operation staged right
     /// there (see [`StagedOperation::check`]).
@@ -538,6 +545,9 @@ mod tests {
     fn a_record_for_another_bundle_or_with_an_escaping_path_is_refused() {
         let op = record(StagingLayout::Flat);
         let bytes = op.to_json().unwrap();
+        let mut written = Vec::new();
+        op.write_json(&mut written).unwrap();
+        assert_eq!(written, bytes, "write_json writes what to_json returns");
         let file = Path::new("/b/.distributor-staging/op/plan.json");
         assert!(StagedOperation::parse(&bytes, file, Path::new("/b"), "op").is_ok());
         let e = StagedOperation::parse(&bytes, file, Path::new("/c"), "op").unwrap_err();

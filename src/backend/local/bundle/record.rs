@@ -168,7 +168,11 @@ impl Bundle {
             write_new(&t, &t_path, PRE_STATE_FILE, pre)?;
         }
         write_new(&t, &t_path, POST_STATE_FILE, post)?;
-        write_new(&t, &t_path, PLAN_FILE, &op.to_json()?)?;
+        // Written as it is serialized: at a million files it is hundreds of megabytes.
+        let plan_path = t_path.join(PLAN_FILE);
+        let f = t.create_file(PLAN_FILE).ctx("create", &plan_path)?;
+        op.write_json(std::io::BufWriter::with_capacity(1 << 16, f))
+            .ctx("write", &plan_path)?;
         // One barrier makes the record's files, its directory and `.distributor-staging`'s
         // own entry durable (three file fsyncs and two directory fsyncs cost one journal
         // commit each).
