@@ -66,13 +66,7 @@ pub fn execute(
     let post = state.render();
     // Only retention reads the post-state again (a releases destination); elsewhere its
     // records (about 180 B per output) are freed before staging.
-    let state = match store.as_releases() {
-        Some(_) => Some(state),
-        None => {
-            drop(state);
-            None
-        }
-    };
+    let state = store.as_releases().is_some().then_some(state);
     let pre = store.read_state()?;
     let pre = pre.bytes();
     let mut staged = StagedOperation::from_plan(

@@ -22,7 +22,9 @@ mod build;
 pub mod log;
 
 use crate::backend::local::handle::{Dir, is_redirect, split, type_name};
-use crate::backend::local::{Bundle, Fingerprint, LOCK_FILE, Proof, StagingEntry, StateBytes};
+use crate::backend::local::{
+    Bundle, Fingerprint, LOCK_FILE, Placed, Proof, StagingEntry, StateBytes,
+};
 use crate::backend::{Backend, BundleStore, Committed, Verdict};
 use crate::config::ReleaseSettings;
 use crate::error::{Error, IoContext, Result};
@@ -783,11 +785,7 @@ impl BundleStore for ReleaseStore {
         self.remove_emptied_dir_in_release(rel)
     }
 
-    fn place(
-        &self,
-        op: &StagedOperation,
-        i: usize,
-    ) -> Result<Option<crate::backend::local::Placed>> {
+    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Placed>> {
         self.place_in_release(op, i).map(|()| None)
     }
 

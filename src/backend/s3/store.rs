@@ -14,7 +14,7 @@
 
 use super::lease::{LOCK_OBJECT, Lease};
 use super::{S3Backend, block_on, store_error};
-use crate::backend::local::{Proof, StagingEntry, StateBytes};
+use crate::backend::local::{Placed, Proof, StagingEntry, StateBytes};
 use crate::backend::{BundleStore, Committed, Verdict};
 use crate::error::{Error, Result};
 use crate::execute::{
@@ -915,11 +915,7 @@ impl BundleStore for S3Store {
         Ok(())
     }
 
-    fn place(
-        &self,
-        _op: &StagedOperation,
-        _i: usize,
-    ) -> Result<Option<crate::backend::local::Placed>> {
+    fn place(&self, _op: &StagedOperation, _i: usize) -> Result<Option<Placed>> {
         // Uploaded to its final key already; the state's ETag proves it later.
         self.writable()?;
         Ok(None)

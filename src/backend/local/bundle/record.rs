@@ -165,14 +165,13 @@ impl Bundle {
             .map_err(|e| dir_error(staging_path.join(&tmp), e))?;
         let t_path = staging_path.join(&tmp);
         if let Some(pre) = pre {
-            write_new(&t, &t_path, PRE_STATE_FILE, pre)?;
+            write_new(&t, &t_path, PRE_STATE_FILE, |f| f.write_all(pre))?;
         }
-        write_new(&t, &t_path, POST_STATE_FILE, post)?;
+        write_new(&t, &t_path, POST_STATE_FILE, |f| f.write_all(post))?;
         // Written as it is serialized: at a million files it is hundreds of megabytes.
-        let plan_path = t_path.join(PLAN_FILE);
-        let f = t.create_file(PLAN_FILE).ctx("create", &plan_path)?;
-        op.write_json(std::io::BufWriter::with_capacity(1 << 16, f))
-            .ctx("write", &plan_path)?;
+        write_new(&t, &t_path, PLAN_FILE, |f| {
+            op.write_json(std::io::BufWriter::with_capacity(1 << 16, f))
+        })?;
         // One barrier makes the record's files, its directory and `.distributor-staging`'s
         // own entry durable (three file fsyncs and two directory fsyncs cost one journal
         // commit each).
@@ -202,8 +201,14 @@ impl Bundle {
     }
 }
 
-fn write_new(dir: &Dir, dir_path: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+/// Creates `name` in `dir` (it must not exist) and fills it with `write`.
+fn write_new(
+    dir: &Dir,
+    dir_path: &Path,
+    name: &str,
+    write: impl FnOnce(&mut File) -> std::io::Result<()>,
+) -> Result<()> {
     let path = dir_path.join(name);
     let mut f = dir.create_file(name).ctx("create", &path)?;
-    f.write_all(bytes).ctx("write", &path)
+    write(&mut f).ctx("write", &path)
 }

@@ -286,8 +286,6 @@ pub fn open_source(path: &Path) -> Result<File> {
 }
 
 /// The placement fingerprint of a file from its `lstat`.
-// The field types of `stat` differ between targets.
-#[allow(clippy::unnecessary_cast)]
 pub fn fingerprint(st: &rustix::fs::Stat, sha256: &str) -> Fingerprint {
     let p = placed(st);
     Fingerprint {
@@ -301,6 +299,7 @@ pub fn fingerprint(st: &rustix::fs::Stat, sha256: &str) -> Fingerprint {
 
 /// What a file's `lstat` says of it for a placement fingerprint (the hash is the
 /// action's that placed it).
+// The field types of `stat` differ between targets.
 #[allow(clippy::unnecessary_cast)]
 pub fn placed(st: &rustix::fs::Stat) -> Placed {
     Placed {
