@@ -21,6 +21,29 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
+/// A sha256 that bytes are written into (`io::Write`), for text hashed as it is produced
+/// rather than collected first.
+#[derive(Default)]
+pub struct HashWriter(Sha256);
+
+impl HashWriter {
+    /// Lowercase hex sha256 of everything written.
+    pub fn finish_hex(self) -> String {
+        hex(&self.0.finalize())
+    }
+}
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// True when `s` is 64 lowercase hex characters.
 pub fn is_sha256_hex(s: &str) -> bool {
     s.len() == 64

@@ -414,12 +414,19 @@ fn probe_for_plan<'a>(
     // are validated), and a recorded path the manifest lists again is not added twice.
     // Outputs recorded with the same content are to be proven to hold it, by their
     // placement fingerprint where the journal has one.
-    let recorded = match state {
-        StateFile::Valid(s) => s.outputs.len() + s.links.len(),
-        StateFile::Absent | StateFile::Invalid(_) => 0,
+    let wanted =
+        (m.outputs.iter().map(|o| o.path.as_str())).chain(m.links.iter().map(|l| l.path.as_str()));
+    let dirs_wanted: foldhash::HashSet<&str> = wanted.collect();
+    let unwanted: Vec<&str> = match state {
+        StateFile::Valid(s) => (s.outputs.iter().map(|o| o.path.as_str()))
+            .chain(s.links.iter().map(|l| l.path.as_str()))
+            .filter(|p| !dirs_wanted.contains(p))
+            .collect(),
+        StateFile::Absent | StateFile::Invalid(_) => Vec::new(),
     };
+    // Sized exactly: at a million paths a doubling series would hold twice the list.
     let mut paths: Vec<(&str, Option<local::Proof>)> =
-        Vec::with_capacity(m.outputs.len() + m.links.len() + recorded + 1);
+        Vec::with_capacity(m.outputs.len() + m.links.len() + unwanted.len() + 1);
     paths.extend(
         (m.outputs.iter())
             .zip(recorded_same(state, source))
@@ -432,16 +439,7 @@ fn probe_for_plan<'a>(
             })
             .chain(m.links.iter().map(|l| (l.path.as_str(), None))),
     );
-    let dirs_wanted: foldhash::HashSet<&str> = paths.iter().map(|(p, _)| *p).collect();
-    if let StateFile::Valid(s) = state {
-        let recorded = (s.outputs.iter().map(|o| o.path.as_str()))
-            .chain(s.links.iter().map(|l| l.path.as_str()));
-        paths.extend(
-            recorded
-                .filter(|p| !dirs_wanted.contains(p))
-                .map(|p| (p, None)),
-        );
-    }
+    paths.extend(unwanted.into_iter().map(|p| (p, None)));
     // What stands at the state file's own path (a reserved name, in neither list): a
     // writing plan replaces it.
     paths.push((crate::state::STATE_FILE, None));

@@ -275,7 +275,12 @@ impl StagedOperation {
         origin: Origin,
         exists: &mut dyn FnMut(&str) -> Result<bool>,
     ) -> Result<StagedOperation> {
-        let mut actions = Vec::new();
+        // Sized up front: one allocation, not a doubling series (a million actions).
+        let count = (plan.files.iter().map(|f| (false, f.op)))
+            .chain(plan.links.iter().map(|l| (true, l.op)))
+            .filter(|&(link, op)| ActionKind::of(link, op).is_some())
+            .count();
+        let mut actions = Vec::with_capacity(count);
         for f in &plan.files {
             if let Some(kind) = ActionKind::of(false, f.op) {
                 actions.push(StagedAction {

@@ -11,7 +11,7 @@ pub use generate::{write_manifest, write_manifest_excluding};
 pub use paths::{check_path_set, check_safe_path, relative_link_target};
 
 use crate::error::{Error, Result};
-use crate::hash::{is_sha256_hex, sha256_hex};
+use crate::hash::is_sha256_hex;
 use crate::model::{SourceRef, is_valid_source_id, parse_time};
 use crate::tree::Tree;
 use chrono::{DateTime, FixedOffset};
@@ -128,18 +128,21 @@ impl Manifest {
         outputs.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
         let mut links: Vec<&LinkEntry> = self.links.iter().collect();
         links.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
-        // One line per entry, written straight into one buffer (no string per entry).
-        let mut text = String::with_capacity(self.outputs.len() * 112 + self.links.len() * 64);
+        // One line per entry, hashed as it is written through a small buffer (at a million
+        // outputs the whole text would be a hundred megabytes).
+        use std::io::Write as _;
+        let mut text =
+            std::io::BufWriter::with_capacity(1 << 16, crate::hash::HashWriter::default());
         for o in outputs {
-            use std::fmt::Write;
             let _ = writeln!(text, "o\0{}\0{}\0{}", o.path, o.size, o.sha256);
         }
         for l in links {
             for part in ["l\0", &l.path, "\0", &l.target, "\n"] {
-                text.push_str(part);
+                let _ = text.write_all(part.as_bytes());
             }
         }
-        format!("sha256:{}", sha256_hex(text.as_bytes()))
+        let hasher = text.into_inner().ok().expect("hashing does not fail");
+        format!("sha256:{}", hasher.finish_hex())
     }
 }
 
@@ -422,7 +425,7 @@ mod tests {
             "sha256:88612630aea63ae33a81ed5e89fdda9cc31d58cb1fafd82c17070e2689d531d8"
         );
         assert_eq!(
-            sha256_hex(b"{}"),
+            crate::hash::sha256_hex(b"{}"),
             "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
         );
         assert!(m.validate().is_ok());

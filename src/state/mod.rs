@@ -509,42 +509,46 @@ impl State {
 
     /// Renders the state in its stable on-disk form (pretty JSON, trailing newline).
     /// Outputs and links are sorted by path; owner records without paths are dropped.
-    pub fn render(&self) -> Vec<u8> {
-        let mut outputs = self.outputs.clone();
+    /// Renders from borrowed records into one buffer sized up front: at a million outputs
+    /// a copy of the records, or a buffer grown by doubling, would be hundreds of
+    /// megabytes more at the publication's peak.
+    pub fn render<'s>(&'s self) -> Vec<u8> {
+        let mut outputs: Vec<&RecordedOutput> = self.outputs.iter().collect();
         outputs.sort_by(|a, b| a.path.cmp(&b.path));
-        let mut links = self.links.clone();
+        let mut links: Vec<&RecordedLink> = self.links.iter().collect();
         links.sort_by(|a, b| a.path.cmp(&b.path));
-        let text = match self.mode {
+        let shared = self.mode == StateMode::SharedRoot;
+        let out = |o: &&'s RecordedOutput| OutputOut {
+            path: &o.path,
+            size: o.size,
+            sha256: &o.sha256,
+            etag: o.etag.as_deref(),
+            owner: shared.then_some(OwnerName(&o.owner)),
+        };
+        let link = |l: &&'s RecordedLink| LinkOut {
+            path: &l.path,
+            target: &l.target,
+            owner: shared.then_some(OwnerName(&l.owner)),
+        };
+        let mut bytes = Vec::with_capacity(rendered_size(&self.outputs, &self.links, shared));
+        let written = match self.mode {
             StateMode::SingleOwner => {
                 let r = &self.owners[0];
-                serde_json::to_string_pretty(&SingleOwnerDoc {
-                    state_version: self.version,
-                    state_mode: StateMode::SingleOwner,
-                    pipeline_id: r.owner.pipeline_id.clone(),
-                    destination_id: r.owner.destination_id.clone(),
-                    source: r.source.clone(),
-                    reconciliation: r.reconciliation,
-                    published_at: r.published_at.clone(),
-                    operation_id: r.operation_id.clone(),
-                    outputs: outputs
-                        .into_iter()
-                        .map(|o| OutputDoc {
-                            path: o.path,
-                            size: o.size,
-                            sha256: o.sha256,
-                            etag: o.etag,
-                            owner: None,
-                        })
-                        .collect(),
-                    links: links
-                        .into_iter()
-                        .map(|l| LinkDoc {
-                            path: l.path,
-                            target: l.target,
-                            owner: None,
-                        })
-                        .collect(),
-                })
+                serde_json::to_writer_pretty(
+                    &mut bytes,
+                    &SingleOwnerOut {
+                        state_version: self.version,
+                        state_mode: StateMode::SingleOwner,
+                        pipeline_id: &r.owner.pipeline_id,
+                        destination_id: &r.owner.destination_id,
+                        source: &r.source,
+                        reconciliation: r.reconciliation,
+                        published_at: &r.published_at,
+                        operation_id: &r.operation_id,
+                        outputs: Seq(&outputs, out),
+                        links: Seq(&links, link),
+                    },
+                )
             }
             StateMode::SharedRoot => {
                 let mut owners: Vec<&OwnerRecord> = self
@@ -556,46 +560,121 @@ impl State {
                     })
                     .collect();
                 owners.sort_by(|a, b| a.owner.cmp(&b.owner));
-                serde_json::to_string_pretty(&SharedRootDoc {
-                    state_version: self.version,
-                    state_mode: StateMode::SharedRoot,
-                    owners: owners
-                        .into_iter()
-                        .map(|r| OwnerDoc {
-                            owner: r.owner.to_string(),
-                            pipeline_id: r.owner.pipeline_id.clone(),
-                            destination_id: r.owner.destination_id.clone(),
-                            source: r.source.clone(),
-                            reconciliation: r.reconciliation,
-                            published_at: r.published_at.clone(),
-                            operation_id: r.operation_id.clone(),
-                        })
-                        .collect(),
-                    outputs: outputs
-                        .into_iter()
-                        .map(|o| OutputDoc {
-                            path: o.path,
-                            size: o.size,
-                            sha256: o.sha256,
-                            etag: o.etag,
-                            owner: Some(o.owner.to_string()),
-                        })
-                        .collect(),
-                    links: links
-                        .into_iter()
-                        .map(|l| LinkDoc {
-                            path: l.path,
-                            target: l.target,
-                            owner: Some(l.owner.to_string()),
-                        })
-                        .collect(),
-                })
+                let owner = |r: &&'s OwnerRecord| OwnerOut {
+                    owner: OwnerName(&r.owner),
+                    pipeline_id: &r.owner.pipeline_id,
+                    destination_id: &r.owner.destination_id,
+                    source: &r.source,
+                    reconciliation: r.reconciliation,
+                    published_at: &r.published_at,
+                    operation_id: &r.operation_id,
+                };
+                serde_json::to_writer_pretty(
+                    &mut bytes,
+                    &SharedRootOut {
+                        state_version: self.version,
+                        state_mode: StateMode::SharedRoot,
+                        owners: Seq(&owners, owner),
+                        outputs: Seq(&outputs, out),
+                        links: Seq(&links, link),
+                    },
+                )
             }
         };
-        let mut bytes = text.expect("state serializes").into_bytes();
+        written.expect("state serializes");
         bytes.push(b'\n');
         bytes
     }
+}
+
+/// An upper bound of the rendered size of these records (pretty JSON: each output's
+/// fixed text is under 150 bytes besides its path, ETag and owner), plus the head.
+fn rendered_size(outputs: &[RecordedOutput], links: &[RecordedLink], shared: bool) -> usize {
+    let owner = |o: &Owner| match shared {
+        true => o.pipeline_id.len() + o.destination_id.len() + 24,
+        false => 0,
+    };
+    let o: usize = (outputs.iter())
+        .map(|o| 150 + o.path.len() + o.etag.as_ref().map_or(0, |e| e.len() + 20) + owner(&o.owner))
+        .sum();
+    let l: usize = (links.iter())
+        .map(|l| 80 + l.path.len() + l.target.len() + owner(&l.owner))
+        .sum();
+    o + l + 4096
+}
+
+/// Serializes the items of a slice through `F`, as a JSON array, without collecting them.
+struct Seq<'a, T, F>(&'a [T], F);
+
+impl<T, R: Serialize, F: Fn(&T) -> R> Serialize for Seq<'_, T, F> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(&self.1))
+    }
+}
+
+/// An owner written `pipeline/destination`, without a string per path.
+struct OwnerName<'a>(&'a Owner);
+
+impl Serialize for OwnerName<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self.0)
+    }
+}
+
+// The on-disk documents as rendered: the fields of the `*Doc` forms that parse them, in
+// the same order, borrowed from the records.
+
+#[derive(Serialize)]
+struct SingleOwnerOut<'a, O, L> {
+    state_version: u32,
+    state_mode: StateMode,
+    pipeline_id: &'a str,
+    destination_id: &'a str,
+    source: &'a SourceRef,
+    reconciliation: ReconciliationMode,
+    published_at: &'a str,
+    operation_id: &'a str,
+    outputs: O,
+    links: L,
+}
+
+#[derive(Serialize)]
+struct SharedRootOut<W, O, L> {
+    state_version: u32,
+    state_mode: StateMode,
+    owners: W,
+    outputs: O,
+    links: L,
+}
+
+#[derive(Serialize)]
+struct OwnerOut<'a> {
+    owner: OwnerName<'a>,
+    pipeline_id: &'a str,
+    destination_id: &'a str,
+    source: &'a SourceRef,
+    reconciliation: ReconciliationMode,
+    published_at: &'a str,
+    operation_id: &'a str,
+}
+
+#[derive(Serialize)]
+struct OutputOut<'a> {
+    path: &'a str,
+    size: u64,
+    sha256: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    etag: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<OwnerName<'a>>,
+}
+
+#[derive(Serialize)]
+struct LinkOut<'a> {
+    path: &'a str,
+    target: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<OwnerName<'a>>,
 }
 
 #[cfg(test)]

@@ -469,7 +469,7 @@ impl Bundle {
                 StateBytes::Unusable(format!("{} is not a regular file", path.display())),
             ),
             Some(st) if st.st_size as u64 > limit => Ok(too_large(st.st_size as u64)),
-            Some(_) => {
+            Some(st) => {
                 let (f, _) = match self.dir.open_file(STATE_FILE) {
                     Ok(x) => x,
                     // Replaced by something else since the stat.
@@ -483,7 +483,8 @@ impl Bundle {
                 };
                 // At most one byte past the limit: a file that grew since the stat is
                 // refused too, without reading it all.
-                let mut bytes = Vec::new();
+                // Sized to the file up front (one allocation, not a doubling series).
+                let mut bytes = Vec::with_capacity(st.st_size as usize + 1);
                 f.take(limit + 1)
                     .read_to_end(&mut bytes)
                     .ctx("read", &path)?;
