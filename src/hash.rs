@@ -21,6 +21,94 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
+/// A sha256 digest held as its 32 bytes (64 in hex, plus a string's own header and
+/// allocation, would be three times that for every file of a million-file bundle). It
+/// reads and writes as 64 lowercase hex characters, the form of every manifest, state
+/// file, report and journal row.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ContentHash(pub [u8; 32]);
+
+impl ContentHash {
+    /// The digest that 64 lowercase hex characters spell; `None` for anything else.
+    pub fn parse(hex: &str) -> Option<ContentHash> {
+        sha256_bytes(hex).map(ContentHash)
+    }
+
+    /// The sha256 of `bytes`.
+    pub fn of(bytes: &[u8]) -> ContentHash {
+        ContentHash(Sha256::digest(bytes).into())
+    }
+
+    /// Its 64 lowercase hex characters.
+    pub fn hex(&self) -> String {
+        hex(&self.0)
+    }
+
+    /// Its 64 lowercase hex characters, written into `buf` (no allocation).
+    pub fn hex_in<'b>(&self, buf: &'b mut [u8; 64]) -> &'b str {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        for (pair, b) in buf.chunks_exact_mut(2).zip(self.0) {
+            pair[0] = DIGITS[(b >> 4) as usize];
+            pair[1] = DIGITS[(b & 15) as usize];
+        }
+        std::str::from_utf8(buf).expect("hex digits are ASCII")
+    }
+}
+
+impl std::fmt::Display for ContentHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.hex_in(&mut [0; 64]))
+    }
+}
+
+impl std::fmt::Debug for ContentHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl PartialEq<str> for ContentHash {
+    fn eq(&self, hex: &str) -> bool {
+        self.hex_in(&mut [0; 64]) == hex
+    }
+}
+
+impl PartialEq<&str> for ContentHash {
+    fn eq(&self, hex: &&str) -> bool {
+        *self == **hex
+    }
+}
+
+impl serde::Serialize for ContentHash {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.hex_in(&mut [0; 64]))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ContentHash {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Hex;
+        impl serde::de::Visitor<'_> for Hex {
+            type Value = ContentHash;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a sha256: 64 lowercase hex characters")
+            }
+            fn visit_str<E: serde::de::Error>(
+                self,
+                v: &str,
+            ) -> std::result::Result<ContentHash, E> {
+                ContentHash::parse(v).ok_or_else(|| {
+                    E::custom(format_args!(
+                        "sha256 '{}': accepted is 64 lowercase hex characters",
+                        v.escape_debug()
+                    ))
+                })
+            }
+        }
+        d.deserialize_str(Hex)
+    }
+}
+
 /// A sha256 that bytes are written into (`io::Write`), for text hashed as it is produced
 /// rather than collected first.
 #[derive(Default)]
@@ -64,14 +152,14 @@ pub fn sha256_bytes(hex: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// Size and lowercase hex sha256 of a source file, read once. The file is opened without
+/// Size and sha256 of a source file, read once. The file is opened without
 /// blocking and must be a regular file (a FIFO or device swapped in is an invalid source).
-pub fn hash_file(path: &Path) -> Result<(u64, String)> {
+pub fn hash_file(path: &Path) -> Result<(u64, ContentHash)> {
     hash_reader(crate::backend::local::open_source(path)?, path)
 }
 
-/// Size and lowercase hex sha256 of what `f` reads, to its end (`path` names it in errors).
-pub fn hash_reader(mut f: impl Read, path: &Path) -> Result<(u64, String)> {
+/// Size and sha256 of what `f` reads, to its end (`path` names it in errors).
+pub fn hash_reader(mut f: impl Read, path: &Path) -> Result<(u64, ContentHash)> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut size = 0u64;
@@ -83,5 +171,5 @@ pub fn hash_reader(mut f: impl Read, path: &Path) -> Result<(u64, String)> {
         size += n as u64;
         h.update(&buf[..n]);
     }
-    Ok((size, hex(&h.finalize())))
+    Ok((size, ContentHash(h.finalize().into())))
 }

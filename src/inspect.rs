@@ -386,8 +386,8 @@ fn compare(
                     true => store.content_sha256(&o.path)?,
                     false => None,
                 };
-                let sha = deep_sha.as_deref().or(sha256.as_deref());
-                if sha != Some(o.sha256.as_str()) {
+                let sha = deep_sha.as_ref().or(sha256.as_deref());
+                if sha != Some(&o.sha256) {
                     v.modified.push(o.path.clone());
                 }
             }

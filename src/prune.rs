@@ -195,12 +195,8 @@ fn prune_one(
     // it stopped): a removal needs no recovery, and the operation never reads as
     // unfinished.
     let pruned = store.prune(false);
-    let outputs: Vec<(&str, &str)> = (state.iter())
-        .flat_map(|s| {
-            s.outputs
-                .iter()
-                .map(|o| (o.path.as_str(), o.sha256.as_str()))
-        })
+    let outputs: Vec<(&str, crate::hash::ContentHash)> = (state.iter())
+        .flat_map(|s| s.outputs.iter().map(|o| (o.path.as_str(), o.sha256)))
         .collect();
     let fingerprints = store.fingerprints(&outputs)?;
     let detail = match &pruned {

@@ -488,7 +488,7 @@ fn read_destination<'m>(
             (outputs.iter())
                 .zip(recorded_same(state, source))
                 .filter(|(_, same)| *same)
-                .map(|(o, _)| (o.path.as_str(), o.sha256.as_str())),
+                .map(|(o, _)| (o.path.as_str(), &o.sha256)),
         );
         fingerprints = local::Fingerprints::wanting(wanted);
         journal.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
@@ -520,7 +520,7 @@ fn publish_one(
             let bundle = bundle_path(config, dest, source)?;
             fingerprints = local::Fingerprints::wanting(
                 (source.manifest.outputs.iter())
-                    .map(|o| (o.path.as_str(), o.sha256.as_str()))
+                    .map(|o| (o.path.as_str(), &o.sha256))
                     .collect::<Vec<_>>(),
             );
             v.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;

@@ -326,7 +326,7 @@ fn rollback_owner(
                 .map(|o| OutputEntry {
                     path: o.path.clone(),
                     size: o.size,
-                    sha256: o.sha256.clone(),
+                    sha256: o.sha256,
                 })
                 .collect(),
             links: (mine.links.iter())
@@ -397,8 +397,8 @@ fn plan(
         owner: o.owner.clone(),
         source: o.source.clone(),
     });
-    let old: BTreeMap<&str, (&str, u64)> = (from.outputs.iter())
-        .map(|o| (o.path.as_str(), (o.sha256.as_str(), o.size)))
+    let old: BTreeMap<&str, (crate::hash::ContentHash, u64)> = (from.outputs.iter())
+        .map(|o| (o.path.as_str(), (o.sha256, o.size)))
         .collect();
     let new_paths: std::collections::BTreeSet<&str> =
         to.outputs.iter().map(|o| o.path.as_str()).collect();
@@ -413,7 +413,7 @@ fn plan(
             path: o.path.clone(),
             op,
             size: o.size,
-            sha256: o.sha256.clone(),
+            sha256: o.sha256,
             replaces: None,
         });
     }
@@ -426,7 +426,7 @@ fn plan(
             path: o.path.clone(),
             op: FileOp::Delete,
             size: o.size,
-            sha256: o.sha256.clone(),
+            sha256: o.sha256,
             replaces: None,
         });
     }

@@ -341,7 +341,7 @@ fn bad_manifest_shapes_are_refused() {
     refused_source(
         &[("a.txt", "x")],
         sha,
-        &["outputs[0].sha256", "64 lowercase hex"],
+        &["sha256 'ABC'", "64 lowercase hex", "line 9"],
     );
     let mut version = manifest(vec![out("a.txt", "x")], vec![]);
     version["manifest_version"] = json!(2);

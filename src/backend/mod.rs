@@ -112,7 +112,7 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// The sha256 of the file at `rel`, read whole, where the probe proves content by
     /// metadata alone (an object store's ETag: `verify --deep`); `None` where the probe
     /// already hashed it (the local backend) or nothing is there.
-    fn content_sha256(&self, _rel: &str) -> Result<Option<String>> {
+    fn content_sha256(&self, _rel: &str) -> Result<Option<crate::hash::ContentHash>> {
         Ok(None)
     }
 
@@ -150,7 +150,7 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         source: &Path,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, String)>;
+    ) -> Result<(u64, crate::hash::ContentHash)>;
 
     /// Makes what was staged durable before anything is placed.
     fn make_staged_durable(&self) -> Result<()>;

@@ -21,7 +21,7 @@ use crate::backend::BundleStore;
 use crate::backend::local::Placed;
 use crate::error::{Error, Result};
 use crate::failpoint;
-use crate::hash::sha256_hex;
+use crate::hash::{ContentHash, sha256_hex};
 use crate::journal::{ActionRecord, Journal, OperationRecord, event, now};
 use crate::plan::DestinationPlan;
 use crate::source::Source;
@@ -178,11 +178,11 @@ fn prune_and_settle(
         }
         Err(e) => format!("warning: retention failed: {e}"),
     };
-    let outputs: Vec<(&str, &str)> = state
+    let outputs: Vec<(&str, ContentHash)> = state
         .map(|s| {
             s.outputs
                 .iter()
-                .map(|o| (o.path.as_str(), o.sha256.as_str()))
+                .map(|o| (o.path.as_str(), o.sha256))
                 .collect()
         })
         .unwrap_or_default();
@@ -324,7 +324,7 @@ pub fn journal_records(
         kind: a.kind.as_str().into(),
         path: a.path.as_str().into(),
         size: a.size,
-        sha256: a.sha256.as_deref().map(Into::into),
+        sha256: a.sha256.map(|h| h.hex().into()),
         target: a.target.as_deref().map(Into::into),
         replaces: a.replaces.map(|r| r.as_str().into()),
     });

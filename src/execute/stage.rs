@@ -78,13 +78,10 @@ fn stage_one(
     };
     let a = &op.actions[i];
     let (size, sha256) = store.stage(op, i, &source.file(&a.path), buf, &mut on_bytes)?;
-    let (want_size, want_sha) = (
-        a.size.unwrap_or_default(),
-        a.sha256.as_deref().unwrap_or_default(),
-    );
+    let (want_size, want_sha) = (a.size.unwrap_or_default(), a.sha256.unwrap_or_default());
     if size != want_size || sha256 != want_sha {
         return Err(crate::source::content_mismatch(
-            &a.path, size, &sha256, want_size, want_sha,
+            &a.path, size, &sha256, want_size, &want_sha,
         ));
     }
     if let Some(p) = progress {

@@ -122,7 +122,7 @@ pub struct StagedAction {
     pub size: Option<u64>,
     /// sha256 of the file written (or, for a delete, the recorded one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
+    pub sha256: Option<crate::hash::ContentHash>,
     /// Link target, bundle-relative (links).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
@@ -287,7 +287,7 @@ impl StagedOperation {
                     kind,
                     path: f.path.clone(),
                     size: Some(f.size),
-                    sha256: Some(f.sha256.clone()),
+                    sha256: Some(f.sha256),
                     target: None,
                     replaces: f.replaces.filter(|_| kind.moves_aside()),
                 });
@@ -475,7 +475,7 @@ mod tests {
             kind,
             path: path.into(),
             size: Some(1),
-            sha256: Some("0".repeat(64)),
+            sha256: Some(crate::hash::ContentHash::default()),
             target: None,
             replaces: None,
         };

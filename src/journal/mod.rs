@@ -840,7 +840,7 @@ fn insert_placement_set(
                 fp.size as i64,
                 fp.mtime_ns,
                 fp.ino as i64,
-                fp.sha256.as_str().into(),
+                fp.sha256.hex().into(),
                 fp.ctime_ns,
             )
         })
@@ -923,6 +923,7 @@ mod tests {
     use super::*;
     use crate::backend::Committed;
     use crate::backend::local::{Fingerprints, Placed};
+    use crate::hash::ContentHash;
 
     fn operation(op: &str, bundle: &str) -> OperationRecord {
         let s = |v: &str| v.to_string();
@@ -953,14 +954,17 @@ mod tests {
             mtime_ns: ino as i64,
             ino,
             ctime_ns: Some(ino as i64 + 7),
-            sha256: sha(ino).to_string(),
+            sha256: *sha(ino),
         }
     }
 
     /// A sha256 in lowercase hex (64 digits) standing for content `n`.
-    fn sha(n: u64) -> &'static str {
-        static SHAS: std::sync::LazyLock<Vec<String>> =
-            std::sync::LazyLock::new(|| (0..16).map(|n| format!("{n:064x}")).collect());
+    fn sha(n: u64) -> &'static ContentHash {
+        static SHAS: std::sync::LazyLock<Vec<ContentHash>> = std::sync::LazyLock::new(|| {
+            (0..16)
+                .map(|n| ContentHash::parse(&format!("{n:064x}")).unwrap())
+                .collect()
+        });
         &SHAS[n as usize]
     }
 
@@ -972,7 +976,7 @@ mod tests {
                 kind: "file_create".into(),
                 path: (*p).into(),
                 size: Some(1),
-                sha256: Some(sha(*i).into()),
+                sha256: Some(sha(*i).hex().into()),
                 target: None,
                 replaces: None,
             })
@@ -1042,7 +1046,7 @@ mod tests {
                 kind: "file_overwrite".into(),
                 path: "dir/a \"b\".txt".into(),
                 size: Some(7),
-                sha256: Some(sha(3).into()),
+                sha256: Some(sha(3).hex().into()),
                 target: None,
                 replaces: Some("link".into()),
             },
@@ -1109,7 +1113,7 @@ mod tests {
                     "file_overwrite".into(),
                     "dir/a \"b\".txt".into(),
                     Some(7),
-                    Some(sha(3).into()),
+                    Some(sha(3).hex()),
                     None
                 ),
                 (
@@ -1160,7 +1164,7 @@ mod tests {
             .execute(
                 "INSERT INTO journal_placements (operation_id, bundle_path, path, size, mtime_ns, ino, sha256)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![op, bundle, path, f.size as i64, f.mtime_ns, f.ino as i64, f.sha256],
+                params![op, bundle, path, f.size as i64, f.mtime_ns, f.ino as i64, f.sha256.hex()],
             )
             .unwrap();
     }
@@ -1189,8 +1193,8 @@ mod tests {
         assert_eq!(
             rows,
             vec![
-                (s("o1"), s("/d"), s("a"), 1, 1, 1, s(sha(1))),
-                (s("o1"), s("/d"), s("dir/b"), 1, 2, 2, s(sha(2))),
+                (s("o1"), s("/d"), s("a"), 1, 1, 1, sha(1).hex()),
+                (s("o1"), s("/d"), s("dir/b"), 1, 2, 2, sha(2).hex()),
             ]
         );
         // A commit that placed nothing (deletions only) writes no set.
@@ -1215,7 +1219,7 @@ mod tests {
             kind: "file_create".into(),
             path: "a".into(),
             size: Some(1),
-            sha256: Some(sha(1).into()),
+            sha256: Some(sha(1).hex().into()),
             target: None,
             replaces: None,
         };
@@ -1326,11 +1330,11 @@ mod tests {
             .unwrap();
         j.connection()
             .execute(
-                "INSERT INTO journal_placement_sets (operation_id, bundle_path, placements) VALUES ('o1', '/d', '[[\"a\", 1, 2, 3, \"sha-1\"]]')",
-                [],
+                "INSERT INTO journal_placement_sets (operation_id, bundle_path, placements) VALUES ('o1', '/d', ?1)",
+                [format!("[[\"a\", 1, 2, 3, \"{}\"]]", sha(1))],
             )
             .unwrap();
-        let mut got = Fingerprints::wanting([("a", "sha-1")]);
+        let mut got = Fingerprints::wanting([("a", sha(1))]);
         j.fingerprints("/d", &mut got).unwrap();
         let want = Placed {
             size: 1,
@@ -1338,7 +1342,7 @@ mod tests {
             ino: 3,
             ctime_ns: None,
         };
-        assert_eq!(got.vouching("a", "sha-1"), Some(&want));
+        assert_eq!(got.vouching("a", sha(1)), Some(&want));
     }
 
     #[test]

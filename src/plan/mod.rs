@@ -11,6 +11,7 @@ mod takeover;
 pub use planner::{PlanInput, plan_destination};
 pub use takeover::takeover_permitted;
 
+use crate::hash::ContentHash;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef, StateMode, TakeoverMode};
 use crate::state::State;
 use serde::Serialize;
@@ -30,7 +31,7 @@ pub enum Entry<'a> {
         /// Size in bytes.
         size: u64,
         /// Proven content hash.
-        sha256: Option<Cow<'a, str>>,
+        sha256: Option<Cow<'a, ContentHash>>,
     },
     /// A symlink and its text.
     Symlink {
@@ -186,7 +187,7 @@ pub struct FileAction {
     /// Size (new size, or the recorded size for delete and retain).
     pub size: u64,
     /// sha256 (new, or recorded for delete and retain).
-    pub sha256: String,
+    pub sha256: ContentHash,
     /// What storage held at the path when planned, for an overwrite or delete to check
     /// before it moves it aside (not reported).
     #[serde(skip)]

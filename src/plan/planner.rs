@@ -328,14 +328,14 @@ impl<'a, 's> Planner<'a, 's> {
             let entry = storage.get(&o.path);
             let rec = recorded.get(o.path.as_str()).map(|r| &r.what);
             let same = matches!(rec, Some(Recorded::Output(r)) if r.sha256 == o.sha256 && r.size == o.size)
-                && matches!(entry, Entry::File { size, sha256: Some(h) } if *size == o.size && *h == o.sha256);
+                && matches!(entry, Entry::File { size, sha256: Some(h) } if *size == o.size && **h == o.sha256);
             let op = self.planned_op(&o.path, entry, rec.is_some(), same, &moved);
             self.check_ancestors(&o.path, &moved);
             self.plan.files.push(FileAction {
                 path: o.path.clone(),
                 op,
                 size: o.size,
-                sha256: o.sha256.clone(),
+                sha256: o.sha256,
                 replaces: Replaced::of(entry),
             });
         }
@@ -361,7 +361,7 @@ impl<'a, 's> Planner<'a, 's> {
                 path: o.path.clone(),
                 op,
                 size: o.size,
-                sha256: o.sha256.clone(),
+                sha256: o.sha256,
                 replaces: Replaced::of(storage.get(&o.path)),
             });
             if retain {
@@ -926,7 +926,7 @@ impl<'a, 's> Planner<'a, 's> {
             .map(|o| RecordedOutput {
                 path: o.path.clone(),
                 size: o.size,
-                sha256: o.sha256.clone(),
+                sha256: o.sha256,
                 etag: None,
                 owner: std::sync::Arc::clone(&me),
             })

@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 const T7: &str = "2026-12-02T07:00:00Z";
 const T8: &str = "2026-12-02T08:00:00Z";
 
-fn hex(c: char) -> String {
-    std::iter::repeat_n(c, 64).collect()
+fn hex(c: char) -> crate::hash::ContentHash {
+    // A distinct digest per letter (the letters need not be hex digits).
+    crate::hash::ContentHash([c as u8; 32])
 }
 
 /// A one-destination config for `weather/latest` with extra destination keys.
@@ -84,7 +85,7 @@ fn storage_of(state: &State) -> Storage<'_> {
             &o.path,
             Entry::File {
                 size: o.size,
-                sha256: Some(o.sha256.as_str().into()),
+                sha256: Some(std::borrow::Cow::Owned(o.sha256)),
             },
         );
     }

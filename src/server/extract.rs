@@ -9,7 +9,6 @@
 
 use super::error::ApiError;
 use super::limits::{Limits, MAX_EXTENSION_BYTES, MAX_MANIFEST_BYTES};
-use crate::hash::hex;
 use crate::source::MANIFEST_FILE;
 use crate::source::check_safe_path;
 use flate2::read::MultiGzDecoder;
@@ -27,7 +26,7 @@ use tar::EntryType;
 #[derive(Debug, Default)]
 pub struct Extracted {
     /// Path → (size, lowercase hex sha256).
-    pub files: HashMap<String, (u64, String)>,
+    pub files: HashMap<String, (u64, crate::hash::ContentHash)>,
     /// Entries read, extension headers included.
     pub entries: u64,
 }
@@ -366,9 +365,10 @@ impl Unpacker<'_> {
         if copied != size {
             return Err(truncated(&format!("entry '{path}'"), size, copied));
         }
-        self.out
-            .files
-            .insert(path.to_string(), (size, hex(&hasher.finalize())));
+        self.out.files.insert(
+            path.to_string(),
+            (size, crate::hash::ContentHash(hasher.finalize().into())),
+        );
         Ok(())
     }
 }

@@ -11,7 +11,7 @@ pub use generate::{write_manifest, write_manifest_excluding};
 pub use paths::{check_path_set, check_safe_path, relative_link_target};
 
 use crate::error::{Error, Result};
-use crate::hash::is_sha256_hex;
+use crate::hash::ContentHash;
 use crate::model::{SourceRef, is_valid_source_id, parse_time};
 use crate::tree::Tree;
 use chrono::{DateTime, FixedOffset};
@@ -31,8 +31,8 @@ pub struct OutputEntry {
     pub path: String,
     /// Size in bytes.
     pub size: u64,
-    /// Lowercase hex sha256.
-    pub sha256: String,
+    /// sha256 (64 lowercase hex characters as written).
+    pub sha256: ContentHash,
 }
 
 /// One link of a manifest.
@@ -89,12 +89,6 @@ impl Manifest {
         for (i, o) in self.outputs.iter().enumerate() {
             check_safe_path(&o.path)
                 .map_err(|e| format!("outputs[{i}].path '{}': {e}", o.path.escape_debug()))?;
-            if !is_sha256_hex(&o.sha256) {
-                return Err(format!(
-                    "outputs[{i}].sha256 for '{}': accepted is 64 lowercase hex characters",
-                    o.path
-                ));
-            }
         }
         // Link targets are looked up among the output paths: a scan of every output per
         // link would be quadratic in a manifest of thousands of links.
@@ -151,9 +145,9 @@ impl Manifest {
 pub fn content_mismatch(
     path: &str,
     size: u64,
-    sha256: &str,
+    sha256: &ContentHash,
     listed_size: u64,
-    listed_sha256: &str,
+    listed_sha256: &ContentHash,
 ) -> Error {
     Error::Source(format!(
         "output '{path}' changed: read {size} bytes with sha256 {sha256}, the manifest says {listed_size} bytes with sha256 {listed_sha256}"
@@ -393,7 +387,7 @@ mod tests {
         OutputEntry {
             path: path.into(),
             size,
-            sha256: sha.into(),
+            sha256: ContentHash::parse(sha).unwrap(),
         }
     }
 

@@ -5,7 +5,7 @@
 //! every path, so the planner reasons about both modes with one model. Rendering is stable:
 //! pretty-printed, keys in contract order, outputs and links sorted by path.
 
-use crate::hash::is_sha256_hex;
+use crate::hash::{ContentHash, is_sha256_hex};
 use crate::model::{
     Owner, ReconciliationMode, SourceRef, StateMode, is_valid_id, is_valid_source_id, parse_time,
 };
@@ -38,8 +38,8 @@ pub struct RecordedOutput {
     pub path: String,
     /// Size.
     pub size: u64,
-    /// Hex sha256.
-    pub sha256: String,
+    /// sha256.
+    pub sha256: ContentHash,
     /// The object's ETag as the store returned it (state version 2, s3 destinations);
     /// `None` in version 1 and for outputs not uploaded yet.
     pub etag: Option<String>,
@@ -127,7 +127,7 @@ struct OwnerDoc {
 struct OutputDoc {
     path: String,
     size: u64,
-    sha256: String,
+    sha256: ContentHash,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     etag: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -249,7 +249,7 @@ fn parse_state(bytes: &[u8]) -> Result<State, String> {
 /// An output no ETag is known for is an error: the state would not prove it.
 pub fn fill_etags(
     bytes: &[u8],
-    mut etag_of: impl FnMut(&str, &str) -> Option<String>,
+    mut etag_of: impl FnMut(&str, &ContentHash) -> Option<String>,
 ) -> Result<Vec<u8>, String> {
     let (head, read) = read_head(bytes, false);
     read.map_err(|e| format!("planned post-state is not JSON: {e}"))?;
@@ -460,12 +460,6 @@ fn validate(s: &State) -> Result<(), String> {
     }
     for o in &s.outputs {
         check_safe_path(&o.path).map_err(|e| format!("output '{}': {e}", o.path.escape_debug()))?;
-        if !is_sha256_hex(&o.sha256) {
-            return Err(format!(
-                "output '{}': sha256 is not 64 lowercase hex characters",
-                o.path
-            ));
-        }
         match (s.version, &o.etag) {
             (1, Some(_)) => {
                 return Err(format!(
@@ -521,7 +515,7 @@ impl State {
         let out = |o: &&'s RecordedOutput| OutputOut {
             path: &o.path,
             size: o.size,
-            sha256: &o.sha256,
+            sha256: o.sha256,
             etag: o.etag.as_deref(),
             owner: shared.then_some(OwnerName(&o.owner)),
         };
@@ -662,7 +656,7 @@ struct OwnerOut<'a> {
 struct OutputOut<'a> {
     path: &'a str,
     size: u64,
-    sha256: &'a str,
+    sha256: ContentHash,
     #[serde(skip_serializing_if = "Option::is_none")]
     etag: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -31,7 +31,7 @@ fn output(path: &str, owner: &Owner) -> RecordedOutput {
         etag: None,
         path: path.into(),
         size: 812,
-        sha256: sha('a'),
+        sha256: crate::hash::ContentHash::parse(&sha('a')).unwrap(),
         owner: owner.clone().into(),
     }
 }

@@ -16,6 +16,8 @@ pub use bundle::{Bundle, StagingEntry, StateBytes, TMP_PREFIX, bundle_unsafe, op
 
 use crate::backend::{Backend, BundleStore, Committed};
 use crate::execute::StagedOperation;
+use crate::hash::ContentHash;
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// The local filesystem.
@@ -111,7 +113,7 @@ impl BundleStore for Bundle {
         source: &Path,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, String)> {
+    ) -> Result<(u64, crate::hash::ContentHash)> {
         Bundle::stage(self, op, i, source, buf, on_bytes)
     }
     fn make_staged_durable(&self) -> Result<()> {
@@ -168,7 +170,7 @@ pub const STAGING_DIR: &str = ".distributor-staging";
 #[derive(Debug, Default)]
 pub struct Fingerprints<'a> {
     /// Wanted paths and the hash each is wanted for.
-    wanted: Vec<(&'a str, &'a str)>,
+    wanted: Vec<(&'a str, &'a ContentHash)>,
     slots: Vec<Slot>,
     /// Finds a path in `wanted`.
     order: crate::ordered::InOrder,
@@ -214,8 +216,8 @@ impl Placed {
 
 impl<'a> Fingerprints<'a> {
     /// Wants the newest placement of each path, to prove it holds the given sha256.
-    pub fn wanting(paths: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-        let wanted: Vec<(&'a str, &'a str)> = paths.into_iter().collect();
+    pub fn wanting(paths: impl IntoIterator<Item = (&'a str, &'a ContentHash)>) -> Self {
+        let wanted: Vec<(&'a str, &'a ContentHash)> = paths.into_iter().collect();
         Fingerprints {
             slots: vec![Slot::Wanted; wanted.len()],
             open: wanted.len(),
@@ -241,7 +243,7 @@ impl<'a> Fingerprints<'a> {
             return;
         };
         if let Slot::Wanted = self.slots[i] {
-            self.slots[i] = if self.wanted[i].1 == sha256 {
+            self.slots[i] = if *self.wanted[i].1 == *sha256 {
                 Slot::Found(placed)
             } else {
                 Slot::Other
@@ -251,7 +253,7 @@ impl<'a> Fingerprints<'a> {
     }
 
     /// The newest placement of `path`, when it recorded `sha256`.
-    pub fn vouching(&self, path: &str, sha256: &str) -> Option<&Placed> {
+    pub fn vouching(&self, path: &str, sha256: &ContentHash) -> Option<&Placed> {
         let i = self.index(path)?;
         match &self.slots[i] {
             Slot::Found(placed) if self.wanted[i].1 == sha256 => Some(placed),
@@ -272,7 +274,7 @@ pub struct Fingerprint {
     /// ctime in nanoseconds since the epoch, after the placing rename.
     pub ctime_ns: Option<i64>,
     /// Content hash it had when placed.
-    pub sha256: String,
+    pub sha256: ContentHash,
 }
 
 /// What stands at the bundle path's `.distributor.json`, read without following a
@@ -289,7 +291,7 @@ pub fn read_state(base: &Path, bundle: &Path) -> Result<StateBytes> {
 #[derive(Debug, Clone, Copy)]
 pub struct Proof<'a> {
     /// The content hash to prove.
-    pub sha256: &'a str,
+    pub sha256: &'a ContentHash,
     /// Proves it without hashing while the file still matches it.
     pub placed: Option<Placed>,
 }
@@ -407,13 +409,17 @@ fn probe_one<'a>(
                 Some(Proof {
                     sha256,
                     placed: Some(placed),
-                }) if placed.matches_meta(&md) => Some(sha256.into()),
+                }) if placed.matches_meta(&md) => Some(Cow::Borrowed(sha256)),
                 Some(_) => match tree.open_file(rel) {
                     Ok(f) if cfg!(feature = "failpoints") => {
                         crate::failpoint::hit("probe_hash");
-                        Some(crate::hash::hash_reader(f, &bundle.join(rel))?.1.into())
+                        Some(Cow::Owned(
+                            crate::hash::hash_reader(f, &bundle.join(rel))?.1,
+                        ))
                     }
-                    Ok(f) => Some(crate::hash::hash_reader(f, &bundle.join(rel))?.1.into()),
+                    Ok(f) => Some(Cow::Owned(
+                        crate::hash::hash_reader(f, &bundle.join(rel))?.1,
+                    )),
                     // Replaced by something else than a file since the lookup: a writing
                     // plan, made again under the lock.
                     Err(_) => None,
@@ -493,28 +499,30 @@ mod tests {
     /// path decides and vouches only for the hash it was wanted for.
     #[test]
     fn fingerprints_find_their_slot_in_any_order() {
+        let h = |n: u8| ContentHash([n; 32]);
+        let (ha, hb, hc, hz, old, other) = (h(1), h(2), h(3), h(4), h(5), h(6));
         for wanted in [
-            vec![("a", "h-a"), ("b/x", "h-b"), ("c", "h-c")],
-            vec![("c", "h-c"), ("a", "h-a"), ("b/x", "h-b")],
+            vec![("a", &ha), ("b/x", &hb), ("c", &hc)],
+            vec![("c", &hc), ("a", &ha), ("b/x", &hb)],
         ] {
             let mut f = Fingerprints::wanting(wanted.clone());
             assert_eq!(f.open(), 3);
-            f.offer("c", "h-c", placed(3));
-            f.offer("zzz", "h-z", placed(9)); // not wanted: ignored
-            f.offer("a", "h-old", placed(1)); // newest placement of `a` recorded another hash
-            f.offer("a", "h-a", placed(2)); // older: decides nothing
+            f.offer("c", &hc.hex(), placed(3));
+            f.offer("zzz", &hz.hex(), placed(9)); // not wanted: ignored
+            f.offer("a", &old.hex(), placed(1)); // newest placement of `a` recorded another hash
+            f.offer("a", &ha.hex(), placed(2)); // older: decides nothing
             assert_eq!(f.open(), 1, "{wanted:?}");
-            f.offer("b/x", "h-b", placed(4));
+            f.offer("b/x", &hb.hex(), placed(4));
             assert_eq!(f.open(), 0);
-            assert_eq!(f.vouching("c", "h-c"), Some(&placed(3)));
-            assert_eq!(f.vouching("c", "h-other"), None);
-            assert_eq!(f.vouching("a", "h-a"), None);
-            assert_eq!(f.vouching("zzz", "h-z"), None);
+            assert_eq!(f.vouching("c", &hc), Some(&placed(3)));
+            assert_eq!(f.vouching("c", &other), None);
+            assert_eq!(f.vouching("a", &ha), None);
+            assert_eq!(f.vouching("zzz", &hz), None);
             // Asked in the wanted order, and out of it: the same answers.
             let in_order: Vec<_> = wanted.iter().map(|(p, h)| f.vouching(p, h)).collect();
             let reversed: Vec<_> = wanted.iter().rev().map(|(p, h)| f.vouching(p, h)).collect();
             assert!(in_order.iter().eq(reversed.iter().rev()), "{wanted:?}");
-            assert_eq!(f.vouching("b/x", "h-b"), Some(&placed(4)));
+            assert_eq!(f.vouching("b/x", &hb), Some(&placed(4)));
         }
     }
 }

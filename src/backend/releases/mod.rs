@@ -405,7 +405,10 @@ impl ReleaseStore {
     /// Placement fingerprints of the active release's files, taken now (after the last
     /// link and unlink of the operation, pruning included: SPEC §13): `outputs` are the
     /// recorded outputs' paths and hashes.
-    pub fn fingerprints(&self, outputs: &[(&str, &str)]) -> Result<Vec<(String, Fingerprint)>> {
+    pub fn fingerprints(
+        &self,
+        outputs: &[(&str, crate::hash::ContentHash)],
+    ) -> Result<Vec<(String, Fingerprint)>> {
         let root = self.root()?;
         let Link::Release(r) = self.current()? else {
             return Ok(Vec::new());
@@ -767,7 +770,7 @@ impl BundleStore for ReleaseStore {
         source: &Path,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, String)> {
+    ) -> Result<(u64, crate::hash::ContentHash)> {
         self.root()?.stage(op, i, source, buf, on_bytes)
     }
 

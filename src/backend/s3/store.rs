@@ -21,6 +21,7 @@ use crate::execute::{
     ActionKind, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE, StagedOperation,
 };
 use crate::failpoint;
+use crate::hash::ContentHash;
 use crate::plan::{Entry, Storage};
 use crate::state::{STATE_FILE, StateFile};
 use bytes::Bytes;
@@ -305,7 +306,7 @@ impl S3Store {
     }
 
     /// The state as last read, parsed: path -> (sha256, etag).
-    fn recorded_etags(bytes: &[u8]) -> HashMap<String, (String, Option<String>)> {
+    fn recorded_etags(bytes: &[u8]) -> HashMap<String, (ContentHash, Option<String>)> {
         match StateFile::parse(bytes) {
             StateFile::Valid(s) => s
                 .outputs
@@ -384,11 +385,11 @@ impl S3Store {
         i: usize,
         rel: &str,
         source: &Path,
-        want: (u64, &str),
+        want: (u64, ContentHash),
         mode: PutMode,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, String, Option<String>)> {
+    ) -> Result<(u64, ContentHash, Option<String>)> {
         let mut file = crate::backend::local::open_source(source)?;
         let read_err = |e: std::io::Error| Error::io("read", source, e);
         let mut hasher = Sha256::new();
@@ -407,7 +408,7 @@ impl S3Store {
                 want.0 as usize + 1,
             )
             .map_err(read_err)?;
-            let sha = crate::hash::hex(&hasher.finalize());
+            let sha = ContentHash(hasher.finalize().into());
             if size != want.0 || sha != want.1 {
                 return Ok((size, sha, None));
             }
@@ -444,7 +445,7 @@ impl S3Store {
         let abort = || {
             let _ = block_on(s3.abort_multipart(&key, &id));
         };
-        let result = (|| -> Result<(u64, String, Vec<object_store::multipart::PartId>)> {
+        let result = (|| -> Result<(u64, ContentHash, Vec<object_store::multipart::PartId>)> {
             let (mut done, mut in_flight) = (Vec::new(), Vec::new());
             loop {
                 let mut part = Vec::with_capacity(PART);
@@ -478,7 +479,7 @@ impl S3Store {
                 block_on(futures_util::future::try_join_all(in_flight))
                     .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?,
             );
-            Ok((size, crate::hash::hex(&hasher.clone().finalize()), done))
+            Ok((size, ContentHash(hasher.clone().finalize().into()), done))
         })();
         let out = match result {
             Ok((size, sha, parts)) if size == want.0 && sha == want.1 => {
@@ -702,7 +703,7 @@ impl BundleStore for S3Store {
                 });
                 Entry::File {
                     size: l.size,
-                    sha256: proven.map(|pr| pr.sha256.into()),
+                    sha256: proven.map(|pr| std::borrow::Cow::Borrowed(pr.sha256)),
                 }
             } else if dirs.contains(p) {
                 list_dir(p, dirs_wanted.contains(p))
@@ -725,7 +726,7 @@ impl BundleStore for S3Store {
         Ok(Storage::new(None, ancestors, probed))
     }
 
-    fn content_sha256(&self, rel: &str) -> Result<Option<String>> {
+    fn content_sha256(&self, rel: &str) -> Result<Option<ContentHash>> {
         let key = self.key(rel)?;
         let got = match block_on(self.client().get(&key)) {
             Ok(g) => g,
@@ -737,7 +738,7 @@ impl BundleStore for S3Store {
         while let Some(chunk) = block_on(stream.next()) {
             hasher.update(&chunk.map_err(|e| store_error("read", &self.shown(rel), e))?);
         }
-        Ok(Some(crate::hash::hex(&hasher.finalize())))
+        Ok(Some(ContentHash(hasher.finalize().into())))
     }
 
     fn list_files(&self) -> Result<Vec<String>> {
@@ -852,13 +853,10 @@ impl BundleStore for S3Store {
         source: &Path,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, String)> {
+    ) -> Result<(u64, ContentHash)> {
         self.writable()?;
         let a = &op.actions[i];
-        let want = (
-            a.size.unwrap_or_default(),
-            a.sha256.as_deref().unwrap_or_default(),
-        );
+        let want = (a.size.unwrap_or_default(), a.sha256.unwrap_or_default());
         // Whatever stands at the key now, as planning saw it: copied aside first, then
         // replaced only if it is still that (If-Match); a new key only if still free.
         let mode = match self.planned(&a.path) {
@@ -1051,7 +1049,7 @@ impl BundleStore for S3Store {
             } else if a.kind == ActionKind::FileCreate && now.is_some() {
                 // Removed only when it holds what this operation wrote.
                 if let Some((bytes, _)) = self.get(&a.path)?
-                    && Some(crate::hash::sha256_hex(&bytes).as_str()) == a.sha256.as_deref()
+                    && Some(ContentHash::of(&bytes)) == a.sha256
                 {
                     failpoint::hit("undo_remove_placed");
                     self.delete(&a.path)?;

@@ -30,7 +30,6 @@ use crate::execute::{
     StagedOperation, StagingLayout,
 };
 use crate::failpoint;
-use crate::hash::hex;
 use crate::plan::Replaced;
 use crate::source::relative_link_target;
 use crate::state::STATE_FILE;

@@ -19,7 +19,7 @@ impl Bundle {
         source: &Path,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, String)> {
+    ) -> Result<(u64, crate::hash::ContentHash)> {
         self.locked()?;
         let (dir_rel, name) = split_owned(&format!(
             "{STAGING_DIR}/{}/{}",
@@ -43,7 +43,7 @@ impl Bundle {
             size += n as u64;
             on_bytes(n as u64);
         }
-        Ok((size, hex(&h.finalize())))
+        Ok((size, crate::hash::ContentHash(h.finalize().into())))
     }
 
     /// Makes everything staged durable before the first rename into the bundle path
@@ -286,14 +286,14 @@ pub fn open_source(path: &Path) -> Result<File> {
 }
 
 /// The placement fingerprint of a file from its `lstat`.
-pub fn fingerprint(st: &rustix::fs::Stat, sha256: &str) -> Fingerprint {
+pub fn fingerprint(st: &rustix::fs::Stat, sha256: crate::hash::ContentHash) -> Fingerprint {
     let p = placed(st);
     Fingerprint {
         size: p.size,
         mtime_ns: p.mtime_ns,
         ino: p.ino,
         ctime_ns: p.ctime_ns,
-        sha256: sha256.to_string(),
+        sha256,
     }
 }
 
