@@ -298,3 +298,13 @@ impl FileOp {
         }
     }
 }
+
+/// Serializes the items of a slice through `F` as a sequence, without collecting them
+/// first (a million-file state or placement set is written straight from its records).
+pub struct Seq<'a, T, F>(pub &'a [T], pub F);
+
+impl<T, R: Serialize, F: Fn(&T) -> R> Serialize for Seq<'_, T, F> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(&self.1))
+    }
+}

@@ -68,11 +68,10 @@ pub fn execute(
     // records (about 180 B per output) are freed before staging.
     let state = store.as_releases().is_some().then_some(state);
     let pre = store.read_state()?;
-    let pre = pre.bytes();
     let mut staged = StagedOperation::from_plan(
         plan,
         &op_id,
-        pre.map(sha256_hex),
+        pre.bytes().map(sha256_hex),
         sha256_hex(&post),
         origin(plan, source, ctx, &published_at)?,
         &mut |d| store.dir_exists(d),
@@ -198,13 +197,15 @@ fn run_steps(
     source: &Source,
     staged: &StagedOperation,
     store: &dyn BundleStore,
-    pre: Option<&[u8]>,
+    pre: crate::backend::local::StateBytes,
     post: &[u8],
     journal: &Journal,
     progress: Option<&dyn Progress>,
 ) -> Result<(crate::backend::Committed, Vec<(usize, Placed)>)> {
-    // The staging record first, whole and atomically (SPEC §13).
-    store.begin(staged, pre, post)?;
+    // The staging record first, whole and atomically (SPEC §13); the state before is
+    // kept there, not in memory.
+    store.begin(staged, pre.bytes(), post)?;
+    drop(pre);
 
     // 4. Stage, hashing while copying, several files at once (stage.rs); then make it
     // durable before anything is renamed into the bundle path.

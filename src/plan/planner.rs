@@ -955,11 +955,6 @@ impl<'a, 's> Planner<'a, 's> {
             published_at: String::new(),
             operation_id: String::new(),
         };
-        let claimed: HashSet<String> = outputs
-            .iter()
-            .map(|o| o.path.clone())
-            .chain(links.iter().map(|l| l.path.clone()))
-            .collect();
         let mut state = match d.state_mode {
             StateMode::SingleOwner => State {
                 version: d.backend.state_version(),
@@ -969,26 +964,23 @@ impl<'a, 's> Planner<'a, 's> {
                 links,
             },
             StateMode::SharedRoot => {
-                let keep_out = self
-                    .state
-                    .outputs
-                    .iter()
-                    .filter(|o| {
-                        *o.owner != self.me
-                            && !claimed.contains(&o.path)
-                            && !moved.contains(o.path.as_str())
-                    })
-                    .cloned();
-                let keep_links = self
-                    .state
-                    .links
-                    .iter()
-                    .filter(|l| {
-                        *l.owner != self.me
-                            && !claimed.contains(&l.path)
-                            && !moved.contains(l.path.as_str())
-                    })
-                    .cloned();
+                // Other owners' records stay, but for the paths this owner now claims and
+                // those it takes over.
+                let claimed: HashSet<&str> = (outputs.iter().map(|o| o.path.as_str()))
+                    .chain(links.iter().map(|l| l.path.as_str()))
+                    .collect();
+                let keep = |path: &str, owner: &Owner| {
+                    *owner != self.me && !claimed.contains(path) && !moved.contains(path)
+                };
+                let keep_out: Vec<RecordedOutput> = (self.state.outputs.iter())
+                    .filter(|o| keep(&o.path, &o.owner))
+                    .cloned()
+                    .collect();
+                let keep_links: Vec<RecordedLink> = (self.state.links.iter())
+                    .filter(|l| keep(&l.path, &l.owner))
+                    .cloned()
+                    .collect();
+                drop(claimed);
                 let mut owners: Vec<OwnerRecord> = self
                     .state
                     .owners
@@ -1001,8 +993,8 @@ impl<'a, 's> Planner<'a, 's> {
                     version: d.backend.state_version(),
                     mode: d.state_mode,
                     owners,
-                    outputs: keep_out.chain(outputs).collect(),
-                    links: keep_links.chain(links).collect(),
+                    outputs: keep_out.into_iter().chain(outputs).collect(),
+                    links: keep_links.into_iter().chain(links).collect(),
                 }
             }
         };

@@ -252,8 +252,13 @@ impl Source {
                 file.display()
             ))
         })?;
-        let manifest: Manifest = serde_json::from_slice(&text)
+        let mut manifest: Manifest = serde_json::from_slice(&text)
             .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;
+        drop(text);
+        // Parsing grows the lists by doubling: up to half of each is spare, held for the
+        // whole run (a million outputs: tens of megabytes).
+        manifest.outputs.shrink_to_fit();
+        manifest.links.shrink_to_fit();
         let created = manifest
             .validate()
             .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;

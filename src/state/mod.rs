@@ -6,6 +6,7 @@
 //! pretty-printed, keys in contract order, outputs and links sorted by path.
 
 use crate::hash::{ContentHash, is_sha256_hex};
+use crate::model::Seq;
 use crate::model::{
     Owner, ReconciliationMode, SourceRef, StateMode, is_valid_id, is_valid_source_id, parse_time,
 };
@@ -595,15 +596,6 @@ fn rendered_size(outputs: &[RecordedOutput], links: &[RecordedLink], shared: boo
         .map(|l| 80 + l.path.len() + l.target.len() + owner(&l.owner))
         .sum();
     o + l + 4096
-}
-
-/// Serializes the items of a slice through `F`, as a JSON array, without collecting them.
-struct Seq<'a, T, F>(&'a [T], F);
-
-impl<T, R: Serialize, F: Fn(&T) -> R> Serialize for Seq<'_, T, F> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().map(&self.1))
-    }
 }
 
 /// An owner written `pipeline/destination`, without a string per path.

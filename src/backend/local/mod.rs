@@ -357,20 +357,20 @@ pub fn probe_in<'a>(
     }
     // Then every path itself, on several threads: one lookup each by name in its
     // directory's handle (and a hash where no fingerprint vouches for the content).
-    let mut leaves: Vec<(&str, Option<Proof>)> = Vec::with_capacity(paths.len());
-    leaves.extend(
-        (paths.iter().copied()).filter(|(p, _)| !dirs.contains_key(*p) && reachable(&dirs, p)),
-    );
-    let entries = crate::parallel::try_map(
+    // By index into `paths`, and each result paired with its path as it is made: at a
+    // million paths a copy of the list, or a second list of results, is tens of megabytes.
+    let leaves: Vec<usize> = (0..paths.len())
+        .filter(|&i| !dirs.contains_key(paths[i].0) && reachable(&dirs, paths[i].0))
+        .collect();
+    let probed = crate::parallel::try_map(
         &leaves,
         || (),
-        |&(rel, proof), _| probe_one(&tree, b, rel, proof, dirs_wanted),
+        |&i, _| {
+            let (rel, proof) = paths[i];
+            Ok((rel, probe_one(&tree, b, rel, proof, dirs_wanted)?))
+        },
     )?;
-    let probed = leaves
-        .into_iter()
-        .zip(entries)
-        .map(|((rel, _), entry)| (rel, entry))
-        .collect();
+    drop(leaves);
     Ok(Storage::new(None, dirs, probed))
 }
 
