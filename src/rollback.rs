@@ -555,7 +555,7 @@ pub(crate) fn run_activation(
     let bundle = plan.bundle_path.to_string_lossy().into_owned();
     let result = store
         .begin(&staged, pre, &post)
-        .and_then(|()| store.commit_state(&staged, &post));
+        .and_then(|()| store.commit_state(&staged));
     let finish = |e: Error| {
         Error::Failed(format!(
             "{} {op_id} passed its commit point but could not finish ({e}); run `distributor recover`",

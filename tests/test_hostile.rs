@@ -752,3 +752,45 @@ fn a_directory_moved_out_of_the_bundle_mid_run_fails_the_run_and_gets_its_conten
     assert_eq!(env.read(&format!("{DEST}/top.txt")), "v1 top");
     assert!(!env.exists(&format!("{DEST}/.distributor-staging")));
 }
+
+/// The commit point writes the post-state staged in the staging record (read back, not
+/// held in memory): a hand that rewrites that copy mid-run (here, to record a file the
+/// publication never wrote) fails the run before its commit point; the destination and its
+/// state are as before, and nothing is left to recover.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_staged_post_state_rewritten_mid_run_is_never_committed() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
+    let v1 = env.bundle("b1", SOURCE_ID, V1_AT, &[("a.txt", "v1 a")], &[]);
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let before = env.snapshot_unlocked(DEST);
+    let v2 = env.bundle("b2", SOURCE_ID, V2_AT, &[("a.txt", "v2 a")], &[]);
+    let run = publish_paused(&env, &cfg, &v2, "after_placement");
+    let staging = env.path(&format!("{DEST}/.distributor-staging"));
+    let op = std::fs::read_dir(&staging)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|n| !n.starts_with('.'))
+        .expect("a staging record");
+    let post = staging.join(&op).join("post-state.json");
+    let forged = std::fs::read_to_string(&post)
+        .unwrap()
+        .replace("\"a.txt\"", "\"victim.txt\"");
+    std::fs::write(&post, forged).unwrap();
+    let r = run.resume();
+    r.expect_code(1);
+    let msg = r.dest(0)["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(msg.contains("was changed after it was staged"), "{msg}");
+    assert_eq!(env.snapshot_unlocked(DEST), before, "not rolled back");
+    // Nothing is pending: the next publication goes ahead.
+    env.publish(&cfg, &v2, &[]).expect_code(0);
+    assert_eq!(env.read(&format!("{DEST}/a.txt")), "v2 a");
+    assert!(!env.exists(&format!("{DEST}/victim.txt")));
+}

@@ -168,8 +168,10 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// Creates the link of action `i`.
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()>;
 
-    /// The commit point: the state file becomes `post`.
-    fn commit_state(&self, op: &StagedOperation, post: &[u8]) -> Result<Committed>;
+    /// The commit point: the state file becomes the post-state staged by `begin` (read
+    /// back from the staging record, and checked against the sha256 it names, rather than
+    /// held in memory through the operation).
+    fn commit_state(&self, op: &StagedOperation) -> Result<Committed>;
 
     /// Rolls the operation back from what staging holds.
     fn undo(&self, op: &StagedOperation) -> Result<()>;

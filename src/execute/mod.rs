@@ -88,7 +88,7 @@ pub fn execute(
         &staged,
         store,
         pre,
-        &post,
+        post,
         journal,
         ctx.progress,
     );
@@ -198,14 +198,14 @@ fn run_steps(
     staged: &StagedOperation,
     store: &dyn BundleStore,
     pre: crate::backend::local::StateBytes,
-    post: &[u8],
+    post: Vec<u8>,
     journal: &Journal,
     progress: Option<&dyn Progress>,
 ) -> Result<(crate::backend::Committed, Vec<(usize, Placed)>)> {
-    // The staging record first, whole and atomically (SPEC §13); the state before is
-    // kept there, not in memory.
-    store.begin(staged, pre.bytes(), post)?;
-    drop(pre);
+    // The staging record first, whole and atomically (SPEC §13); the states before and
+    // after are kept there, not in memory (the commit point reads the post-state back).
+    store.begin(staged, pre.bytes(), &post)?;
+    drop((pre, post));
 
     // 4. Stage, hashing while copying, several files at once (stage.rs); then make it
     // durable before anything is renamed into the bundle path.
@@ -254,7 +254,7 @@ fn run_steps(
     failpoint::hit("after_links");
 
     // 7. Commit point.
-    let committed = store.commit_state(staged, post)?;
+    let committed = store.commit_state(staged)?;
     failpoint::hit("after_state_write");
     Ok((committed, placements))
 }

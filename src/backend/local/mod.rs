@@ -131,8 +131,8 @@ impl BundleStore for Bundle {
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()> {
         Bundle::link(self, op, i)
     }
-    fn commit_state(&self, op: &StagedOperation, post: &[u8]) -> Result<Committed> {
-        Bundle::commit_state(self, op, post)
+    fn commit_state(&self, op: &StagedOperation) -> Result<Committed> {
+        Bundle::commit_state(self, op)
     }
     fn undo(&self, op: &StagedOperation) -> Result<()> {
         Bundle::undo(self, op)

@@ -171,7 +171,7 @@ impl ReleaseStore {
     /// durable, the checks that `releases.dir` and `path` are still what was locked and
     /// planned against, then a symlink to the release under a temporary name renamed over
     /// `path`, and an fsync of `path`'s parent.
-    pub(super) fn activate(&self, op: &StagedOperation, post: &[u8]) -> Result<Committed> {
+    pub(super) fn activate(&self, op: &StagedOperation) -> Result<Committed> {
         let root = self.root()?;
         if let Some(target) = op.releases.as_ref().and_then(|r| r.activates.as_deref()) {
             root.dir()
@@ -183,7 +183,7 @@ impl ReleaseStore {
         let release = self.release_dir(op, "")?;
         let state_path = self.settings.dir.join(&op.operation_id).join(STATE_FILE);
         let mut f = release.create_file(STATE_FILE).ctx("create", &state_path)?;
-        f.write_all(post).ctx("write", &state_path)?;
+        root.copy_post_state(op, &mut f, &state_path)?;
         rustix::fs::fchmod(&f, Mode::from_raw_mode(READ_ONLY))
             .map_err(|e| Error::io("make read-only", &state_path, e.into()))?;
         drop(f);

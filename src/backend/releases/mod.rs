@@ -796,8 +796,8 @@ impl BundleStore for ReleaseStore {
         self.link_in_release(op, i)
     }
 
-    fn commit_state(&self, op: &StagedOperation, post: &[u8]) -> Result<Committed> {
-        self.activate(op, post)
+    fn commit_state(&self, op: &StagedOperation) -> Result<Committed> {
+        self.activate(op)
     }
 
     fn undo(&self, op: &StagedOperation) -> Result<()> {

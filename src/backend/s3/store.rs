@@ -927,9 +927,25 @@ impl BundleStore for S3Store {
         )))
     }
 
-    fn commit_state(&self, op: &StagedOperation, post: &[u8]) -> Result<Committed> {
+    fn commit_state(&self, op: &StagedOperation) -> Result<Committed> {
         self.writable()?;
         let id = &op.operation_id;
+        // The staged post-state, which must still be the planned one.
+        let staged = Self::staging_rel(id, POST_STATE_FILE);
+        let (post, _) = self.get(&staged)?.ok_or_else(|| {
+            Error::Failed(format!(
+                "{}: {} is gone: the operation stops before its commit point",
+                self.bundle.display(),
+                self.shown(&staged)
+            ))
+        })?;
+        if crate::hash::sha256_hex(&post) != op.post_state_sha256 {
+            return Err(Error::Failed(format!(
+                "{}: {} was changed after it was staged: the operation stops before its commit point",
+                self.bundle.display(),
+                self.shown(&staged)
+            )));
+        }
         // The state with each output's ETag: what this run wrote, else what the state
         // before recorded for the same content.
         let before = self.state_now()?;
@@ -940,7 +956,7 @@ impl BundleStore for S3Store {
             .map(|(b, _)| Self::recorded_etags(b))
             .unwrap_or_default();
         let placed = lock(&self.placed).clone();
-        let final_state = crate::state::fill_etags(post, |path, sha256| {
+        let final_state = crate::state::fill_etags(&post, |path, sha256| {
             placed.get(path).cloned().or_else(|| {
                 pre.get(path)
                     .filter(|(s, _)| s == sha256)

@@ -190,7 +190,7 @@ impl Bundle {
     /// entries durable, checks that the bundle path still names the directory locked,
     /// then writes the state to a temp file in staging, fsyncs it, renames it over
     /// `.distributor.json` and fsyncs the bundle directory.
-    pub fn commit_state(&self, op: &StagedOperation, post: &[u8]) -> Result<Committed> {
+    pub fn commit_state(&self, op: &StagedOperation) -> Result<Committed> {
         self.locked()?;
         let op_rel = format!("{STAGING_DIR}/{}", op.operation_id);
         let op_dir = self.sub(&op_rel)?;
@@ -222,7 +222,7 @@ impl Bundle {
         let mut f = op_dir
             .create_file(STATE_TMP_FILE)
             .ctx("create", &tmp_path)?;
-        f.write_all(post).ctx("write", &tmp_path)?;
+        self.copy_post_state(op, &mut f, &tmp_path)?;
         failpoint::io("io_state_fsync").ctx("fsync", &tmp_path)?;
         op_dir
             .sync_file(&f, STATE_TMP_FILE)
@@ -234,6 +234,40 @@ impl Bundle {
             .ctx("rename state into place", &dst)?;
         self.dir.sync().ctx("fsync", &self.path)?;
         Ok(Committed::passed())
+    }
+
+    /// Copies operation `op`'s post-state from its staging record into `out` (`out_path`
+    /// names it in errors), hashing it on the way: the state written at the commit point
+    /// is the staged one, which must still be the planned post-state (the sha256 the record
+    /// names). Streamed, so a million-file state is never held in memory; a staged copy
+    /// changed since `begin` (by a hand inside the destination) fails the operation
+    /// before its commit point.
+    pub fn copy_post_state(
+        &self,
+        op: &StagedOperation,
+        out: &mut std::fs::File,
+        out_path: &Path,
+    ) -> Result<()> {
+        let op_rel = format!("{STAGING_DIR}/{}", op.operation_id);
+        let staged_path = self.path.join(&op_rel).join(POST_STATE_FILE);
+        let (mut staged, _) = self
+            .sub(&op_rel)?
+            .open_file(POST_STATE_FILE)
+            .ctx("open", &staged_path)?;
+        let mut hashing = HashingWriter {
+            out,
+            hash: crate::hash::HashWriter::default(),
+        };
+        std::io::copy(&mut staged, &mut hashing).ctx("copy to", out_path)?;
+        let sha = hashing.hash.finish_hex();
+        if sha != op.post_state_sha256 {
+            return Err(Error::Failed(format!(
+                "{} was changed after it was staged (sha256 {sha}, planned {}): the operation stops before its commit point",
+                staged_path.display(),
+                op.post_state_sha256
+            )));
+        }
+        Ok(())
     }
 
     /// Fails when the bundle path no longer names the directory this handle holds, or a
@@ -317,5 +351,23 @@ pub(super) fn fits(replaces: Option<Replaced>, kind: FileType) -> bool {
         Some(Replaced::File) => kind == FileType::RegularFile,
         Some(Replaced::Link) => kind == FileType::Symlink,
         None => matches!(kind, FileType::RegularFile | FileType::Symlink),
+    }
+}
+
+/// Writes through to `out` and hashes what it wrote.
+struct HashingWriter<'a> {
+    out: &'a mut std::fs::File,
+    hash: crate::hash::HashWriter,
+}
+
+impl Write for HashingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.hash.write_all(&buf[..n])?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
     }
 }
