@@ -410,7 +410,7 @@ fn probe_for_plan<'a>(
     view: &View,
     source: &'a Source,
     state: &'a StateFile,
-    fingerprints: &local::Fingerprints,
+    fingerprints: &'a local::Fingerprints<'_>,
 ) -> Result<Storage<'a>> {
     let m = &source.manifest;
     // Each path once: the manifest's and the state's paths are distinct within each (both
@@ -436,7 +436,7 @@ fn probe_for_plan<'a>(
             .map(|(o, same)| {
                 let proof = same.then(|| local::Proof {
                     sha256: &o.sha256,
-                    placed: fingerprints.vouching(&o.path, &o.sha256).copied(),
+                    placed: fingerprints.vouching(&o.path, &o.sha256),
                 });
                 (o.path.as_str(), proof)
             })

@@ -292,8 +292,9 @@ pub fn read_state(base: &Path, bundle: &Path) -> Result<StateBytes> {
 pub struct Proof<'a> {
     /// The content hash to prove.
     pub sha256: &'a ContentHash,
-    /// Proves it without hashing while the file still matches it.
-    pub placed: Option<Placed>,
+    /// Proves it without hashing while the file still matches it (borrowed from the
+    /// [`Fingerprints`]: a pointer per path, not a copy).
+    pub placed: Option<&'a Placed>,
 }
 
 /// Probes the bundle path for the planner (unlocked: opens it; pass the locked [`Bundle`]
