@@ -534,12 +534,7 @@ impl State {
                     &SingleOwnerOut {
                         state_version: self.version,
                         state_mode: StateMode::SingleOwner,
-                        pipeline_id: &r.owner.pipeline_id,
-                        destination_id: &r.owner.destination_id,
-                        source: &r.source,
-                        reconciliation: r.reconciliation,
-                        published_at: &r.published_at,
-                        operation_id: &r.operation_id,
+                        record: RecordOut::of(r),
                         outputs: Seq(&outputs, out),
                         links: Seq(&links, link),
                     },
@@ -557,12 +552,7 @@ impl State {
                 owners.sort_by(|a, b| a.owner.cmp(&b.owner));
                 let owner = |r: &&'s OwnerRecord| OwnerOut {
                     owner: OwnerName(&r.owner),
-                    pipeline_id: &r.owner.pipeline_id,
-                    destination_id: &r.owner.destination_id,
-                    source: &r.source,
-                    reconciliation: r.reconciliation,
-                    published_at: &r.published_at,
-                    operation_id: &r.operation_id,
+                    record: RecordOut::of(r),
                 };
                 serde_json::to_writer_pretty(
                     &mut bytes,
@@ -614,12 +604,8 @@ impl Serialize for OwnerName<'_> {
 struct SingleOwnerOut<'a, O, L> {
     state_version: u32,
     state_mode: StateMode,
-    pipeline_id: &'a str,
-    destination_id: &'a str,
-    source: &'a SourceRef,
-    reconciliation: ReconciliationMode,
-    published_at: &'a str,
-    operation_id: &'a str,
+    #[serde(flatten)]
+    record: RecordOut<'a>,
     outputs: O,
     links: L,
 }
@@ -636,12 +622,32 @@ struct SharedRootOut<W, O, L> {
 #[derive(Serialize)]
 struct OwnerOut<'a> {
     owner: OwnerName<'a>,
+    #[serde(flatten)]
+    record: RecordOut<'a>,
+}
+
+/// An owner record's fields, as both forms write them.
+#[derive(Serialize)]
+struct RecordOut<'a> {
     pipeline_id: &'a str,
     destination_id: &'a str,
     source: &'a SourceRef,
     reconciliation: ReconciliationMode,
     published_at: &'a str,
     operation_id: &'a str,
+}
+
+impl<'a> RecordOut<'a> {
+    fn of(r: &'a OwnerRecord) -> Self {
+        RecordOut {
+            pipeline_id: &r.owner.pipeline_id,
+            destination_id: &r.owner.destination_id,
+            source: &r.source,
+            reconciliation: r.reconciliation,
+            published_at: &r.published_at,
+            operation_id: &r.operation_id,
+        }
+    }
 }
 
 #[derive(Serialize)]

@@ -254,12 +254,17 @@ impl Bundle {
             .sub(&op_rel)?
             .open_file(POST_STATE_FILE)
             .ctx("open", &staged_path)?;
-        let mut hashing = HashingWriter {
-            out,
-            hash: crate::hash::HashWriter::default(),
-        };
-        std::io::copy(&mut staged, &mut hashing).ctx("copy to", out_path)?;
-        let sha = hashing.hash.finish_hex();
+        let mut hash = crate::hash::HashWriter::default();
+        let mut buf = vec![0u8; 1 << 18];
+        loop {
+            let n = staged.read(&mut buf).ctx("read", &staged_path)?;
+            if n == 0 {
+                break;
+            }
+            hash.write_all(&buf[..n]).ctx("hash", &staged_path)?;
+            out.write_all(&buf[..n]).ctx("write", out_path)?;
+        }
+        let sha = hash.finish_hex();
         if sha != op.post_state_sha256 {
             return Err(Error::Failed(format!(
                 "{} was changed after it was staged (sha256 {sha}, planned {}): the operation stops before its commit point",
@@ -351,23 +356,5 @@ pub(super) fn fits(replaces: Option<Replaced>, kind: FileType) -> bool {
         Some(Replaced::File) => kind == FileType::RegularFile,
         Some(Replaced::Link) => kind == FileType::Symlink,
         None => matches!(kind, FileType::RegularFile | FileType::Symlink),
-    }
-}
-
-/// Writes through to `out` and hashes what it wrote.
-struct HashingWriter<'a> {
-    out: &'a mut std::fs::File,
-    hash: crate::hash::HashWriter,
-}
-
-impl Write for HashingWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.out.write(buf)?;
-        self.hash.write_all(&buf[..n])?;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.out.flush()
     }
 }
