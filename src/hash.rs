@@ -5,9 +5,11 @@ use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::Path;
 
+/// The digits of lowercase hex.
+const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
 /// Lowercase hex of bytes.
 pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
         s.push(DIGITS[(b >> 4) as usize] as char);
@@ -46,12 +48,18 @@ impl ContentHash {
 
     /// Its 64 lowercase hex characters, written into `buf` (no allocation).
     pub fn hex_in<'b>(&self, buf: &'b mut [u8; 64]) -> &'b str {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
         for (pair, b) in buf.chunks_exact_mut(2).zip(self.0) {
             pair[0] = DIGITS[(b >> 4) as usize];
             pair[1] = DIGITS[(b & 15) as usize];
         }
         std::str::from_utf8(buf).expect("hex digits are ASCII")
+    }
+}
+
+impl From<Sha256> for ContentHash {
+    /// The digest of what `hasher` was fed.
+    fn from(hasher: Sha256) -> ContentHash {
+        ContentHash(hasher.finalize().into())
     }
 }
 
@@ -171,5 +179,5 @@ pub fn hash_reader(mut f: impl Read, path: &Path) -> Result<(u64, ContentHash)> 
         size += n as u64;
         h.update(&buf[..n]);
     }
-    Ok((size, ContentHash(h.finalize().into())))
+    Ok((size, ContentHash::from(h)))
 }

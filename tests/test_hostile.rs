@@ -589,10 +589,7 @@ fn a_source_file_swapped_for_a_fifo_is_refused_without_blocking() {
     let r = run.resume();
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
     r.expect_code(1);
-    let msg = r.dest(0)["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let msg = message(&r);
     assert!(msg.contains("not a regular file (a FIFO)"), "{msg}");
     assert_eq!(env.snapshot_unlocked(DEST), before, "not rolled back");
     // A dry run reads the same source the same way.
@@ -731,10 +728,7 @@ fn a_directory_moved_out_of_the_bundle_mid_run_fails_the_run_and_gets_its_conten
     std::fs::rename(env.path(&format!("{DEST}/sub")), env.path("elsewhere/sub")).unwrap();
     let r = run.resume();
     assert_ne!(r.code, 0, "{}", r.stdout);
-    let msg = r.dest(0)["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let msg = message(&r);
     assert!(
         msg.contains("was moved or replaced while the operation ran"),
         "{msg}"
@@ -753,16 +747,22 @@ fn a_directory_moved_out_of_the_bundle_mid_run_fails_the_run_and_gets_its_conten
     assert!(!env.exists(&format!("{DEST}/.distributor-staging")));
 }
 
-/// The commit point writes the post-state staged in the staging record (read back, not
-/// held in memory): a hand that rewrites that copy mid-run (here, to record a file the
-/// publication never wrote) fails the run before its commit point; the destination and its
-/// state are as before, and nothing is left to recover.
-#[test]
-#[cfg_attr(
-    not(feature = "failpoints"),
-    ignore = "drives the binary's failpoints: cargo test --all-features"
-)]
-fn a_staged_post_state_rewritten_mid_run_is_never_committed() {
+/// The message of the first destination of a `--json` run.
+fn message(r: &Run) -> String {
+    r.dest(0)["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// How a neighbour tampers with the staged `post-state.json` (its path, and a directory
+/// outside the destination to use).
+type Tamper = fn(&std::path::Path, &std::path::Path);
+
+/// Publishes v2 over v1, paused after placement; `tamper` changes the staged post-state;
+/// the run must then fail before its commit point with `expect`, leave the destination as
+/// it was, and leave nothing to recover.
+fn staged_post_state_tampered(tamper: Tamper, expect: &str) {
     let env = Env::new();
     let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
     let v1 = env.bundle("b1", SOURCE_ID, V1_AT, &[("a.txt", "v1 a")], &[]);
@@ -776,21 +776,56 @@ fn a_staged_post_state_rewritten_mid_run_is_never_committed() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .find(|n| !n.starts_with('.'))
         .expect("a staging record");
-    let post = staging.join(&op).join("post-state.json");
-    let forged = std::fs::read_to_string(&post)
-        .unwrap()
-        .replace("\"a.txt\"", "\"victim.txt\"");
-    std::fs::write(&post, forged).unwrap();
+    let elsewhere = env.path("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    tamper(&staging.join(&op).join("post-state.json"), &elsewhere);
     let r = run.resume();
     r.expect_code(1);
-    let msg = r.dest(0)["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    assert!(msg.contains("was changed after it was staged"), "{msg}");
+    let msg = message(&r);
+    assert!(msg.contains(expect), "{msg}");
     assert_eq!(env.snapshot_unlocked(DEST), before, "not rolled back");
     // Nothing is pending: the next publication goes ahead.
     env.publish(&cfg, &v2, &[]).expect_code(0);
     assert_eq!(env.read(&format!("{DEST}/a.txt")), "v2 a");
     assert!(!env.exists(&format!("{DEST}/victim.txt")));
+}
+
+/// The commit point writes the post-state staged in the staging record (read back, not
+/// held in memory): a hand that rewrites that copy mid-run (here, to record a file the
+/// publication never wrote) fails the run before its commit point; the destination and its
+/// state are as before, and nothing is left to recover.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_staged_post_state_rewritten_mid_run_is_never_committed() {
+    staged_post_state_tampered(
+        |post, _| {
+            let forged = std::fs::read_to_string(post)
+                .unwrap()
+                .replace("\"a.txt\"", "\"victim.txt\"");
+            std::fs::write(post, forged).unwrap();
+        },
+        "was changed after it was staged",
+    );
+}
+
+/// The staged post-state swapped for a symlink, at the step that reads it back: the
+/// symlink is not followed, even to a file holding exactly the planned bytes.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_staged_post_state_swapped_for_a_symlink_is_never_followed() {
+    staged_post_state_tampered(
+        |post, elsewhere| {
+            let copy = elsewhere.join("post-state.json");
+            std::fs::copy(post, &copy).unwrap();
+            std::fs::remove_file(post).unwrap();
+            std::os::unix::fs::symlink(&copy, post).unwrap();
+        },
+        "post-state.json: Too many levels of symbolic links",
+    );
 }

@@ -367,7 +367,7 @@ impl Unpacker<'_> {
         }
         self.out.files.insert(
             path.to_string(),
-            (size, crate::hash::ContentHash(hasher.finalize().into())),
+            (size, crate::hash::ContentHash::from(hasher)),
         );
         Ok(())
     }

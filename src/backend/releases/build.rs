@@ -689,7 +689,7 @@ fn link_or_copy(
             drop(out);
             let (copy, _) = dst.open_file(name).ctx("open", to)?;
             let (_, again) = crate::hash::hash_reader(copy, to)?;
-            if again.0 != <[u8; 32]>::from(h.finalize()) {
+            if again != crate::hash::ContentHash::from(h) {
                 return Err(Error::Failed(format!(
                     "{} does not read back as the {} it was copied from",
                     to.display(),

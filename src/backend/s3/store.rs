@@ -408,7 +408,7 @@ impl S3Store {
                 want.0 as usize + 1,
             )
             .map_err(read_err)?;
-            let sha = ContentHash(hasher.finalize().into());
+            let sha = ContentHash::from(hasher);
             if size != want.0 || sha != want.1 {
                 return Ok((size, sha, None));
             }
@@ -479,7 +479,7 @@ impl S3Store {
                 block_on(futures_util::future::try_join_all(in_flight))
                     .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?,
             );
-            Ok((size, ContentHash(hasher.clone().finalize().into()), done))
+            Ok((size, ContentHash::from(hasher.clone()), done))
         })();
         let out = match result {
             Ok((size, sha, parts)) if size == want.0 && sha == want.1 => {
@@ -738,7 +738,7 @@ impl BundleStore for S3Store {
         while let Some(chunk) = block_on(stream.next()) {
             hasher.update(&chunk.map_err(|e| store_error("read", &self.shown(rel), e))?);
         }
-        Ok(Some(ContentHash(hasher.finalize().into())))
+        Ok(Some(ContentHash::from(hasher)))
     }
 
     fn list_files(&self) -> Result<Vec<String>> {

@@ -43,7 +43,7 @@ impl Bundle {
             size += n as u64;
             on_bytes(n as u64);
         }
-        Ok((size, crate::hash::ContentHash(h.finalize().into())))
+        Ok((size, crate::hash::ContentHash::from(h)))
     }
 
     /// Makes everything staged durable before the first rename into the bundle path
@@ -254,17 +254,17 @@ impl Bundle {
             .sub(&op_rel)?
             .open_file(POST_STATE_FILE)
             .ctx("open", &staged_path)?;
-        let mut hash = crate::hash::HashWriter::default();
+        let mut h = Sha256::new();
         let mut buf = vec![0u8; 1 << 18];
         loop {
             let n = staged.read(&mut buf).ctx("read", &staged_path)?;
             if n == 0 {
                 break;
             }
-            hash.write_all(&buf[..n]).ctx("hash", &staged_path)?;
+            h.update(&buf[..n]);
             out.write_all(&buf[..n]).ctx("write", out_path)?;
         }
-        let sha = hash.finish_hex();
+        let sha = crate::hash::ContentHash::from(h).hex();
         if sha != op.post_state_sha256 {
             return Err(Error::Failed(format!(
                 "{} was changed after it was staged (sha256 {sha}, planned {}): the operation stops before its commit point",
