@@ -253,6 +253,7 @@ fn adopt_one(
         takeovers: vec![],
         conflicts: vec![],
         files: vec![],
+        outputs_unchanged: None,
         links: vec![],
         message: String::new(),
         new_state: Some(state),

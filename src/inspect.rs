@@ -370,6 +370,7 @@ fn compare(
         let proof = Proof {
             sha256: &o.sha256,
             placed: None,
+            or_hash: true,
         };
         (o.path.as_str(), Some(proof))
     }));

@@ -9,7 +9,7 @@ use crate::execute::{ExecContext, Progress, execute};
 use crate::hash::{ContentHash, hash_file};
 use crate::journal::{Journal, JournalView};
 use crate::model::{Decision, Owner};
-use crate::plan::{DestinationPlan, PlanInput, Storage, plan_destination};
+use crate::plan::{DestinationPlan, PlanInput, Republication, Storage, plan_destination};
 use crate::report::{DestinationReport, Report, Status, Summary};
 use crate::source::Source;
 use crate::state::{RecordedOutput, StateFile};
@@ -153,7 +153,7 @@ fn failed_report(
         previous: None,
         takeovers: vec![],
         conflicts: vec![],
-        files: vec![],
+        files: Default::default(),
         links: vec![],
         message,
     }
@@ -339,17 +339,96 @@ fn plan_state(
     state: &StateFile,
     view: &View,
 ) -> Result<DestinationPlan> {
-    let storage = probe_for_plan(view, source, state, fingerprints)?;
-    Ok(plan_destination(&PlanInput {
-        pipeline_id: &config.pipeline_id,
-        destination: dest,
-        bundle_path: bundle,
-        source,
-        state,
-        storage: &storage,
-        force,
-        rollback: false,
-    }))
+    let general = || -> Result<DestinationPlan> {
+        let storage = probe_for_plan(view, source, state, fingerprints)?;
+        Ok(plan_destination(&PlanInput {
+            pipeline_id: &config.pipeline_id,
+            destination: dest,
+            bundle_path: bundle,
+            source,
+            state,
+            storage: &storage,
+            force,
+            rollback: false,
+        }))
+    };
+    let Some(plan) = plan_republication(config, dest, source, fingerprints, bundle, state, view)?
+    else {
+        return general();
+    };
+    // Debug builds (every test run) check that the general planner decides the same from
+    // the same storage.
+    if cfg!(debug_assertions) {
+        let mut listed = plan.clone();
+        listed.files = plan.file_actions().map(|f| f.into_owned()).collect();
+        listed.outputs_unchanged = None;
+        assert_eq!(
+            listed,
+            general()?,
+            "a republication's plan differs from the planner's"
+        );
+    }
+    Ok(plan)
+}
+
+/// How many paths [`plan_republication`] probes at a time: enough to keep the probe's
+/// threads busy, few enough that a chunk's listing is a few megabytes.
+const REPUBLICATION_CHUNK: usize = 16_384;
+
+/// The plan of a [`Republication`]: the manifest's paths probed a chunk at a time, each
+/// chunk's listing checked and dropped. `None` when this is not a republication, or when
+/// storage does not hold one of its paths as recorded; the general planner then decides
+/// (and says what drifted).
+#[allow(clippy::too_many_arguments)]
+fn plan_republication(
+    config: &Config,
+    dest: &Destination,
+    source: &Source,
+    fingerprints: &local::Fingerprints,
+    bundle: &Path,
+    state: &StateFile,
+    view: &View,
+) -> Result<Option<DestinationPlan>> {
+    let View::Store(store) = view else {
+        return Ok(None);
+    };
+    let Some(republication) = Republication::of(&config.pipeline_id, dest, source, state) else {
+        return Ok(None);
+    };
+    let list_none = foldhash::HashSet::default();
+    let state_file = [(crate::state::STATE_FILE, None)];
+    if !Republication::state_file_holds(&store.probe(&state_file, &list_none)?) {
+        return Ok(None);
+    }
+    let m = &source.manifest;
+    let mut paths = Vec::with_capacity(REPUBLICATION_CHUNK.min(m.outputs.len() + m.links.len()));
+    for chunk in m.outputs.chunks(REPUBLICATION_CHUNK) {
+        paths.clear();
+        for o in chunk {
+            // Proven by placement fingerprints alone: a file they do not prove is hashed
+            // by the general probe, once.
+            let Some(placed) = fingerprints.vouching(&o.path, &o.sha256) else {
+                return Ok(None);
+            };
+            let proof = local::Proof {
+                sha256: &o.sha256,
+                placed: Some(placed),
+                or_hash: false,
+            };
+            paths.push((o.path.as_str(), Some(proof)));
+        }
+        if !Republication::outputs_hold(&store.probe(&paths, &list_none)?, chunk) {
+            return Ok(None);
+        }
+    }
+    for chunk in m.links.chunks(REPUBLICATION_CHUNK) {
+        paths.clear();
+        paths.extend(chunk.iter().map(|l| (l.path.as_str(), None)));
+        if !Republication::links_hold(&store.probe(&paths, &list_none)?, chunk) {
+            return Ok(None);
+        }
+    }
+    Ok(Some(republication.plan(bundle)))
 }
 
 /// False when `state` rules out an `unchanged` decision: that needs a record of this owner
@@ -437,6 +516,7 @@ fn probe_for_plan<'a>(
                 let proof = same.then(|| local::Proof {
                     sha256: &o.sha256,
                     placed: fingerprints.vouching(&o.path, &o.sha256),
+                    or_hash: true,
                 });
                 (o.path.as_str(), proof)
             })

@@ -1,10 +1,13 @@
 //! Reports (SPEC §11): the `--json` object and the text plan, both rendered from plans and
 //! per-destination outcomes.
 
+use crate::hash::ContentHash;
 use crate::model::{Decision, FileOp, SourceRef, StateMode, TakeoverMode};
 use crate::plan::{Conflict, DestinationPlan, FileAction, LinkAction, Previous, TakeoverEntry};
+use crate::source::Manifest;
 use serde::Serialize;
 use std::fmt::Write;
+use std::sync::Arc;
 
 /// The report of one `publish`/`plan` run.
 #[derive(Debug, Clone, Serialize)]
@@ -65,11 +68,79 @@ pub struct DestinationReport {
     /// Conflicts.
     pub conflicts: Vec<Conflict>,
     /// Files.
-    pub files: Vec<FileAction>,
+    pub files: Files,
     /// Links.
     pub links: Vec<LinkAction>,
     /// Reason, or the error.
     pub message: String,
+}
+
+/// A destination's file actions as reported: those a plan lists, then every output of the
+/// manifest an `unchanged` republication holds ([`DestinationPlan::outputs_unchanged`]),
+/// made into report rows only as they are written.
+#[derive(Debug, Clone, Default)]
+pub struct Files {
+    listed: Vec<FileAction>,
+    unchanged: Option<Arc<Manifest>>,
+}
+
+/// One file action of a report (serialized as a [`FileAction`] is).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FileRow<'a> {
+    /// Bundle-relative path.
+    pub path: &'a str,
+    /// Operation.
+    pub op: FileOp,
+    /// Size.
+    pub size: u64,
+    /// sha256.
+    pub sha256: &'a ContentHash,
+}
+
+impl Files {
+    /// Every row, in order.
+    pub fn iter(&self) -> impl Iterator<Item = FileRow<'_>> {
+        let listed = self.listed.iter().map(|f| FileRow {
+            path: &f.path,
+            op: f.op,
+            size: f.size,
+            sha256: &f.sha256,
+        });
+        let unchanged = (self.unchanged.iter())
+            .flat_map(|m| m.outputs.iter())
+            .map(|o| FileRow {
+                path: &o.path,
+                op: FileOp::Unchanged,
+                size: o.size,
+                sha256: &o.sha256,
+            });
+        listed.chain(unchanged)
+    }
+
+    /// How many rows.
+    pub fn len(&self) -> usize {
+        self.listed.len() + self.unchanged.as_ref().map_or(0, |m| m.outputs.len())
+    }
+
+    /// Whether there is no row.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<Vec<FileAction>> for Files {
+    fn from(listed: Vec<FileAction>) -> Files {
+        Files {
+            listed,
+            unchanged: None,
+        }
+    }
+}
+
+impl Serialize for Files {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
 }
 
 impl DestinationReport {
@@ -86,7 +157,10 @@ impl DestinationReport {
             previous: plan.previous,
             takeovers: plan.takeovers,
             conflicts: plan.conflicts,
-            files: plan.files,
+            files: Files {
+                listed: plan.files,
+                unchanged: plan.outputs_unchanged,
+            },
             links: plan.links,
             message: plan.message,
         }
@@ -145,7 +219,7 @@ impl Summary {
                 s.failed += 1;
                 continue;
             }
-            for f in &d.files {
+            for f in d.files.iter() {
                 match f.op {
                     FileOp::Create | FileOp::Overwrite => {
                         s.files_written += 1;
@@ -266,37 +340,30 @@ impl Report {
                     t.paths.len()
                 );
             }
-            // Changes first, then what stays; each group in plan order.
-            let mut lines: Vec<(bool, String)> = d
-                .files
-                .iter()
-                .map(|f| {
-                    (
-                        stays(f.op),
-                        format!("{} {} ({})", f.op.sign(), f.path, human_size(f.size)),
-                    )
-                })
-                .chain(d.links.iter().map(|l| {
-                    (
-                        stays(l.op),
-                        format!("{} {} -> {}", l.op.sign(), l.path, l.target),
-                    )
-                }))
-                .collect();
-            lines.sort_by_key(|(stays, _)| *stays);
-            let shown = if opts.files {
-                lines.len()
-            } else {
-                lines.len().min(FILE_LINES)
+            // Changes first, then what stays; each group in plan order. Only the lines
+            // shown are made (a line each would be a hundred megabytes at a million files).
+            let file_line =
+                |f: FileRow| format!("{} {} ({})", f.op.sign(), f.path, human_size(f.size));
+            let link_line = |l: &LinkAction| format!("{} {} -> {}", l.op.sign(), l.path, l.target);
+            let group = |stay: bool| {
+                (d.files.iter().filter(move |f| stays(f.op) == stay))
+                    .map(file_line)
+                    .chain((d.links.iter().filter(move |l| stays(l.op) == stay)).map(link_line))
             };
-            for (_, line) in &lines[..shown] {
+            let total = d.files.len() + d.links.len();
+            let shown = if opts.files {
+                total
+            } else {
+                total.min(FILE_LINES)
+            };
+            for line in group(false).chain(group(true)).take(shown) {
                 let _ = writeln!(out, "  {line}");
             }
-            if shown < lines.len() {
+            if shown < total {
                 let _ = writeln!(
                     out,
                     "  ... and {} more (--files lists every one, --json has them all)",
-                    lines.len() - shown
+                    total - shown
                 );
             }
             if let Some(op) = &d.operation_id {

@@ -136,7 +136,7 @@ fn failed(dest: &Destination) -> DestinationReport {
         previous: None,
         takeovers: vec![],
         conflicts: vec![],
-        files: vec![],
+        files: Default::default(),
         links: vec![],
         message: String::new(),
     }
@@ -335,7 +335,8 @@ fn rollback_owner(
                     target: l.target.clone(),
                 })
                 .collect(),
-        },
+        }
+        .into(),
         created,
         digest: record.source.digest.clone(),
     };
@@ -485,6 +486,7 @@ fn plan(
         takeovers: vec![],
         conflicts: vec![],
         files,
+        outputs_unchanged: None,
         links,
         message,
         new_state: Some(to),

@@ -653,22 +653,25 @@ pub(crate) fn read_fingerprints(
             offer_commit_set(conn, journal, id, text, action_set, bases, wanted)?;
             continue;
         }
-        let set: Vec<SetEntry<'_>> =
-            serde_json::from_str(text).map_err(|e| Error::Journal {
+        for_each_element(text, |SetEntry(path, size, mtime_ns, ino, sha256, ctime_ns)| {
+            let placed = crate::backend::local::Placed {
+                size: size as u64,
+                mtime_ns,
+                ino: ino as u64,
+                ctime_ns,
+            };
+            wanted.offer(&path, &sha256, placed);
+            Ok(wanted.open() > 0)
+        })
+        .map_err(|e| match e {
+            Stopped::Parse(e) => Error::Journal {
                 path: journal.to_path_buf(),
                 message: format!(
                     "journal_placement_sets row {id} is not a JSON array of [path, size, mtime_ns, ino, sha256, ctime_ns]: {e}"
                 ),
-            })?;
-        for SetEntry(path, size, mtime_ns, ino, sha256, ctime_ns) in &set {
-            let placed = crate::backend::local::Placed {
-                size: *size as u64,
-                mtime_ns: *mtime_ns,
-                ino: *ino as u64,
-                ctime_ns: *ctime_ns,
-            };
-            wanted.offer(path, sha256, placed);
-        }
+            },
+            Stopped::By(e) => e,
+        })?;
     }
     if wanted.open() == 0 {
         return Ok(());
@@ -710,24 +713,17 @@ fn offer_commit_set(
         path: journal.to_path_buf(),
         message: format!("journal_placement_sets row {id}: {what}"),
     };
-    let set: Vec<(i64, i64, i64, Option<i64>)> = serde_json::from_str(text).map_err(|e| {
-        corrupt(format!(
-            "is not a JSON array of [seq, mtime_ns - mtime_base, ino, ctime_ns - ctime_base]: {e}"
-        ))
-    })?;
     let mut stmt = conn
         .prepare_cached(
             "SELECT seq, path, size, sha256 FROM journal_action_rows
              WHERE action_set = ?1 AND seq >= ?2 ORDER BY seq",
         )
         .map_err(err)?;
-    let first = set.first().map_or(0, |e| e.0);
-    let mut rows = stmt.query([action_set, first]).map_err(err)?;
+    let mut rows = stmt.query([action_set, first_seq(text)]).map_err(err)?;
     let mut hex = [0u8; 64];
-    for &(seq, mtime, ino, ctime) in &set {
-        if wanted.open() == 0 {
-            break;
-        }
+    // Each element offered as it is parsed: at a million files, the set as a list would
+    // be 40 MB more at the republication's peak.
+    for_each_element(text, |(seq, mtime, ino, ctime): (i64, i64, i64, Option<i64>)| {
         let row = loop {
             let Some(r) = rows.next().map_err(err)? else {
                 return Err(corrupt(format!(
@@ -755,8 +751,77 @@ fn offer_commit_set(
             ctime_ns: ctime.zip(ctime_base).map(|(c, b)| b.wrapping_add(c)),
         };
         wanted.offer(path, sha, placed);
+        Ok(wanted.open() > 0)
+    })
+    .map_err(|e| match e {
+        Stopped::Parse(e) => corrupt(format!(
+            "is not a JSON array of [seq, mtime_ns - mtime_base, ino, ctime_ns - ctime_base]: {e}"
+        )),
+        Stopped::By(e) => e,
+    })
+}
+
+/// The `seq` of a commit set's first element (`[[seq,...`), to start reading its actions
+/// there; 0 (from the first action) when the text does not start that way.
+fn first_seq(text: &str) -> i64 {
+    let head = text.trim_start().strip_prefix('[').map(str::trim_start);
+    let head = head.and_then(|h| h.strip_prefix('[')).map(str::trim_start);
+    head.and_then(|h| {
+        let end = h.find(|c: char| !c.is_ascii_digit()).unwrap_or(h.len());
+        h[..end].parse().ok()
+    })
+    .unwrap_or(0)
+}
+
+/// Why [`for_each_element`] stopped before the end of its array.
+enum Stopped {
+    /// The text is not a JSON array of such elements.
+    Parse(serde_json::Error),
+    /// The callback failed.
+    By(Error),
+}
+
+/// Calls `f` with each element of the JSON array `text` as it is parsed, without
+/// collecting them, until `f` returns `Ok(false)` (done: the rest is not parsed) or fails.
+fn for_each_element<'de, T: serde::Deserialize<'de>>(
+    text: &'de str,
+    f: impl FnMut(T) -> Result<bool>,
+) -> std::result::Result<(), Stopped> {
+    struct Each<F, T>(F, Option<Error>, std::marker::PhantomData<T>);
+    impl<'de, T: serde::Deserialize<'de>, F: FnMut(T) -> Result<bool>> serde::de::Visitor<'de>
+        for &mut Each<F, T>
+    {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON array")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> std::result::Result<(), A::Error> {
+            while let Some(x) = seq.next_element::<T>()? {
+                match (self.0)(x) {
+                    Ok(true) => {}
+                    Ok(false) => return Err(serde::de::Error::custom(DONE)),
+                    Err(e) => {
+                        self.1 = Some(e);
+                        return Err(serde::de::Error::custom(DONE));
+                    }
+                }
+            }
+            Ok(())
+        }
     }
-    Ok(())
+    const DONE: &str = "distributor: stopped";
+    let mut each = Each(f, None, std::marker::PhantomData);
+    let mut de = serde_json::Deserializer::from_str(text);
+    let read = serde::Deserializer::deserialize_seq(&mut de, &mut each).and_then(|()| de.end());
+    match (read, each.1) {
+        (_, Some(e)) => Err(Stopped::By(e)),
+        (Err(e), None) if e.to_string().starts_with(DONE) => Ok(()),
+        (Err(e), None) => Err(Stopped::Parse(e)),
+        (Ok(()), None) => Ok(()),
+    }
 }
 
 /// Lowercase hex of 32 bytes into `buf`, without allocating.

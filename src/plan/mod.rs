@@ -7,16 +7,20 @@
 
 mod planner;
 mod takeover;
+mod unchanged;
 
 pub use planner::{PlanInput, plan_destination};
 pub use takeover::takeover_permitted;
+pub use unchanged::Republication;
 
 use crate::hash::ContentHash;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef, StateMode, TakeoverMode};
+use crate::source::Manifest;
 use crate::state::State;
 use serde::Serialize;
 use std::borrow::Cow;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// What storage holds at one bundle-relative path, as the backend saw it. A proven hash
 /// is borrowed (`'a`) when a placement fingerprint proved the file holds the hash it was
@@ -258,6 +262,10 @@ pub struct DestinationPlan {
     pub conflicts: Vec<Conflict>,
     /// File actions, sorted by path.
     pub files: Vec<FileAction>,
+    /// Set for an `unchanged` decision reached by a [`Republication`]: every output of this
+    /// manifest is unchanged, in path order, and `files` (empty) does not list them one by
+    /// one (at a million files, a row each is a hundred megabytes).
+    pub outputs_unchanged: Option<Arc<Manifest>>,
     /// Link actions, sorted by path.
     pub links: Vec<LinkAction>,
     /// One-line reason.
@@ -268,6 +276,23 @@ pub struct DestinationPlan {
 }
 
 impl DestinationPlan {
+    /// Every file action, as [`FileAction`] rows (those of `outputs_unchanged` made one by
+    /// one).
+    pub fn file_actions(&self) -> impl Iterator<Item = Cow<'_, FileAction>> {
+        let unchanged = (self.outputs_unchanged.iter()).flat_map(|m| {
+            m.outputs.iter().map(|o| {
+                Cow::Owned(FileAction {
+                    path: o.path.clone(),
+                    op: FileOp::Unchanged,
+                    size: o.size,
+                    sha256: o.sha256,
+                    replaces: Some(Replaced::File),
+                })
+            })
+        });
+        self.files.iter().map(Cow::Borrowed).chain(unchanged)
+    }
+
     /// Files the plan writes (create or overwrite).
     pub fn writes(&self) -> impl Iterator<Item = &FileAction> {
         self.files

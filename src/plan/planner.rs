@@ -121,6 +121,7 @@ pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
         takeovers: Vec::new(),
         conflicts: Vec::new(),
         files: Vec::new(),
+        outputs_unchanged: None,
         links: Vec::new(),
         message: String::new(),
         new_state: None,
@@ -890,7 +891,7 @@ impl<'a, 's> Planner<'a, 's> {
                 true => "no state at the bundle path; every path is new".to_string(),
                 false => format!("no record for {} in the shared root; its paths are new", self.me),
             },
-            Decision::Unchanged => format!("source {} created {} is already published and storage matches", self.src.id, self.src.created_at),
+            Decision::Unchanged => unchanged_reason(&self.src),
             Decision::Repair => format!(
                 "source {} is already published; {writes} recorded path(s) missing or modified in storage are rewritten",
                 self.src.id
@@ -1065,6 +1066,14 @@ fn conflict_kinds(conflicts: &[Conflict]) -> String {
     let mut kinds: Vec<&str> = conflicts.iter().map(|c| c.kind.as_str()).collect();
     kinds.dedup();
     kinds.join(", ")
+}
+
+/// The reason of an `unchanged` decision.
+pub(super) fn unchanged_reason(src: &SourceRef) -> String {
+    format!(
+        "source {} created {} is already published and storage matches",
+        src.id, src.created_at
+    )
 }
 
 /// True when `state` comes from a source created after `current`.

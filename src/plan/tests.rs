@@ -47,7 +47,7 @@ fn source(id: &str, at: &str, outputs: &[(&str, char)]) -> Source {
         dir: PathBuf::from("/bundle"),
         created: crate::model::parse_time(at).unwrap(),
         digest: manifest.digest(),
-        manifest,
+        manifest: manifest.into(),
     }
 }
 

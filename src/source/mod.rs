@@ -159,8 +159,9 @@ pub fn content_mismatch(
 pub struct Source {
     /// Bundle directory.
     pub dir: PathBuf,
-    /// The manifest.
-    pub manifest: Manifest,
+    /// The manifest. Shared: an `unchanged` report lists its outputs from it, without a
+    /// row of its own per file.
+    pub manifest: std::sync::Arc<Manifest>,
     /// Parsed `created_at`.
     pub created: DateTime<FixedOffset>,
     /// Source digest.
@@ -265,7 +266,7 @@ impl Source {
         let digest = manifest.digest();
         Ok(Source {
             dir,
-            manifest,
+            manifest: manifest.into(),
             created,
             digest,
         })

@@ -295,6 +295,9 @@ pub struct Proof<'a> {
     /// Proves it without hashing while the file still matches it (borrowed from the
     /// [`Fingerprints`]: a pointer per path, not a copy).
     pub placed: Option<&'a Placed>,
+    /// Whether to hash the file when `placed` does not prove it. A republication's probe
+    /// does not: such a file sends it to the general probe, which hashes it once.
+    pub or_hash: bool,
 }
 
 /// Probes the bundle path for the planner (unlocked: opens it; pass the locked [`Bundle`]
@@ -410,8 +413,9 @@ fn probe_one<'a>(
                 Some(Proof {
                     sha256,
                     placed: Some(placed),
+                    ..
                 }) if placed.matches_meta(&md) => Some(Cow::Borrowed(sha256)),
-                Some(_) => match tree.open_file(rel) {
+                Some(Proof { or_hash: true, .. }) => match tree.open_file(rel) {
                     Ok(f) if cfg!(feature = "failpoints") => {
                         crate::failpoint::hit("probe_hash");
                         Some(Cow::Owned(
@@ -425,7 +429,7 @@ fn probe_one<'a>(
                     // plan, made again under the lock.
                     Err(_) => None,
                 },
-                None => None,
+                Some(Proof { or_hash: false, .. }) | None => None,
             };
             Entry::File {
                 size: md.size,
