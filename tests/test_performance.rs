@@ -205,6 +205,78 @@ fn fingerprints_vouch(unsorted: bool) {
     assert_eq!(hashed(&r), ("unchanged".into(), 0));
 }
 
+/// A republication of more files than one probe chunk (16,384) is decided chunk by chunk
+/// (`docs/internal/publish.md`, "Republications"): unchanged, it reports every file from
+/// the manifest; a file rewritten in place, or a directory swapped for a symlink to an
+/// identical copy, in the last chunk is found as surely as in the first.
+#[test]
+fn a_republication_larger_than_a_probe_chunk_finds_drift_in_its_last_chunk() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "p", "d", "dest", "");
+    let files = many(16_500, 20);
+    let b = bundle_of(&env, "b", "2026-12-02T06:00:00Z", &files);
+    env.publish(&cfg, &b, &[]).expect_code(0);
+    let r = env.publish(&cfg, &b, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "unchanged");
+    let rows = r.dest(0)["files"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), files.len(), "every file is reported");
+    assert!(rows.iter().all(|f| f["op"] == "unchanged"));
+    let manifest: serde_json::Value =
+        serde_json::from_str(&env.read("b/distributor-manifest.json")).unwrap();
+    let mut row = rows[16_400].clone();
+    row.as_object_mut().unwrap().remove("op");
+    assert_eq!(
+        row, manifest["outputs"][16_400],
+        "path, size, sha256 as listed"
+    );
+
+    // The last file in path order, rewritten in place with its size and mtime kept.
+    let mut paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    paths.sort();
+    let last = *paths.last().unwrap();
+    let placed = env.path(&format!("dest/{last}"));
+    let mtime = std::fs::metadata(&placed).unwrap().modified().unwrap();
+    let original = std::fs::read(&placed).unwrap();
+    let mut forged = original.clone();
+    forged[0] ^= 1;
+    std::fs::write(&placed, &forged).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&placed)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let r = env.publish(&cfg, &b, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "repair");
+    let report = r.dest(0);
+    let rewritten: Vec<&str> = (report["files"].as_array().unwrap().iter())
+        .filter(|f| f["op"] != "unchanged")
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(rewritten, [last]);
+    assert_eq!(std::fs::read(&placed).unwrap(), original);
+
+    // The last directory swapped for a symlink to a copy holding the very same files.
+    let dir = last.split_once('/').unwrap().0;
+    let real = env.path(&format!("dest/{dir}"));
+    let copy = env.path("copy");
+    std::fs::rename(&real, &copy).unwrap();
+    std::os::unix::fs::symlink(&copy, &real).unwrap();
+    let r = env.publish(&cfg, &b, &[]);
+    r.expect_code(3);
+    let kinds = r.conflict_kinds();
+    assert!(
+        !kinds.is_empty() && kinds.iter().all(|k| k == "unsafe_storage"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        std::fs::read(copy.join(last.split_once('/').unwrap().1)).unwrap(),
+        original
+    );
+}
+
 #[test]
 fn an_unchanged_republication_does_not_wait_for_the_lock() {
     let env = Env::new();

@@ -208,3 +208,165 @@ fn storage_finds_every_entry_in_any_order() {
     assert_eq!(size("d/a"), None);
     assert!(matches!(Storage::default().get("a"), Entry::Missing));
 }
+
+/// What [`super::Republication`] accepts: this owner, this very source, exactly the
+/// manifest's paths and content. Its plan is the general planner's `unchanged` plan.
+#[test]
+fn a_republication_is_the_recorded_source_with_exactly_its_paths() {
+    use super::Republication;
+    let d = destination("");
+    let me = Owner::new("weather", "latest");
+    let src = source("tomorrow", T7, &[("a.txt", 'a'), ("b.txt", 'b')]);
+    let st = state(&me, &src, &[("a.txt", 'a'), ("b.txt", 'b')]);
+    let file = StateFile::Valid(st.clone());
+    let rep = Republication::of("weather", &d, &src, &file).expect("a republication");
+    let storage = storage_of(&st);
+    assert!(Republication::state_file_holds(&storage));
+    assert!(Republication::outputs_hold(&storage, &src.manifest.outputs));
+    let fast = rep.plan(Path::new("/srv/dest"));
+    let general = plan(&d, &src, &st, false);
+    assert_eq!(general.decision, Decision::Unchanged, "{}", general.message);
+    assert!(fast.files.is_empty(), "no row per file");
+    let mut listed = fast.clone();
+    listed.files = fast.file_actions().map(|f| f.into_owned()).collect();
+    listed.outputs_unchanged = None;
+    assert_eq!(listed, general);
+
+    // Not a republication: the general planner decides.
+    let not = |d: &crate::config::Destination, src: &Source, st: StateFile, why: &str| {
+        assert!(Republication::of("weather", d, src, &st).is_none(), "{why}");
+    };
+    let other = source("tomorrow", T8, &[("a.txt", 'a'), ("b.txt", 'b')]);
+    not(&d, &other, file.clone(), "another source (created later)");
+    let changed = source("tomorrow", T7, &[("a.txt", 'a'), ("b.txt", 'c')]);
+    not(&d, &changed, file.clone(), "another digest");
+    let fewer = source("tomorrow", T7, &[("a.txt", 'a')]);
+    let recorded_more = state(&me, &fewer, &[("a.txt", 'a'), ("b.txt", 'b')]);
+    not(
+        &d,
+        &fewer,
+        StateFile::Valid(recorded_more),
+        "a record the manifest omits",
+    );
+    let recorded_less = state(&me, &src, &[("a.txt", 'a')]);
+    not(
+        &d,
+        &src,
+        StateFile::Valid(recorded_less),
+        "an output not recorded",
+    );
+    let other_content = state(&me, &src, &[("a.txt", 'a'), ("b.txt", 'x')]);
+    not(
+        &d,
+        &src,
+        StateFile::Valid(other_content),
+        "recorded with other content",
+    );
+    let theirs = state(
+        &Owner::new("radar", "latest"),
+        &src,
+        &[("a.txt", 'a'), ("b.txt", 'b')],
+    );
+    not(&d, &src, StateFile::Valid(theirs), "another owner's record");
+    let mut unsorted = source("tomorrow", T7, &[("b.txt", 'b'), ("a.txt", 'a')]);
+    let unsorted_state = state(&me, &unsorted, &[("a.txt", 'a'), ("b.txt", 'b')]);
+    not(
+        &d,
+        &unsorted,
+        StateFile::Valid(unsorted_state.clone()),
+        "an unsorted manifest",
+    );
+    std::sync::Arc::make_mut(&mut unsorted.manifest)
+        .outputs
+        .sort_by(|a, b| a.path.cmp(&b.path));
+    assert!(
+        Republication::of("weather", &d, &unsorted, &StateFile::Valid(unsorted_state)).is_some()
+    );
+    let shared = destination("    state:\n      mode: shared_root\n");
+    not(&shared, &src, file.clone(), "state in the other mode");
+    let releases = destination("    releases: {keep: 2}\n");
+    not(&releases, &src, file.clone(), "a releases destination");
+    not(&d, &src, StateFile::Absent, "no state");
+    not(
+        &d,
+        &src,
+        StateFile::Invalid("broken".into()),
+        "invalid state",
+    );
+}
+
+/// In a shared root, another owner's records at other paths do not matter; one at a path
+/// of the manifest does (it is a takeover or a conflict).
+#[test]
+fn a_shared_root_republication_ignores_other_owners_paths_only() {
+    use super::Republication;
+    let d = destination("    state:\n      mode: shared_root\n");
+    let me = Owner::new("weather", "latest");
+    let them = Owner::new("radar", "latest");
+    let src = source("tomorrow", T7, &[("b.txt", 'b'), ("d.txt", 'd')]);
+    let shared_state = |theirs: &[(&str, char)]| {
+        let mut st = state(&me, &src, &[("b.txt", 'b'), ("d.txt", 'd')]);
+        st.mode = StateMode::SharedRoot;
+        let other = state(&them, &src, theirs);
+        st.owners.push(other.owners[0].clone());
+        st.outputs.extend(other.outputs);
+        st.outputs.sort_by(|a, b| a.path.cmp(&b.path));
+        StateFile::Valid(st)
+    };
+    let around = shared_state(&[("a.txt", 'x'), ("c.txt", 'y'), ("e.txt", 'z')]);
+    assert!(Republication::of("weather", &d, &src, &around).is_some());
+    let colliding = shared_state(&[("a.txt", 'x')]);
+    let StateFile::Valid(mut st) = colliding else {
+        unreachable!()
+    };
+    st.outputs.retain(|o| o.path != "d.txt");
+    st.outputs.push(RecordedOutput {
+        path: "d.txt".into(),
+        size: 1,
+        sha256: hex('d'),
+        etag: None,
+        owner: them.clone().into(),
+    });
+    st.outputs.sort_by(|a, b| a.path.cmp(&b.path));
+    assert!(Republication::of("weather", &d, &src, &StateFile::Valid(st)).is_none());
+}
+
+/// What storage must hold: every output a file of its size whose content was proven, every
+/// directory on the way a directory, and no directory, symlink or special file at the state
+/// file's path.
+#[test]
+fn a_republication_holds_only_proven_files_reached_through_directories() {
+    use super::Republication;
+    use std::borrow::Cow;
+    let src = source("tomorrow", T7, &[("d/a.txt", 'a')]);
+    let outputs = &src.manifest.outputs;
+    let file = |size: u64, sha: Option<char>| Entry::File {
+        size,
+        sha256: sha.map(|c| Cow::Owned(hex(c))),
+    };
+    let dir = || Entry::Dir {
+        contents: vec![],
+        dirs: vec![],
+    };
+    let holds = |at_d: Entry<'static>, at_a: Entry<'static>| {
+        let mut s = Storage::default();
+        s.entries.insert("d", at_d);
+        s.entries.insert("d/a.txt", at_a);
+        Republication::outputs_hold(&s, outputs)
+    };
+    assert!(holds(dir(), file(1, Some('a'))));
+    assert!(!holds(dir(), file(1, None)), "content not proven");
+    assert!(!holds(dir(), file(2, Some('a'))), "another size");
+    assert!(!holds(dir(), file(1, Some('b'))), "another hash");
+    assert!(!holds(dir(), Entry::Missing), "missing");
+    let link = Entry::Symlink { target: "x".into() };
+    assert!(!holds(dir(), link.clone()), "a symlink where the file was");
+    assert!(!holds(link, file(1, Some('a'))), "a symlink on the way");
+    let mut s = Storage::default();
+    assert!(
+        Republication::state_file_holds(&s),
+        "a file (or nothing) there"
+    );
+    s.entries.insert(crate::state::STATE_FILE, dir());
+    assert!(!Republication::state_file_holds(&s));
+}
