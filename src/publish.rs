@@ -254,26 +254,18 @@ impl StateMemo {
     /// The state file parsed, again only when its bytes changed since the last read. The
     /// bytes are not kept (at a million outputs they are 150 MB): their sha256 is.
     fn read(&mut self, view: &View) -> Result<Rc<StateFile>> {
-        let read = match view {
-            View::Store(s) => s.read_state()?,
-            View::Missing | View::Unsafe(_) => local::StateBytes::Absent,
+        let View::Store(s) = view else {
+            // Nothing there, or not usable: nothing to parse.
+            return Ok(Rc::new(StateFile::Absent));
         };
-        let local::StateBytes::Bytes(bytes) = read else {
-            // Absent, or not a regular file: nothing to parse.
-            return Ok(Rc::new(read.parse()));
-        };
-        let seen = ContentHash::of(&bytes);
         if let Some((before, state)) = &self.0
-            && *before == seen
+            && s.state_sha256()? == Some(*before)
         {
             return Ok(Rc::clone(state));
         }
-        let version = match view {
-            View::Store(s) => s.state_version(),
-            View::Missing | View::Unsafe(_) => 1,
-        };
-        let state = Rc::new(StateFile::parse(&bytes).for_version(version));
-        self.0 = Some((seen, Rc::clone(&state)));
+        let (parsed, sha) = s.read_state_parsed()?;
+        let state = Rc::new(parsed.for_version(s.state_version()));
+        self.0 = sha.map(|sha| (sha, Rc::clone(&state)));
         Ok(state)
     }
 }

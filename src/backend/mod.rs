@@ -19,7 +19,9 @@ pub mod s3;
 
 use crate::error::Result;
 use crate::execute::StagedOperation;
+use crate::hash::ContentHash;
 use crate::plan::Storage;
+use crate::state::StateFile;
 use local::{Proof, StagingEntry, StateBytes};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -66,6 +68,20 @@ pub trait BundleStore: std::fmt::Debug + Sync {
 
     /// What stands at `.distributor.json`.
     fn read_state(&self) -> Result<StateBytes>;
+
+    /// `.distributor.json` parsed, with the sha256 of the bytes parsed (`None` when no
+    /// regular file holds them). The local backend parses the file as it reads it, never
+    /// holding its bytes whole.
+    fn read_state_parsed(&self) -> Result<(StateFile, Option<ContentHash>)> {
+        let read = self.read_state()?;
+        Ok((read.parse(), read.bytes().map(ContentHash::of)))
+    }
+
+    /// The sha256 of `.distributor.json`'s bytes, `None` when no regular file holds them:
+    /// whether it changed since [`BundleStore::read_state_parsed`].
+    fn state_sha256(&self) -> Result<Option<ContentHash>> {
+        Ok(self.read_state()?.bytes().map(ContentHash::of))
+    }
 
     /// Where the storage is, when a bundle path alone does not say (an object store's
     /// endpoint and region), for the staging record and the journal.

@@ -222,7 +222,9 @@ impl Journal {
             });
         }
         self.conn
-            .execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA mmap_size = 268435456;")
+            .execute_batch(
+                "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA mmap_size = 16777216;",
+            )
             .map_err(|e| jerr(&self.path, e))
     }
 

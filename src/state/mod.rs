@@ -129,10 +129,12 @@ struct OutputDoc {
     path: String,
     size: u64,
     sha256: ContentHash,
+    // Boxed (16 bytes, not 24): a million parsed documents are converted in place into
+    // records, whose size they then set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    etag: Option<String>,
+    etag: Option<Box<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    owner: Option<String>,
+    owner: Option<Box<str>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -147,7 +149,28 @@ struct LinkDoc {
 impl StateFile {
     /// Classifies the bytes of a state file.
     pub fn parse(bytes: &[u8]) -> StateFile {
-        match parse_state(bytes) {
+        Self::of(parse_state(&|| serde_json::Deserializer::from_slice(bytes)))
+    }
+
+    /// Classifies a state file as it is read, without holding its bytes: `open` gives a
+    /// reader from the document's start for each pass parsing takes (the head, then the
+    /// typed records). A state that is not valid is read whole to explain why, exactly as
+    /// [`StateFile::parse`] does (a reader's error positions are a column off).
+    pub fn parse_from<R: std::io::Read>(open: impl Fn() -> R) -> StateFile {
+        if let Some(valid) = short_way(&|| serde_json::Deserializer::from_reader(open()))
+            && valid.is_ok()
+        {
+            return Self::of(valid);
+        }
+        let mut bytes = Vec::new();
+        match open().read_to_end(&mut bytes) {
+            Ok(_) => StateFile::parse(&bytes),
+            Err(e) => StateFile::Invalid(format!("cannot be read: {e}")),
+        }
+    }
+
+    fn of(parsed: Result<State, String>) -> StateFile {
+        match parsed {
             Ok(s) => StateFile::Valid(s),
             Err(reason) => StateFile::Invalid(reason),
         }
@@ -220,29 +243,38 @@ impl<'de> serde::de::Visitor<'de> for HeadSeed<'_> {
     }
 }
 
-fn parse_state(bytes: &[u8]) -> Result<State, String> {
-    // The short way: the head from the first keys, then the typed pass. It is taken only
-    // when all of it succeeds, and then it is what the long way would have found: the
-    // typed pass read the whole document (a duplicate key, a syntax error or anything
-    // after the object fails it).
-    let (head, read) = read_head(bytes, true);
-    if read.is_err_and(|e| e.to_string().starts_with(HEAD_READ))
-        && let Ok((version, mode)) = mode_of(&head)
-        && let Ok(state) = typed_state(bytes, version, mode)
-    {
-        validate(&state)?;
-        return Ok(state);
+/// A JSON reader over a state document, from its start.
+type Open<'o, R> = &'o dyn Fn() -> serde_json::Deserializer<R>;
+
+fn parse_state<'de, R: serde_json::de::Read<'de>>(open: Open<R>) -> Result<State, String> {
+    if let Some(validated) = short_way(open) {
+        return validated;
     }
     // The long way, which explains what is wrong.
-    let (head, read) = read_head(bytes, false);
+    let (head, read) = read_head(open(), false);
     read.map_err(|e| match e.classify() {
         serde_json::error::Category::Data => "not a JSON object".to_string(),
         _ => format!("not JSON: {e}"),
     })?;
     let (version, mode) = mode_of(&head)?;
-    let state = typed_state(bytes, version, mode)?;
+    let state = typed_state(open(), version, mode)?;
     validate(&state)?;
     Ok(state)
+}
+
+/// The short way: the head from the first keys, then the typed pass, then validation;
+/// `None` when reading fails. It is taken only when all the reading succeeds, and then it
+/// is what the long way would have found: the typed pass read the whole document (a
+/// duplicate key, a syntax error or anything after the object fails it).
+fn short_way<'de, R: serde_json::de::Read<'de>>(open: Open<R>) -> Option<Result<State, String>> {
+    let (head, read) = read_head(open(), true);
+    if read.is_err_and(|e| e.to_string().starts_with(HEAD_READ))
+        && let Ok((version, mode)) = mode_of(&head)
+        && let Ok(state) = typed_state(open(), version, mode)
+    {
+        return Some(validate(&state).map(|()| state));
+    }
+    None
 }
 
 /// The planned post-state `bytes` (rendered before anything was uploaded) with each
@@ -252,10 +284,11 @@ pub fn fill_etags(
     bytes: &[u8],
     mut etag_of: impl FnMut(&str, &ContentHash) -> Option<String>,
 ) -> Result<Vec<u8>, String> {
-    let (head, read) = read_head(bytes, false);
+    let open = || serde_json::Deserializer::from_slice(bytes);
+    let (head, read) = read_head(open(), false);
     read.map_err(|e| format!("planned post-state is not JSON: {e}"))?;
     let (_, mode) = mode_of(&head)?;
-    let mut state = typed_state(bytes, 2, mode)?;
+    let mut state = typed_state(open(), 2, mode)?;
     for o in state.outputs.iter_mut() {
         let etag = etag_of(&o.path, &o.sha256).ok_or_else(|| {
             format!(
@@ -272,12 +305,23 @@ pub fn fill_etags(
 
 /// Reads the head of a state file, and the whole document as JSON after it; with `early`,
 /// stops with the [`HEAD_READ`] error as soon as both keys are in.
-fn read_head(bytes: &[u8], early: bool) -> (Head, serde_json::Result<()>) {
+fn read_head<'de, R: serde_json::de::Read<'de>>(
+    mut de: serde_json::Deserializer<R>,
+    early: bool,
+) -> (Head, serde_json::Result<()>) {
     let mut head = Head::default();
-    let mut de = serde_json::Deserializer::from_slice(bytes);
     let read = serde::de::DeserializeSeed::deserialize(HeadSeed(&mut head, early), &mut de)
         .and_then(|()| de.end());
     (head, read)
+}
+
+/// The whole document read as a `T`.
+fn read_whole<'de, T: Deserialize<'de>, R: serde_json::de::Read<'de>>(
+    mut de: serde_json::Deserializer<R>,
+) -> serde_json::Result<T> {
+    let value = T::deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
 }
 
 /// The version and mode the head names, if it is a state this distributor reads.
@@ -301,11 +345,15 @@ fn mode_of(head: &Head) -> Result<(u32, StateMode), String> {
 }
 
 /// The document read as state of `mode` (not validated yet).
-fn typed_state(bytes: &[u8], version: u32, mode: StateMode) -> Result<State, String> {
+fn typed_state<'de, R: serde_json::de::Read<'de>>(
+    de: serde_json::Deserializer<R>,
+    version: u32,
+    mode: StateMode,
+) -> Result<State, String> {
     let state = match mode {
         StateMode::SingleOwner => {
             let d: SingleOwnerDoc =
-                serde_json::from_slice(bytes).map_err(|e| format!("single_owner state: {e}"))?;
+                read_whole(de).map_err(|e| format!("single_owner state: {e}"))?;
             let owner = Owner::new(d.pipeline_id, d.destination_id);
             let shared = Arc::new(owner.clone());
             // Converted in place: the records reuse the parsed documents' allocation (at a
@@ -320,7 +368,7 @@ fn typed_state(bytes: &[u8], version: u32, mode: StateMode) -> Result<State, Str
                         path: o.path,
                         size: o.size,
                         sha256: o.sha256,
-                        etag: o.etag,
+                        etag: o.etag.map(String::from),
                         owner: Arc::clone(&shared),
                     }),
                 })
@@ -354,8 +402,7 @@ fn typed_state(bytes: &[u8], version: u32, mode: StateMode) -> Result<State, Str
             }
         }
         StateMode::SharedRoot => {
-            let d: SharedRootDoc =
-                serde_json::from_slice(bytes).map_err(|e| format!("shared_root state: {e}"))?;
+            let d: SharedRootDoc = read_whole(de).map_err(|e| format!("shared_root state: {e}"))?;
             let mut owners = Vec::with_capacity(d.owners.len());
             for o in d.owners {
                 let owner = Owner::new(o.pipeline_id, o.destination_id);
@@ -378,9 +425,9 @@ fn typed_state(bytes: &[u8], version: u32, mode: StateMode) -> Result<State, Str
                 .iter()
                 .map(|r| (r.owner.to_string(), Arc::new(r.owner.clone())))
                 .collect();
-            let find = |name: Option<String>, path: &str| -> Result<Arc<Owner>, String> {
+            let find = |name: Option<&str>, path: &str| -> Result<Arc<Owner>, String> {
                 let name = name.ok_or_else(|| format!("'{path}' names no owner"))?;
-                by_name.get(&name).map(Arc::clone).ok_or_else(|| {
+                by_name.get(name).map(Arc::clone).ok_or_else(|| {
                     format!("'{path}' names owner '{name}', which is not listed in owners")
                 })
             };
@@ -388,17 +435,17 @@ fn typed_state(bytes: &[u8], version: u32, mode: StateMode) -> Result<State, Str
             let outputs = (d.outputs.into_iter())
                 .map(|o| {
                     Ok(RecordedOutput {
-                        owner: find(o.owner, &o.path)?,
+                        owner: find(o.owner.as_deref(), &o.path)?,
                         path: o.path,
                         size: o.size,
                         sha256: o.sha256,
-                        etag: o.etag,
+                        etag: o.etag.map(String::from),
                     })
                 })
                 .collect::<Result<Vec<_>, String>>()?;
             let mut links = Vec::with_capacity(d.links.len());
             for l in d.links {
-                let owner = find(l.owner, &l.path)?;
+                let owner = find(l.owner.as_deref(), &l.path)?;
                 links.push(RecordedLink {
                     path: l.path,
                     target: l.target,

@@ -4,6 +4,33 @@
 use super::*;
 use serde_json::{Value, json};
 
+/// A state file parsed from memory, and as read through a reader that gives one byte at a
+/// time (what the local backend does with a large state file, at its hardest split): both
+/// ways must reach the same state, or the same reason it is invalid.
+fn parse(bytes: &[u8]) -> StateFile {
+    struct OneByte<'b>(&'b [u8]);
+    impl std::io::Read for OneByte<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let Some((first, rest)) = self.0.split_first() else {
+                return Ok(0);
+            };
+            if buf.is_empty() {
+                return Ok(0);
+            }
+            buf[0] = *first;
+            self.0 = rest;
+            Ok(1)
+        }
+    }
+    let whole = StateFile::parse(bytes);
+    assert_eq!(
+        StateFile::parse_from(|| OneByte(bytes)),
+        whole,
+        "parsed as read"
+    );
+    whole
+}
+
 fn sha(c: char) -> String {
     c.to_string().repeat(64)
 }
@@ -78,14 +105,14 @@ fn shared_root() -> State {
 }
 
 fn parse_valid(bytes: &[u8]) -> State {
-    match StateFile::parse(bytes) {
+    match parse(bytes) {
         StateFile::Valid(s) => s,
         other => panic!("not valid: {other:?}\n{}", String::from_utf8_lossy(bytes)),
     }
 }
 
 fn invalid_reason(v: &Value) -> String {
-    match StateFile::parse(v.to_string().as_bytes()) {
+    match parse(v.to_string().as_bytes()) {
         StateFile::Invalid(r) => r,
         other => panic!("accepted: {other:?}\n{v:#}"),
     }
@@ -243,7 +270,7 @@ fn not_json_or_not_an_object_is_invalid() {
         b"\xff\xfe",
     ] {
         assert!(
-            matches!(StateFile::parse(bytes), StateFile::Invalid(_)),
+            matches!(parse(bytes), StateFile::Invalid(_)),
             "{bytes:?} accepted"
         );
     }
@@ -251,7 +278,7 @@ fn not_json_or_not_an_object_is_invalid() {
     // head is read first and stops at its two keys; the syntax error further on is still
     // reported as "not JSON".
     for full in [single_owner().render(), shared_root().render()] {
-        let reason = |bytes: &[u8]| match StateFile::parse(bytes) {
+        let reason = |bytes: &[u8]| match parse(bytes) {
             StateFile::Invalid(r) => r,
             other => panic!("accepted: {other:?}"),
         };
@@ -269,7 +296,7 @@ fn not_json_or_not_an_object_is_invalid() {
 /// range, a duplicate head key at the end.
 #[test]
 fn invalid_state_reasons_come_from_the_whole_document() {
-    let reason = |b: &[u8]| match StateFile::parse(b) {
+    let reason = |b: &[u8]| match parse(b) {
         StateFile::Invalid(r) => r,
         _ => panic!("accepted: {}", String::from_utf8_lossy(b)),
     };
@@ -342,7 +369,7 @@ fn future_or_missing_state_version_is_invalid() {
         o["etag"] = json!("\"abc\"");
     }
     let bytes = serde_json::to_vec(&v).unwrap();
-    let state = match StateFile::parse(&bytes) {
+    let state = match parse(&bytes) {
         StateFile::Valid(s) => s,
         other => panic!("{other:?}"),
     };

@@ -71,6 +71,12 @@ impl BundleStore for Bundle {
     fn read_state(&self) -> Result<StateBytes> {
         Bundle::read_state(self)
     }
+    fn read_state_parsed(&self) -> Result<(crate::state::StateFile, Option<ContentHash>)> {
+        Bundle::read_state_parsed(self)
+    }
+    fn state_sha256(&self) -> Result<Option<ContentHash>> {
+        Bundle::state_sha256(self)
+    }
     fn probe<'a>(
         &self,
         paths: &[(&'a str, Option<Proof<'a>>)],
@@ -529,5 +535,78 @@ mod tests {
             assert!(in_order.iter().eq(reversed.iter().rev()), "{wanted:?}");
             assert_eq!(f.vouching("b/x", &hb), Some(&placed(4)));
         }
+    }
+
+    /// A state file larger than distributor reads whole is parsed as it is read
+    /// (`Bundle::parse_state_file`, a 256 KiB buffer and several passes): the same state
+    /// and sha256 as read whole, the same reason when it is not valid, and past the size
+    /// limit it is refused as too large.
+    #[test]
+    fn a_state_file_parsed_as_read_is_the_state_read_whole() {
+        use crate::model::{Owner, ReconciliationMode, SourceRef, StateMode};
+        use crate::state::{OwnerRecord, RecordedOutput, State, StateFile};
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("bundle");
+        std::fs::create_dir(&dir).unwrap();
+        let b = Bundle::open(tmp.path(), &dir).unwrap().unwrap();
+        let owner = Owner::new("p", "d");
+        let shared = std::sync::Arc::new(owner.clone());
+        let state = State {
+            version: 1,
+            mode: StateMode::SingleOwner,
+            owners: vec![OwnerRecord {
+                owner,
+                source: SourceRef {
+                    id: "nightly".into(),
+                    created_at: "2026-12-02T06:00:00Z".into(),
+                    digest: format!("sha256:{}", ContentHash([7; 32]).hex()),
+                },
+                reconciliation: ReconciliationMode::Replace,
+                published_at: "2026-12-02T06:00:01Z".into(),
+                operation_id: "00000000-0000-4000-8000-000000000000".into(),
+            }],
+            // About 600 KB: several reads of the parser's buffer.
+            outputs: (0..4000)
+                .map(|i| RecordedOutput {
+                    path: format!("d{}/f{i:05}.txt", i % 7),
+                    size: i,
+                    sha256: ContentHash([(i % 251) as u8; 32]),
+                    etag: None,
+                    owner: std::sync::Arc::clone(&shared),
+                })
+                .collect(),
+            links: vec![],
+        };
+        let mut state = state;
+        state.outputs.sort_by(|a, b| a.path.cmp(&b.path));
+        let rendered = state.render();
+        assert!(rendered.len() > 2 * 256 * 1024);
+        let file = dir.join(crate::state::STATE_FILE);
+        let parse = |bytes: &[u8], limit: u64| {
+            std::fs::write(&file, bytes).unwrap();
+            let f = std::fs::File::open(&file).unwrap();
+            b.parse_state_file(&f, limit).unwrap()
+        };
+        let plenty = 1 << 30;
+        let (parsed, sha) = parse(&rendered, plenty);
+        assert_eq!(parsed, StateFile::Valid(state));
+        assert_eq!(sha, Some(ContentHash::of(&rendered)));
+        let broken = &rendered[..rendered.len() - 100];
+        let (parsed, _) = parse(broken, plenty);
+        assert!(matches!(parsed, StateFile::Invalid(_)));
+        assert_eq!(
+            parsed,
+            StateFile::parse(broken),
+            "the reason read whole gives"
+        );
+        let limit = rendered.len() as u64 - 1;
+        let (parsed, sha) = parse(&rendered, limit);
+        let why = crate::limits::over(
+            &file.display().to_string(),
+            limit + 1,
+            limit,
+            crate::limits::STATE_VAR,
+        );
+        assert_eq!((parsed, sha), (StateFile::Invalid(why), None));
     }
 }

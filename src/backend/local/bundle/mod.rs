@@ -30,9 +30,10 @@ use crate::execute::{
     StagedOperation, StagingLayout,
 };
 use crate::failpoint;
+use crate::hash::ContentHash;
 use crate::plan::Replaced;
 use crate::source::relative_link_target;
-use crate::state::STATE_FILE;
+use crate::state::{STATE_FILE, StateFile};
 use rustix::fs::FileType;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
@@ -92,6 +93,50 @@ impl StateBytes {
             StateBytes::Unusable(why) => StateFile::Invalid(why.clone()),
             StateBytes::Bytes(b) => StateFile::parse(b),
         }
+    }
+}
+
+/// A state file up to this size is read whole, then parsed; a larger one is parsed as it
+/// is read ([`Bundle::read_state_parsed`]).
+const PARSED_IN_MEMORY: u64 = 16 * 1024 * 1024;
+
+/// The buffer a state file is parsed through.
+const STATE_READ_BUF: usize = 256 * 1024;
+
+/// Reads a state file from its start by position (each pass of the parser its own
+/// offset), at most one byte past the size limit, hashing what it reads. Reaching the end
+/// records the sha256 and the count read in `end`; a read error is kept in `failed` (the
+/// parser sees it only as a syntax error).
+struct StateRead<'f> {
+    file: &'f File,
+    pos: u64,
+    limit: u64,
+    sha: Sha256,
+    end: &'f std::cell::Cell<Option<(ContentHash, u64)>>,
+    failed: &'f std::cell::RefCell<Option<std::io::Error>>,
+}
+
+impl Read for StateRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let room = (self.limit + 1 - self.pos.min(self.limit + 1)).min(buf.len() as u64);
+        let n = match self.file.read_at(&mut buf[..room as usize], self.pos) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Err(e),
+            Err(e) => {
+                let kept = std::io::Error::new(e.kind(), e.to_string());
+                *self.failed.borrow_mut() = Some(e);
+                return Err(kept);
+            }
+        };
+        if n == 0 {
+            let sha = std::mem::take(&mut self.sha);
+            self.end.set(Some((ContentHash::from(sha), self.pos)));
+        } else {
+            self.sha.update(&buf[..n]);
+            self.pos += n as u64;
+        }
+        Ok(n)
     }
 }
 
@@ -452,47 +497,130 @@ impl Bundle {
 
     /// What stands at `.distributor.json`.
     pub fn read_state(&self) -> Result<StateBytes> {
-        let path = self.path.join(STATE_FILE);
-        let limit = crate::limits::state_bytes()?;
-        let too_large = |size: u64| {
-            StateBytes::Unusable(crate::limits::over(
-                &path.display().to_string(),
-                size,
-                limit,
-                crate::limits::STATE_VAR,
-            ))
+        let (f, size, limit) = match self.open_state()? {
+            Ok(opened) => opened,
+            Err(not_bytes) => return Ok(not_bytes),
         };
-        match self.dir.stat_opt(STATE_FILE).ctx("stat", &path)? {
-            None => Ok(StateBytes::Absent),
-            Some(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => Ok(
-                StateBytes::Unusable(format!("{} is not a regular file", path.display())),
-            ),
-            Some(st) if st.st_size as u64 > limit => Ok(too_large(st.st_size as u64)),
-            Some(st) => {
-                let (f, _) = match self.dir.open_file(STATE_FILE) {
-                    Ok(x) => x,
-                    // Replaced by something else since the stat.
-                    Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
-                        return Ok(StateBytes::Unusable(format!(
-                            "{} is not a regular file",
-                            path.display()
-                        )));
-                    }
-                    Err(e) => return Err(Error::io("read", path, e)),
-                };
-                // At most one byte past the limit: a file that grew since the stat is
-                // refused too, without reading it all.
-                // Sized to the file up front (one allocation, not a doubling series).
-                let mut bytes = Vec::with_capacity(st.st_size as usize + 1);
-                f.take(limit + 1)
-                    .read_to_end(&mut bytes)
-                    .ctx("read", &path)?;
-                if bytes.len() as u64 > limit {
-                    return Ok(too_large(bytes.len() as u64));
+        let path = self.path.join(STATE_FILE);
+        // At most one byte past the limit: a file that grew since the stat is refused too,
+        // without reading it all. Sized to the file up front (one allocation, not a
+        // doubling series).
+        let mut bytes = Vec::with_capacity(size as usize + 1);
+        f.take(limit + 1)
+            .read_to_end(&mut bytes)
+            .ctx("read", &path)?;
+        if bytes.len() as u64 > limit {
+            return Ok(self.state_too_large(bytes.len() as u64, limit));
+        }
+        Ok(StateBytes::Bytes(bytes))
+    }
+
+    /// `.distributor.json` parsed as it is read, with the sha256 of the bytes parsed
+    /// (`None` unless a regular file was read to its end): its bytes are never held whole
+    /// (at a million outputs they are 150 MB, as much again as the parsed records).
+    pub fn read_state_parsed(&self) -> Result<(StateFile, Option<ContentHash>)> {
+        let (f, size, limit) = match self.open_state()? {
+            Ok(opened) => opened,
+            Err(not_bytes) => return Ok((not_bytes.parse(), None)),
+        };
+        if size <= PARSED_IN_MEMORY {
+            // Parsing from memory is about a third faster, and at this size the bytes are
+            // a few megabytes.
+            drop(f);
+            let read = self.read_state()?;
+            return Ok((read.parse(), read.bytes().map(ContentHash::of)));
+        }
+        self.parse_state_file(&f, limit)
+    }
+
+    /// [`Bundle::read_state_parsed`] of a state file larger than [`PARSED_IN_MEMORY`],
+    /// opened as `f`: parsed as it is read.
+    pub(crate) fn parse_state_file(
+        &self,
+        f: &File,
+        limit: u64,
+    ) -> Result<(StateFile, Option<ContentHash>)> {
+        let end = std::cell::Cell::new(None);
+        let failed = std::cell::RefCell::new(None);
+        let open = || {
+            let read = StateRead {
+                file: f,
+                pos: 0,
+                limit,
+                sha: Sha256::new(),
+                end: &end,
+                failed: &failed,
+            };
+            std::io::BufReader::with_capacity(STATE_READ_BUF, read)
+        };
+        let parsed = StateFile::parse_from(open);
+        if let Some(e) = failed.into_inner() {
+            return Err(Error::io("read", self.path.join(STATE_FILE), e));
+        }
+        match end.get() {
+            Some((_, read)) if read > limit => {
+                Ok((self.state_too_large(read, limit).parse(), None))
+            }
+            Some((sha, _)) => Ok((parsed, Some(sha))),
+            None => Ok((parsed, None)),
+        }
+    }
+
+    /// The sha256 of `.distributor.json`'s bytes, read through without holding them;
+    /// `None` when no regular file within the size limit holds them.
+    pub fn state_sha256(&self) -> Result<Option<ContentHash>> {
+        let (f, _, limit) = match self.open_state()? {
+            Ok(opened) => opened,
+            Err(_) => return Ok(None),
+        };
+        let (mut sha, mut read) = (Sha256::new(), 0u64);
+        let mut buf = vec![0u8; STATE_READ_BUF];
+        let mut f = f.take(limit + 1);
+        loop {
+            match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    sha.update(&buf[..n]);
+                    read += n as u64;
                 }
-                Ok(StateBytes::Bytes(bytes))
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("read", self.path.join(STATE_FILE), e)),
             }
         }
+        Ok((read <= limit).then(|| ContentHash::from(sha)))
+    }
+
+    /// `.distributor.json` opened for reading, with its size and the size limit; or what
+    /// stands there instead (nothing, or why it cannot be state).
+    fn open_state(&self) -> Result<std::result::Result<(File, u64, u64), StateBytes>> {
+        let path = self.path.join(STATE_FILE);
+        let limit = crate::limits::state_bytes()?;
+        let not_a_file =
+            || StateBytes::Unusable(format!("{} is not a regular file", path.display()));
+        match self.dir.stat_opt(STATE_FILE).ctx("stat", &path)? {
+            None => Ok(Err(StateBytes::Absent)),
+            Some(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => {
+                Ok(Err(not_a_file()))
+            }
+            Some(st) if st.st_size as u64 > limit => {
+                Ok(Err(self.state_too_large(st.st_size as u64, limit)))
+            }
+            Some(st) => match self.dir.open_file(STATE_FILE) {
+                Ok((f, _)) => Ok(Ok((f, st.st_size as u64, limit))),
+                // Replaced by something else since the stat.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Ok(Err(not_a_file())),
+                Err(e) => Err(Error::io("read", path, e)),
+            },
+        }
+    }
+
+    fn state_too_large(&self, size: u64, limit: u64) -> StateBytes {
+        StateBytes::Unusable(crate::limits::over(
+            &self.path.join(STATE_FILE).display().to_string(),
+            size,
+            limit,
+            crate::limits::STATE_VAR,
+        ))
     }
 
     /// Whether the directory `rel` exists (as a real directory reached without symlinks).
