@@ -557,15 +557,10 @@ fn read_destination<'m>(
     };
     let mut fingerprints = local::Fingerprints::default();
     if let Some(state) = &state {
-        let outputs = &source.manifest.outputs;
-        let mut wanted = Vec::with_capacity(outputs.len());
-        wanted.extend(
-            (outputs.iter())
-                .zip(recorded_same(state, source))
-                .filter(|(_, same)| *same)
-                .map(|(o, _)| (o.path.as_str(), &o.sha256)),
+        fingerprints = local::Fingerprints::wanting_outputs(
+            &source.manifest.outputs,
+            recorded_same(state, source),
         );
-        fingerprints = local::Fingerprints::wanting(wanted);
         journal.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
     }
     Ok(DestinationRead {
@@ -593,11 +588,9 @@ fn publish_one(
         let mut fingerprints = local::Fingerprints::default();
         if let Some(v) = view {
             let bundle = bundle_path(config, dest, source)?;
-            fingerprints = local::Fingerprints::wanting(
-                (source.manifest.outputs.iter())
-                    .map(|o| (o.path.as_str(), &o.sha256))
-                    .collect::<Vec<_>>(),
-            );
+            let outputs = &source.manifest.outputs;
+            fingerprints =
+                local::Fingerprints::wanting_outputs(outputs, outputs.iter().map(|_| true));
             v.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
         }
         let plan = plan_one(config, dest, source, opts.force, &fingerprints)?;

@@ -641,20 +641,34 @@ pub(crate) fn read_fingerprints(
             break;
         };
         let id: i64 = r.get(0).map_err(err)?;
-        let text = r.get_ref(1).and_then(|v| Ok(v.as_str()?)).map_err(err)?;
         let action_set: Option<i64> = if version >= 8 {
-            r.get(2).map_err(err)?
+            r.get(1).map_err(err)?
         } else {
             None
         };
+        // The set is read through a blob handle as it is parsed: at a million files it is
+        // 40 MB of text that a column value would hold whole.
+        let set = conn
+            .blob_open(
+                rusqlite::MAIN_DB,
+                "journal_placement_sets",
+                "placements",
+                id,
+                true,
+            )
+            .map_err(err)?;
         if let Some(action_set) = action_set {
             let bases = (
-                r.get::<_, Option<i64>>(3).map_err(err)?.unwrap_or(0),
-                r.get::<_, Option<i64>>(4).map_err(err)?,
+                r.get::<_, Option<i64>>(2).map_err(err)?.unwrap_or(0),
+                r.get::<_, Option<i64>>(3).map_err(err)?,
             );
-            offer_commit_set(conn, journal, id, text, action_set, bases, wanted)?;
+            offer_commit_set(conn, journal, id, set, action_set, bases, wanted)?;
             continue;
         }
+        let text = serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(
+            SET_READ_BUF,
+            set,
+        ));
         for_each_element(text, |SetEntry(path, size, mtime_ns, ino, sha256, ctime_ns)| {
             let placed = crate::backend::local::Placed {
                 size: size as u64,
@@ -705,7 +719,7 @@ fn offer_commit_set(
     conn: &Connection,
     journal: &Path,
     id: i64,
-    text: &str,
+    set: rusqlite::blob::Blob<'_>,
     action_set: i64,
     (mtime_base, ctime_base): (i64, Option<i64>),
     wanted: &mut crate::backend::local::Fingerprints<'_>,
@@ -721,7 +735,12 @@ fn offer_commit_set(
              WHERE action_set = ?1 AND seq >= ?2 ORDER BY seq",
         )
         .map_err(err)?;
-    let mut rows = stmt.query([action_set, first_seq(text)]).map_err(err)?;
+    let mut head = [0u8; 64];
+    let head = set.read_at(&mut head, 0).map(|n| &head[..n]).map_err(err)?;
+    let first = first_seq(std::str::from_utf8(head).unwrap_or_default());
+    let mut rows = stmt.query([action_set, first]).map_err(err)?;
+    let text =
+        serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(SET_READ_BUF, set));
     let mut hex = [0u8; 64];
     // Each element offered as it is parsed: at a million files, the set as a list would
     // be 40 MB more at the republication's peak.
@@ -763,8 +782,12 @@ fn offer_commit_set(
     })
 }
 
+/// The buffer a placement set is parsed through.
+const SET_READ_BUF: usize = 256 * 1024;
+
 /// The `seq` of a commit set's first element (`[[seq,...`), to start reading its actions
-/// there; 0 (from the first action) when the text does not start that way.
+/// there; 0 (from the first action) when the text does not start that way (or its head
+/// is cut inside a character).
 fn first_seq(text: &str) -> i64 {
     let head = text.trim_start().strip_prefix('[').map(str::trim_start);
     let head = head.and_then(|h| h.strip_prefix('[')).map(str::trim_start);
@@ -783,10 +806,10 @@ enum Stopped {
     By(Error),
 }
 
-/// Calls `f` with each element of the JSON array `text` as it is parsed, without
-/// collecting them, until `f` returns `Ok(false)` (done: the rest is not parsed) or fails.
-fn for_each_element<'de, T: serde::Deserialize<'de>>(
-    text: &'de str,
+/// Calls `f` with each element of the JSON array `text` reads as it is parsed, without
+/// collecting them, until `f` returns `Ok(false)` (done: the rest is not read) or fails.
+fn for_each_element<'de, T: serde::Deserialize<'de>, R: serde_json::de::Read<'de>>(
+    mut text: serde_json::Deserializer<R>,
     f: impl FnMut(T) -> Result<bool>,
 ) -> std::result::Result<(), Stopped> {
     struct Each<F, T>(F, Option<Error>, std::marker::PhantomData<T>);
@@ -816,8 +839,7 @@ fn for_each_element<'de, T: serde::Deserialize<'de>>(
     }
     const DONE: &str = "distributor: stopped";
     let mut each = Each(f, None, std::marker::PhantomData);
-    let mut de = serde_json::Deserializer::from_str(text);
-    let read = serde::Deserializer::deserialize_seq(&mut de, &mut each).and_then(|()| de.end());
+    let read = serde::Deserializer::deserialize_seq(&mut text, &mut each).and_then(|()| text.end());
     match (read, each.1) {
         (_, Some(e)) => Err(Stopped::By(e)),
         (Err(e), None) if e.to_string().starts_with(DONE) => Ok(()),
@@ -944,11 +966,11 @@ struct SetEntry<'a>(
 );
 
 /// A bundle path's placement sets, newest first (through `journal_placement_sets_latest`).
-const LATEST_PLACEMENT_SETS: &str = "SELECT id, placements, action_set, mtime_base, ctime_base
+const LATEST_PLACEMENT_SETS: &str = "SELECT id, action_set, mtime_base, ctime_base
      FROM journal_placement_sets WHERE bundle_path = ?1 ORDER BY id DESC";
 
 /// The same in a journal of schemas 5-7, whose sets all have the schema 5 form.
-const LATEST_PLACEMENT_SETS_V5: &str = "SELECT id, placements FROM journal_placement_sets
+const LATEST_PLACEMENT_SETS_V5: &str = "SELECT id FROM journal_placement_sets
      WHERE bundle_path = ?1 ORDER BY id DESC";
 
 /// A bundle path's per-file placements (schemas 1-4), newest first (through

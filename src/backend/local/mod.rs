@@ -175,16 +175,51 @@ pub const STAGING_DIR: &str = ".distributor-staging";
 /// right after the one found last, without a map ([`crate::ordered::InOrder`]).
 #[derive(Debug, Default)]
 pub struct Fingerprints<'a> {
-    /// Wanted paths and the hash each is wanted for.
-    wanted: Vec<(&'a str, &'a ContentHash)>,
+    /// The paths, and the hash each is wanted for.
+    keys: Keys<'a>,
+    /// One per key.
     slots: Vec<Slot>,
-    /// Finds a path in `wanted`.
+    /// Finds a path among the keys.
     order: crate::ordered::InOrder,
     open: usize,
 }
 
+/// The paths fingerprints are asked of, and the hash each is wanted for.
+#[derive(Debug)]
+enum Keys<'a> {
+    /// Listed one by one.
+    Listed(Vec<(&'a str, &'a ContentHash)>),
+    /// A manifest's outputs, not copied (at a million files a list of them would be 24
+    /// MB); those not wanted have the slot [`Slot::Unwanted`].
+    Outputs(&'a [crate::source::OutputEntry]),
+}
+
+impl Default for Keys<'_> {
+    fn default() -> Self {
+        Keys::Listed(Vec::new())
+    }
+}
+
+impl<'a> Keys<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Keys::Listed(v) => v.len(),
+            Keys::Outputs(o) => o.len(),
+        }
+    }
+
+    fn get(&self, i: usize) -> (&'a str, &'a ContentHash) {
+        match self {
+            Keys::Listed(v) => v[i],
+            Keys::Outputs(o) => (o[i].path.as_str(), &o[i].sha256),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Slot {
+    /// Not asked for.
+    Unwanted,
     /// No placement offered yet.
     Wanted,
     /// The newest placement, which recorded the wanted hash.
@@ -227,7 +262,25 @@ impl<'a> Fingerprints<'a> {
         Fingerprints {
             slots: vec![Slot::Wanted; wanted.len()],
             open: wanted.len(),
-            wanted,
+            keys: Keys::Listed(wanted),
+            order: Default::default(),
+        }
+    }
+
+    /// Wants the newest placement of each of `outputs` that `wanted` says (by index), to
+    /// prove it holds its sha256.
+    pub fn wanting_outputs(
+        outputs: &'a [crate::source::OutputEntry],
+        wanted: impl IntoIterator<Item = bool>,
+    ) -> Self {
+        let slots: Vec<Slot> = (wanted.into_iter())
+            .map(|w| if w { Slot::Wanted } else { Slot::Unwanted })
+            .collect();
+        assert_eq!(slots.len(), outputs.len(), "one answer per output");
+        Fingerprints {
+            open: slots.iter().filter(|s| matches!(s, Slot::Wanted)).count(),
+            slots,
+            keys: Keys::Outputs(outputs),
             order: Default::default(),
         }
     }
@@ -239,7 +292,7 @@ impl<'a> Fingerprints<'a> {
 
     /// The slot of `path`.
     fn index(&self, path: &str) -> Option<usize> {
-        (self.order).find(self.wanted.len(), |i| self.wanted[i].0, path)
+        (self.order).find(self.keys.len(), |i| self.keys.get(i).0, path)
     }
 
     /// Offers a placement of `path` that recorded `sha256`; placements must come newest
@@ -249,7 +302,7 @@ impl<'a> Fingerprints<'a> {
             return;
         };
         if let Slot::Wanted = self.slots[i] {
-            self.slots[i] = if *self.wanted[i].1 == *sha256 {
+            self.slots[i] = if *self.keys.get(i).1 == *sha256 {
                 Slot::Found(placed)
             } else {
                 Slot::Other
@@ -262,7 +315,7 @@ impl<'a> Fingerprints<'a> {
     pub fn vouching(&self, path: &str, sha256: &ContentHash) -> Option<&Placed> {
         let i = self.index(path)?;
         match &self.slots[i] {
-            Slot::Found(placed) if self.wanted[i].1 == sha256 => Some(placed),
+            Slot::Found(placed) if self.keys.get(i).1 == sha256 => Some(placed),
             _ => None,
         }
     }
@@ -535,6 +588,27 @@ mod tests {
             assert!(in_order.iter().eq(reversed.iter().rev()), "{wanted:?}");
             assert_eq!(f.vouching("b/x", &hb), Some(&placed(4)));
         }
+        // Over a manifest's outputs, only those wanted: an offer for another is ignored.
+        let output = |path: &str, sha256: ContentHash| crate::source::OutputEntry {
+            path: path.into(),
+            size: 1,
+            sha256,
+        };
+        let outputs = [output("a", ha), output("b/x", hb), output("c", hc)];
+        let mut f = Fingerprints::wanting_outputs(&outputs, [true, false, true]);
+        assert_eq!(f.open(), 2);
+        f.offer("b/x", &hb.hex(), placed(4));
+        assert_eq!(f.open(), 2, "not wanted");
+        f.offer("a", &ha.hex(), placed(1));
+        f.offer("c", &other.hex(), placed(3));
+        assert_eq!(f.open(), 0);
+        assert_eq!(f.vouching("a", &ha), Some(&placed(1)));
+        assert_eq!(f.vouching("b/x", &hb), None);
+        assert_eq!(
+            f.vouching("c", &hc),
+            None,
+            "its newest placement recorded another hash"
+        );
     }
 
     /// A state file larger than distributor reads whole is parsed as it is read
