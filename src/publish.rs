@@ -240,17 +240,28 @@ pub fn plan_one(
         source,
         force,
         fingerprints,
-        &mut StateMemo::default(),
+        &mut StateMemo::new(source),
         &opened.view(),
     )
 }
 
 /// The state file as last read and parsed: planning again under the lock parses it again
 /// only when its bytes changed.
-#[derive(Default)]
-struct StateMemo(Option<(ContentHash, Rc<StateFile>)>);
+struct StateMemo {
+    last: Option<(ContentHash, Rc<StateFile>)>,
+    /// How many outputs the state likely records (the manifest's count).
+    outputs: usize,
+}
 
 impl StateMemo {
+    /// Nothing read yet, for publishing `source`.
+    fn new(source: &Source) -> StateMemo {
+        StateMemo {
+            last: None,
+            outputs: source.manifest.outputs.len(),
+        }
+    }
+
     /// The state file parsed, again only when its bytes changed since the last read. The
     /// bytes are not kept (at a million outputs they are 150 MB): their sha256 is.
     fn read(&mut self, view: &View) -> Result<Rc<StateFile>> {
@@ -258,14 +269,14 @@ impl StateMemo {
             // Nothing there, or not usable: nothing to parse.
             return Ok(Rc::new(StateFile::Absent));
         };
-        if let Some((before, state)) = &self.0
+        if let Some((before, state)) = &self.last
             && s.state_sha256()? == Some(*before)
         {
             return Ok(Rc::clone(state));
         }
-        let (parsed, sha) = s.read_state_parsed()?;
+        let (parsed, sha) = s.read_state_parsed(self.outputs)?;
         let state = Rc::new(parsed.for_version(s.state_version()));
-        self.0 = sha.map(|sha| (sha, Rc::clone(&state)));
+        self.last = sha.map(|sha| (sha, Rc::clone(&state)));
         Ok(state)
     }
 }
@@ -304,7 +315,7 @@ pub fn plan_rollback(
     store: &dyn BundleStore,
 ) -> Result<DestinationPlan> {
     let view = View::Store(store);
-    let state = StateMemo::default().read(&view)?;
+    let state = StateMemo::new(source).read(&view)?;
     let fingerprints = local::Fingerprints::default();
     let storage = probe_for_plan(&view, source, &state, &fingerprints)?;
     Ok(plan_destination(&PlanInput {
@@ -331,25 +342,69 @@ fn plan_state(
     state: &StateFile,
     view: &View,
 ) -> Result<DestinationPlan> {
-    let general = || -> Result<DestinationPlan> {
-        let storage = probe_for_plan(view, source, state, fingerprints)?;
-        Ok(plan_destination(&PlanInput {
-            pipeline_id: &config.pipeline_id,
-            destination: dest,
-            bundle_path: bundle,
-            source,
-            state,
-            storage: &storage,
-            force,
-            rollback: false,
-        }))
-    };
-    let Some(plan) = plan_republication(config, dest, source, fingerprints, bundle, state, view)?
-    else {
-        return general();
-    };
-    // Debug builds (every test run) check that the general planner decides the same from
-    // the same storage.
+    if let View::Store(store) = view
+        && let Some(republication) = Republication::of(&config.pipeline_id, dest, source, state)
+        && let Some(plan) = probe_republication(republication, *store, fingerprints, bundle)?
+    {
+        let general = || {
+            plan_general(
+                config,
+                dest,
+                source,
+                force,
+                fingerprints,
+                bundle,
+                state,
+                view,
+            )
+        };
+        check_republication(&plan, general)?;
+        return Ok(plan);
+    }
+    plan_general(
+        config,
+        dest,
+        source,
+        force,
+        fingerprints,
+        bundle,
+        state,
+        view,
+    )
+}
+
+/// [`plan_state`] by the general probe and planner.
+#[allow(clippy::too_many_arguments)]
+fn plan_general(
+    config: &Config,
+    dest: &Destination,
+    source: &Source,
+    force: bool,
+    fingerprints: &local::Fingerprints,
+    bundle: &Path,
+    state: &StateFile,
+    view: &View,
+) -> Result<DestinationPlan> {
+    let storage = probe_for_plan(view, source, state, fingerprints)?;
+    Ok(plan_destination(&PlanInput {
+        pipeline_id: &config.pipeline_id,
+        destination: dest,
+        bundle_path: bundle,
+        source,
+        state,
+        storage: &storage,
+        force,
+        rollback: false,
+    }))
+}
+
+/// Debug builds (every test run) check that the general planner decides what a
+/// republication did, from the same storage: `general` is its plan (not made in release
+/// builds).
+fn check_republication(
+    plan: &DestinationPlan,
+    general: impl FnOnce() -> Result<DestinationPlan>,
+) -> Result<()> {
     if cfg!(debug_assertions) {
         let mut listed = plan.clone();
         listed.files = plan.file_actions().map(|f| f.into_owned()).collect();
@@ -360,33 +415,23 @@ fn plan_state(
             "a republication's plan differs from the planner's"
         );
     }
-    Ok(plan)
+    Ok(())
 }
 
-/// How many paths [`plan_republication`] probes at a time: enough to keep the probe's
+/// How many paths [`probe_republication`] probes at a time: enough to keep the probe's
 /// threads busy, few enough that a chunk's listing is a few megabytes.
 const REPUBLICATION_CHUNK: usize = 16_384;
 
-/// The plan of a [`Republication`]: the manifest's paths probed a chunk at a time, each
-/// chunk's listing checked and dropped. `None` when this is not a republication, or when
-/// storage does not hold one of its paths as recorded; the general planner then decides
-/// (and says what drifted).
-#[allow(clippy::too_many_arguments)]
-fn plan_republication(
-    config: &Config,
-    dest: &Destination,
-    source: &Source,
+/// The plan of a [`Republication`]: the manifest's paths probed in `store` a chunk at a
+/// time, each chunk's listing checked and dropped. `None` when storage does not hold one
+/// of its paths as recorded; the general planner then decides (and says what drifted).
+fn probe_republication(
+    republication: Republication,
+    store: &dyn BundleStore,
     fingerprints: &local::Fingerprints,
     bundle: &Path,
-    state: &StateFile,
-    view: &View,
 ) -> Result<Option<DestinationPlan>> {
-    let View::Store(store) = view else {
-        return Ok(None);
-    };
-    let Some(republication) = Republication::of(&config.pipeline_id, dest, source, state) else {
-        return Ok(None);
-    };
+    let source = republication.source();
     let list_none = foldhash::HashSet::default();
     let state_file = [(crate::state::STATE_FILE, None)];
     if !Republication::state_file_holds(&store.probe(&state_file, &list_none)?) {
@@ -532,13 +577,26 @@ fn probe_for_plan<'a>(
 
 /// What is read of a destination before planning: its bundle path, the state file as it is
 /// now (when the bundle path can be read at all), and the journal's placement fingerprints
-/// of the files the source publishes again unchanged (they spare hashing them).
+/// of the files the source publishes again unchanged (they spare hashing them); for a
+/// [`Republication`], whether storage still holds it.
 struct DestinationRead<'m> {
     bundle: PathBuf,
     unlocked: Unlocked,
     memo: StateMemo,
     state: Option<Rc<StateFile>>,
     fingerprints: local::Fingerprints<'m>,
+    republished: Republished,
+}
+
+/// What a look at a [`Republication`] found.
+enum Republished {
+    /// Not a republication.
+    No,
+    /// Storage holds it: its `unchanged` plan (the state was not kept: `state` is `None`).
+    Held(Box<DestinationPlan>),
+    /// Storage does not hold every path as recorded: the general planner says what
+    /// changed (the state was read again for it).
+    NotHeld,
 }
 
 /// Reads one destination (see [`DestinationRead`]).
@@ -550,25 +608,67 @@ fn read_destination<'m>(
 ) -> Result<DestinationRead<'m>> {
     let bundle = bundle_path(config, dest, source)?;
     let unlocked = Unlocked::open(dest, &bundle)?;
-    let mut memo = StateMemo::default();
-    let state = match unlocked.unsafe_reason {
+    let mut memo = StateMemo::new(source);
+    let mut state = match unlocked.unsafe_reason {
         None => Some(memo.read(&unlocked.view())?),
         Some(_) => None,
     };
-    let mut fingerprints = local::Fingerprints::default();
-    if let Some(state) = &state {
-        fingerprints = local::Fingerprints::wanting_outputs(
-            &source.manifest.outputs,
-            recorded_same(state, source),
-        );
-        journal.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
-    }
+    let key = bundle.to_string_lossy().into_owned();
+    let outputs = &source.manifest.outputs;
+    let republication =
+        (state.as_deref()).and_then(|s| Republication::of(&config.pipeline_id, dest, source, s));
+    let (Some(republication), Some(store)) = (republication, unlocked.store.as_deref()) else {
+        let mut fingerprints = local::Fingerprints::default();
+        if let Some(state) = &state {
+            fingerprints =
+                local::Fingerprints::wanting_outputs(outputs, recorded_same(state, source));
+            journal.fingerprints(&key, &mut fingerprints)?;
+        }
+        return Ok(DestinationRead {
+            bundle,
+            unlocked,
+            memo,
+            state,
+            fingerprints,
+            republished: Republished::No,
+        });
+    };
+    // A republication is decided from the manifest, the fingerprints and storage alone:
+    // the state's records (at a million files, 120 MB) go before the fingerprints are read.
+    state = None;
+    memo = StateMemo::new(source);
+    let mut fingerprints =
+        local::Fingerprints::wanting_outputs(outputs, outputs.iter().map(|_| true));
+    journal.fingerprints(&key, &mut fingerprints)?;
+    let republished = match probe_republication(republication, store, &fingerprints, &bundle)? {
+        Some(plan) => {
+            check_republication(&plan, || {
+                let state = memo.read(&unlocked.view())?;
+                plan_general(
+                    config,
+                    dest,
+                    source,
+                    false,
+                    &fingerprints,
+                    &bundle,
+                    &state,
+                    &unlocked.view(),
+                )
+            })?;
+            Republished::Held(Box::new(plan))
+        }
+        None => {
+            state = Some(memo.read(&unlocked.view())?);
+            Republished::NotHeld
+        }
+    };
     Ok(DestinationRead {
         bundle,
         unlocked,
         memo,
         state,
         fingerprints,
+        republished,
     })
 }
 
@@ -642,6 +742,7 @@ fn publish_one(
         mut memo,
         state,
         fingerprints,
+        republished,
     } = read_destination(config, dest, source, journal)?;
     let with_plan = |plan: &DestinationPlan, e: Error| Error::Planned {
         plan: Box::new(plan.clone()),
@@ -660,20 +761,18 @@ fn publish_one(
         .as_ref()
         .is_some_and(|s| !could_be_unchanged(s, &me, source));
     // The lock-free look plans from the state just read (under the lock it is read again).
-    let preview = if locked_before && rules_out_unchanged {
-        None
-    } else {
-        let read = state.as_deref().unwrap_or(&StateFile::Absent);
-        Some(plan_state(
-            config,
-            dest,
-            source,
-            opts.force,
-            &fingerprints,
-            &bundle,
-            read,
-            &unlocked.view(),
-        )?)
+    let read = state.as_deref().unwrap_or(&StateFile::Absent);
+    let look = unlocked.view();
+    let (force, prints) = (opts.force, &fingerprints);
+    let preview = match republished {
+        Republished::Held(plan) => Some(*plan),
+        _ if locked_before && rules_out_unchanged => None,
+        Republished::NotHeld => Some(plan_general(
+            config, dest, source, force, prints, &bundle, read, &look,
+        )?),
+        Republished::No => Some(plan_state(
+            config, dest, source, force, prints, &bundle, read, &look,
+        )?),
     };
     if let Some(p) = &preview {
         // Outside the lock, an unfinished operation may be one that another process (or

@@ -70,9 +70,11 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     fn read_state(&self) -> Result<StateBytes>;
 
     /// `.distributor.json` parsed, with the sha256 of the bytes parsed (`None` when no
-    /// regular file holds them). The local backend parses the file as it reads it, never
-    /// holding its bytes whole.
-    fn read_state_parsed(&self) -> Result<(StateFile, Option<ContentHash>)> {
+    /// regular file holds them). The local backend parses a large file as it reads it,
+    /// never holding its bytes whole, and allocates for `outputs` outputs up front (how
+    /// many it likely records: the manifest's count).
+    fn read_state_parsed(&self, outputs: usize) -> Result<(StateFile, Option<ContentHash>)> {
+        let _ = outputs;
         let read = self.read_state()?;
         Ok((read.parse(), read.bytes().map(ContentHash::of)))
     }

@@ -29,8 +29,9 @@ use std::sync::Arc;
 pub struct Republication<'a> {
     destination: &'a Destination,
     source: &'a Source,
-    /// The owner's record in the state.
-    previous: &'a OwnerRecord,
+    /// The owner's record in the state (a copy: the state's records are not needed past
+    /// [`Republication::of`], and a publication of a million files drops them).
+    previous: OwnerRecord,
 }
 
 impl<'a> Republication<'a> {
@@ -44,7 +45,7 @@ impl<'a> Republication<'a> {
         pipeline_id: &str,
         destination: &'a Destination,
         source: &'a Source,
-        state: &'a StateFile,
+        state: &StateFile,
     ) -> Option<Republication<'a>> {
         let d = destination;
         if d.backend != Backend::Local || d.releases.is_some() {
@@ -81,11 +82,16 @@ impl<'a> Republication<'a> {
             &me,
             |l, r| l.target == r.target,
         );
-        (outputs && links).then_some(Republication {
+        (outputs && links).then(|| Republication {
             destination,
             source,
-            previous,
+            previous: previous.clone(),
         })
+    }
+
+    /// The source published again.
+    pub fn source(&self) -> &'a Source {
+        self.source
     }
 
     /// Whether `storage` holds each of `outputs` (the manifest's, probed with their
@@ -127,8 +133,8 @@ impl<'a> Republication<'a> {
             takeover_mode: d.takeover,
             decision: Decision::Unchanged,
             previous: Some(Previous {
-                owner: self.previous.owner.clone(),
-                source: self.previous.source.clone(),
+                owner: self.previous.owner,
+                source: self.previous.source,
             }),
             takeovers: Vec::new(),
             conflicts: Vec::new(),

@@ -97,6 +97,7 @@ struct SingleOwnerDoc {
     reconciliation: ReconciliationMode,
     published_at: String,
     operation_id: String,
+    #[serde(deserialize_with = "sized_outputs")]
     outputs: Vec<OutputDoc>,
     links: Vec<LinkDoc>,
 }
@@ -107,6 +108,7 @@ struct SharedRootDoc {
     state_version: u32,
     state_mode: StateMode,
     owners: Vec<OwnerDoc>,
+    #[serde(deserialize_with = "sized_outputs")]
     outputs: Vec<OutputDoc>,
     links: Vec<LinkDoc>,
 }
@@ -156,8 +158,14 @@ impl StateFile {
     /// reader from the document's start for each pass parsing takes (the head, then the
     /// typed records). A state that is not valid is read whole to explain why, exactly as
     /// [`StateFile::parse`] does (a reader's error positions are a column off).
-    pub fn parse_from<R: std::io::Read>(open: impl Fn() -> R) -> StateFile {
-        if let Some(valid) = short_way(&|| serde_json::Deserializer::from_reader(open()))
+    /// `outputs` is how many outputs it likely lists (0 when not known): their list is
+    /// allocated at that size once, not doubled up to it (at a million outputs, the last
+    /// doubling holds 150 MB at once).
+    pub fn parse_from<R: std::io::Read>(open: impl Fn() -> R, outputs: usize) -> StateFile {
+        OUTPUTS_HINT.with(|h| h.set(outputs));
+        let short = short_way(&|| serde_json::Deserializer::from_reader(open()));
+        OUTPUTS_HINT.with(|h| h.set(0));
+        if let Some(valid) = short
             && valid.is_ok()
         {
             return Self::of(valid);
@@ -241,6 +249,35 @@ impl<'de> serde::de::Visitor<'de> for HeadSeed<'_> {
         }
         Ok(())
     }
+}
+
+thread_local! {
+    /// How many outputs the state file parsed on this thread likely lists
+    /// ([`StateFile::parse_from`]); taken by the first list of outputs parsed.
+    static OUTPUTS_HINT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A state's outputs, allocated for [`OUTPUTS_HINT`] of them up front.
+fn sized_outputs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<OutputDoc>, D::Error> {
+    struct Outputs;
+    impl<'de> serde::de::Visitor<'de> for Outputs {
+        type Value = Vec<OutputDoc>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a sequence")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let hint = OUTPUTS_HINT.with(|h| h.take());
+            let mut outputs = Vec::with_capacity(hint.max(seq.size_hint().unwrap_or(0)));
+            while let Some(o) = seq.next_element()? {
+                outputs.push(o);
+            }
+            Ok(outputs)
+        }
+    }
+    d.deserialize_seq(Outputs)
 }
 
 /// A JSON reader over a state document, from its start.

@@ -24,7 +24,7 @@ fn parse(bytes: &[u8]) -> StateFile {
     }
     let whole = StateFile::parse(bytes);
     assert_eq!(
-        StateFile::parse_from(|| OneByte(bytes)),
+        StateFile::parse_from(|| OneByte(bytes), 3),
         whole,
         "parsed as read"
     );

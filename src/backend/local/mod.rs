@@ -71,8 +71,11 @@ impl BundleStore for Bundle {
     fn read_state(&self) -> Result<StateBytes> {
         Bundle::read_state(self)
     }
-    fn read_state_parsed(&self) -> Result<(crate::state::StateFile, Option<ContentHash>)> {
-        Bundle::read_state_parsed(self)
+    fn read_state_parsed(
+        &self,
+        outputs: usize,
+    ) -> Result<(crate::state::StateFile, Option<ContentHash>)> {
+        Bundle::read_state_parsed(self, outputs)
     }
     fn state_sha256(&self) -> Result<Option<ContentHash>> {
         Bundle::state_sha256(self)
@@ -659,7 +662,7 @@ mod tests {
         let parse = |bytes: &[u8], limit: u64| {
             std::fs::write(&file, bytes).unwrap();
             let f = std::fs::File::open(&file).unwrap();
-            b.parse_state_file(&f, limit).unwrap()
+            b.parse_state_file(&f, limit, 10).unwrap()
         };
         let plenty = 1 << 30;
         let (parsed, sha) = parse(&rendered, plenty);

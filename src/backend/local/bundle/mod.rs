@@ -518,7 +518,7 @@ impl Bundle {
     /// `.distributor.json` parsed as it is read, with the sha256 of the bytes parsed
     /// (`None` unless a regular file was read to its end): its bytes are never held whole
     /// (at a million outputs they are 150 MB, as much again as the parsed records).
-    pub fn read_state_parsed(&self) -> Result<(StateFile, Option<ContentHash>)> {
+    pub fn read_state_parsed(&self, outputs: usize) -> Result<(StateFile, Option<ContentHash>)> {
         let (f, size, limit) = match self.open_state()? {
             Ok(opened) => opened,
             Err(not_bytes) => return Ok((not_bytes.parse(), None)),
@@ -530,7 +530,7 @@ impl Bundle {
             let read = self.read_state()?;
             return Ok((read.parse(), read.bytes().map(ContentHash::of)));
         }
-        self.parse_state_file(&f, limit)
+        self.parse_state_file(&f, limit, outputs)
     }
 
     /// [`Bundle::read_state_parsed`] of a state file larger than [`PARSED_IN_MEMORY`],
@@ -539,6 +539,7 @@ impl Bundle {
         &self,
         f: &File,
         limit: u64,
+        outputs: usize,
     ) -> Result<(StateFile, Option<ContentHash>)> {
         let end = std::cell::Cell::new(None);
         let failed = std::cell::RefCell::new(None);
@@ -553,7 +554,7 @@ impl Bundle {
             };
             std::io::BufReader::with_capacity(STATE_READ_BUF, read)
         };
-        let parsed = StateFile::parse_from(open);
+        let parsed = StateFile::parse_from(open, outputs);
         if let Some(e) = failed.into_inner() {
             return Err(Error::io("read", self.path.join(STATE_FILE), e));
         }
