@@ -748,8 +748,10 @@ fn publish_one(
         plan: Box::new(plan.clone()),
         source: Box::new(e),
     };
+    // A held republication read the state (and dropped it).
+    let read_state = state.is_some() || matches!(republished, Republished::Held(_));
     let locked_before = match &unlocked.store {
-        Some(store) => state.is_some() && store.locked_before()?,
+        Some(store) => read_state && store.locked_before()?,
         None => false,
     };
     // Once distributor has locked a bundle path, every decision but `unchanged` is looked

@@ -280,8 +280,13 @@ impl<'a> Fingerprints<'a> {
             .map(|w| if w { Slot::Wanted } else { Slot::Unwanted })
             .collect();
         assert_eq!(slots.len(), outputs.len(), "one answer per output");
+        let open = slots.iter().filter(|s| matches!(s, Slot::Wanted)).count();
+        if open == 0 {
+            // Nothing wanted (a first publication): no slot each (48 bytes a file).
+            return Fingerprints::default();
+        }
         Fingerprints {
-            open: slots.iter().filter(|s| matches!(s, Slot::Wanted)).count(),
+            open,
             slots,
             keys: Keys::Outputs(outputs),
             order: Default::default(),
