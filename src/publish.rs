@@ -342,35 +342,26 @@ fn plan_state(
     state: &StateFile,
     view: &View,
 ) -> Result<DestinationPlan> {
+    let general = || {
+        plan_general(
+            config,
+            dest,
+            source,
+            force,
+            fingerprints,
+            bundle,
+            state,
+            view,
+        )
+    };
     if let View::Store(store) = view
         && let Some(republication) = Republication::of(&config.pipeline_id, dest, source, state)
         && let Some(plan) = probe_republication(republication, *store, fingerprints, bundle)?
     {
-        let general = || {
-            plan_general(
-                config,
-                dest,
-                source,
-                force,
-                fingerprints,
-                bundle,
-                state,
-                view,
-            )
-        };
         check_republication(&plan, general)?;
         return Ok(plan);
     }
-    plan_general(
-        config,
-        dest,
-        source,
-        force,
-        fingerprints,
-        bundle,
-        state,
-        view,
-    )
+    general()
 }
 
 /// [`plan_state`] by the general probe and planner.

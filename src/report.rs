@@ -128,15 +128,6 @@ impl Files {
     }
 }
 
-impl From<Vec<FileAction>> for Files {
-    fn from(listed: Vec<FileAction>) -> Files {
-        Files {
-            listed,
-            unchanged: None,
-        }
-    }
-}
-
 impl Serialize for Files {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.iter())
