@@ -628,8 +628,7 @@ fn read_destination<'m>(
     // the state's records (at a million files, 120 MB) go before the fingerprints are read.
     state = None;
     memo = StateMemo::new(source);
-    let mut fingerprints =
-        local::Fingerprints::wanting_outputs(outputs, outputs.iter().map(|_| true));
+    let mut fingerprints = local::Fingerprints::wanting_all(outputs);
     journal.fingerprints(&key, &mut fingerprints)?;
     let republished = match probe_republication(republication, store, &fingerprints, &bundle)? {
         Some(plan) => {
@@ -679,9 +678,7 @@ fn publish_one(
         let mut fingerprints = local::Fingerprints::default();
         if let Some(v) = view {
             let bundle = bundle_path(config, dest, source)?;
-            let outputs = &source.manifest.outputs;
-            fingerprints =
-                local::Fingerprints::wanting_outputs(outputs, outputs.iter().map(|_| true));
+            fingerprints = local::Fingerprints::wanting_all(&source.manifest.outputs);
             v.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
         }
         let plan = plan_one(config, dest, source, opts.force, &fingerprints)?;

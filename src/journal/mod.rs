@@ -1108,7 +1108,7 @@ mod tests {
             ("c", sha(3)),
             ("never", sha(1)),
         ];
-        let mut got = Fingerprints::wanting(wanted);
+        let mut got = Fingerprints::wanting_all(crate::backend::local::leaked_outputs(wanted));
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(got.vouching("a", sha(4)), Some(&placed(4)));
         assert_eq!(got.vouching("b", sha(5)), Some(&placed(5)));
@@ -1119,11 +1119,13 @@ mod tests {
         // Only for the hash it was wanted for.
         assert_eq!(got.vouching("a", sha(1)), None);
         // Only what is asked for.
-        let mut got = Fingerprints::wanting([("c", sha(3))]);
+        let mut got =
+            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("c", sha(3))]));
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(got.vouching("a", sha(4)), None);
         assert_eq!(got.vouching("c", sha(3)), Some(&placed(3)));
-        let mut none = Fingerprints::wanting([("a", sha(4))]);
+        let mut none =
+            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("a", sha(4))]));
         j.fingerprints("/nowhere", &mut none).unwrap();
         assert_eq!(none.vouching("a", sha(4)), None);
     }
@@ -1242,7 +1244,8 @@ mod tests {
         let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
         place(&mut j, "o1", "/d", &[("a", 1)]);
         place(&mut j, "o2", "/d", &[("a", 4)]);
-        let mut got = Fingerprints::wanting([("a", sha(1))]);
+        let mut got =
+            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("a", sha(1))]));
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(got.vouching("a", sha(1)), None);
         assert_eq!(got.open(), 0, "decided by the newest placement");
@@ -1323,7 +1326,8 @@ mod tests {
         };
         j.commit(Committed::passed(), "o1", "/d", &[(0, big)])
             .unwrap();
-        let mut got = Fingerprints::wanting([("a", sha(1))]);
+        let mut got =
+            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("a", sha(1))]));
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(got.vouching("a", sha(1)).map(|p| p.ino), Some(u64::MAX - 1));
         let shown: i64 = j
@@ -1343,7 +1347,8 @@ mod tests {
         let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
         let odd = "quote\"d/sn\u{f8}w \u{2603}.txt";
         place(&mut j, "o1", "/d", &[(odd, 7)]);
-        let mut got = Fingerprints::wanting([(odd, sha(7))]);
+        let mut got =
+            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([(odd, sha(7))]));
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(got.vouching(odd, sha(7)), Some(&placed(7)));
     }
@@ -1358,7 +1363,11 @@ mod tests {
         legacy_row(&mut j, "o1", "/d", "b", 2);
         legacy_row(&mut j, "o1", "/other", "c", 3);
         place(&mut j, "o2", "/d", &[("a", 4)]);
-        let mut got = Fingerprints::wanting([("a", sha(4)), ("b", sha(2)), ("c", sha(3))]);
+        let mut got = Fingerprints::wanting_all(crate::backend::local::leaked_outputs([
+            ("a", sha(4)),
+            ("b", sha(2)),
+            ("c", sha(3)),
+        ]));
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(got.vouching("a", sha(4)), Some(&placed(4)));
         // Recorded before ctime was: found, but it can never match a file (it proves
@@ -1370,7 +1379,8 @@ mod tests {
         assert_eq!(got.vouching("b", sha(2)), Some(&legacy));
         assert_eq!(got.vouching("c", sha(3)), None, "another bundle path's");
         // The old placement of `a` (sha-1) is behind the newer set: it vouches for nothing.
-        let mut old = Fingerprints::wanting([("a", sha(1))]);
+        let mut old =
+            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("a", sha(1))]));
         j.fingerprints("/d", &mut old).unwrap();
         assert_eq!(old.vouching("a", sha(1)), None);
         let n: i64 = j
@@ -1405,7 +1415,8 @@ mod tests {
                 [],
             )
             .unwrap();
-        let mut got = Fingerprints::wanting([("a", sha(1))]);
+        let mut got =
+            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("a", sha(1))]));
         let e = j.fingerprints("/d", &mut got).unwrap_err().to_string();
         assert!(e.contains("journal_placement_sets row 1"), "{e}");
         assert!(
@@ -1427,7 +1438,8 @@ mod tests {
                 [format!("[[\"a\", 1, 2, 3, \"{}\"]]", sha(1))],
             )
             .unwrap();
-        let mut got = Fingerprints::wanting([("a", sha(1))]);
+        let mut got =
+            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("a", sha(1))]));
         j.fingerprints("/d", &mut got).unwrap();
         let want = Placed {
             size: 1,

@@ -178,45 +178,15 @@ pub const STAGING_DIR: &str = ".distributor-staging";
 /// right after the one found last, without a map ([`crate::ordered::InOrder`]).
 #[derive(Debug, Default)]
 pub struct Fingerprints<'a> {
-    /// The paths, and the hash each is wanted for.
-    keys: Keys<'a>,
-    /// One per key.
+    /// The paths and the hash each is wanted for: a manifest's outputs, not copied (at a
+    /// million files a list of them would be 24 MB); those not wanted have the slot
+    /// [`Slot::Unwanted`].
+    outputs: &'a [crate::source::OutputEntry],
+    /// One per output.
     slots: Vec<Slot>,
-    /// Finds a path among the keys.
+    /// Finds a path among the outputs.
     order: crate::ordered::InOrder,
     open: usize,
-}
-
-/// The paths fingerprints are asked of, and the hash each is wanted for.
-#[derive(Debug)]
-enum Keys<'a> {
-    /// Listed one by one.
-    Listed(Vec<(&'a str, &'a ContentHash)>),
-    /// A manifest's outputs, not copied (at a million files a list of them would be 24
-    /// MB); those not wanted have the slot [`Slot::Unwanted`].
-    Outputs(&'a [crate::source::OutputEntry]),
-}
-
-impl Default for Keys<'_> {
-    fn default() -> Self {
-        Keys::Listed(Vec::new())
-    }
-}
-
-impl<'a> Keys<'a> {
-    fn len(&self) -> usize {
-        match self {
-            Keys::Listed(v) => v.len(),
-            Keys::Outputs(o) => o.len(),
-        }
-    }
-
-    fn get(&self, i: usize) -> (&'a str, &'a ContentHash) {
-        match self {
-            Keys::Listed(v) => v[i],
-            Keys::Outputs(o) => (o[i].path.as_str(), &o[i].sha256),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -259,15 +229,9 @@ impl Placed {
 }
 
 impl<'a> Fingerprints<'a> {
-    /// Wants the newest placement of each path, to prove it holds the given sha256.
-    pub fn wanting(paths: impl IntoIterator<Item = (&'a str, &'a ContentHash)>) -> Self {
-        let wanted: Vec<(&'a str, &'a ContentHash)> = paths.into_iter().collect();
-        Fingerprints {
-            slots: vec![Slot::Wanted; wanted.len()],
-            open: wanted.len(),
-            keys: Keys::Listed(wanted),
-            order: Default::default(),
-        }
+    /// Wants the newest placement of each of `outputs`, to prove it holds its sha256.
+    pub fn wanting_all(outputs: &'a [crate::source::OutputEntry]) -> Self {
+        Self::wanting_outputs(outputs, std::iter::repeat_n(true, outputs.len()))
     }
 
     /// Wants the newest placement of each of `outputs` that `wanted` says (by index), to
@@ -288,7 +252,7 @@ impl<'a> Fingerprints<'a> {
         Fingerprints {
             open,
             slots,
-            keys: Keys::Outputs(outputs),
+            outputs,
             order: Default::default(),
         }
     }
@@ -300,7 +264,7 @@ impl<'a> Fingerprints<'a> {
 
     /// The slot of `path`.
     fn index(&self, path: &str) -> Option<usize> {
-        (self.order).find(self.keys.len(), |i| self.keys.get(i).0, path)
+        (self.order).find(self.outputs.len(), |i| &self.outputs[i].path, path)
     }
 
     /// Offers a placement of `path` that recorded `sha256`; placements must come newest
@@ -310,7 +274,7 @@ impl<'a> Fingerprints<'a> {
             return;
         };
         if let Slot::Wanted = self.slots[i] {
-            self.slots[i] = if *self.keys.get(i).1 == *sha256 {
+            self.slots[i] = if self.outputs[i].sha256 == *sha256 {
                 Slot::Found(placed)
             } else {
                 Slot::Other
@@ -323,10 +287,26 @@ impl<'a> Fingerprints<'a> {
     pub fn vouching(&self, path: &str, sha256: &ContentHash) -> Option<&Placed> {
         let i = self.index(path)?;
         match &self.slots[i] {
-            Slot::Found(placed) if self.keys.get(i).1 == sha256 => Some(placed),
+            Slot::Found(placed) if self.outputs[i].sha256 == *sha256 => Some(placed),
             _ => None,
         }
     }
+}
+
+/// Outputs of size 1 at the given paths and hashes, for tests (leaked: they live as long as
+/// the fingerprints asked of them).
+#[cfg(test)]
+pub(crate) fn leaked_outputs<'p>(
+    wanted: impl IntoIterator<Item = (&'p str, &'p ContentHash)>,
+) -> &'static [crate::source::OutputEntry] {
+    let outputs: Vec<crate::source::OutputEntry> = (wanted.into_iter())
+        .map(|(path, sha256)| crate::source::OutputEntry {
+            path: path.into(),
+            size: 1,
+            sha256: *sha256,
+        })
+        .collect();
+    outputs.leak()
 }
 
 /// What distributor recorded when it placed a file: proves content without rehashing.
@@ -577,7 +557,7 @@ mod tests {
             vec![("a", &ha), ("b/x", &hb), ("c", &hc)],
             vec![("c", &hc), ("a", &ha), ("b/x", &hb)],
         ] {
-            let mut f = Fingerprints::wanting(wanted.clone());
+            let mut f = Fingerprints::wanting_all(leaked_outputs(wanted.clone()));
             assert_eq!(f.open(), 3);
             f.offer("c", &hc.hex(), placed(3));
             f.offer("zzz", &hz.hex(), placed(9)); // not wanted: ignored

@@ -497,18 +497,21 @@ impl Bundle {
 
     /// What stands at `.distributor.json`.
     pub fn read_state(&self) -> Result<StateBytes> {
-        let (f, size, limit) = match self.open_state()? {
-            Ok(opened) => opened,
-            Err(not_bytes) => return Ok(not_bytes),
-        };
-        let path = self.path.join(STATE_FILE);
+        match self.open_state()? {
+            Ok((f, size, limit)) => self.state_bytes(f, size, limit),
+            Err(not_bytes) => Ok(not_bytes),
+        }
+    }
+
+    /// The bytes of the state file opened as `f` (`size` bytes when stat'ed).
+    fn state_bytes(&self, f: File, size: u64, limit: u64) -> Result<StateBytes> {
         // At most one byte past the limit: a file that grew since the stat is refused too,
         // without reading it all. Sized to the file up front (one allocation, not a
         // doubling series).
         let mut bytes = Vec::with_capacity(size as usize + 1);
         f.take(limit + 1)
             .read_to_end(&mut bytes)
-            .ctx("read", &path)?;
+            .ctx("read", self.path.join(STATE_FILE))?;
         if bytes.len() as u64 > limit {
             return Ok(self.state_too_large(bytes.len() as u64, limit));
         }
@@ -526,8 +529,7 @@ impl Bundle {
         if size <= PARSED_IN_MEMORY {
             // Parsing from memory is about a third faster, and at this size the bytes are
             // a few megabytes.
-            drop(f);
-            let read = self.read_state()?;
+            let read = self.state_bytes(f, size, limit)?;
             return Ok((read.parse(), read.bytes().map(ContentHash::of)));
         }
         self.parse_state_file(&f, limit, outputs)
@@ -574,21 +576,9 @@ impl Bundle {
             Ok(opened) => opened,
             Err(_) => return Ok(None),
         };
-        let (mut sha, mut read) = (Sha256::new(), 0u64);
-        let mut buf = vec![0u8; STATE_READ_BUF];
-        let mut f = f.take(limit + 1);
-        loop {
-            match f.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    sha.update(&buf[..n]);
-                    read += n as u64;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io("read", self.path.join(STATE_FILE), e)),
-            }
-        }
-        Ok((read <= limit).then(|| ContentHash::from(sha)))
+        let path = self.path.join(STATE_FILE);
+        let (read, sha) = crate::hash::hash_reader(f.take(limit + 1), &path)?;
+        Ok((read <= limit).then_some(sha))
     }
 
     /// `.distributor.json` opened for reading, with its size and the size limit; or what
