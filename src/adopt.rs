@@ -209,6 +209,7 @@ fn adopt_one(
                 dest.path.display()
             )));
         }
+        StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why)),
     };
     let recorded: std::collections::HashSet<&str> = (state.outputs.iter())
         .map(|o| o.path.as_str())

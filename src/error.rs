@@ -52,6 +52,11 @@ pub enum Error {
     /// Anything else that failed while executing (exit 1).
     #[error("{0}")]
     Failed(String),
+    /// A record in a destination that distributor did not write (SPEC §17): the message
+    /// names it, its owner and what to do (exit 1; a publication's conflict
+    /// `untrusted_record`, exit 3).
+    #[error("{0}")]
+    Untrusted(String),
     /// A lost race on an object store: a conditional write refused, or the lease lost
     /// (exit 1; HTTP 409).
     #[error("concurrent change: {0}")]
@@ -98,6 +103,7 @@ impl Error {
             Error::Lock(_) => "lock_timeout",
             Error::RecoveryRequired(_) => "recovery_required",
             Error::ConcurrentChange(_) => "concurrent_change",
+            Error::Untrusted(_) => "untrusted_record",
             Error::Failed(_) | Error::Planned { .. } => "failed",
         }
     }

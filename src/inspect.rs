@@ -3,7 +3,8 @@
 //! `status` summarises each bundle path's state; `verify` compares storage with state and
 //! lists missing, modified and unrecorded paths (exit 3 on drift). Neither writes.
 
-use crate::backend::local::{LOCK_FILE, Proof, STAGING_DIR};
+use crate::backend::local::records::RECORD_DIR;
+use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE, Proof};
 use crate::backend::{self, BundleStore};
 use crate::config::{Destination, PathMapping};
 use crate::error::Result;
@@ -89,6 +90,10 @@ pub struct BundleStatus {
     pub invalid_reason: Option<String>,
     /// Owners when valid.
     pub owners: Vec<OwnerStatus>,
+    /// A record distributor does not believe (SPEC §17: `untrusted_record`): the path to
+    /// remove and its owner. Exit 3.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub untrusted_record: Option<String>,
     /// Whether an operation is unfinished (in the journal or in staging) and no live lock
     /// covers it: `distributor recover` is due.
     pub recovery_pending: bool,
@@ -156,6 +161,7 @@ impl Reported for BundleStatus {
             state_mode: None,
             invalid_reason: None,
             owners: vec![],
+            untrusted_record: None,
             recovery_pending: false,
             recovery: None,
             busy: None,
@@ -185,10 +191,8 @@ fn status_of(
     s: &mut BundleStatus,
 ) -> Result<()> {
     let store = open(d, bundle)?;
-    let state = match &store {
-        Some(s) => s.read_state()?.parse().for_version(s.state_version()),
-        None => StateFile::Absent,
-    };
+    let (state, untrusted) = read_state(store.as_deref(), bundle, view)?;
+    s.untrusted_record = untrusted.or(untrusted_of(store.as_deref())?);
     match pending(view, bundle, store.as_deref())? {
         Pending::Nothing => {}
         Pending::Busy(who) => s.busy = Some(who),
@@ -202,7 +206,7 @@ fn status_of(
         None => None,
     };
     match state {
-        StateFile::Absent => {}
+        StateFile::Absent | StateFile::Untrusted(..) => {}
         StateFile::Invalid(r) => {
             s.state = "invalid";
             s.invalid_reason = Some(r);
@@ -244,6 +248,10 @@ pub struct BundleDrift {
     pub modified: Vec<String>,
     /// Paths in storage no state records.
     pub unrecorded: Vec<String>,
+    /// A record distributor does not believe (SPEC §17: `untrusted_record`): the path to
+    /// remove and its owner. Exit 3.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub untrusted_record: Option<String>,
     /// Recovery is due (as in `status`): storage was not compared, since an interrupted
     /// operation's half-placed files would read as drift.
     pub recovery_pending: bool,
@@ -278,6 +286,7 @@ impl Reported for BundleDrift {
             missing: vec![],
             modified: vec![],
             unrecorded: vec![],
+            untrusted_record: None,
             recovery_pending: false,
             recovery: None,
             busy: None,
@@ -296,6 +305,7 @@ impl Reported for BundleDrift {
             missing: vec![],
             modified: vec![],
             unrecorded: vec![],
+            untrusted_record: None,
             recovery_pending: false,
             recovery: None,
             busy: None,
@@ -313,6 +323,39 @@ pub fn verify(dests: &[&Destination], deep: bool, view: Option<&JournalView>) ->
     })
 }
 
+/// The state file of `store`, and why it is not believed (SPEC §17) when neither its owner
+/// and mode nor the journal (`view`: it committed exactly these bytes) vouch for it. An
+/// untrusted state is reported as read, and not compared.
+fn read_state(
+    store: Option<&dyn BundleStore>,
+    bundle: &Path,
+    view: Option<&JournalView>,
+) -> Result<(StateFile, Option<String>)> {
+    let Some(s) = store else {
+        return Ok((StateFile::Absent, None));
+    };
+    let (state, sha) = s.read_state_parsed(0)?;
+    let state = state.for_version(s.state_version());
+    let StateFile::Untrusted(why, _) = &state else {
+        return Ok((state, None));
+    };
+    let vouched = match (view, sha) {
+        (Some(v), Some(sha)) => v.committed_post_state(&bundle.to_string_lossy(), &sha.hex())?,
+        _ => false,
+    };
+    let why = (!vouched).then(|| why.clone());
+    Ok((state.believed(), why))
+}
+
+/// The first record distributor does not believe in the staging of `store` (SPEC §17).
+fn untrusted_of(store: Option<&dyn BundleStore>) -> Result<Option<String>> {
+    let Some(store) = store else { return Ok(None) };
+    Ok(store.staging_entries()?.into_iter().find_map(|e| match e {
+        crate::backend::local::StagingEntry::Untrusted(_, why) => Some(why),
+        _ => None,
+    }))
+}
+
 /// Verifies one bundle path.
 fn verify_one(
     d: &Destination,
@@ -322,11 +365,9 @@ fn verify_one(
     v: &mut BundleDrift,
 ) -> Result<()> {
     let store = open(d, bundle)?;
-    let state = match &store {
-        Some(s) => s.read_state()?.parse().for_version(s.state_version()),
-        None => StateFile::Absent,
-    };
-    let compare_it = match pending(view, bundle, store.as_deref())? {
+    let (state, untrusted) = read_state(store.as_deref(), bundle, view)?;
+    v.untrusted_record = untrusted.or(untrusted_of(store.as_deref())?);
+    let settled = match pending(view, bundle, store.as_deref())? {
         Pending::Nothing => true,
         Pending::Busy(who) => {
             v.busy = Some(who);
@@ -338,6 +379,8 @@ fn verify_one(
             false
         }
     };
+    // An untrusted record says nothing of what distributor published: not compared.
+    let compare_it = settled && v.untrusted_record.is_none();
     match (state, store) {
         (StateFile::Absent, _) => {}
         (StateFile::Invalid(r), _) => {
@@ -351,6 +394,7 @@ fn verify_one(
             }
         }
         (StateFile::Valid(_), None) => unreachable!("a state was read from it"),
+        (StateFile::Untrusted(..), _) => unreachable!("read_state gives what it believes"),
     }
     Ok(())
 }
@@ -407,7 +451,8 @@ fn compare(
         let top = p.split('/').next().unwrap_or(&p);
         if top == STATE_FILE
             || top == LOCK_FILE
-            || top == STAGING_DIR
+            || top == RECORD_DIR
+            || top == LEGACY_STAGING_DIR
             || recorded.contains(p.as_str())
             || ignore.is_match(&p)
         {

@@ -258,6 +258,8 @@ string_enum!(
         /// The source digest was rolled back from (SPEC §15): publishing it again would
         /// silently undo the rollback.
         RolledBack = "rolled_back",
+        /// A record in the destination distributor did not write (SPEC §17).
+        UntrustedRecord = "untrusted_record",
     }
 );
 
@@ -272,6 +274,7 @@ impl ConflictKind {
                 | ConflictKind::KeyTooLong
                 | ConflictKind::UnsupportedLink
                 | ConflictKind::ReleasesMismatch
+                | ConflictKind::UntrustedRecord
         )
     }
 }

@@ -231,16 +231,22 @@ pub fn plan_one(
     source: &Source,
     force: bool,
     fingerprints: &local::Fingerprints,
+    journal: Option<&JournalView>,
 ) -> Result<DestinationPlan> {
     let bundle = bundle_path(config, dest, source)?;
     let opened = Unlocked::open(dest, &bundle)?;
+    let mut memo = StateMemo::new(source);
+    memo.read(&opened.view())?;
+    if let Some(j) = journal {
+        memo.vouch(|sha| j.committed_post_state(&bundle.to_string_lossy(), sha))?;
+    }
     plan_with(
         config,
         dest,
         source,
         force,
         fingerprints,
-        &mut StateMemo::new(source),
+        &mut memo,
         &opened.view(),
     )
 }
@@ -251,6 +257,9 @@ struct StateMemo {
     last: Option<(ContentHash, Rc<StateFile>)>,
     /// How many outputs the state likely records (the manifest's count).
     outputs: usize,
+    /// The sha256 of an untrusted state file the journal in use committed (SPEC §17
+    /// "Upgrading"): believed.
+    vouched: Option<ContentHash>,
 }
 
 impl StateMemo {
@@ -259,6 +268,7 @@ impl StateMemo {
         StateMemo {
             last: None,
             outputs: source.manifest.outputs.len(),
+            vouched: None,
         }
     }
 
@@ -275,9 +285,28 @@ impl StateMemo {
             return Ok(Rc::clone(state));
         }
         let (parsed, sha) = s.read_state_parsed(self.outputs)?;
+        let parsed = match parsed {
+            StateFile::Untrusted(..) if sha.is_some() && sha == self.vouched => parsed.believed(),
+            other => other,
+        };
         let state = Rc::new(parsed.for_version(s.state_version()));
         self.last = sha.map(|sha| (sha, Rc::clone(&state)));
         Ok(state)
+    }
+
+    /// A state file distributor did not write is believed when the journal committed
+    /// exactly its bytes (an earlier version's state, SPEC §17): `committed` asks the
+    /// journal of a sha256.
+    fn vouch(&mut self, committed: impl FnOnce(&str) -> Result<bool>) -> Result<()> {
+        let Some((sha, state)) = &self.last else {
+            return Ok(());
+        };
+        if matches!(**state, StateFile::Untrusted(..)) && committed(&sha.hex())? {
+            self.vouched = Some(*sha);
+            let believed = (*state).as_ref().clone().believed();
+            self.last = Some((*sha, Rc::new(believed)));
+        }
+        Ok(())
     }
 }
 
@@ -466,7 +495,7 @@ fn could_be_unchanged(state: &StateFile, me: &Owner, source: &Source) -> bool {
         StateFile::Valid(s) => s.owners.iter().any(|r| {
             r.owner == *me && r.source.id == source.manifest.id && r.source.digest == source.digest
         }),
-        StateFile::Absent | StateFile::Invalid(_) => false,
+        StateFile::Absent | StateFile::Invalid(_) | StateFile::Untrusted(..) => false,
     }
 }
 
@@ -476,7 +505,7 @@ fn could_be_unchanged(state: &StateFile, me: &Owner, source: &Source) -> bool {
 fn recorded_same(state: &StateFile, source: &Source) -> Vec<bool> {
     let recorded = match state {
         StateFile::Valid(s) => s.outputs.as_slice(),
-        StateFile::Absent | StateFile::Invalid(_) => &[],
+        StateFile::Absent | StateFile::Invalid(_) | StateFile::Untrusted(..) => &[],
     };
     let new = source.manifest.outputs.as_slice();
     let mut out = vec![false; new.len()];
@@ -532,7 +561,7 @@ fn probe_for_plan<'a>(
             .chain(s.links.iter().map(|l| l.path.as_str()))
             .filter(|p| !dirs_wanted.contains(p))
             .collect(),
-        StateFile::Absent | StateFile::Invalid(_) => Vec::new(),
+        StateFile::Absent | StateFile::Invalid(_) | StateFile::Untrusted(..) => Vec::new(),
     };
     // Sized exactly: at a million paths a doubling series would hold twice the list.
     let mut paths: Vec<(&str, Option<local::Proof>)> =
@@ -600,11 +629,15 @@ fn read_destination<'m>(
     let bundle = bundle_path(config, dest, source)?;
     let unlocked = Unlocked::open(dest, &bundle)?;
     let mut memo = StateMemo::new(source);
+    let key = bundle.to_string_lossy().into_owned();
     let mut state = match unlocked.unsafe_reason {
-        None => Some(memo.read(&unlocked.view())?),
+        None => {
+            memo.read(&unlocked.view())?;
+            memo.vouch(|sha| journal.committed_post_state(&key, sha))?;
+            Some(memo.read(&unlocked.view())?)
+        }
         Some(_) => None,
     };
-    let key = bundle.to_string_lossy().into_owned();
     let outputs = &source.manifest.outputs;
     let republication =
         (state.as_deref()).and_then(|s| Republication::of(&config.pipeline_id, dest, source, s));
@@ -627,7 +660,10 @@ fn read_destination<'m>(
     // A republication is decided from the manifest, the fingerprints and storage alone:
     // the state's records (at a million files, 120 MB) go before the fingerprints are read.
     state = None;
-    memo = StateMemo::new(source);
+    memo = StateMemo {
+        vouched: memo.vouched,
+        ..StateMemo::new(source)
+    };
     let mut fingerprints = local::Fingerprints::wanting_all(outputs);
     journal.fingerprints(&key, &mut fingerprints)?;
     let republished = match probe_republication(republication, store, &fingerprints, &bundle)? {
@@ -681,7 +717,7 @@ fn publish_one(
             fingerprints = local::Fingerprints::wanting_all(&source.manifest.outputs);
             v.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
         }
-        let plan = plan_one(config, dest, source, opts.force, &fingerprints)?;
+        let plan = plan_one(config, dest, source, opts.force, &fingerprints, view)?;
         for f in plan.writes() {
             let (size, sha) = hash_file(&source.file(&f.path))?;
             if size != f.size || sha != f.sha256 {
@@ -697,7 +733,9 @@ fn publish_one(
         // publishing there right now (`busy`).
         let store = Unlocked::open(dest, &plan.bundle_path)?.store;
         let busy = match pending(view, &plan.bundle_path, store.as_deref())? {
-            Pending::Recovery(what) if !stands_during_recovery(plan.decision) => {
+            Pending::Recovery(what)
+                if !stands_during_recovery(plan.decision) && !untrusted(&plan) =>
+            {
                 return Err(Error::Planned {
                     plan: Box::new(plan),
                     source: Box::new(Error::RecoveryRequired(what)),
@@ -836,7 +874,10 @@ fn publish_one(
     if stands_during_recovery(plan.decision) {
         return report(plan);
     }
-    check_recovery(journal, store).map_err(|e| with_plan(&plan, e))?;
+    // An untrusted record is decided before the pending-recovery check (SPEC §17).
+    if !untrusted(&plan) {
+        check_recovery(journal, store).map_err(|e| with_plan(&plan, e))?;
+    }
     if !plan.decision.writes() {
         let op = journal_refusal(config, &plan, source, opts, journal)?;
         let (status, code) = (status_of(&plan, Status::Applied), code_of(&plan));
@@ -905,6 +946,12 @@ fn journal_refusal(
     Ok(Some(record.operation_id))
 }
 
+/// Whether the plan refuses for a record distributor does not believe (SPEC §17): that
+/// conflict is reported before any pending recovery.
+fn untrusted(plan: &DestinationPlan) -> bool {
+    (plan.conflicts.iter()).any(|c| c.kind == crate::model::ConflictKind::UntrustedRecord)
+}
+
 /// Whether a decision is reported even while recovery is due at its bundle path. SPEC §6
 /// refuses (exit 4) a writing decision then. `unchanged` and `skip_destination_newer` write
 /// nothing and hold whatever an interrupted operation left (the state records this very
@@ -918,15 +965,18 @@ fn stands_during_recovery(decision: Decision) -> bool {
     )
 }
 
-/// The names `.distributor-staging/` holds.
+/// The names staging holds. An untrusted record is not a pending recovery: the plan's
+/// conflict `untrusted_record` reports it (SPEC §17, decided before §6 step 2).
 fn staging_names(store: &dyn BundleStore) -> Result<Vec<String>> {
     Ok(store
         .staging_entries()?
         .into_iter()
-        .map(|e| match e {
-            local::StagingEntry::Operation(n) => n,
-            local::StagingEntry::Unfinished(op) => format!("{}{op}", local::TMP_PREFIX),
-            local::StagingEntry::Foreign(n, _) => n,
+        .filter_map(|e| match e {
+            local::StagingEntry::Operation(n) => Some(n),
+            local::StagingEntry::Unfinished(op) => Some(format!("{}{op}", local::TMP_PREFIX)),
+            local::StagingEntry::Foreign(n, _) => Some(n),
+            local::StagingEntry::Legacy(op) => Some(format!("{}/{op}", local::LEGACY_STAGING_DIR)),
+            local::StagingEntry::Untrusted(..) => None,
         })
         .collect())
 }

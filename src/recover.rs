@@ -64,6 +64,10 @@ pub enum Outcome {
     /// The operation's staging entry does not exist: the state says whether it was
     /// `applied elsewhere` or `not applied`; nothing was touched.
     Closed,
+    /// A record in the destination distributor did not write (SPEC §17: another uid's, a
+    /// published file's mode, a hard link, or an earlier version's staging this journal
+    /// does not know): nothing was touched.
+    Untrusted,
 }
 
 /// Where an operation was found.
@@ -122,6 +126,8 @@ pub struct RecoverSummary {
     pub abandoned: usize,
     /// Closed.
     pub closed: usize,
+    /// Untrusted records: nothing touched.
+    pub untrusted: usize,
 }
 
 /// The report of one `recover` run.
@@ -158,7 +164,7 @@ pub struct DestinationError {
 impl RecoverReport {
     /// 0 when everything found was recovered (or nothing was found), else 1 (SPEC §10).
     pub fn exit_code(&self) -> u8 {
-        if self.summary.diverged + self.summary.failed > 0 {
+        if self.summary.diverged + self.summary.failed + self.summary.untrusted > 0 {
             1
         } else {
             0
@@ -173,6 +179,8 @@ struct Candidate {
     in_staging: bool,
     /// Only an unfinished staging record (`.tmp-<op>`) was found.
     unfinished_record: bool,
+    /// Its staging entry is an earlier version's (`.distributor-staging/<op>/`).
+    legacy: bool,
     /// Base for the "no symlink on the way" walk of the lock.
     base: Option<PathBuf>,
     /// The storage holding the bundle path when the path alone does not say (from the
@@ -269,6 +277,7 @@ pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<Recover
             Outcome::Failed => s.failed += 1,
             Outcome::Abandoned => s.abandoned += 1,
             Outcome::Closed => s.closed += 1,
+            Outcome::Untrusted => s.untrusted += 1,
         }
     }
     s.failed += report.errors.len();
@@ -295,13 +304,22 @@ fn search_staging(
                 StagingEntry::Operation(op) | StagingEntry::Unfinished(op) => {
                     ops.entry(op.clone()).or_default()
                 }
+                StagingEntry::Legacy(op) => ops.entry(op.clone()).or_default(),
                 StagingEntry::Foreign(name, why) => {
                     report.operations.push(foreign(&bundle, name, why));
+                    continue;
+                }
+                StagingEntry::Untrusted(name, why) => {
+                    let mut r = foreign(&bundle, name, why);
+                    r.outcome = Outcome::Untrusted;
+                    r.message = why.clone();
+                    report.operations.push(r);
                     continue;
                 }
             };
             match entry {
                 StagingEntry::Operation(_) => c.in_staging = true,
+                StagingEntry::Legacy(_) => c.legacy = true,
                 _ => c.unfinished_record = true,
             }
             c.base = Some(dest.path.clone());
@@ -484,6 +502,12 @@ fn recover_bundle(
         ) {
             Ok(Some(r)) => r,
             Ok(None) => continue,
+            Err(Error::Untrusted(why)) => {
+                let mut r = blank(&op, bundle, &c);
+                r.outcome = Outcome::Untrusted;
+                r.message = format!("not recovered, nothing touched: {why}");
+                r
+            }
             Err(e) => {
                 let mut r = blank(&op, bundle, &c);
                 r.message = format!("not recovered: {e}");
@@ -501,7 +525,10 @@ fn blank(op: &str, bundle: &Path, c: &Candidate) -> RecoveredOperation {
         pipeline_id: None,
         destination_id: None,
         decision: None,
-        found_in: match (c.in_journal, c.in_staging || c.unfinished_record) {
+        found_in: match (
+            c.in_journal,
+            c.in_staging || c.unfinished_record || c.legacy,
+        ) {
             (true, true) => FoundIn::JournalAndStaging,
             (false, true) => FoundIn::Staging,
             _ => FoundIn::Journal,
@@ -529,12 +556,34 @@ fn recover_one(
         Some(s) => s.staging_entries()?,
         None => Vec::new(),
     };
-    let staged_now = entries.contains(&StagingEntry::Operation(op.to_string()));
+    let mut staged_now = entries.contains(&StagingEntry::Operation(op.to_string()));
     let unfinished_record = entries.contains(&StagingEntry::Unfinished(op.to_string()));
+    let legacy = entries.contains(&StagingEntry::Legacy(op.to_string()));
     let status = match journal.as_deref() {
         Some(j) => j.status(op)?,
         None => None,
     };
+    if legacy && !staged_now {
+        // An earlier version's staging (SPEC §17 "Upgrading"): believed only for an
+        // operation this journal records; then moved into `.distributor/staging/` and
+        // recovered as any other.
+        let Some(s) = store.filter(|_| status.is_some()) else {
+            let mut r = blank(op, bundle, c);
+            r.outcome = Outcome::Untrusted;
+            r.message = format!(
+                "{} was written by an earlier version of distributor and this journal does not record operation {op}: nothing touched. Recover it with the journal that wrote it (--journal), or inspect it and remove it by hand",
+                bundle
+                    .join(crate::backend::local::LEGACY_STAGING_DIR)
+                    .join(op)
+                    .display()
+            );
+            return Ok(Some(r));
+        };
+        if !opts.dry_run {
+            s.adopt_legacy_staging(op)?;
+        }
+        staged_now = true;
+    }
     let unfinished = |s: &str| matches!(s, "in_progress" | "committed" | "diverged");
     let in_journal = status.as_deref().is_some_and(unfinished);
     if !staged_now && !in_journal && !unfinished_record {
@@ -604,7 +653,13 @@ fn recover_one(
     let store = store.expect("a staging entry was listed in it");
     // The record: the staging entry's own, checked to describe the entry; the journal's
     // where the entry has none (staging written before records came first).
-    let from_staging = store.read_record(op)?;
+    // A dry run over an earlier version's staging judges from the journal's record (the
+    // entry is moved into `.distributor/staging/` only by a real run).
+    let from_staging = if legacy && opts.dry_run {
+        None
+    } else {
+        store.read_record(op)?
+    };
     let recorded = match journal.as_deref() {
         Some(j) => j
             .plan_json(op)?
@@ -760,6 +815,7 @@ fn outcome_word(o: Outcome) -> &'static str {
         Outcome::Failed => "failed",
         Outcome::Abandoned => "abandoned",
         Outcome::Closed => "closed",
+        Outcome::Untrusted => "untrusted",
     }
 }
 
@@ -831,11 +887,12 @@ impl RecoverReport {
                 ),
                 _ => String::new(),
             };
-            let verdict = if self.dry_run && o.outcome != Outcome::Failed {
-                format!("would be {}", outcome_word(o.outcome))
-            } else {
-                outcome_word(o.outcome).to_string()
-            };
+            let verdict =
+                if self.dry_run && !matches!(o.outcome, Outcome::Failed | Outcome::Untrusted) {
+                    format!("would be {}", outcome_word(o.outcome))
+                } else {
+                    outcome_word(o.outcome).to_string()
+                };
             let _ = writeln!(
                 out,
                 "operation {} on {}{who}: {verdict}\n  {}",
@@ -852,11 +909,15 @@ impl RecoverReport {
             s.rolled_back,
             s.diverged,
             s.failed,
-            [("abandoned", s.abandoned), ("closed", s.closed)]
-                .iter()
-                .filter(|(_, n)| *n > 0)
-                .map(|(w, n)| format!(", {n} {w}"))
-                .collect::<String>()
+            [
+                ("abandoned", s.abandoned),
+                ("closed", s.closed),
+                ("untrusted", s.untrusted)
+            ]
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(w, n)| format!(", {n} {w}"))
+            .collect::<String>()
         );
         out
     }

@@ -223,6 +223,7 @@ fn rollback_one(
                 "the active release {current} holds invalid state ({why})"
             )));
         }
+        StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why)),
     };
     let plan = plan(dest, &from, to, &current, &target)?;
     let source = plan

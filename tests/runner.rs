@@ -37,6 +37,7 @@ mod test_server_uploads;
 mod test_smoke;
 mod test_takeover_matrix;
 mod test_transfer;
+mod test_trust;
 mod test_unmanaged;
 mod test_verify;
 

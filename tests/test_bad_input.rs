@@ -402,7 +402,7 @@ fn sha256_mismatch_is_caught_by_a_real_run_and_rolled_back() {
             before,
             "destination changed ({extra:?})"
         );
-        assert!(!env.exists("dest/latest/.distributor-staging"));
+        assert!(!env.staging_left("dest/latest"));
         // The journal may hold the attempt, but only as rolled back: never as applied or
         // in progress.
         let now = w.journal_rows();
@@ -476,7 +476,7 @@ fn sha256_mismatch_stops_every_destination() {
     assert!(
         env.snapshot("dest/one")
             .iter()
-            .all(|(p, _)| p == ".distributor.lock")
+            .all(|(p, _)| crate::common::is_own(p))
     );
 }
 
@@ -488,7 +488,8 @@ fn invalid_state_world(bytes: &[u8]) -> World {
     w.env.write("dest/latest/a.txt", "someone's");
     w.env
         .write("dest/latest/old.txt", "listed by the broken state, maybe");
-    fs::write(w.env.path("dest/latest/.distributor.json"), bytes).unwrap();
+    w.env
+        .write_state_file("dest/latest/.distributor.json", bytes);
     w
 }
 
@@ -589,7 +590,8 @@ fn invalid_state_with_refuse_stays_a_conflict_under_force() {
         "dest/latest",
         "    transfer:\n      on_conflict: refuse\n",
     );
-    w.env.write("dest/latest/.distributor.json", "{}");
+    w.env
+        .write_state_file("dest/latest/.distributor.json", b"{}");
     let b = w.env.bundle("b", "tomorrow", T0, &[("a.txt", "one")], &[]);
     let before = w.env.snapshot("dest");
     let r = w.env.publish(&cfg, &b, &["--force"]);
@@ -608,10 +610,8 @@ fn force_never_overrides_an_invalid_source_on_invalid_state() {
     r.expect_code(1);
     // The real run took the destination lock before staging caught the bad bytes; the
     // lock file is the tool's own and the only trace.
-    let mut after = w.env.snapshot("dest");
-    after.retain(|(p, _)| p != "latest/.distributor.lock");
-    assert_eq!(after, before);
-    assert!(!w.env.exists("dest/latest/.distributor-staging"));
+    assert_eq!(w.env.snapshot_unlocked("dest"), before);
+    assert!(!w.env.staging_left("dest/latest"));
 }
 
 #[test]

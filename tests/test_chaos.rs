@@ -4,7 +4,7 @@
 //! invariants every recovery must keep:
 //!
 //! - every `recover` exits 0, and a second one finds nothing to do;
-//! - no `.distributor-staging` is left;
+//! - no `.distributor/staging` is left;
 //! - each owner's files are exactly one of its versions (byte for byte, directories
 //!   included), the one its state names, plus the unmanaged files, untouched;
 //! - `verify` is clean: nothing missing or modified, nothing unrecorded but the unmanaged
@@ -441,9 +441,9 @@ fn run_round(versions: &[Vec<Version>], seed: u64, n: u64, stats: &mut Stats) {
     println!("  recovered: [{}]", outcomes.join(", "));
 
     assert!(
-        !env.exists(&format!("{DEST}/.distributor-staging")),
-        "{ctx}: .distributor-staging left after every recover (SPEC §8: the destination is byte-identical to before or after): {:?}",
-        env.snapshot(&format!("{DEST}/.distributor-staging"))
+        !env.staging_left(DEST),
+        "{ctx}: .distributor/staging left after every recover (SPEC §8: the destination is byte-identical to before or after): {:?}",
+        env.snapshot(&format!("{DEST}/.distributor/staging"))
     );
     check_destination(&env, versions, &pipelines, &unmanaged, &applied, &ctx);
     for cfg in &cfgs {

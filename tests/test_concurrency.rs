@@ -98,7 +98,7 @@ fn parallel_publishers_of_one_destination_serialize_and_the_newest_wins() {
                 "only{i}.txt left"
             );
         }
-        assert!(!env.exists("dest/.distributor-staging"));
+        assert!(!env.staging_left("dest"));
         verify_clean(&env, &cfg);
         assert_no_unfinished(&env);
         // Serialized: in the order they ran, every applied operation published a newer

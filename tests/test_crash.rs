@@ -330,7 +330,7 @@ fn crash_before_the_staging_record_is_complete_is_closed() {
             let ctx = format!("{mode:?} {point}, journal lost: {lose_journal}");
             let sc = Scenario::new(mode);
             sc.crash_publish(point);
-            let staging = sc.env.path(&format!("{DEST}/.distributor-staging"));
+            let staging = sc.env.path(&format!("{DEST}/.distributor/staging"));
             let tmp: Vec<String> = std::fs::read_dir(&staging)
                 .map(|rd| {
                     rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -602,9 +602,10 @@ fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
     };
     // Kill times are measured from the moment the operation's staging appears, so they
     // fall inside the operation whatever the machine's load.
-    let staging = env.path(&format!("{DEST}/.distributor-staging"));
+    let staging = env.path(&format!("{DEST}/.distributor/staging"));
     let wait_for_staging = |child: &mut std::process::Child| {
-        while !staging.exists() {
+        // `.distributor/staging/` stays between operations: wait for an entry in it.
+        while !std::fs::read_dir(&staging).is_ok_and(|mut d| d.next().is_some()) {
             if child.try_wait().unwrap().is_some() {
                 return;
             }
@@ -664,10 +665,7 @@ fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
         } else {
             assert_eq!(now, before, "{ctx}: not byte-identical to before");
         }
-        assert!(
-            !env.exists(&format!("{DEST}/.distributor-staging")),
-            "{ctx}"
-        );
+        assert!(!env.staging_left(DEST), "{ctx}");
         let v = env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()]);
         let d = &v.json()["destinations"][0];
         assert_eq!(d["missing"], serde_json::json!([]), "{ctx}");
@@ -754,7 +752,7 @@ fn crash_during_a_shared_root_takeover() {
             assert_eq!(outcome(&r), "rolled_back", "{spec}");
             assert_eq!(snapshot(&env), before, "{spec}");
         }
-        assert!(!env.exists(&format!("{DEST}/.distributor-staging")));
+        assert!(!env.staging_left(DEST));
         let v = env.run(&["verify", "--json", "--config", b.to_str().unwrap()]);
         v.expect_code(0);
     }

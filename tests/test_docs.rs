@@ -350,6 +350,7 @@ fn recover_outcomes() -> Vec<String> {
         Outcome::Failed,
         Outcome::Abandoned,
         Outcome::Closed,
+        Outcome::Untrusted,
     ];
     for o in all {
         match o {
@@ -358,7 +359,8 @@ fn recover_outcomes() -> Vec<String> {
             | Outcome::Diverged
             | Outcome::Failed
             | Outcome::Abandoned
-            | Outcome::Closed => {}
+            | Outcome::Closed
+            | Outcome::Untrusted => {}
         }
     }
     all.iter()
@@ -482,9 +484,10 @@ fn recover_example_has_the_fields_of_a_real_recover_report() {
     );
     env.publish(&cfg, &b, &[]).expect_code(0);
     fs::create_dir_all(
-        env.path("dest/latest/.distributor-staging/.tmp-9a49144d-e9d4-436c-9a21-a442c850067f"),
+        env.path("dest/latest/.distributor/staging/.tmp-9a49144d-e9d4-436c-9a21-a442c850067f"),
     )
     .unwrap();
+    crate::common::as_records(&env.path("dest/latest"));
     let real = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
     real.expect_code(0);
     assert_eq!(
@@ -494,7 +497,7 @@ fn recover_example_has_the_fields_of_a_real_recover_report() {
         real.stdout
     );
     assert!(
-        !env.exists("dest/latest/.distributor-staging"),
+        !env.staging_left("dest/latest"),
         "recover left the unfinished record"
     );
     let mut real_shape = BTreeSet::new();

@@ -371,7 +371,7 @@ fn dry_run_reports_recovery_required_when_staging_is_left() {
         &[("DISTRIBUTOR_FAILPOINT", "after_staging")],
     );
     assert_ne!(crashed.code, 0, "the failpoint aborts the run");
-    assert!(env.exists("dest/latest/.distributor-staging"));
+    assert!(env.staging_left("dest/latest"));
     // The journal is read, not written: its database and WAL stay byte for byte (the
     // `-shm` index, where SQLite readers take their read marks, holds no data).
     let unshared = || -> Vec<(String, String)> {

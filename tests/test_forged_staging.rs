@@ -1,4 +1,4 @@
-//! Forged staging (SPEC §13: "`recover` follows nothing in `.distributor-staging/` through a
+//! Forged staging (SPEC §13: "`recover` follows nothing in `.distributor/staging/` through a
 //! symlink, and uses a staging entry only if it is a real directory tree that its own
 //! record describes"). Anyone who can write inside the destination can plant an
 //! operation's staging there; `recover` must not let it read, move or delete anything
@@ -9,7 +9,7 @@
 //! publication interrupted after placing its files (`x.txt` overwritten, original at
 //! `old/1`; `new.txt` created). A control proves that such an operation is rolled back.
 //! Each forgery then changes one thing: `old`, `old/1`, `new`, `plan.json` or
-//! `.distributor-staging` is a symlink to something outside; an action path escapes the
+//! `.distributor/staging` is a symlink to something outside; an action path escapes the
 //! bundle path; `old/1` is a directory; the operation directory holds entries its record
 //! does not describe. For each, `recover` must fail that operation with a message naming
 //! the offending path (exit non-zero, outcome `failed`), leave the private files outside
@@ -39,7 +39,7 @@ struct Forged {
     cfg: PathBuf,
     /// The bundle path, absolute.
     bundle: PathBuf,
-    /// `<bundle>/.distributor-staging/<OP>`.
+    /// `<bundle>/.distributor/staging/<OP>`.
     op_dir: PathBuf,
     /// The planted `plan.json`.
     plan: Value,
@@ -107,7 +107,7 @@ impl Forged {
             "new_dirs": [],
             "staging_layout": "flat",
         });
-        let op_dir = bundle.join(".distributor-staging").join(OP);
+        let op_dir = bundle.join(".distributor/staging").join(OP);
         fs::create_dir_all(op_dir.join("new/0")).unwrap();
         fs::create_dir_all(op_dir.join("old")).unwrap();
         fs::write(op_dir.join("pre-state.json"), &state_bytes).unwrap();
@@ -124,6 +124,9 @@ impl Forged {
             v1: v1_snapshot,
         };
         f.write_plan();
+        // Planted with the modes of distributor's own records (SPEC §17), as its own uid
+        // could: what is tested here is what comes after trust.
+        crate::common::as_records(&f.bundle);
         f
     }
 
@@ -189,7 +192,7 @@ impl Forged {
         }
         assert!(
             ops.iter().any(|o| {
-                o["outcome"] == "failed"
+                (o["outcome"] == "failed" || o["outcome"] == "untrusted")
                     && offending
                         .iter()
                         .any(|p| o["message"].as_str().unwrap_or_default().contains(p))
@@ -203,9 +206,7 @@ impl Forged {
 fn destination(env: &Env) -> Vec<(String, String)> {
     env.snapshot(DEST)
         .into_iter()
-        .filter(|(p, _)| {
-            !p.starts_with(".distributor-staging") && !p.ends_with(".distributor.lock")
-        })
+        .filter(|(p, _)| !p.starts_with(".distributor") || p == ".distributor.json")
         .collect()
 }
 
@@ -225,7 +226,7 @@ fn a_well_formed_staging_record_is_rolled_back() {
     assert_eq!(ops.as_array().map(Vec::len), Some(1), "{}", r.stdout);
     assert_eq!(ops[0]["outcome"], "rolled_back", "{}", r.stdout);
     assert_eq!(destination(&f.env), f.v1, "not rolled back to v1");
-    assert!(!f.env.exists(&format!("{DEST}/.distributor-staging")));
+    assert!(!f.env.staging_left(DEST));
     assert_eq!(f.env.snapshot(PRIVATE), private_before);
     assert_eq!(f.env.read(CANARY), "canary");
 }
@@ -272,19 +273,18 @@ fn recover_refuses_a_symlinked_plan() {
     f.assert_refused(&[&op_path("plan.json")], "plan.json -> private plan");
 }
 
-/// (e) `.distributor-staging` is a symlink to a directory elsewhere that holds the
-/// well-formed operation directory.
+/// (e) `.distributor/staging`, or `.distributor` itself, is a symlink to a directory
+/// elsewhere that holds the well-formed operation directory.
 #[test]
 fn recover_refuses_a_symlinked_staging_directory() {
-    let f = Forged::new();
-    let staging = f.bundle.join(".distributor-staging");
-    let elsewhere = f.private("staging");
-    fs::rename(&staging, &elsewhere).unwrap();
-    symlink(&elsewhere, &staging).unwrap();
-    f.assert_refused(
-        &[".distributor-staging"],
-        ".distributor-staging -> private dir",
-    );
+    for link in [".distributor/staging", ".distributor"] {
+        let f = Forged::new();
+        let staging = f.bundle.join(link);
+        let elsewhere = f.private("staging");
+        fs::rename(&staging, &elsewhere).unwrap();
+        symlink(&elsewhere, &staging).unwrap();
+        f.assert_refused(&[link], &format!("{link} -> private dir"));
+    }
 }
 
 /// (f) An action whose path leaves the bundle path: a deletion whose "original" waits at

@@ -744,7 +744,7 @@ fn a_directory_moved_out_of_the_bundle_mid_run_fails_the_run_and_gets_its_conten
     );
     assert_eq!(env.read(&format!("{DEST}/.distributor.json")), state_before);
     assert_eq!(env.read(&format!("{DEST}/top.txt")), "v1 top");
-    assert!(!env.exists(&format!("{DEST}/.distributor-staging")));
+    assert!(!env.staging_left(DEST));
 }
 
 /// The message of the first destination of a `--json` run.
@@ -770,7 +770,7 @@ fn staged_post_state_tampered(tamper: Tamper, expect: &str) {
     let before = env.snapshot_unlocked(DEST);
     let v2 = env.bundle("b2", SOURCE_ID, V2_AT, &[("a.txt", "v2 a")], &[]);
     let run = publish_paused(&env, &cfg, &v2, "after_placement");
-    let staging = env.path(&format!("{DEST}/.distributor-staging"));
+    let staging = env.path(&format!("{DEST}/.distributor/staging"));
     let op = std::fs::read_dir(&staging)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -163,10 +163,7 @@ fn assert_landed(sc: &Scenario, side: Side, ctx: &str) {
             "{ctx}: the other owner's record is lost: {state}"
         );
     }
-    assert!(
-        !env.exists(&format!("{DEST}/.distributor-staging")),
-        "{ctx}: staging left behind"
-    );
+    assert!(!env.staging_left(DEST), "{ctx}: staging left behind");
     for (p, c) in UNMANAGED {
         assert_eq!(env.read(&format!("{DEST}/{p}")), *c, "{ctx}: {p} touched");
     }
@@ -413,7 +410,7 @@ fn crash_recover_then_first_journal(mode: Mode, publish_spec: &str, spec: &str, 
         adopted,
         "{ctx}: journal B's knowledge of {op}"
     );
-    let staged = sc.env.exists(&format!("{DEST}/.distributor-staging/{op}"));
+    let staged = sc.env.exists(&format!("{DEST}/.distributor/staging/{op}"));
     // Only a recover stopped after its cleanup (before its event) removed the staging.
     assert_eq!(staged, !spec.starts_with("recover_before_event"), "{ctx}");
 

@@ -121,7 +121,7 @@ fn an_operation_killed_before_its_staging_is_pending_in_plan_status_and_verify()
     );
     crate::common::faults::assert_aborted(&killed, "after_journal_append");
     // Killed before its staging existed: only the journal knows.
-    assert!(!env.exists("d1/.distributor-staging"));
+    assert!(!env.staging_left("d1"));
     let files = journal_files(&env);
     assert!(
         files.iter().any(|(n, _)| n.ends_with("-wal")),

@@ -707,7 +707,7 @@ fn unrelated_content_survives_every_kind_of_publication(backend: Backend) {
             r.expect_code(0);
             assert_eq!(r.decision(), decision, "{step}: {}", r.stdout);
             assert_unrelated_intact(&w, &step);
-            assert!(!w.exists("site/bundle/.distributor-staging"), "{step}");
+            assert!(!w.staging_left("site/bundle"), "{step}");
             let bundle_path = w.bundle_path("site/bundle");
             let unmanaged = Drift {
                 unrecorded: vec![

@@ -7,7 +7,7 @@ use crate::common::Env;
 use crate::common::faults::{DEST, Mode, Scenario, Side, outcome, snapshot};
 
 fn staged_op(sc: &Scenario) -> String {
-    let dir = sc.env.path(&format!("{DEST}/.distributor-staging"));
+    let dir = sc.env.path(&format!("{DEST}/.distributor/staging"));
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -81,7 +81,7 @@ fn diverged_state_is_left_alone_then_resolved_by_the_operator() {
         // The operator restores the state the message points to.
         let from = sc
             .env
-            .read(&format!("{DEST}/.distributor-staging/{op}/{copy}"));
+            .read(&format!("{DEST}/.distributor/staging/{op}/{copy}"));
         sc.env.write(&state, &from);
         let r = sc.recover_env(&[]);
         r.expect_code(0);
@@ -137,7 +137,7 @@ fn dry_run_reports_and_writes_nothing() {
     r.expect_code(0);
     assert_eq!(r.json()["operations"][0]["found_in"], "staging");
     assert!(!sc.env.journal().exists(), "a dry run created the journal");
-    assert!(sc.env.exists(&format!("{DEST}/.distributor-staging")));
+    assert!(sc.env.staging_left(DEST));
 }
 
 /// Staging the journal never saw is invisible without the config, found with it, and the
@@ -229,13 +229,13 @@ fn staging_under_a_mapped_destination_is_found() {
     assert_eq!(env.snapshot("dest"), before);
 }
 
-/// Entries in `.distributor-staging/` that are not an operation distributor staged are
+/// Entries in `.distributor/staging/` that are not an operation distributor staged are
 /// reported (exit 1) and left alone; an operation directory that never got its plan is
 /// removed, one holding files without a plan is left alone.
 #[test]
 fn foreign_staging_entries_are_reported_and_left_alone() {
     let sc = Scenario::new(Mode::SingleOwner);
-    let staging = format!("{DEST}/.distributor-staging");
+    let staging = format!("{DEST}/.distributor/staging");
     sc.env.write(&format!("{staging}/junk.txt"), "not mine");
     let empty_op = "8b8e3f52-3c7e-4c52-9d0a-2b4e5f6a7b8c";
     std::fs::create_dir_all(sc.env.path(&format!("{staging}/{empty_op}/new"))).unwrap();
@@ -244,6 +244,7 @@ fn foreign_staging_entries_are_reported_and_left_alone() {
         &format!("{staging}/{full_op}/old/keep.txt"),
         "someone's data",
     );
+    crate::common::as_records(&sc.env.path(DEST));
     let r = sc.recover_env(&[]);
     r.expect_code(1);
     let ops = r.json()["operations"].as_array().unwrap().clone();
@@ -336,7 +337,7 @@ fn diverged_operation_can_be_abandoned() {
     assert!(again.stderr.contains("is abandoned"), "{}", again.stderr);
     // The operator removes the staging by hand, as the message says: nothing is left to
     // recover.
-    std::fs::remove_dir_all(sc.env.path(&format!("{DEST}/.distributor-staging"))).unwrap();
+    std::fs::remove_dir_all(sc.env.path(&format!("{DEST}/.distributor/staging"))).unwrap();
     let r = sc.recover_env(&[]);
     r.expect_code(0);
     assert_eq!(
@@ -420,7 +421,7 @@ fn forged_plan(op: &str, bundle: &std::path::Path, victim_sha: &str) -> String {
     .to_string()
 }
 
-/// Published content may hold anything, a directory named `.distributor-staging` holding a
+/// Published content may hold anything, a directory named `.distributor/staging` holding a
 /// forged plan too. `recover --config` never takes it for an operation (the walk for
 /// staging stops at bundle paths), and a forged plan in a real staging directory is
 /// refused for its unsafe paths: nothing outside the bundle path is ever touched.
@@ -444,9 +445,9 @@ fn forged_staging_never_makes_recover_touch_anything_outside() {
         "2026-12-02T06:00:00Z",
         &[
             ("readme.txt", "hello"),
-            (&format!("sub/.distributor-staging/{op}/plan.json"), &plan),
+            (&format!("sub/.distributor/staging/{op}/plan.json"), &plan),
             (
-                &format!("sub/.distributor-staging/{op}/old/1"),
+                &format!("sub/.distributor/staging/{op}/old/1"),
                 "planted by producer",
             ),
         ],
@@ -477,13 +478,14 @@ fn forged_staging_never_makes_recover_touch_anything_outside() {
     );
     env.publish(&fixed, &b, &[]).expect_code(0);
     env.write(
-        &format!("fixed/out/.distributor-staging/{op}/plan.json"),
+        &format!("fixed/out/.distributor/staging/{op}/plan.json"),
         &forged_plan(op, &env.path("fixed/out"), &victim_sha),
     );
     env.write(
-        &format!("fixed/out/.distributor-staging/{op}/old/1"),
+        &format!("fixed/out/.distributor/staging/{op}/old/1"),
         "planted",
     );
+    crate::common::as_records(&env.path("fixed/out"));
     let r = env.run(&["recover", "--json", "--config", fixed.to_str().unwrap()]);
     r.expect_code(1);
     let o = &r.json()["operations"][0];

@@ -52,7 +52,7 @@ fn releases(env: &Env) -> BTreeSet<String> {
 fn view(env: &Env) -> Vec<(String, String)> {
     env.snapshot(PATH)
         .into_iter()
-        .filter(|(p, _)| p != ".distributor.json" && p != ".distributor.lock")
+        .filter(|(p, _)| !crate::common::is_own(p))
         .collect()
 }
 
@@ -89,7 +89,7 @@ fn each_publication_is_a_release_swapped_in_and_unchanged_files_are_shared() {
         0,
         "release files are read-only"
     );
-    assert!(!env.exists(&format!("{DIR}/.distributor-staging")));
+    assert!(!env.staging_left(DIR));
 
     // Unchanged: nothing is built.
     let r = env.publish(&cfg, &v1, &[]);
@@ -111,7 +111,7 @@ fn each_publication_is_a_release_swapped_in_and_unchanged_files_are_shared() {
         e.publish(&c, &b, &[]).expect_code(0);
         e.snapshot("plain")
             .into_iter()
-            .filter(|(p, _)| p != ".distributor.json" && p != ".distributor.lock")
+            .filter(|(p, _)| !crate::common::is_own(p))
             .collect::<Vec<_>>()
     };
     assert_eq!(view(&env), reference);
@@ -609,7 +609,7 @@ fn a_crash_at_every_step_leaves_the_old_or_the_new_release() {
                     e.publish(&c, &b, &[]).expect_code(0);
                     e.snapshot("plain")
                         .into_iter()
-                        .filter(|(p, _)| p != ".distributor.json" && p != ".distributor.lock")
+                        .filter(|(p, _)| !crate::common::is_own(p))
                         .collect()
                 };
                 let mut got = view(&env);
@@ -627,7 +627,7 @@ fn a_crash_at_every_step_leaves_the_old_or_the_new_release() {
                     assert_eq!(outcome, "rolled_back", "{ctx}: {}", rec.stdout);
                 }
             }
-            assert!(!env.exists(&format!("{DIR}/.distributor-staging")), "{ctx}");
+            assert!(!env.staging_left(DIR), "{ctx}");
             let leftovers: Vec<String> = std::fs::read_dir(env.path(DIR))
                 .unwrap()
                 .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -885,10 +885,7 @@ fn a_crash_at_every_step_of_a_rollback_is_recovered() {
         rec.expect_code(0);
         let want = if forward { &ops[1] } else { &ops[2] };
         assert_eq!(&active(&env), want, "{spec}: {}", rec.stdout);
-        assert!(
-            !env.exists(&format!("{DIR}/.distributor-staging")),
-            "{spec}"
-        );
+        assert!(!env.staging_left(DIR), "{spec}");
         assert!(
             env.exists(&format!("{DIR}/{}", ops[1])),
             "{spec}: the target was removed"
@@ -1298,10 +1295,7 @@ fn a_crash_at_every_step_of_an_adoption_is_recovered() {
         let mut want = before.clone();
         want.retain(|(p, _)| p != ".distributor.lock");
         assert_eq!(got, want, "{spec}");
-        assert!(
-            !env.exists(&format!("{DIR}/.distributor-staging")),
-            "{spec}"
-        );
+        assert!(!env.staging_left(DIR), "{spec}");
         if !forward {
             assert!(
                 releases(&env).is_empty(),

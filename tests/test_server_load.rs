@@ -136,7 +136,7 @@ fn check_consistency(env: &Env, results: &[(usize, Outcome)], dests: &[(&str, &s
                 "{p}: only the newest's file"
             );
         }
-        assert!(!env.exists(&format!("{rel}/.distributor-staging")));
+        assert!(!env.staging_left(rel));
     }
 }
 

@@ -42,5 +42,5 @@ fn create_then_unchanged_then_replace_older() {
     assert!(!env.exists("dest/latest/d"), "emptied directory removed");
     assert!(!env.exists("dest/latest/l"));
     assert_eq!(env.read("dest/latest/unrelated.txt"), "hand-made");
-    assert!(!env.exists("dest/latest/.distributor-staging"));
+    assert!(!env.staging_left("dest/latest"));
 }

@@ -151,7 +151,7 @@ fn drift_is_listed_then_repaired() {
     );
     assert_eq!(env.read("dest/latest/new.txt"), "hand-made");
     assert_eq!(env.read("dest/latest/d/extra.txt"), "hand-made too");
-    assert!(!env.exists("dest/latest/.distributor-staging"));
+    assert!(!env.staging_left("dest/latest"));
 
     // Verify is clean but for the unrecorded files, which it still reports.
     let r = verify(&env, &cfg);
@@ -226,7 +226,7 @@ fn invalid_state_is_drift_and_absent_state_is_not() {
     r.expect_code(0);
     assert_eq!(r.json()["destinations"][0]["state"], "absent");
     assert!(!env.exists("dest"), "verify created the destination");
-    env.write("dest/latest/.distributor.json", "{\"state_version\": 9}");
+    env.write_state_file("dest/latest/.distributor.json", b"{\"state_version\": 9}");
     let r = verify(&env, &cfg);
     r.expect_code(3);
     let d = &r.json()["destinations"][0];

@@ -202,6 +202,16 @@ pub trait BundleStore: std::fmt::Debug + Sync {
 
     /// Removes an unfinished staging record of `op` (it never changed anything).
     fn remove_unfinished(&self, op: &str) -> Result<()>;
+
+    /// Moves an earlier version's staging entry of `op` into the record directory (SPEC
+    /// §17 "Upgrading"), for an operation the journal in use records; only the local
+    /// backends have one.
+    fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
+        Err(crate::error::Error::Failed(format!(
+            "{}: no staging of an earlier version to adopt for {op}",
+            self.path().display()
+        )))
+    }
 }
 
 /// Proof that a backend passed an operation's commit point.

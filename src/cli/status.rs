@@ -39,6 +39,8 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
         .iter()
         .map(|s| match (&s.error, s.recovery_pending) {
             (Some(_), _) => 1,
+            // An untrusted record is decided before a pending recovery (SPEC §17).
+            _ if s.untrusted_record.is_some() => 3,
             (None, true) => 4,
             (None, false) => 0,
         })
@@ -64,6 +66,9 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
         }
         if let Some(e) = &s.error {
             let _ = writeln!(out, "  error: {e}");
+        }
+        if let Some(u) = &s.untrusted_record {
+            let _ = writeln!(out, "  untrusted_record: {u}");
         }
         for o in &s.owners {
             let _ = writeln!(

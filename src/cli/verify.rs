@@ -46,6 +46,8 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
         .iter()
         .map(|d| match (&d.error, d.recovery_pending, d.drifted()) {
             (Some(_), _, _) => 1,
+            // An untrusted record is decided before a pending recovery (SPEC §17).
+            _ if d.untrusted_record.is_some() => 3,
             (None, true, _) => 4,
             (None, false, true) => 3,
             (None, false, false) => 0,
@@ -84,6 +86,9 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
         }
         if let Some(e) = &d.error {
             let _ = writeln!(out, "  error: {e}");
+        }
+        if let Some(u) = &d.untrusted_record {
+            let _ = writeln!(out, "  untrusted_record: {u}");
         }
         if let Some(what) = &d.recovery {
             let _ = writeln!(out, "  {what}");

@@ -425,6 +425,13 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 
+    /// Whether an operation on `bundle_path` committed a state file of exactly this
+    /// sha256 (SPEC §17: a state file an earlier version wrote is believed through the
+    /// journal that committed it).
+    pub fn committed_post_state(&self, bundle_path: &str, sha256: &str) -> Result<bool> {
+        committed_post_state(&self.conn, &self.path, bundle_path, sha256)
+    }
+
     /// Every unfinished operation (any bundle path), oldest first: id and bundle path.
     pub fn unfinished(&self) -> Result<Vec<(String, String)>> {
         let mut stmt = self
@@ -1009,6 +1016,22 @@ pub(crate) fn jerr(path: &Path, e: rusqlite::Error) -> Error {
         path: path.to_path_buf(),
         message,
     }
+}
+
+/// [`Journal::committed_post_state`] on any connection to a journal.
+pub(crate) fn committed_post_state(
+    conn: &Connection,
+    path: &Path,
+    bundle_path: &str,
+    sha256: &str,
+) -> Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM operations WHERE bundle_path = ?1 AND post_state_sha256 = ?2
+                        AND status IN ('applied', 'committed', 'rolled_forward'))",
+        [bundle_path, sha256],
+        |r| r.get::<_, bool>(0),
+    )
+    .map_err(|e| jerr(path, e))
 }
 
 #[cfg(test)]

@@ -200,6 +200,19 @@ impl JournalView {
         super::read_fingerprints(self.conn(), &self.path, version, bundle_path, wanted)
     }
 
+    /// [`super::Journal::committed_post_state`], read only (a journal never migrated
+    /// records nothing).
+    pub fn committed_post_state(&self, bundle_path: &str, sha256: &str) -> Result<bool> {
+        let version: i64 = self
+            .conn()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| jerr(&self.path, e))?;
+        if version == 0 {
+            return Ok(false);
+        }
+        super::committed_post_state(self.conn(), &self.path, bundle_path, sha256)
+    }
+
     /// Unfinished operations on `bundle_path`, oldest first.
     pub fn unfinished_for(&self, bundle_path: &str) -> Result<Vec<String>> {
         Ok(self

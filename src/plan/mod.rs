@@ -71,6 +71,9 @@ pub struct Storage<'a> {
     /// Set when the config's `releases` settings differ from those its `releases.dir`
     /// records (SPEC §15): why.
     pub releases_mismatch: Option<String>,
+    /// A record in the destination distributor does not believe (SPEC §17): the
+    /// operator's message naming it and its owner.
+    pub untrusted_record: Option<String>,
     /// Source digests rolled back from and not published past since, per owner (a
     /// releases destination's activation log, SPEC §15).
     pub rolled_back: Vec<Hold>,
@@ -94,6 +97,7 @@ impl<'a> Storage<'a> {
         Storage {
             bundle_unsafe,
             releases_mismatch: None,
+            untrusted_record: None,
             rolled_back: Vec::new(),
             entries,
             probed,

@@ -140,6 +140,24 @@ pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
         ));
         return finish_conflict(plan);
     }
+    if let StateFile::Untrusted(why, _) = input.state {
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::UntrustedRecord,
+            Some(crate::state::STATE_FILE),
+            None,
+            why.clone(),
+        ));
+        return finish_conflict(plan);
+    }
+    if let Some(why) = &input.storage.untrusted_record {
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::UntrustedRecord,
+            None,
+            None,
+            why.clone(),
+        ));
+        return finish_conflict(plan);
+    }
     if let Some(why) = &input.storage.releases_mismatch {
         plan.conflicts.push(Conflict::new(
             ConflictKind::ReleasesMismatch,
@@ -163,7 +181,8 @@ pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
         links: vec![],
     };
     let (state, invalid) = match input.state {
-        StateFile::Absent => (&empty, None),
+        // An untrusted state file was refused above.
+        StateFile::Absent | StateFile::Untrusted(..) => (&empty, None),
         StateFile::Invalid(reason) => {
             plan.conflicts.push(Conflict::new(
                 ConflictKind::InvalidState,

@@ -38,7 +38,7 @@ pub fn check_safe_path(p: &str) -> Result<(), String> {
     let top = p.split('/').next().unwrap_or(p);
     if top.starts_with(".distributor") {
         return Err(format!(
-            "top-level name '{top}' is reserved (names starting with .distributor: .distributor.json, .distributor.lock, .distributor-staging/)"
+            "top-level name '{top}' is reserved (names starting with .distributor: .distributor.json, .distributor.lock, .distributor/)"
         ));
     }
     Ok(())

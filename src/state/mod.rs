@@ -84,6 +84,11 @@ pub enum StateFile {
     Invalid(String),
     /// Valid state.
     Valid(State),
+    /// A state file distributor did not write (SPEC §17: not owned by its uid, not mode
+    /// 0600, or more than one link): why, and what it holds. Believed only where the
+    /// journal in use committed exactly these bytes (an earlier version's state file:
+    /// [`StateFile::believed`]).
+    Untrusted(String, Box<StateFile>),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -197,6 +202,18 @@ impl StateFile {
                     "local destinations"
                 }
             )),
+            StateFile::Untrusted(why, inner) => {
+                StateFile::Untrusted(why, Box::new(inner.for_version(version)))
+            }
+            other => other,
+        }
+    }
+
+    /// What the file holds, believed (its owner, mode and links aside): for a state file
+    /// the journal in use vouches for.
+    pub fn believed(self) -> StateFile {
+        match self {
+            StateFile::Untrusted(_, inner) => inner.believed(),
             other => other,
         }
     }

@@ -238,6 +238,14 @@ impl World {
             .unwrap_or_else(|| panic!("{:?}: nothing at {rel}", self.backend))
     }
 
+    /// Whether the bundle path at `bundle` holds an operation's staging.
+    pub fn staging_left(&self, bundle: &str) -> bool {
+        match &self.storage {
+            Storage::Local => self.env.staging_left(bundle),
+            Storage::S3 { .. } => self.exists(&format!("{bundle}/.distributor-staging")),
+        }
+    }
+
     /// True when a file stands at `rel`, or a directory: on s3, some key under `rel/`.
     pub fn exists(&self, rel: &str) -> bool {
         match &self.storage {
@@ -313,7 +321,13 @@ impl World {
 
     /// Replaces `.distributor.json` of the bundle path at `bundle` by hand.
     pub fn write_state(&self, bundle: &str, content: &str) {
-        self.write(&format!("{bundle}/.distributor.json"), content);
+        match &self.storage {
+            Storage::Local => {
+                self.env
+                    .write_state_file(&format!("{bundle}/.distributor.json"), content.as_bytes());
+            }
+            Storage::S3 { .. } => self.write(&format!("{bundle}/.distributor.json"), content),
+        }
     }
 
     /// The ETag the store lists for the object at `rel` (s3 only; `None` for local).

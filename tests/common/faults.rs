@@ -239,10 +239,7 @@ impl Scenario {
                 "{context}: the other owner's record is lost: {owners:?}"
             );
         }
-        assert!(
-            !env.exists(&format!("{DEST}/.distributor-staging")),
-            "{context}: staging left behind"
-        );
+        assert!(!env.staging_left(DEST), "{context}: staging left behind");
         for (p, c) in UNMANAGED {
             assert_eq!(
                 env.read(&format!("{DEST}/{p}")),

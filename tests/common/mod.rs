@@ -103,6 +103,17 @@ impl Env {
         p
     }
 
+    /// Writes a state file by hand as distributor's own uid would (SPEC §17: mode 0600),
+    /// so what is tested is what comes after trust.
+    pub fn write_state_file(&self, rel: &str, content: &[u8]) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.path(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, content).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+        p
+    }
+
     /// Reads a file under the root.
     pub fn read(&self, rel: &str) -> String {
         fs::read_to_string(self.path(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
@@ -241,6 +252,13 @@ impl Env {
         self.run(&args)
     }
 
+    /// Whether the bundle path at `bundle` holds any staging entry in
+    /// `.distributor/staging/` (which, once made, stays, empty, between operations).
+    pub fn staging_left(&self, bundle: &str) -> bool {
+        fs::read_dir(self.path(&format!("{bundle}/.distributor/staging")))
+            .is_ok_and(|mut d| d.next().is_some())
+    }
+
     /// Every path under `rel` (files, symlinks with their targets, dirs), sorted, with file
     /// contents: a byte-level snapshot to compare before and after (a lock file's record of
     /// its last holder shown as `<lock record>`).
@@ -254,12 +272,18 @@ impl Env {
         out
     }
 
-    /// [`Env::snapshot`] without the bundle paths' lock files: a refused or failed writing
-    /// run takes the lock (creating the file) before it finds out it may not write.
+    /// [`Env::snapshot`] without the bundle paths' lock files and empty record
+    /// directories (`.distributor/`, `.distributor/staging/`): a refused or failed writing
+    /// run takes the lock (creating the file) before it finds out it may not write, and a
+    /// failed one may have begun its staging record there.
     pub fn snapshot_unlocked(&self, rel: &str) -> Vec<(String, String)> {
         self.snapshot(rel)
             .into_iter()
-            .filter(|(p, _)| !p.ends_with(".distributor.lock"))
+            .filter(|(p, c)| {
+                !p.ends_with(".distributor.lock")
+                    && !(c == "<dir>"
+                        && (p.ends_with(".distributor") || p.ends_with(".distributor/staging")))
+            })
             .collect()
     }
 }
@@ -286,4 +310,44 @@ fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
             ));
         }
     }
+}
+
+/// Whether a bundle-relative path is one of distributor's own files: the state file, the
+/// lock file, or the record directory `.distributor/` and what it holds (SPEC §17).
+pub fn is_own(p: &str) -> bool {
+    p == ".distributor.json"
+        || p == ".distributor.lock"
+        || p == ".distributor"
+        || p.starts_with(".distributor/")
+}
+
+/// Gives what a test planted under a bundle path's `.distributor/` the modes distributor's
+/// own records have (SPEC §17: directories 0700, files 0600), as if distributor's uid
+/// (the test's) wrote them, so the checks that come after trust are what is tested. The
+/// content below an operation's `new/` and `old/` (published content, moved or staged)
+/// keeps its mode.
+pub fn as_records(bundle: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    fn set(p: &Path, depth: usize) {
+        let Ok(md) = fs::symlink_metadata(p) else {
+            return;
+        };
+        if md.file_type().is_symlink() {
+            return;
+        }
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+        let mode = if md.is_dir() { 0o700 } else { 0o600 };
+        fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+        // .distributor (0) / staging (1) / <op> (2) / new|old (3) / bucket (4)
+        if md.is_dir() && depth < 4 && !(depth == 3 && name.as_deref() == Some("old")) {
+            for e in fs::read_dir(p).unwrap() {
+                let e = e.unwrap().path();
+                if depth == 3 && !fs::symlink_metadata(&e).is_ok_and(|m| m.is_dir()) {
+                    continue;
+                }
+                set(&e, depth + 1);
+            }
+        }
+    }
+    set(&bundle.join(".distributor"), 0);
 }

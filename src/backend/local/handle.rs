@@ -166,7 +166,7 @@ impl Dir {
 
     /// Creates directory `name` here; `Ok(false)` when something already has the name.
     pub fn mkdir(&self, name: &str) -> io::Result<bool> {
-        match mkdirat(&self.fd, name, Mode::from_raw_mode(0o777)) {
+        match mkdirat(&self.fd, name, Mode::from_raw_mode(0o755)) {
             Ok(()) => {
                 crashsim::entry(&self.join(name));
                 Ok(true)

@@ -156,6 +156,9 @@ impl BundleStore for Bundle {
     fn remove_unfinished(&self, op: &str) -> Result<()> {
         Bundle::remove_unfinished(self, op)
     }
+    fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
+        Bundle::adopt_legacy_staging(self, op)
+    }
 }
 
 use crate::error::{Error, IoContext, Result};
@@ -167,8 +170,11 @@ use std::path::{Path, PathBuf};
 
 /// Name of the lock file at the bundle root.
 pub const LOCK_FILE: &str = ".distributor.lock";
-/// Name of the staging directory at the bundle root.
-pub const STAGING_DIR: &str = ".distributor-staging";
+/// The staging directory below the bundle root, in the record directory (SPEC §17).
+pub const STAGING_DIR: &str = records::STAGING;
+/// Where versions before SPEC §17 kept staging: believed only for an operation the
+/// journal in use records ([`Bundle::adopt_legacy_staging`]).
+pub const LEGACY_STAGING_DIR: &str = ".distributor-staging";
 
 /// The newest placement fingerprint of each of some paths, read back from the journal to
 /// prove their content without rehashing: filled by `Journal::fingerprints`, newest
@@ -368,8 +374,27 @@ pub fn probe<'a>(
     }
 }
 
+/// The first staging record in `b` distributor does not believe (SPEC §17): the
+/// operator's message.
+pub fn untrusted_staging(b: &Bundle) -> Result<Option<String>> {
+    Ok(b.staging_entries()?.into_iter().find_map(|e| match e {
+        StagingEntry::Untrusted(_, why) => Some(why),
+        _ => None,
+    }))
+}
+
 /// [`probe`] in a bundle path already open.
 pub fn probe_in<'a>(
+    b: &Bundle,
+    paths: &[(&'a str, Option<Proof<'a>>)],
+    dirs_wanted: &foldhash::HashSet<&str>,
+) -> Result<Storage<'a>> {
+    let mut storage = probe_paths(b, paths, dirs_wanted)?;
+    storage.untrusted_record = untrusted_staging(b)?;
+    Ok(storage)
+}
+
+fn probe_paths<'a>(
     b: &Bundle,
     paths: &[(&'a str, Option<Proof<'a>>)],
     dirs_wanted: &foldhash::HashSet<&str>,
@@ -516,7 +541,7 @@ fn find_bundles(dir: &handle::Dir, path: &Path, out: &mut Vec<PathBuf>) -> Resul
     let entries = dir.entries().ctx("list", path)?;
     if entries
         .iter()
-        .any(|(n, _)| n == STATE_FILE || n == STAGING_DIR)
+        .any(|(n, _)| n == STATE_FILE || n == records::RECORD_DIR || n == LEGACY_STAGING_DIR)
     {
         out.push(path.to_path_buf());
         return Ok(());

@@ -45,6 +45,32 @@ pub const CONTENT_FILE_MODE: u32 = 0o644;
 /// cannot change another).
 pub const RELEASE_FILE_MODE: u32 = 0o444;
 
+/// The process's umask, read once from `/proc/self/status` (never changed to read it:
+/// `umask(2)` cannot be read without setting it, process-wide); `None` when not known.
+fn umask() -> Option<u32> {
+    static UMASK: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+        u32::from_str_radix(line.trim(), 8).ok()
+    })
+}
+
+/// Whether an entry created asking for `mode` needs an `fchmod` to have exactly it (the
+/// umask takes some of its bits, or the umask is not known).
+pub fn needs_chmod(mode: u32) -> bool {
+    umask().is_none_or(|m| mode & m != 0)
+}
+
+/// Gives `fd` (an entry distributor just created asking for `mode`) exactly `mode`, where
+/// the umask took some of it.
+pub fn set_mode(fd: impl AsFd, mode: u32) -> io::Result<()> {
+    if needs_chmod(mode) {
+        fchmod(fd, Mode::from_raw_mode(mode))?;
+    }
+    Ok(())
+}
+
 /// Which kind of record an entry should be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -157,9 +183,10 @@ impl From<Untrusted> for RecordError {
 }
 
 impl Dir {
-    /// Opens the record directory `name` here and checks it on its own handle.
+    /// Opens the record directory `name` here and checks it on its own handle; a symlink
+    /// or anything but a directory in its place is [`RecordError::Untrusted`].
     pub fn open_record_dir(&self, name: &str) -> Result<Dir, RecordError> {
-        let d = self.open_dir(name)?;
+        let d = self.open_dir(name).map_err(|e| self.not_a_dir(name, e))?;
         let st = fstat(d.fd()).map_err(io::Error::from)?;
         check(&st, Kind::Dir, d.path())?;
         Ok(d)
@@ -193,21 +220,39 @@ impl Dir {
             Err(Errno::EXIST) => false,
             Err(e) => return Err(RecordError::Io(e.into())),
         };
-        let d = self.open_dir(name)?;
+        let d = self.open_dir(name).map_err(|e| self.not_a_dir(name, e))?;
         if created {
             super::crashsim::entry(&self.join(name));
-            fchmod(d.fd(), Mode::from_raw_mode(DIR_MODE)).map_err(io::Error::from)?;
+            set_mode(d.fd(), DIR_MODE)?;
         }
         let st = fstat(d.fd()).map_err(io::Error::from)?;
         check(&st, Kind::Dir, d.path())?;
         Ok(d)
     }
 
+    /// What stands at `name` when a directory was wanted and the no-follow open refused it.
+    fn not_a_dir(&self, name: &str, e: io::Error) -> RecordError {
+        if !super::handle::is_redirect(&e) {
+            return RecordError::Io(e);
+        }
+        match self.stat(name) {
+            Ok(st) => RecordError::Untrusted(Untrusted {
+                path: self.join(name),
+                uid: st.st_uid,
+                why: format!(
+                    "it is {}, not a directory distributor made",
+                    type_name(FileType::from_raw_mode(st.st_mode))
+                ),
+            }),
+            Err(_) => RecordError::Io(e),
+        }
+    }
+
     /// Creates the new record file `name` (it must not exist; never through a symlink),
     /// mode exactly 0600.
     pub fn create_record_file(&self, name: &str) -> io::Result<File> {
         let f = self.create_file_mode(name, FILE_MODE)?;
-        fchmod(f.as_fd(), Mode::from_raw_mode(FILE_MODE))?;
+        set_mode(&f, FILE_MODE)?;
         Ok(f)
     }
 
@@ -271,8 +316,7 @@ mod tests {
         let e = d.open_record_file("rec").unwrap_err();
         assert!(matches!(e, RecordError::Untrusted(ref u) if u.why.contains("2 links")));
         std::fs::create_dir(t.path().join("plain")).unwrap();
-        std::fs::set_permissions(t.path().join("plain"), PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(t.path().join("plain"), PermissionsExt::from_mode(0o755)).unwrap();
         assert!(matches!(
             d.open_record_dir("plain").unwrap_err(),
             RecordError::Untrusted(_)

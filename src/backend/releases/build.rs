@@ -9,7 +9,8 @@ use super::log::{self, Activation};
 use super::{ACTIVATE_PREFIX, ADOPTED_PREFIX, Link, ReleaseStore, link_text};
 use crate::backend::Committed;
 use crate::backend::local::handle::{Dir, Identity, split, type_name};
-use crate::backend::local::{LOCK_FILE, STAGING_DIR};
+use crate::backend::local::records::RECORD_DIR;
+use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE};
 use crate::error::{Error, IoContext, Result};
 use crate::execute::StagedOperation;
 use crate::failpoint;
@@ -182,10 +183,11 @@ impl ReleaseStore {
         }
         let release = self.release_dir(op, "")?;
         let state_path = self.settings.dir.join(&op.operation_id).join(STATE_FILE);
-        let mut f = release.create_file(STATE_FILE).ctx("create", &state_path)?;
+        // The state file is a record: exactly 0600, distributor's (SPEC §17).
+        let mut f = release
+            .create_record_file(STATE_FILE)
+            .ctx("create", &state_path)?;
         root.copy_post_state(op, &mut f, &state_path)?;
-        rustix::fs::fchmod(&f, Mode::from_raw_mode(READ_ONLY))
-            .map_err(|e| Error::io("make read-only", &state_path, e.into()))?;
         drop(f);
         failpoint::io("io_state_fsync").ctx("fsync", &state_path)?;
         root.dir()
@@ -399,7 +401,11 @@ impl ReleaseStore {
                 old.unlink(own).ctx("remove", old_path.join(own))?;
             }
         }
-        let _ = old.rmdir(STAGING_DIR);
+        if let Ok(rec) = old.open_dir(RECORD_DIR) {
+            let _ = rec.rmdir("staging");
+        }
+        let _ = old.rmdir(RECORD_DIR);
+        let _ = old.rmdir(LEGACY_STAGING_DIR);
         prune_empty(&old);
         if root.dir().rmdir(&kept).is_err() {
             eprintln!(
@@ -505,7 +511,7 @@ fn scan(
         } else {
             format!("{rel}/{name}")
         };
-        let own = [STATE_FILE, LOCK_FILE, STAGING_DIR];
+        let own = [STATE_FILE, LOCK_FILE, RECORD_DIR, LEGACY_STAGING_DIR];
         if (rel.is_empty() && own.contains(&name.as_str())) || skip.contains(child.as_str()) {
             continue;
         }

@@ -501,6 +501,7 @@ impl ReleaseStore {
             crate::state::StateFile::Invalid(why) => Err(Error::Failed(format!(
                 "release {name} holds invalid state ({why}); cannot roll back to it"
             ))),
+            crate::state::StateFile::Untrusted(why, _) => Err(Error::Untrusted(why)),
         }
     }
 
@@ -662,6 +663,16 @@ impl BundleStore for ReleaseStore {
         }
     }
 
+    fn read_state_parsed(
+        &self,
+        outputs: usize,
+    ) -> Result<(crate::state::StateFile, Option<crate::hash::ContentHash>)> {
+        match &self.active {
+            Some(a) => a.read_state_parsed(outputs),
+            None => Ok((crate::state::StateFile::Absent, None)),
+        }
+    }
+
     fn releases_record(&self) -> Option<ReleasesRecord> {
         let rollback = self
             .rollback_to
@@ -704,6 +715,9 @@ impl BundleStore for ReleaseStore {
         };
         storage.releases_mismatch = self.mismatch()?;
         storage.rolled_back = log::holds(&self.activations()?);
+        if let Some(root) = &self.root {
+            storage.untrusted_record = crate::backend::local::untrusted_staging(root)?;
+        }
         if self.is_plain() {
             // Probed for `verify`; the planner refuses to publish there.
             storage.bundle_unsafe = Some(plain_reason(&self.path));

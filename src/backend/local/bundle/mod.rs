@@ -22,7 +22,8 @@ pub use steps::{fingerprint, open_source};
 
 use super::handle::{Dir, Identity, is_redirect, split, type_name};
 use super::holder::Holder;
-use super::{Fingerprint, LOCK_FILE, STAGING_DIR};
+use super::records::{self, RECORD_DIR, RecordError};
+use super::{Fingerprint, LEGACY_STAGING_DIR, LOCK_FILE, STAGING_DIR};
 use crate::backend::Committed;
 use crate::error::{Error, IoContext, Result};
 use crate::execute::{
@@ -63,6 +64,8 @@ pub struct Bundle {
     dirs: Mutex<foldhash::HashMap<String, Arc<Dir>>>,
     /// Directories that gained or lost entries: fsynced before the commit point.
     touched: Mutex<BTreeSet<String>>,
+    /// Why the state file last opened is not believed (SPEC §17).
+    state_untrusted: Mutex<Option<String>>,
 }
 
 /// What stands at the state file's name.
@@ -150,6 +153,23 @@ pub enum StagingEntry {
     /// Anything else (a file, a symlink, a name distributor never uses): the name and what
     /// it is. Never touched.
     Foreign(String, String),
+    /// A record distributor does not believe (SPEC §17: another uid's, a published file's
+    /// mode, a hard link): its path, and the operator's message. Never touched.
+    Untrusted(String, String),
+    /// `.distributor-staging/<op>/`, written by a version before SPEC §17: believed only
+    /// for an operation the journal in use records ([`Bundle::adopt_legacy_staging`]).
+    Legacy(String),
+}
+
+/// The staging directory's name in the record directory.
+const STAGING_NAME: &str = "staging";
+
+/// An error of reading a record, as the library's error.
+pub(crate) fn record_error(e: RecordError, path: &Path, action: &'static str) -> Error {
+    match e {
+        RecordError::Untrusted(u) => Error::Untrusted(u.message()),
+        RecordError::Io(e) => Error::io(action, path, e),
+    }
 }
 
 fn unsafe_dir(path: &Path) -> Error {
@@ -292,6 +312,7 @@ impl Bundle {
             lock,
             dirs: Mutex::default(),
             touched: Mutex::default(),
+            state_untrusted: Mutex::default(),
         })
     }
 
@@ -428,7 +449,16 @@ impl Bundle {
         if let Some(d) = dirs.get(rel) {
             return Ok(Arc::clone(d));
         }
-        let d = Arc::new(self.dir.open_dir(rel)?);
+        // Below the record directory, from its handle (checked when it was opened), never
+        // again by path from the bundle directory.
+        let d = match rel
+            .strip_prefix(STAGING_DIR)
+            .and_then(|r| r.strip_prefix('/'))
+            .zip(dirs.get(STAGING_DIR))
+        {
+            Some((below, staging)) => Arc::new(staging.open_dir(below)?),
+            None => Arc::new(self.dir.open_dir(rel)?),
+        };
         dirs.insert(rel.to_string(), Arc::clone(&d));
         Ok(d)
     }
@@ -461,10 +491,17 @@ impl Bundle {
         }
         let (parent, name) = split(rel);
         let p = self.make_dirs(parent)?;
-        if p.mkdir(name).ctx("create directory", self.dir.join(rel))? {
+        let created = p.mkdir(name).ctx("create directory", self.dir.join(rel))?;
+        if created {
             self.touch(parent);
         }
-        self.sub(rel)
+        let d = self.sub(rel)?;
+        if created {
+            // Published directories are exactly 0755 (SPEC §17).
+            records::set_mode(d.fd(), records::CONTENT_DIR_MODE)
+                .ctx("chmod", self.dir.join(rel))?;
+        }
+        Ok(d)
     }
 
     /// Forgets the handles of `rel` and everything below it (it was removed): nothing is
@@ -526,13 +563,18 @@ impl Bundle {
             Ok(opened) => opened,
             Err(not_bytes) => return Ok((not_bytes.parse(), None)),
         };
-        if size <= PARSED_IN_MEMORY {
+        let (parsed, sha) = if size <= PARSED_IN_MEMORY {
             // Parsing from memory is about a third faster, and at this size the bytes are
             // a few megabytes.
             let read = self.state_bytes(f, size, limit)?;
-            return Ok((read.parse(), read.bytes().map(ContentHash::of)));
-        }
-        self.parse_state_file(&f, limit, outputs)
+            (read.parse(), read.bytes().map(ContentHash::of))
+        } else {
+            self.parse_state_file(&f, limit, outputs)?
+        };
+        Ok(match self.state_untrusted() {
+            Some(why) => (StateFile::Untrusted(why, Box::new(parsed)), sha),
+            None => (parsed, sha),
+        })
     }
 
     /// [`Bundle::read_state_parsed`] of a state file larger than [`PARSED_IN_MEMORY`],
@@ -582,12 +624,19 @@ impl Bundle {
     }
 
     /// `.distributor.json` opened for reading, with its size and the size limit; or what
-    /// stands there instead (nothing, or why it cannot be state).
+    /// stands there instead (nothing, or why it cannot be state). Whether distributor
+    /// believes it (SPEC §17: its uid, mode 0600, one link, on the descriptor opened) is
+    /// kept for [`Bundle::read_state_parsed`].
     fn open_state(&self) -> Result<std::result::Result<(File, u64, u64), StateBytes>> {
         let path = self.path.join(STATE_FILE);
         let limit = crate::limits::state_bytes()?;
         let not_a_file =
             || StateBytes::Unusable(format!("{} is not a regular file", path.display()));
+        let mut untrusted = self
+            .state_untrusted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *untrusted = None;
         match self.dir.stat_opt(STATE_FILE).ctx("stat", &path)? {
             None => Ok(Err(StateBytes::Absent)),
             Some(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => {
@@ -596,13 +645,29 @@ impl Bundle {
             Some(st) if st.st_size as u64 > limit => {
                 Ok(Err(self.state_too_large(st.st_size as u64, limit)))
             }
-            Some(st) => match self.dir.open_file(STATE_FILE) {
-                Ok((f, _)) => Ok(Ok((f, st.st_size as u64, limit))),
+            Some(_) => match self.dir.open_file(STATE_FILE) {
+                Ok((f, st)) => {
+                    if let Err(u) = records::check(&st, records::Kind::File, &path) {
+                        *untrusted = Some(format!(
+                            "{} (a state file an earlier version wrote is believed only through the journal that committed it)",
+                            u.message()
+                        ));
+                    }
+                    Ok(Ok((f, st.st_size as u64, limit)))
+                }
                 // Replaced by something else since the stat.
                 Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Ok(Err(not_a_file())),
                 Err(e) => Err(Error::io("read", path, e)),
             },
         }
+    }
+
+    /// Why the state file last opened is not believed (SPEC §17), if it is not.
+    pub fn state_untrusted(&self) -> Option<String> {
+        self.state_untrusted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn state_too_large(&self, size: u64, limit: u64) -> StateBytes {
@@ -623,16 +688,140 @@ impl Bundle {
         }
     }
 
-    /// The entries of `.distributor-staging/`, sorted by name.
+    /// `.distributor/staging/`, checked to be distributor's own record directories (and
+    /// created, with `create`), its handle kept for the rest of the operation: every
+    /// staging entry is opened from it. `None` when it does not exist (and `create` is
+    /// off).
+    pub(crate) fn staging_dir(&self, create: bool) -> Result<Option<Arc<Dir>>> {
+        if let Some(d) = self
+            .dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(STAGING_DIR)
+        {
+            return Ok(Some(Arc::clone(d)));
+        }
+        let rec_path = self.path.join(RECORD_DIR);
+        let opened = |parent: &Dir, name: &str, path: &Path| -> Result<Option<Dir>> {
+            let r = if create {
+                parent.make_record_dir(name)
+            } else {
+                parent.open_record_dir(name)
+            };
+            match r {
+                Ok(d) => Ok(Some(d)),
+                Err(RecordError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound && !create => {
+                    Ok(None)
+                }
+                Err(e) => Err(record_error(e, path, "open")),
+            }
+        };
+        let Some(rec) = opened(&self.dir, RECORD_DIR, &rec_path)? else {
+            return Ok(None);
+        };
+        if create {
+            self.touch("");
+        }
+        let Some(staging) = opened(&rec, STAGING_NAME, &self.path.join(STAGING_DIR))? else {
+            return Ok(None);
+        };
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        dirs.insert(RECORD_DIR.to_string(), Arc::new(rec));
+        let staging = Arc::new(staging);
+        dirs.insert(STAGING_DIR.to_string(), Arc::clone(&staging));
+        Ok(Some(staging))
+    }
+
+    /// The entries of `.distributor/staging/` (and of a version before SPEC §17's
+    /// `.distributor-staging/`), sorted by name. A record directory distributor did not
+    /// make is one [`StagingEntry::Untrusted`] entry.
     pub fn staging_entries(&self) -> Result<Vec<StagingEntry>> {
-        let path = self.path.join(STAGING_DIR);
-        let Some(st) = self.dir.stat_opt(STAGING_DIR).ctx("stat", &path)? else {
+        let mut out = Vec::new();
+        match self.staging_dir(false) {
+            Ok(Some(staging)) => {
+                let path = self.path.join(STAGING_DIR);
+                for (name, kind) in staging.entries().ctx("list", &path)? {
+                    let op = name.strip_prefix(TMP_PREFIX).unwrap_or(&name);
+                    let is_op = uuid::Uuid::parse_str(op).is_ok();
+                    let entry_path = path.join(&name);
+                    out.push(match (is_op, kind) {
+                        (true, FileType::Directory) => {
+                            match self.check_staging_entry(&staging, &name, &entry_path)? {
+                                Err(u) => StagingEntry::Untrusted(
+                                    entry_path.display().to_string(),
+                                    u.message(),
+                                ),
+                                Ok(()) if op.len() < name.len() => {
+                                    StagingEntry::Unfinished(op.to_string())
+                                }
+                                Ok(()) => StagingEntry::Operation(name),
+                            }
+                        }
+                        _ => {
+                            let why = format!(
+                                "{} is {}, not an operation's staging directory; distributor did not make it",
+                                entry_path.display(),
+                                type_name(kind)
+                            );
+                            StagingEntry::Foreign(name, why)
+                        }
+                    });
+                }
+            }
+            Ok(None) => {}
+            Err(Error::Untrusted(why)) => {
+                out.push(StagingEntry::Untrusted(
+                    self.path.join(RECORD_DIR).display().to_string(),
+                    why,
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+        out.extend(self.legacy_staging_entries()?);
+        out.sort_by(|a, b| entry_name(a).cmp(entry_name(b)));
+        Ok(out)
+    }
+
+    /// Checks the staging entry `name` of `staging` and the records directly in it (the
+    /// record files and `new/`, `old/`) to be distributor's own (SPEC §17).
+    fn check_staging_entry(
+        &self,
+        staging: &Dir,
+        name: &str,
+        path: &Path,
+    ) -> Result<std::result::Result<(), records::Untrusted>> {
+        let dir = match staging.open_record_dir(name) {
+            Ok(d) => d,
+            Err(RecordError::Untrusted(u)) => return Ok(Err(u)),
+            Err(RecordError::Io(e)) => return Err(dir_error(path.to_path_buf(), e)),
+        };
+        for (entry, kind) in dir.entries().ctx("list", path)? {
+            let kind = match kind {
+                FileType::Directory => records::Kind::Dir,
+                FileType::RegularFile => records::Kind::File,
+                // Anything else is refused when the record is read, with what it is.
+                _ => continue,
+            };
+            let p = path.join(&entry);
+            let st = dir.stat(&entry).ctx("stat", &p)?;
+            if let Err(u) = records::check(&st, kind, &p) {
+                return Ok(Err(u));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// The entries of `.distributor-staging/`, where a version before SPEC §17 kept
+    /// staging.
+    fn legacy_staging_entries(&self) -> Result<Vec<StagingEntry>> {
+        let path = self.path.join(LEGACY_STAGING_DIR);
+        let Some(st) = self.dir.stat_opt(LEGACY_STAGING_DIR).ctx("stat", &path)? else {
             return Ok(Vec::new());
         };
         let kind = FileType::from_raw_mode(st.st_mode);
         if kind != FileType::Directory {
             return Ok(vec![StagingEntry::Foreign(
-                STAGING_DIR.to_string(),
+                LEGACY_STAGING_DIR.to_string(),
                 format!(
                     "{} is {}, not a directory; distributor did not make it",
                     path.display(),
@@ -640,28 +829,147 @@ impl Bundle {
                 ),
             )]);
         }
-        let staging = self.sub(STAGING_DIR)?;
+        let staging = self.sub(LEGACY_STAGING_DIR)?;
         let mut out = Vec::new();
         for (name, kind) in staging.entries().ctx("list", &path)? {
             let op = name.strip_prefix(TMP_PREFIX).unwrap_or(&name);
             let is_op = uuid::Uuid::parse_str(op).is_ok();
             out.push(match (is_op, kind) {
-                (true, FileType::Directory) if op.len() < name.len() => {
-                    StagingEntry::Unfinished(op.to_string())
+                (true, FileType::Directory) if op.len() == name.len() => {
+                    StagingEntry::Legacy(name)
                 }
-                (true, FileType::Directory) => StagingEntry::Operation(name),
-                _ => {
-                    let why = format!(
-                        "{} is {}, not an operation's staging directory; distributor did not make it",
+                _ => StagingEntry::Foreign(
+                    format!("{LEGACY_STAGING_DIR}/{name}"),
+                    format!(
+                        "{} is {}, not an operation's staging directory that distributor can recover; inspect it and remove it by hand",
                         path.join(&name).display(),
                         type_name(kind)
-                    );
-                    StagingEntry::Foreign(name, why)
-                }
+                    ),
+                ),
             });
         }
-        out.sort_by(|a, b| entry_name(a).cmp(entry_name(b)));
         Ok(out)
+    }
+
+    /// Moves the staging entry of `op` that a version before SPEC §17 wrote
+    /// (`.distributor-staging/<op>/`) into `.distributor/staging/`, making its record
+    /// files and directories record modes, so the operation is recovered as any other.
+    /// Only for an operation the journal in use records (the caller's check), and only
+    /// when every record in it is owned by distributor's uid with one link; else
+    /// [`Error::Untrusted`], and nothing is moved.
+    pub fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
+        self.locked()?;
+        let legacy = self.sub(LEGACY_STAGING_DIR)?;
+        let op_path = self.path.join(LEGACY_STAGING_DIR).join(op);
+        let op_dir = legacy
+            .open_dir(op)
+            .map_err(|e| dir_error(op_path.clone(), e))?;
+        let me = records::euid();
+        let mine = |st: &rustix::fs::Stat, path: &Path| -> Result<()> {
+            let dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+            #[allow(clippy::unnecessary_cast)]
+            if st.st_uid != me || (!dir && st.st_nlink as u64 != 1) {
+                return Err(Error::Untrusted(
+                    records::Untrusted {
+                        path: path.to_path_buf(),
+                        uid: st.st_uid,
+                        why: format!(
+                            "a staging record of an earlier version, owned by uid {} with {} links (distributor runs as uid {me})",
+                            st.st_uid, st.st_nlink
+                        ),
+                    }
+                    .message(),
+                ));
+            }
+            Ok(())
+        };
+        mine(
+            &rustix::fs::fstat(op_dir.fd())
+                .map_err(std::io::Error::from)
+                .ctx("stat", &op_path)?,
+            &op_path,
+        )?;
+        let mut fixes: Vec<(Dir, Option<String>, u32)> = Vec::new();
+        for (name, kind) in op_dir.entries().ctx("list", &op_path)? {
+            let path = op_path.join(&name);
+            match kind {
+                FileType::RegularFile => {
+                    mine(&op_dir.stat(&name).ctx("stat", &path)?, &path)?;
+                    fixes.push((
+                        op_dir.try_clone().ctx("open", &op_path)?,
+                        Some(name),
+                        records::FILE_MODE,
+                    ));
+                }
+                FileType::Directory if name == NEW || name == OLD => {
+                    let d = op_dir
+                        .open_dir(&name)
+                        .map_err(|e| dir_error(path.clone(), e))?;
+                    mine(
+                        &rustix::fs::fstat(d.fd())
+                            .map_err(std::io::Error::from)
+                            .ctx("stat", &path)?,
+                        &path,
+                    )?;
+                    if name == NEW {
+                        for (b, k) in d.entries().ctx("list", &path)? {
+                            if k == FileType::Directory {
+                                let bd = d.open_dir(&b).map_err(|e| dir_error(path.join(&b), e))?;
+                                fixes.push((bd, None, records::DIR_MODE));
+                            }
+                        }
+                    }
+                    fixes.push((d, None, records::DIR_MODE));
+                }
+                _ => {
+                    return Err(Error::Unsafe(format!(
+                        "{} is {}; distributor never makes that in a staging entry, so it is not recovered: inspect it and remove it by hand",
+                        path.display(),
+                        type_name(kind)
+                    )));
+                }
+            }
+        }
+        for (d, name, mode) in fixes {
+            let m = rustix::fs::Mode::from_raw_mode(mode);
+            match name {
+                Some(n) => {
+                    let fd = rustix::fs::openat(
+                        d.fd(),
+                        n.as_str(),
+                        rustix::fs::OFlags::RDONLY
+                            | rustix::fs::OFlags::NOFOLLOW
+                            | rustix::fs::OFlags::NONBLOCK
+                            | rustix::fs::OFlags::CLOEXEC,
+                        rustix::fs::Mode::empty(),
+                    )
+                    .map_err(std::io::Error::from)
+                    .ctx("open", d.join(&n))?;
+                    rustix::fs::fchmod(&fd, m)
+                        .map_err(std::io::Error::from)
+                        .ctx("chmod", d.join(&n))?;
+                }
+                None => rustix::fs::fchmod(d.fd(), m)
+                    .map_err(std::io::Error::from)
+                    .ctx("chmod", d.path())?,
+            }
+        }
+        rustix::fs::fchmod(
+            op_dir.fd(),
+            rustix::fs::Mode::from_raw_mode(records::DIR_MODE),
+        )
+        .map_err(std::io::Error::from)
+        .ctx("chmod", &op_path)?;
+        let staging = self.staging_dir(true)?.expect("created");
+        legacy
+            .rename_new(op, &staging, op)
+            .ctx("move staging record", self.path.join(STAGING_DIR).join(op))?;
+        staging.sync().ctx("fsync", self.path.join(STAGING_DIR))?;
+        self.forget(LEGACY_STAGING_DIR);
+        if legacy.rmdir_if_empty(LEGACY_STAGING_DIR, &self.dir) {
+            let _ = self.dir.sync();
+        }
+        Ok(())
     }
 
     /// Every non-directory below the bundle path, bundle-relative, never through a
@@ -683,7 +991,11 @@ impl Dir {
 
 fn entry_name(e: &StagingEntry) -> &str {
     match e {
-        StagingEntry::Operation(n) | StagingEntry::Unfinished(n) | StagingEntry::Foreign(n, _) => n,
+        StagingEntry::Operation(n)
+        | StagingEntry::Unfinished(n)
+        | StagingEntry::Foreign(n, _)
+        | StagingEntry::Untrusted(n, _)
+        | StagingEntry::Legacy(n) => n,
     }
 }
 

@@ -21,7 +21,13 @@ impl Bundle {
                 op_path.display()
             ))
         };
-        let op_dir = self.sub(&rel)?;
+        // Every record in it is distributor's own (SPEC §17), checked on the handles read.
+        let staging = self
+            .staging_dir(false)?
+            .ok_or_else(|| Error::Failed(format!("{} does not exist", op_path.display())))?;
+        let op_dir = staging
+            .open_record_dir(op)
+            .map_err(|e| record_error(e, &op_path, "open"))?;
         let mut has_plan = false;
         for (name, kind) in op_dir.entries().ctx("list", &op_path)? {
             let want = match name.as_str() {
@@ -45,13 +51,23 @@ impl Bundle {
                     type_name(kind)
                 )));
             }
+            let entry_path = op_path.join(&name);
+            let st = op_dir.stat(&name).ctx("stat", &entry_path)?;
+            let record_kind = match kind {
+                FileType::Directory => records::Kind::Dir,
+                _ => records::Kind::File,
+            };
+            records::check(&st, record_kind, &entry_path)
+                .map_err(|u| Error::Untrusted(u.message()))?;
             has_plan |= name == PLAN_FILE;
         }
         if !has_plan {
             return Ok(None);
         }
         let plan_path = op_path.join(PLAN_FILE);
-        let (mut f, _) = op_dir.open_file(PLAN_FILE).ctx("open", &plan_path)?;
+        let (mut f, _) = op_dir
+            .open_record_file(PLAN_FILE)
+            .map_err(|e| record_error(e, &plan_path, "open"))?;
         let mut bytes = Vec::new();
         f.read_to_end(&mut bytes).ctx("read", &plan_path)?;
         let record = StagedOperation::parse(&bytes, &plan_path, &self.record_path, op)?;
@@ -145,15 +161,15 @@ impl Bundle {
             crate::backend::local::holder::record(lock, Some(op.operation_id.clone()));
         }
         let staging_path = self.path.join(STAGING_DIR);
-        self.dir
-            .mkdir(STAGING_DIR)
-            .ctx("create staging", &staging_path)?;
-        let staging = self.sub(STAGING_DIR)?;
+        let staging = self
+            .staging_dir(true)?
+            .ok_or_else(|| Error::Failed(format!("{} was not created", staging_path.display())))?;
         let id = &op.operation_id;
         let tmp = format!("{TMP_PREFIX}{id}");
-        if !staging
-            .mkdir(&tmp)
-            .ctx("create staging", staging_path.join(&tmp))?
+        if staging
+            .stat_opt(&tmp)
+            .ctx("stat", staging_path.join(&tmp))?
+            .is_some()
         {
             return Err(Error::Failed(format!(
                 "{} exists already",
@@ -161,8 +177,8 @@ impl Bundle {
             )));
         }
         let t = staging
-            .open_dir(&tmp)
-            .map_err(|e| dir_error(staging_path.join(&tmp), e))?;
+            .make_record_dir(&tmp)
+            .map_err(|e| record_error(e, &staging_path.join(&tmp), "create staging"))?;
         let t_path = staging_path.join(&tmp);
         if let Some(pre) = pre {
             write_new(&t, &t_path, PRE_STATE_FILE, |f| f.write_all(pre))?;
@@ -188,14 +204,14 @@ impl Bundle {
         let op_dir = self.sub(&op_rel)?;
         for d in [NEW, OLD] {
             op_dir
-                .mkdir(d)
-                .ctx("create staging", staging_path.join(id).join(d))?;
+                .make_record_dir(d)
+                .map_err(|e| record_error(e, &staging_path.join(id).join(d), "create staging"))?;
         }
         let new = self.sub(&format!("{op_rel}/{NEW}"))?;
         for b in op.new_buckets() {
             let name = b.trim_start_matches("new/");
-            new.mkdir(name)
-                .ctx("create staging", staging_path.join(id).join(&b))?;
+            new.make_record_dir(name)
+                .map_err(|e| record_error(e, &staging_path.join(id).join(&b), "create staging"))?;
         }
         Ok(())
     }
@@ -209,6 +225,6 @@ fn write_new(
     write: impl FnOnce(&mut File) -> std::io::Result<()>,
 ) -> Result<()> {
     let path = dir_path.join(name);
-    let mut f = dir.create_file(name).ctx("create", &path)?;
+    let mut f = dir.create_record_file(name).ctx("create", &path)?;
     write(&mut f).ctx("write", &path)
 }

@@ -29,7 +29,11 @@ impl Bundle {
         let bucket = self.sub(&dir_rel)?;
         let mut input = open_source(source)?;
         let dst = self.path.join(&dir_rel).join(&name);
-        let mut output = bucket.create_file(&name).ctx("create", &dst)?;
+        // Published content is exactly 0644, never a record's mode (SPEC §17).
+        let mut output = bucket
+            .create_file_mode(&name, records::CONTENT_FILE_MODE)
+            .ctx("create", &dst)?;
+        records::set_mode(&output, records::CONTENT_FILE_MODE).ctx("chmod", &dst)?;
         let mut h = Sha256::new();
         let mut size = 0u64;
         loop {
@@ -219,8 +223,9 @@ impl Bundle {
         self.check_still_in_place()?;
         let tmp_path = self.path.join(&op_rel).join(STATE_TMP_FILE);
         let _ = op_dir.unlink(STATE_TMP_FILE);
+        // A record: the state file is exactly 0600, distributor's (SPEC §17).
         let mut f = op_dir
-            .create_file(STATE_TMP_FILE)
+            .create_record_file(STATE_TMP_FILE)
             .ctx("create", &tmp_path)?;
         self.copy_post_state(op, &mut f, &tmp_path)?;
         failpoint::io("io_state_fsync").ctx("fsync", &tmp_path)?;
@@ -252,8 +257,8 @@ impl Bundle {
         let staged_path = self.path.join(&op_rel).join(POST_STATE_FILE);
         let (mut staged, _) = self
             .sub(&op_rel)?
-            .open_file(POST_STATE_FILE)
-            .ctx("open", &staged_path)?;
+            .open_record_file(POST_STATE_FILE)
+            .map_err(|e| record_error(e, &staged_path, "open"))?;
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 1 << 18];
         loop {

@@ -160,12 +160,12 @@ impl Bundle {
         }
     }
 
-    /// Removes an operation's whole staging entry, and `.distributor-staging` when it is
-    /// left empty. The files two levels down (`new/<bucket>/*`, `old/*`) go on several
+    /// Removes an operation's whole staging entry (`.distributor/staging/` itself stays).
+    /// The files two levels down (`new/<bucket>/*`, `old/*`) go on several
     /// threads: deleting costs kernel work per inode.
     pub fn remove_staging(&self, op: &str) -> Result<()> {
         self.locked()?;
-        let Some(staging) = self.sub_opt(STAGING_DIR)? else {
+        let Some(staging) = self.staging_dir(false)? else {
             return Ok(());
         };
         let staging_path = self.path.join(STAGING_DIR);
@@ -178,9 +178,8 @@ impl Bundle {
             self.remove_entry_tree(&staging, op)?;
             self.forget(&format!("{STAGING_DIR}/{op}"));
         }
-        if staging.rmdir_if_empty(STAGING_DIR, &self.dir) {
-            self.forget(STAGING_DIR);
-        }
+        // `.distributor/staging/` stays, empty, like the lock file: removing it would leave
+        // a window where a kill leaves an empty record directory that no record explains.
         Ok(())
     }
 

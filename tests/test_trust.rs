@@ -1,0 +1,514 @@
+//! Trust (SPEC §17): distributor believes a record in a destination only when `fstat` on
+//! the descriptor it reads shows its own uid, the exact record mode and one link. Here
+//! distributor runs as root and the neighbour is another uid (`setpriv`), who owns the
+//! bundle directory but not `sub/` below it, and plants a staging record that, were it
+//! believed, would make root's `recover` delete root's file in `sub/` (a created file
+//! rolled back). Nothing the neighbour writes may make any command act: `recover` reports
+//! `untrusted` and touches nothing; `publish`, `plan`, `status` and `verify` report the
+//! conflict `untrusted_record` (exit 3), before any pending recovery.
+//!
+//! Also: records are made with exact modes whatever the umask; a published file renamed
+//! into a record's place (root's, mode 0644) is not believed; a staging entry of an
+//! earlier version (`.distributor-staging/`) is recovered only through the journal that
+//! recorded its operation, and untrusted through any other.
+
+use crate::common::hostile::outside;
+use crate::common::{Env, Run};
+use distributor::hash::sha256_hex;
+use serde_json::{Value, json};
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const DEST: &str = "dest/root";
+const OP: &str = "5d1c7a0e-3b8f-4f6a-9e2d-8c4b1a7f0e21";
+/// The neighbour's uid and gid.
+const NEIGHBOUR: u32 = 65534;
+
+/// A destination published by root (`sub/x.txt` in root's `sub/`), whose bundle directory
+/// the neighbour owns.
+struct Scene {
+    env: Env,
+    cfg: PathBuf,
+    bundle: PathBuf,
+}
+
+fn chmod(p: &Path, mode: u32) {
+    fs::set_permissions(p, PermissionsExt::from_mode(mode)).unwrap();
+}
+
+fn chown(p: &Path, uid: u32) {
+    std::os::unix::fs::lchown(p, Some(uid), Some(uid)).unwrap();
+}
+
+impl Scene {
+    fn new() -> Scene {
+        let env = Env::new();
+        let cfg = env.simple_config("weather.yaml", "weather", "latest", DEST, "");
+        let v1 = env.bundle(
+            "b1",
+            "tomorrow",
+            "2026-12-02T06:00:00Z",
+            &[("sub/x.txt", "root's x"), ("keep.txt", "kept")],
+            &[],
+        );
+        env.publish(&cfg, &v1, &[]).expect_code(0);
+        // The neighbour may reach the destination and owns the bundle directory.
+        for p in ["", "dest"] {
+            chmod(&env.path(p), 0o755);
+        }
+        let bundle = env.path(DEST);
+        chown(&bundle, NEIGHBOUR);
+        Scene { env, cfg, bundle }
+    }
+
+    fn cfg(&self) -> &str {
+        self.cfg.to_str().unwrap()
+    }
+
+    /// A forged record of an operation that created `sub/x.txt`: were it believed, a
+    /// roll back (its pre-state is the state file now) would delete root's file.
+    fn forged_plan(&self) -> Value {
+        let state = fs::read(self.bundle.join(".distributor.json")).unwrap();
+        json!({
+            "operation_id": OP,
+            "destination_id": "latest",
+            "bundle_path": self.bundle,
+            "pre_state_sha256": sha256_hex(&state),
+            "post_state_sha256": sha256_hex(b"forged"),
+            "origin": {
+                "started_at": "2026-12-02T07:00:01.000Z", "command": "publish",
+                "actor": "cli:neighbour", "pipeline_id": "weather", "state_mode": "single_owner",
+                "decision": "replace_older", "takeover_mode": "same_pipeline",
+                "previous_owner": null, "previous_source": null,
+                "source": {"id": "tomorrow", "created_at": "2026-12-02T07:00:00Z",
+                           "digest": format!("sha256:{}", sha256_hex(b"forged"))},
+                "takeovers": []
+            },
+            "actions": [{
+                "kind": "file_create", "path": "sub/x.txt",
+                "size": 8, "sha256": sha256_hex(b"root's x"),
+            }],
+            "new_dirs": [],
+            "staging_layout": "flat",
+        })
+    }
+
+    /// Runs `script` in the test's root as the neighbour.
+    fn as_neighbour(&self, script: &str) {
+        let out = Command::new("setpriv")
+            .args([
+                &format!("--reuid={NEIGHBOUR}"),
+                &format!("--regid={NEIGHBOUR}"),
+                "--clear-groups",
+                "sh",
+                "-c",
+                script,
+            ])
+            .current_dir(self.env.path(""))
+            .output()
+            .expect("setpriv");
+        assert!(
+            out.status.success(),
+            "the neighbour's script failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The neighbour plants the forged record as distributor would write it, modes and
+    /// all, at `.distributor/staging/<OP>/` (or an earlier version's place).
+    fn plant(&self, staging: &str) {
+        let forged = self.env.path("forged-plan.json");
+        fs::write(&forged, serde_json::to_vec(&self.forged_plan()).unwrap()).unwrap();
+        chmod(&forged, 0o644);
+        // Root's own `.distributor/` (0700) is in the way: the neighbour, who owns the
+        // bundle directory, renames it away and makes one of its own.
+        self.as_neighbour(&format!(
+            "set -e; [ ! -e {DEST}/.distributor ] || mv {DEST}/.distributor {DEST}/.moved-away; \
+             d={DEST}/{staging}/{OP}; mkdir -p $d/new $d/old; cp forged-plan.json $d/plan.json; \
+             chmod 700 {DEST}/{staging} $d $d/new $d/old; chmod 600 $d/plan.json; \
+             [ -d {DEST}/.distributor ] && chmod 700 {DEST}/.distributor || true"
+        ));
+    }
+
+    fn destination(&self) -> Vec<(String, String)> {
+        self.env.snapshot_unlocked(DEST)
+    }
+
+    /// Runs `args`, then checks that nothing changed inside or outside the destination.
+    fn run_touching_nothing(&self, args: &[&str]) -> Run {
+        let before = (self.destination(), outside(&self.env, DEST));
+        let r = self.env.run(args);
+        assert!(
+            !r.stderr.contains("panicked at"),
+            "{args:?} crashed: {}",
+            r.stderr
+        );
+        assert_eq!(
+            (self.destination(), outside(&self.env, DEST)),
+            before,
+            "{args:?} changed something\nstdout:\n{}\nstderr:\n{}",
+            r.stdout,
+            r.stderr
+        );
+        assert_eq!(self.env.read(&format!("{DEST}/sub/x.txt")), "root's x");
+        r
+    }
+
+    /// `recover` reports the record `untrusted`, naming `naming`, and exits 1.
+    fn assert_recover_untrusted(&self, extra: &[&str], naming: &str) {
+        let mut args = vec!["recover", "--json", "--config", self.cfg()];
+        args.extend_from_slice(extra);
+        let r = self.run_touching_nothing(&args);
+        assert_eq!(r.code, 1, "recover: {}\n{}", r.stdout, r.stderr);
+        let report = r.json();
+        let ops = report["operations"].as_array().cloned().unwrap_or_default();
+        assert!(
+            ops.iter().all(|o| o["outcome"] == "untrusted"),
+            "every operation found is untrusted: {report:#}"
+        );
+        assert!(
+            ops.iter()
+                .any(|o| o["message"].as_str().unwrap_or_default().contains(naming)),
+            "no untrusted operation names {naming:?}: {report:#}"
+        );
+        assert!(report["summary"]["untrusted"].as_u64().unwrap_or(0) >= 1);
+    }
+
+    /// `publish`, `plan`, `status` and `verify` all say `untrusted_record` (exit 3).
+    fn assert_commands_refuse(&self, naming: &str) {
+        let v2 = self.env.bundle(
+            "b2",
+            "tomorrow",
+            "2026-12-02T08:00:00Z",
+            &[("sub/x.txt", "v2 x")],
+            &[],
+        );
+        let v2 = v2.to_str().unwrap();
+        for cmd in ["publish", "plan"] {
+            let r =
+                self.run_touching_nothing(&[cmd, "--json", "--config", self.cfg(), "--source", v2]);
+            assert_eq!(r.code, 3, "{cmd}: {}\n{}", r.stdout, r.stderr);
+            let d = r.dest(0);
+            assert!(
+                r.conflict_kinds().contains(&"untrusted_record".to_string()),
+                "{cmd}: {d:#}"
+            );
+            assert!(
+                d.to_string().contains(naming),
+                "{cmd} names {naming}: {d:#}"
+            );
+        }
+        for cmd in ["status", "verify"] {
+            let r = self.run_touching_nothing(&[cmd, "--json", "--config", self.cfg()]);
+            assert_eq!(r.code, 3, "{cmd}: {}\n{}", r.stdout, r.stderr);
+            assert!(r.stdout.contains("untrusted_record"), "{cmd}: {}", r.stdout);
+        }
+    }
+}
+
+#[test]
+fn a_staging_record_another_uid_wrote_is_never_acted_on() {
+    let s = Scene::new();
+    s.plant(".distributor/staging");
+    s.assert_recover_untrusted(&[], "uid 65534");
+    // Through another journal too: the record is judged by its owner, not by who knows it.
+    let other = s.env.path("journal.sqlite3.other");
+    s.assert_recover_untrusted(&["--journal", other.to_str().unwrap()], "uid 65534");
+    s.assert_commands_refuse("uid 65534");
+}
+
+#[test]
+fn a_published_file_renamed_into_a_records_place_is_not_believed() {
+    let s = Scene::new();
+    // Root's own staging directories, exactly as distributor makes them, holding a
+    // published file (root's, mode 0644) renamed to plan.json.
+    let op_dir = s.bundle.join(".distributor/staging").join(OP);
+    fs::create_dir_all(op_dir.join("new")).unwrap();
+    fs::create_dir_all(op_dir.join("old")).unwrap();
+    for d in [".distributor", ".distributor/staging"] {
+        chmod(&s.bundle.join(d), 0o700);
+    }
+    for d in ["", "new", "old"] {
+        chmod(&op_dir.join(d), 0o700);
+    }
+    s.env
+        .write("dest/root/published.json", &s.forged_plan().to_string());
+    chmod(&s.env.path("dest/root/published.json"), 0o644);
+    fs::rename(
+        s.env.path("dest/root/published.json"),
+        op_dir.join("plan.json"),
+    )
+    .unwrap();
+    s.assert_recover_untrusted(&[], "mode 0644");
+    s.assert_commands_refuse("mode 0644");
+}
+
+#[test]
+fn records_have_exact_modes_whatever_the_umask() {
+    let env = Env::new();
+    let cfg = env.simple_config("weather.yaml", "weather", "latest", DEST, "");
+    let v1 = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a/b.txt", "b")],
+        &[],
+    );
+    // A permissive umask, through a shell, for the run only.
+    let bin = env!("CARGO_BIN_EXE_distributor");
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "umask 000; exec \"$0\" publish --config {} --source {}",
+                cfg.display(),
+                v1.display()
+            ),
+            bin,
+        ])
+        .env("DISTRIBUTOR_JOURNAL", env.journal())
+        .env("DISTRIBUTOR_ACTOR", "tester")
+        .env("HOME", env.path("home"))
+        .current_dir(env.path(""))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mode = |rel: &str| fs::symlink_metadata(env.path(rel)).unwrap().mode() & 0o7777;
+    assert_eq!(
+        mode(&format!("{DEST}/.distributor.json")),
+        0o600,
+        "the state file"
+    );
+    assert_eq!(mode(&format!("{DEST}/a/b.txt")), 0o644, "a published file");
+    assert_eq!(mode(&format!("{DEST}/a")), 0o755, "a published directory");
+    // A run stopped right after its staging record: every record is 0700/0600.
+    let v2 = env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T07:00:00Z",
+        &[("a/b.txt", "b2")],
+        &[],
+    );
+    env.run_env(
+        &[
+            "publish",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            v2.to_str().unwrap(),
+        ],
+        &[("DISTRIBUTOR_FAILPOINT", "after_staging_record")],
+    );
+    let staging = env.path(&format!("{DEST}/.distributor/staging"));
+    let op = fs::read_dir(&staging)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    for d in [
+        env.path(&format!("{DEST}/.distributor")),
+        staging.clone(),
+        op.clone(),
+    ] {
+        assert_eq!(
+            fs::metadata(&d).unwrap().mode() & 0o7777,
+            0o700,
+            "{}",
+            d.display()
+        );
+    }
+    for f in ["plan.json", "post-state.json", "pre-state.json"] {
+        assert_eq!(
+            fs::metadata(op.join(f)).unwrap().mode() & 0o7777,
+            0o600,
+            "{f}"
+        );
+    }
+    env.run(&["recover", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+    assert_eq!(env.read(&format!("{DEST}/a/b.txt")), "b");
+}
+
+/// An interrupted publication whose staging is moved to where an earlier version kept it
+/// (`.distributor-staging/<op>/`, files 0644 as that version made them).
+fn legacy_scene() -> (Env, PathBuf, String) {
+    let env = Env::new();
+    let cfg = env.simple_config("weather.yaml", "weather", "latest", DEST, "");
+    let v1 = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("x.txt", "v1")],
+        &[],
+    );
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let v2 = env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T07:00:00Z",
+        &[("x.txt", "v2")],
+        &[],
+    );
+    env.run_env(
+        &[
+            "publish",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            v2.to_str().unwrap(),
+        ],
+        &[("DISTRIBUTOR_FAILPOINT", "after_links")],
+    );
+    let bundle = env.path(DEST);
+    let staging = bundle.join(".distributor/staging");
+    let op = fs::read_dir(&staging)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let op = op.to_string_lossy().into_owned();
+    fs::create_dir(bundle.join(".distributor-staging")).unwrap();
+    fs::rename(
+        staging.join(&op),
+        bundle.join(".distributor-staging").join(&op),
+    )
+    .unwrap();
+    fs::remove_dir(&staging).unwrap();
+    fs::remove_dir(bundle.join(".distributor")).unwrap();
+    for f in ["plan.json", "pre-state.json", "post-state.json"] {
+        chmod(
+            &bundle.join(".distributor-staging").join(&op).join(f),
+            0o644,
+        );
+    }
+    (env, cfg, op)
+}
+
+#[test]
+fn an_earlier_versions_staging_is_recovered_through_the_journal_that_recorded_it() {
+    let (env, cfg, op) = legacy_scene();
+    let cfg = cfg.to_str().unwrap();
+    // Another journal does not know the operation: untrusted, nothing touched.
+    let other = env.path("journal.sqlite3.other");
+    let before = env.snapshot_unlocked(DEST);
+    let r = env.run(&[
+        "recover",
+        "--json",
+        "--config",
+        cfg,
+        "--journal",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.json()["operations"][0]["outcome"],
+        "untrusted",
+        "{}",
+        r.stdout
+    );
+    assert_eq!(env.snapshot_unlocked(DEST), before);
+    // A publication meanwhile is refused: recovery is due.
+    let v3 = env.bundle(
+        "b3",
+        "tomorrow",
+        "2026-12-02T08:00:00Z",
+        &[("x.txt", "v3")],
+        &[],
+    );
+    env.publish(&env.path("weather.yaml"), &v3, &[])
+        .expect_code(4);
+    // The journal that recorded it recovers it.
+    let r = env.run(&["recover", "--json", "--config", cfg]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let o = &r.json()["operations"][0];
+    assert_eq!(o["operation_id"], op.as_str());
+    assert!(
+        matches!(
+            o["outcome"].as_str(),
+            Some("rolled_back" | "rolled_forward")
+        ),
+        "{o:#}"
+    );
+    assert!(!env.exists(&format!("{DEST}/.distributor-staging")));
+    assert!(!env.staging_left(DEST));
+    env.publish(&env.path("weather.yaml"), &v3, &[])
+        .expect_code(0);
+    assert_eq!(env.read(&format!("{DEST}/x.txt")), "v3");
+}
+
+/// The neighbour, who owns the bundle directory, replaces root's state file with one of
+/// its own that records root's unmanaged `sub/secret.txt` as this owner's: were it
+/// believed, the next publication (which no longer lists it) would delete root's file.
+#[test]
+fn a_state_file_another_uid_wrote_is_never_believed() {
+    let s = Scene::new();
+    s.env
+        .write(&format!("{DEST}/sub/secret.txt"), "root's secret");
+    let mut state: Value =
+        serde_json::from_slice(&fs::read(s.bundle.join(".distributor.json")).unwrap()).unwrap();
+    state["outputs"].as_array_mut().unwrap().push(json!({
+        "path": "sub/secret.txt", "size": 13, "sha256": sha256_hex(b"root's secret"),
+    }));
+    fs::write(
+        s.env.path("forged-state.json"),
+        serde_json::to_vec_pretty(&state).unwrap(),
+    )
+    .unwrap();
+    chmod(&s.env.path("forged-state.json"), 0o644);
+    s.as_neighbour(&format!(
+        "set -e; cp forged-state.json {DEST}/.forged; chmod 600 {DEST}/.forged; \
+         mv -f {DEST}/.forged {DEST}/.distributor.json"
+    ));
+    s.assert_commands_refuse("uid 65534");
+    assert_eq!(
+        s.env.read(&format!("{DEST}/sub/secret.txt")),
+        "root's secret"
+    );
+}
+
+/// A state file an earlier version wrote (mode 0644) is believed through the journal that
+/// committed exactly its bytes, and the next publication writes it 0600; through another
+/// journal it is `untrusted_record`.
+#[test]
+fn an_earlier_versions_state_file_is_believed_through_the_journal_that_committed_it() {
+    let env = Env::new();
+    let cfg = env.simple_config("weather.yaml", "weather", "latest", DEST, "");
+    let v1 = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("x.txt", "v1")],
+        &[],
+    );
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let state = env.path(&format!("{DEST}/.distributor.json"));
+    chmod(&state, 0o644);
+    let v2 = env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T07:00:00Z",
+        &[("x.txt", "v2")],
+        &[],
+    );
+    let other = env.path("journal.sqlite3.other");
+    let other = other.to_str().unwrap();
+    let before = env.snapshot_unlocked(DEST);
+    let r = env.publish(&cfg, &v2, &["--journal", other]);
+    assert_eq!(r.code, 3, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.conflict_kinds().contains(&"untrusted_record".to_string()));
+    assert!(r.stdout.contains("mode 0644"), "{}", r.stdout);
+    assert_eq!(env.snapshot_unlocked(DEST), before);
+    // The journal that committed it vouches for it.
+    env.plan(&cfg, &v2, &[]).expect_code(0);
+    env.publish(&cfg, &v2, &[]).expect_code(0);
+    assert_eq!(env.read(&format!("{DEST}/x.txt")), "v2");
+    assert_eq!(fs::metadata(&state).unwrap().mode() & 0o7777, 0o600);
+}
