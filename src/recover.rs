@@ -107,6 +107,11 @@ pub struct RecoveredOperation {
     pub outcome: Outcome,
     /// What was found and done, and for diverged what to check.
     pub message: String,
+    /// An object store's state object that the roll-forward overwrote with the
+    /// post-state, being neither the pre- nor the post-state (SPEC §17): its sha256, its
+    /// ETag and where its copy is kept. Absent when nothing was replaced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaced_state: Option<backend::ReplacedState>,
 }
 
 /// Counters of a recover report.
@@ -404,6 +409,7 @@ pub fn abandon(op: &str, opts: &RecoverOptions) -> Result<RecoverReport> {
             post_state_sha256: Some(d.post_state_sha256),
             outcome: Outcome::Abandoned,
             message,
+            replaced_state: None,
         }],
         summary: RecoverSummary {
             operations: 1,
@@ -452,6 +458,7 @@ fn foreign(bundle: &Path, name: &str, why: &str) -> RecoveredOperation {
         post_state_sha256: None,
         outcome: Outcome::Failed,
         message: format!("{why}: inspect it and remove it by hand"),
+        replaced_state: None,
     }
 }
 
@@ -538,6 +545,7 @@ fn blank(op: &str, bundle: &Path, c: &Candidate) -> RecoveredOperation {
         post_state_sha256: None,
         outcome: Outcome::Failed,
         message: String::new(),
+        replaced_state: None,
     }
 }
 
@@ -722,7 +730,18 @@ fn recover_one(
     }
     let ev = match r.outcome {
         Outcome::RolledForward => {
-            store.clean_up(&staged)?;
+            if let Some(replaced) = store.roll_forward(&staged)? {
+                let m = replaced_message(&replaced);
+                r.message.push_str(&format!("; {m}"));
+                if let Some(j) = journal.as_deref() {
+                    j.event(
+                        op,
+                        event::STATE_REPLACED,
+                        Some(&format!("by {}: {m}", opts.actor)),
+                    )?;
+                }
+                r.replaced_state = Some(replaced);
+            }
             event::RECOVERED_FORWARD
         }
         Outcome::RolledBack => {
@@ -805,6 +824,17 @@ fn explain_decided(outcome: Outcome, dry_run: bool) -> String {
         ),
     };
     format!("{why}; {}", if dry_run { would } else { done })
+}
+
+/// What a roll-forward did with a state object that was neither the pre- nor the
+/// post-state (SPEC §17).
+fn replaced_message(r: &backend::ReplacedState) -> String {
+    format!(
+        "the state object held sha256 {} (etag {}), neither the state before the operation nor the state it committed: it was copied to {} (kept, never deleted) and overwritten with the post-state",
+        r.sha256,
+        r.etag.as_deref().unwrap_or("none"),
+        r.copied_to
+    )
 }
 
 fn outcome_word(o: Outcome) -> &'static str {

@@ -961,3 +961,252 @@ fn a_file_that_does_not_match_its_manifest_never_becomes_visible() {
         assert_eq!(uploads_in_progress(&w), 0, "{changed}: an upload was left");
     }
 }
+
+/// The operation whose staging entry is under the prefix (one).
+fn staged_operation(w: &World) -> String {
+    let staging = key(".distributor-staging/");
+    let mut ops: Vec<String> = w
+        .moto
+        .list(&w.bucket, &staging)
+        .into_iter()
+        .filter_map(|o| {
+            let rest = o.key.strip_prefix(&staging)?;
+            Some(rest.split('/').next()?.to_string())
+        })
+        .collect();
+    ops.dedup();
+    assert_eq!(ops.len(), 1, "staging holds {ops:?}");
+    ops.remove(0)
+}
+
+/// The journal events of `op` (in the default journal): name and detail.
+fn events_of(w: &World, op: &str) -> Vec<(String, String)> {
+    let r = w.run(&["history", "show", op, "--json"], &[]);
+    r.expect_code(0);
+    r.json()["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap().to_string(),
+                e["detail"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// What a third party writes over the state object after the commit decision.
+const FOREIGN_STATE: &[u8] = b"{\"written\": \"by someone else\"}\n";
+
+/// Publishes V1, then V2 stopped just after its decision record says `commit`: killed at
+/// `point`, or (`pause`) held there while the state object is replaced, then let go.
+/// Returns the operation id, the ETag of the replacing PUT and what the publish said
+/// (when paused).
+fn replace_state_after_commit(
+    w: &World,
+    config: &Path,
+    point: &str,
+    pause: bool,
+) -> (String, String, Option<Run>) {
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    w.publish(config, &b1, &[]).expect_code(0);
+    let b2 = w.env.bundle("b2", "site", "2026-12-02T07:00:00Z", V2, &[]);
+    let args = [
+        "publish",
+        "--json",
+        "--config",
+        path(config),
+        "--source",
+        path(&b2),
+    ];
+    let state_key = key(".distributor.json");
+    if pause {
+        let vars: Vec<(&str, &str)> = w.vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let run = PausedRun::start(&w.env, &args, point, &vars);
+        let op = staged_operation(w);
+        let etag = w.moto.put(&w.bucket, &state_key, FOREIGN_STATE);
+        let r = run.resume();
+        (op, etag, Some(r))
+    } else {
+        let r = w.run(&args, &[("DISTRIBUTOR_FAILPOINT", point)]);
+        assert_ne!(r.code, 0, "{point}: the failpoint did not stop the run");
+        let op = staged_operation(w);
+        let etag = w.moto.put(&w.bucket, &state_key, FOREIGN_STATE);
+        (op, etag, None)
+    }
+}
+
+/// The prefix holds exactly V2, the post-state and the replaced state's copies `kept`
+/// (key -> bytes); with `config`, `verify` agrees (with no recovery pending).
+fn assert_rolled_forward(w: &World, config: Option<&Path>, kept: &[(String, &[u8])], ctx: &str) {
+    let mut want: BTreeMap<String, Vec<u8>> = V2
+        .iter()
+        .map(|(p, c)| (key(p), c.as_bytes().to_vec()))
+        .collect();
+    for (k, b) in kept {
+        want.insert(k.clone(), b.to_vec());
+    }
+    let got: BTreeMap<String, Vec<u8>> =
+        w.content().into_iter().map(|(k, (_, c))| (k, c)).collect();
+    assert_eq!(
+        got, want,
+        "{ctx}: not the published bundle and the kept copy"
+    );
+    let state = w.state().expect("a state object");
+    assert_eq!(
+        state["source"]["created_at"], "2026-12-02T07:00:00Z",
+        "{ctx}"
+    );
+    if let Some(config) = config {
+        w.run(&["verify", "--config", path(config)], &[])
+            .expect_code(0);
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_state_object_replaced_after_the_commit_decision_is_kept_and_rolled_over() {
+    let moto = require_moto!();
+    let foreign_sha = distributor::hash::sha256_hex(FOREIGN_STATE);
+    // Killed with the decision made and nothing else (the state object is the pre-state
+    // when replaced); killed after the state object was written (the post-state when
+    // replaced); held at the decision while the state is replaced, then let go (its own
+    // conditional write of the state object loses).
+    for (point, pause) in [
+        ("io_state_fsync", false),
+        ("during_cleanup", false),
+        ("io_state_fsync", true),
+    ] {
+        let ctx = &*format!("{point} ({})", if pause { "paused" } else { "killed" });
+        let w = World::new(moto);
+        let config = w.config("d.yaml", PREFIX, "", "");
+        let (op, etag, published) = replace_state_after_commit(&w, &config, point, pause);
+        if let Some(r) = published {
+            // Past its commit point: the report says so and what is left for recover.
+            assert_ne!(r.code, 0, "{ctx}: {}", r.stdout);
+            let said = format!("{}{}", r.stdout, r.stderr);
+            assert!(
+                said.contains("passed its commit point") && said.contains("distributor recover"),
+                "{ctx}: {said}"
+            );
+        }
+        let copy = key(&format!(".distributor/replaced/{op}.json"));
+        let r = w.run(&["recover", "--json", "--config", path(&config)], &[]);
+        r.expect_code(0);
+        let o = &r.json()["operations"][0];
+        assert_eq!(o["operation_id"], op.as_str(), "{ctx}");
+        assert_eq!(o["outcome"], "rolled_forward", "{ctx}: {}", r.stdout);
+        let replaced = &o["replaced_state"];
+        assert_eq!(replaced["sha256"], foreign_sha.as_str(), "{ctx}");
+        assert_eq!(
+            replaced["etag"].as_str().map(|e| e.trim_matches('"')),
+            Some(etag.trim_matches('"')),
+            "{ctx}"
+        );
+        assert_eq!(
+            replaced["copied_to"],
+            format!("s3://{}/{copy}", w.bucket).as_str(),
+            "{ctx}"
+        );
+        assert!(
+            o["message"].as_str().unwrap().contains(&foreign_sha),
+            "{ctx}: {}",
+            o["message"]
+        );
+        assert_eq!(moto.get(&w.bucket, &copy).as_deref(), Some(FOREIGN_STATE));
+        assert_rolled_forward(&w, Some(&config), &[(copy.clone(), FOREIGN_STATE)], ctx);
+        let events = events_of(&w, &op);
+        let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
+        assert_eq!(
+            names[names.len() - 2..],
+            ["state_replaced", "recovered_forward"],
+            "{ctx}"
+        );
+        let detail = &events[events.len() - 2].1;
+        assert!(
+            detail.contains(&foreign_sha) && detail.contains(&copy),
+            "{ctx}: {detail}"
+        );
+
+        // Nothing is left to recover, and the copy stays.
+        let r = w.run(&["recover", "--config", path(&config)], &[]);
+        r.expect_code(0);
+        assert!(
+            r.stdout.contains("nothing to recover"),
+            "{ctx}: {}",
+            r.stdout
+        );
+        // Later publications work, and never remove the copy.
+        let b2 = w.env.path("b2");
+        let r = w.publish(&config, &b2, &[]);
+        r.expect_code(0);
+        assert_eq!(r.decision(), "unchanged", "{ctx}");
+        let b3 = w.env.bundle("b3", "site", "2026-12-02T08:00:00Z", V1, &[]);
+        w.publish(&config, &b3, &[]).expect_code(0);
+        assert_eq!(
+            w.state().unwrap()["source"]["created_at"],
+            "2026-12-02T08:00:00Z"
+        );
+        assert_eq!(moto.get(&w.bucket, &copy).as_deref(), Some(FOREIGN_STATE));
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_recover_interrupted_after_keeping_the_replaced_state_finishes_and_keeps_it() {
+    let moto = require_moto!();
+    let foreign_sha = distributor::hash::sha256_hex(FOREIGN_STATE);
+    let earlier: &[u8] = b"{\"written\": \"earlier, by someone else\"}\n";
+    // The copy an interrupted recover left: of these very bytes, or of a state object
+    // replaced again since (kept; these bytes go beside it, under their sha256).
+    for same in [true, false] {
+        let ctx = if same { "same copy" } else { "other copy" };
+        let w = World::new(moto);
+        let config = w.config("d.yaml", PREFIX, "", "");
+        let (op, _, _) = replace_state_after_commit(&w, &config, "io_state_fsync", false);
+        let copy = key(&format!(".distributor/replaced/{op}.json"));
+        moto.put(&w.bucket, &copy, if same { FOREIGN_STATE } else { earlier });
+        // This recover is killed after it rolled forward, before its journal event.
+        let r = w.run(
+            &["recover", "--json", "--config", path(&config)],
+            &[("DISTRIBUTOR_FAILPOINT", "recover_before_event")],
+        );
+        assert_ne!(r.code, 0, "{ctx}: the failpoint did not stop recover");
+        let kept: Vec<(String, &[u8])> = if same {
+            vec![(copy.clone(), FOREIGN_STATE)]
+        } else {
+            vec![
+                (copy.clone(), earlier),
+                (
+                    key(&format!(".distributor/replaced/{op}-{foreign_sha}.json")),
+                    FOREIGN_STATE,
+                ),
+            ]
+        };
+        // (The journal does not know yet: verify says recovery is pending.)
+        assert_rolled_forward(&w, None, &kept, ctx);
+        // The next recover finds it finished (its staging is gone) and deletes nothing.
+        let r = w.run(&["recover", "--json", "--config", path(&config)], &[]);
+        r.expect_code(0);
+        assert_eq!(r.json()["operations"][0]["outcome"], "closed", "{ctx}");
+        assert_rolled_forward(&w, Some(&config), &kept, ctx);
+        let events = events_of(&w, &op);
+        let replaced = events
+            .iter()
+            .find(|(e, _)| e == "state_replaced")
+            .unwrap_or_else(|| panic!("{ctx}: no state_replaced event in {events:?}"));
+        assert!(replaced.1.contains(&foreign_sha), "{ctx}: {}", replaced.1);
+        let b3 = w.env.bundle("b3", "site", "2026-12-02T08:00:00Z", V1, &[]);
+        w.publish(&config, &b3, &[]).expect_code(0);
+        for (k, b) in &kept {
+            assert_eq!(moto.get(&w.bucket, k).as_deref(), Some(*b), "{ctx}: {k}");
+        }
+    }
+}

@@ -197,6 +197,15 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// Removes staging and prunes what deletions emptied (after the commit point).
     fn clean_up(&self, op: &StagedOperation) -> Result<()>;
 
+    /// `recover`'s roll-forward of an operation past its commit point: [`BundleStore::clean_up`],
+    /// and on an object store whose state object holds neither the operation's pre- nor
+    /// its post-state (SPEC §17, after `decision = commit`), that object copied to
+    /// `.distributor/replaced/<op>.json` and overwritten with the post-state: what it
+    /// replaced.
+    fn roll_forward(&self, op: &StagedOperation) -> Result<Option<ReplacedState>> {
+        self.clean_up(op).map(|()| None)
+    }
+
     /// Removes the staging entry of `op`.
     fn remove_staging(&self, op: &str) -> Result<()>;
 
@@ -235,6 +244,18 @@ impl Committed {
     pub fn state_sha256(&self) -> Option<&str> {
         self.0.as_deref()
     }
+}
+
+/// A state object that a roll-forward overwrote with the operation's post-state (SPEC
+/// §17): what it held, and where its copy is kept (distributor never deletes it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReplacedState {
+    /// sha256 of the bytes it held.
+    pub sha256: String,
+    /// Its ETag as read (the overwrite was conditional on it).
+    pub etag: Option<String>,
+    /// The copy of those bytes (`s3://<bucket>/<prefix>/.distributor/replaced/<op>.json`).
+    pub copied_to: String,
 }
 
 /// Where an operation stands, as storage shows it ([`BundleStore::verdict`]).

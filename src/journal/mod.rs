@@ -38,6 +38,11 @@ pub mod event {
     pub const RECOVERED_FORWARD: &str = "recovered_forward";
     /// `recover` undid the operation.
     pub const RECOVERED_BACK: &str = "recovered_back";
+    /// `recover`, rolling an operation forward on an object store (SPEC §17), found a
+    /// state object that was neither its pre- nor its post-state and overwrote it: the
+    /// detail names the replaced object's sha256 and ETag and where its copy is kept.
+    /// Precedes `recovered_forward`; ends nothing.
+    pub const STATE_REPLACED: &str = "state_replaced";
     /// `recover` found neither pre- nor post-state.
     pub const DIVERGED: &str = "diverged";
     /// `recover` wrote the operation's row from the `plan.json` in its staging directory,

@@ -10,12 +10,13 @@
 //! | `move_aside` | a deleted key is copied aside to `old/<i>` |
 //! | `commit_state` | `state.json` (the state with each output's ETag), `decision` = `commit` (create-once), the deletes, then the state object with `If-Match` on the ETag planned against |
 //! | `undo` | `decision` = `abort` (create-once; `commit` there means roll forward instead), restore from `old/`, delete what the operation wrote (checked by content) |
-//! | `clean_up` | finish the deletes and the state object if `recover` rolls forward, then remove the staging entry, its `decision` last |
+//! | `clean_up` | finish the deletes and the state object if they are not done, then remove the staging entry, its `decision` last |
+//! | `roll_forward` | `recover`'s `clean_up`: a state object that is neither the pre- nor the post-state is first copied to `.distributor/replaced/<op>.json` (create-once, never deleted), then overwritten with `If-Match` on the ETag read (SPEC §17) |
 
 use super::lease::{LOCK_OBJECT, Lease};
 use super::{S3Backend, block_on, store_error};
 use crate::backend::local::{Placed, Proof, StagingEntry, StateBytes};
-use crate::backend::{BundleStore, Committed, Verdict};
+use crate::backend::{BundleStore, Committed, ReplacedState, Verdict};
 use crate::error::{Error, Result};
 use crate::execute::{
     ActionKind, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE, StagedOperation,
@@ -42,6 +43,8 @@ use std::sync::Mutex;
 const STAGING: &str = ".distributor-staging";
 /// The decision record's name in an operation's staging.
 const DECISION: &str = "decision";
+/// Where a state object that a roll-forward overwrote is kept (SPEC §17), never deleted.
+const REPLACED: &str = ".distributor/replaced";
 /// Files up to this size go in one PUT; larger ones multipart, in parts of this size.
 const PART: usize = 8 * 1024 * 1024;
 /// Parts of one file sent at once.
@@ -553,8 +556,11 @@ impl S3Store {
     }
 
     /// Makes storage show the committed state of `op` (`state.json`): the deletes, then
-    /// the state object. For `recover` rolling forward; idempotent.
-    fn finish_commit(&self, op: &StagedOperation) -> Result<()> {
+    /// the state object. Idempotent. A state object that is neither the state before nor
+    /// the committed one is a lost race (`concurrent_change`), unless `replace` (`recover`
+    /// rolling forward, SPEC §17): then it is copied to `.distributor/replaced/<op>.json`
+    /// and overwritten, conditionally on the ETag read, and returned.
+    fn finish_commit(&self, op: &StagedOperation, replace: bool) -> Result<Option<ReplacedState>> {
         let id = &op.operation_id;
         let Some((final_state, _)) = self.get(&Self::staging_rel(id, STATE_TMP_FILE))? else {
             return Err(Error::Failed(format!(
@@ -573,13 +579,19 @@ impl S3Store {
         let now = self.get(STATE_FILE)?;
         let now_sha = now.as_ref().map(|(b, _)| crate::hash::sha256_hex(b));
         if now_sha.as_deref() == Some(crate::hash::sha256_hex(&final_state).as_str()) {
-            return Ok(());
+            return Ok(None);
         }
+        let mut replaced = None;
         if now_sha != op.pre_state_sha256 {
-            return Err(Error::ConcurrentChange(format!(
-                "{} is neither the state before operation {id} nor the state it committed; nothing was changed",
-                self.shown(STATE_FILE)
-            )));
+            if !replace {
+                return Err(Error::ConcurrentChange(format!(
+                    "{} is neither the state before operation {id} nor the state it committed; nothing was changed",
+                    self.shown(STATE_FILE)
+                )));
+            }
+            if let (Some((bytes, etag)), Some(sha)) = (&now, &now_sha) {
+                replaced = Some(self.keep_replaced(id, bytes, sha, etag.clone())?);
+            }
         }
         // Deleted keys still holding what the state before recorded.
         let mut gone = Vec::new();
@@ -602,8 +614,50 @@ impl S3Store {
             }),
             None => PutMode::Create,
         };
+        self.writable()?;
         self.put(STATE_FILE, final_state.to_vec(), mode)?;
-        Ok(())
+        Ok(replaced)
+    }
+
+    /// Keeps the bytes of a state object about to be overwritten (SPEC §17) at
+    /// `.distributor/replaced/<op>.json`, created once (`If-None-Match: *`). A copy there
+    /// from an earlier, interrupted `recover` is kept: when it holds these bytes, it is
+    /// this copy; when it holds others (the state object was replaced again since), these
+    /// go to `.distributor/replaced/<op>-<sha256>.json`. Nothing there is ever deleted.
+    fn keep_replaced(
+        &self,
+        op: &str,
+        bytes: &[u8],
+        sha: &str,
+        etag: Option<String>,
+    ) -> Result<ReplacedState> {
+        self.writable()?;
+        let mut rel = format!("{REPLACED}/{op}.json");
+        loop {
+            match self.put(&rel, bytes.to_vec(), PutMode::Create) {
+                Ok(_) => break,
+                Err(Error::ConcurrentChange(_)) => {
+                    let kept = self.get(&rel)?.map(|(b, _)| crate::hash::sha256_hex(&b));
+                    if kept.as_deref() == Some(sha) {
+                        break;
+                    }
+                    let other = format!("{REPLACED}/{op}-{sha}.json");
+                    if rel == other {
+                        return Err(Error::ConcurrentChange(format!(
+                            "{} changed while it was written; nothing else was changed",
+                            self.shown(&rel)
+                        )));
+                    }
+                    rel = other;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(ReplacedState {
+            sha256: sha.to_string(),
+            etag,
+            copied_to: self.shown(&rel),
+        })
     }
 }
 
@@ -746,7 +800,7 @@ impl BundleStore for S3Store {
             .list_under("")?
             .into_iter()
             .map(|(k, _)| k)
-            .filter(|k| !k.starts_with(".distributor-probe-"))
+            .filter(|k| !k.starts_with(".distributor-probe-") && !k.starts_with(".distributor/"))
             .collect();
         out.sort();
         Ok(out)
@@ -1086,11 +1140,28 @@ impl BundleStore for S3Store {
                 op.operation_id
             )));
         }
-        self.finish_commit(op)?;
+        self.finish_commit(op, false)?;
         self.abort_uploads(op)?;
         failpoint::hit("during_cleanup");
         self.writable()?;
         self.remove_entry(&op.operation_id)
+    }
+
+    fn roll_forward(&self, op: &StagedOperation) -> Result<Option<ReplacedState>> {
+        self.writable()?;
+        if self.decision(&op.operation_id)?.as_deref() != Some("commit") {
+            return Err(Error::Failed(format!(
+                "{}: operation {} has no commit decision; it cannot be finished",
+                self.bundle.display(),
+                op.operation_id
+            )));
+        }
+        let replaced = self.finish_commit(op, true)?;
+        self.abort_uploads(op)?;
+        failpoint::hit("during_cleanup");
+        self.writable()?;
+        self.remove_entry(&op.operation_id)?;
+        Ok(replaced)
     }
 
     fn remove_staging(&self, op: &str) -> Result<()> {
@@ -1144,4 +1215,5 @@ fn is_reserved(rel: &str) -> bool {
     rel == LOCK_OBJECT
         || rel.starts_with(".distributor-staging/")
         || rel.starts_with(".distributor-probe-")
+        || rel.starts_with(".distributor/")
 }
