@@ -232,6 +232,79 @@ fn too_many_entries_is_413() {
 }
 
 #[test]
+fn an_archive_of_empty_directories_over_the_entry_limit_is_413_and_leaves_nothing() {
+    // The default --max-entries (100,000), and 120,000 empty directories: a body of about
+    // half a megabyte (it used to take minutes to refuse; a directory entry now costs no
+    // mkdir, so the refusal comes at the speed the body decompresses).
+    let (env, server) = setup(&[]);
+    let mut b = tar::Builder::new(Vec::new());
+    for i in 0..120_000 {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(EntryType::Directory);
+        h.set_size(0);
+        h.set_mode(0o755);
+        h.set_mtime(1_700_000_000);
+        b.append_data(&mut h, format!("d{i:06}/"), &[][..])
+            .expect("append a directory");
+    }
+    let body = gzip(&b.into_inner().expect("tar"));
+    refused(
+        &env,
+        &server,
+        &body,
+        413,
+        "too_large",
+        "more than 100000 entries (--max-entries)",
+    );
+}
+
+#[test]
+fn files_below_directory_entries_named_before_or_after_them_are_unpacked() {
+    let (env, server) = setup(&[]);
+    let manifest = crate::common::server::manifest_json(
+        "t",
+        CREATED,
+        &[
+            ("a/b/c/one.txt", b"1"),
+            ("a/two.txt", b"2"),
+            ("x/y/three.txt", b"3"),
+        ],
+    );
+    let tar = raw_tar(&[
+        entry("a/", EntryType::Directory, b"", ""),
+        entry("a/b/", EntryType::Directory, b"", ""),
+        entry("empty/", EntryType::Directory, b"", ""),
+        entry("empty/deeper/", EntryType::Directory, b"", ""),
+        entry(
+            "distributor-manifest.json",
+            EntryType::Regular,
+            &manifest,
+            "",
+        ),
+        entry("a/b/c/one.txt", EntryType::Regular, b"1", ""),
+        entry("a/two.txt", EntryType::Regular, b"2", ""),
+        entry("x/y/three.txt", EntryType::Regular, b"3", ""),
+        // Named only after a file below them made them.
+        entry("x/", EntryType::Directory, b"", ""),
+        entry("x/y/", EntryType::Directory, b"", ""),
+    ]);
+    server.upload("weather", "", &tar).expect(200);
+    assert_eq!(env.read("dest/latest/a/b/c/one.txt"), "1");
+    assert_eq!(env.read("dest/latest/a/two.txt"), "2");
+    assert_eq!(env.read("dest/latest/x/y/three.txt"), "3");
+    assert!(server.spool_leftovers().is_empty());
+    // An empty directory entry still takes its name: a file there is a duplicate.
+    let (env, server) = setup(&[]);
+    let tar = tar_with_manifest(
+        "t",
+        CREATED,
+        &[("a.txt", b"a")],
+        &[entry("e/", EntryType::Directory, b"", ""), file("e", b"1")],
+    );
+    refused(&env, &server, &tar, 400, "invalid_bundle", "more than once");
+}
+
+#[test]
 fn extracted_size_over_the_limit_is_413_even_when_the_body_is_small() {
     let (env, server) = setup(&["--max-extracted-bytes", "100000"]);
     let big = vec![0u8; 200_000];

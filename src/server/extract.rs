@@ -4,7 +4,12 @@
 //!
 //! It writes only below the directory it is given, creating every directory itself and
 //! every file with `create_new`, so no entry can reach through a link or overwrite an
-//! earlier one. GNU long names and PAX records are read here, size-capped, rather than by
+//! earlier one. A directory is created only once a file goes below it: an empty directory
+//! carries nothing a bundle uses, so a directory entry costs one map insert, never a
+//! `mkdir` (nor its removal with the spool), and an archive of nothing but directories
+//! reaches `--max-entries` at the speed it decompresses. Each entry looks up its parents
+//! from the deepest one up and stops at the first it knows (whose own parents it knows
+//! too): one lookup for the usual entry, whatever its depth. GNU long names and PAX records are read here, size-capped, rather than by
 //! the tar crate, which would read them into memory whatever their size.
 
 use super::error::ApiError;
@@ -34,9 +39,12 @@ pub struct Extracted {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     File,
-    /// A directory; `explicit` when an entry named it (not only a file below it).
+    /// A directory; `explicit` when an entry named it (not only a path below it);
+    /// `created` once it exists in the spool (a file went below it). A created
+    /// directory's parents are created, and a known directory's parents known.
     Dir {
         explicit: bool,
+        created: bool,
     },
 }
 
@@ -281,38 +289,61 @@ impl Unpacker<'_> {
         Ok(data)
     }
 
-    /// Creates the parents of `path` (refusing a parent that is a file).
-    fn make_parents(&mut self, path: &str) -> Result<(), ApiError> {
-        let mut end = 0;
-        while let Some(i) = path[end..].find('/') {
-            let parent = &path[..end + i];
+    /// Records the parents of `path` as directories (refusing a parent that is a file),
+    /// and with `create` makes them exist in the spool. Looks from the deepest parent up
+    /// and stops at the first that needs nothing: known (and created, with `create`).
+    fn make_parents(&mut self, path: &str, create: bool) -> Result<(), ApiError> {
+        // The ends of the parents that need something, deepest first.
+        let mut wanting = Vec::new();
+        let mut end = path.len();
+        while let Some(i) = path[..end].rfind('/') {
+            let parent = &path[..i];
             match self.kinds.get(parent) {
                 Some(Kind::File) => {
                     return Err(ApiError::bad_bundle(format!(
                         "'{parent}' is a file in the archive, but '{path}' needs it as a directory"
                     )));
                 }
-                Some(Kind::Dir { .. }) => {}
-                None => {
-                    self.create_dir(parent)?;
-                    self.kinds
-                        .insert(parent.to_string(), Kind::Dir { explicit: false });
-                }
+                Some(Kind::Dir { created, .. }) if *created || !create => break,
+                _ => wanting.push(i),
             }
-            end += i + 1;
+            end = i;
+        }
+        for &i in wanting.iter().rev() {
+            let parent = &path[..i];
+            if create {
+                self.create_dir(parent)?;
+            }
+            let kind = self.kinds.entry(parent.to_string()).or_insert(Kind::Dir {
+                explicit: false,
+                created: false,
+            });
+            if let Kind::Dir { created, .. } = kind {
+                *created |= create;
+            }
         }
         Ok(())
     }
 
+    /// A directory entry: recorded, not created (see the module's documentation).
     fn make_dir(&mut self, path: &str) -> Result<(), ApiError> {
-        self.make_parents(path)?;
-        match self.kinds.get(path) {
-            Some(Kind::Dir { explicit: false }) => {}
+        self.make_parents(path, false)?;
+        match self.kinds.get_mut(path) {
+            Some(Kind::Dir {
+                explicit: explicit @ false,
+                ..
+            }) => *explicit = true,
             Some(_) => return Err(duplicate(path)),
-            None => self.create_dir(path)?,
+            None => {
+                self.kinds.insert(
+                    path.to_string(),
+                    Kind::Dir {
+                        explicit: true,
+                        created: false,
+                    },
+                );
+            }
         }
-        self.kinds
-            .insert(path.to_string(), Kind::Dir { explicit: true });
         Ok(())
     }
 
@@ -328,7 +359,7 @@ impl Unpacker<'_> {
         if self.kinds.contains_key(path) {
             return Err(duplicate(path));
         }
-        self.make_parents(path)?;
+        self.make_parents(path, true)?;
         if path == MANIFEST_FILE && size > MAX_MANIFEST_BYTES {
             return Err(ApiError::too_large(format!(
                 "{MANIFEST_FILE} is {size} bytes; the largest manifest accepted is {MAX_MANIFEST_BYTES} bytes"
