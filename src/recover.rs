@@ -68,6 +68,10 @@ pub enum Outcome {
     /// published file's mode, a hard link, or an earlier version's staging this journal
     /// does not know): nothing was touched.
     Untrusted,
+    /// The operation's staging entry is gone and the record directory it was written in
+    /// (`.distributor/`) is no longer the one at its place (SPEC §17): its staging may
+    /// have been moved away with it, so the operation is not closed; nothing was touched.
+    StagingMoved,
 }
 
 /// Where an operation was found.
@@ -133,6 +137,8 @@ pub struct RecoverSummary {
     pub closed: usize,
     /// Untrusted records: nothing touched.
     pub untrusted: usize,
+    /// Operations whose record directory was moved: nothing touched.
+    pub staging_moved: usize,
 }
 
 /// The report of one `recover` run.
@@ -169,7 +175,8 @@ pub struct DestinationError {
 impl RecoverReport {
     /// 0 when everything found was recovered (or nothing was found), else 1 (SPEC §10).
     pub fn exit_code(&self) -> u8 {
-        if self.summary.diverged + self.summary.failed + self.summary.untrusted > 0 {
+        let s = &self.summary;
+        if s.diverged + s.failed + s.untrusted + s.staging_moved > 0 {
             1
         } else {
             0
@@ -283,6 +290,7 @@ pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<Recover
             Outcome::Abandoned => s.abandoned += 1,
             Outcome::Closed => s.closed += 1,
             Outcome::Untrusted => s.untrusted += 1,
+            Outcome::StagingMoved => s.staging_moved += 1,
         }
     }
     s.failed += report.errors.len();
@@ -603,6 +611,57 @@ fn recover_one(
         None => Ok(None),
     };
     r.state_sha256 = now.clone().ok().flatten();
+    if !staged_now && !unfinished_record {
+        // The staging entry is gone: closed, but only while the record directory it was
+        // written in is still the one at its place (SPEC §17). One moved away (with the
+        // staging in it) or replaced leaves the operation for a person.
+        let recorded = match journal.as_deref() {
+            Some(j) if in_journal => j
+                .plan_json(op)?
+                .and_then(|p| serde_json::from_str::<StagedOperation>(&p).ok()),
+            _ => None,
+        };
+        let want = recorded.as_ref().and_then(|s| s.record_dir);
+        let now_dir = match store {
+            Some(s) => s.record_dir(false)?,
+            None => None,
+        };
+        if let Some(want) = want
+            && now_dir != Some(want)
+        {
+            if let Some(staged) = &recorded {
+                describe(&mut r, staged);
+            }
+            r.outcome = Outcome::StagingMoved;
+            r.message = format!(
+                "the staging record of operation {op} was written in {} (device {}, inode {}), and {}: its staging may have moved away with it, so the operation is not closed and nothing was touched. Put that directory back and run `distributor recover` again; if the operation is known to be finished, `distributor recover --abandon {op}` ends it",
+                bundle
+                    .join(crate::backend::local::records::RECORD_DIR)
+                    .display(),
+                want.dev,
+                want.ino,
+                match now_dir {
+                    None => "nothing is there now".to_string(),
+                    Some(d) => format!(
+                        "another directory is there now (device {}, inode {})",
+                        d.dev, d.ino
+                    ),
+                }
+            );
+            // Journaled once as diverged: it waits for a person, and `--abandon` ends it.
+            if !opts.dry_run
+                && status.as_deref() != Some("diverged")
+                && let Some(j) = journal
+            {
+                j.event(
+                    op,
+                    event::DIVERGED,
+                    Some(&format!("by {}: staging moved: {}", opts.actor, r.message)),
+                )?;
+            }
+            return Ok(Some(r));
+        }
+    }
     if !staged_now {
         // The staging record was never completed (the operation changed nothing), or the
         // staging entry is gone: closed, from the state alone.
@@ -846,6 +905,7 @@ fn outcome_word(o: Outcome) -> &'static str {
         Outcome::Abandoned => "abandoned",
         Outcome::Closed => "closed",
         Outcome::Untrusted => "untrusted",
+        Outcome::StagingMoved => "staging moved",
     }
 }
 
@@ -942,7 +1002,8 @@ impl RecoverReport {
             [
                 ("abandoned", s.abandoned),
                 ("closed", s.closed),
-                ("untrusted", s.untrusted)
+                ("untrusted", s.untrusted),
+                ("staging moved", s.staging_moved),
             ]
             .iter()
             .filter(|(_, n)| *n > 0)

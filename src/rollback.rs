@@ -553,6 +553,7 @@ pub(crate) fn run_activation(
         &mut |_| Ok(true),
     )?;
     staged.releases = store.releases_record();
+    staged.record_dir = store.record_dir(true)?;
     let (record, actions) = journal_records(&staged)?;
     journal.begin_operation(&record, actions)?;
     let bundle = plan.bundle_path.to_string_lossy().into_owned();

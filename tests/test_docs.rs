@@ -351,6 +351,7 @@ fn recover_outcomes() -> Vec<String> {
         Outcome::Abandoned,
         Outcome::Closed,
         Outcome::Untrusted,
+        Outcome::StagingMoved,
     ];
     for o in all {
         match o {
@@ -360,7 +361,8 @@ fn recover_outcomes() -> Vec<String> {
             | Outcome::Failed
             | Outcome::Abandoned
             | Outcome::Closed
-            | Outcome::Untrusted => {}
+            | Outcome::Untrusted
+            | Outcome::StagingMoved => {}
         }
     }
     all.iter()

@@ -512,3 +512,75 @@ fn an_earlier_versions_state_file_is_believed_through_the_journal_that_committed
     assert_eq!(env.read(&format!("{DEST}/x.txt")), "v2");
     assert_eq!(fs::metadata(&state).unwrap().mode() & 0o7777, 0o600);
 }
+
+/// The journal and the staging record keep the device and inode of `.distributor/`: an
+/// operation whose staging entry is gone because the record directory was moved away is
+/// `staging_moved`, not `closed`; put back, it is recovered as usual.
+#[test]
+fn an_operation_whose_record_directory_moved_is_not_closed() {
+    let env = Env::new();
+    let cfg = env.simple_config("weather.yaml", "weather", "latest", DEST, "");
+    let cfg_s = cfg.to_str().unwrap();
+    let v1 = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("x.txt", "v1")],
+        &[],
+    );
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let v2 = env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T07:00:00Z",
+        &[("x.txt", "v2")],
+        &[],
+    );
+    let crashed = env.run_env(
+        &[
+            "publish",
+            "--config",
+            cfg_s,
+            "--source",
+            v2.to_str().unwrap(),
+        ],
+        &[("DISTRIBUTOR_FAILPOINT", "after_links")],
+    );
+    assert_ne!(crashed.code, 0);
+    let rec = env.path(&format!("{DEST}/.distributor"));
+    let away = env.path(&format!("{DEST}/.away"));
+    for replaced in [false, true] {
+        fs::rename(&rec, &away).unwrap();
+        if replaced {
+            fs::create_dir_all(rec.join("staging")).unwrap();
+            chmod(&rec, 0o700);
+            chmod(&rec.join("staging"), 0o700);
+        }
+        let before = env.snapshot_unlocked(DEST);
+        let r = env.run(&["recover", "--json", "--config", cfg_s]);
+        assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+        let o = &r.json()["operations"][0];
+        assert_eq!(o["outcome"], "staging_moved", "{}", r.stdout);
+        assert_eq!(r.json()["summary"]["staging_moved"], 1);
+        assert_eq!(
+            env.snapshot_unlocked(DEST),
+            before,
+            "recover touched something"
+        );
+        if replaced {
+            fs::remove_dir_all(&rec).unwrap();
+        }
+        fs::rename(&away, &rec).unwrap();
+    }
+    let r = env.run(&["recover", "--json", "--config", cfg_s]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.json()["operations"][0]["outcome"],
+        "rolled_back",
+        "{}",
+        r.stdout
+    );
+    assert_eq!(env.read(&format!("{DEST}/x.txt")), "v1");
+    env.publish(&cfg, &v2, &[]).expect_code(0);
+    assert_eq!(env.read(&format!("{DEST}/x.txt")), "v2");
+}

@@ -212,6 +212,14 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// Removes an unfinished staging record of `op` (it never changed anything).
     fn remove_unfinished(&self, op: &str) -> Result<()>;
 
+    /// Device and inode of the record directory (`.distributor/`) staging records are
+    /// written in (SPEC §17), made first when `create` (under the lock); `None` where
+    /// there is none (nothing made yet, or an object store).
+    fn record_dir(&self, create: bool) -> Result<Option<crate::execute::RecordDir>> {
+        let _ = create;
+        Ok(None)
+    }
+
     /// Moves an earlier version's staging entry of `op` into the record directory (SPEC
     /// §17 "Upgrading"), for an operation the journal in use records; only the local
     /// backends have one.

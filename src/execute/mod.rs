@@ -13,8 +13,8 @@ mod staging_record;
 pub use stage::Progress;
 
 pub use staging_record::{
-    ActionKind, NEW, OLD, Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE,
-    StagedAction, StagedOperation, StagingLayout,
+    ActionKind, NEW, OLD, Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, RecordDir,
+    STATE_TMP_FILE, StagedAction, StagedOperation, StagingLayout,
 };
 
 use crate::backend::BundleStore;
@@ -78,6 +78,7 @@ pub fn execute(
     )?;
     staged.store = store.location();
     staged.releases = store.releases_record();
+    staged.record_dir = store.record_dir(true)?;
     let (record, actions) = journal_records(&staged)?;
     journal.begin_operation(&record, actions)?;
     failpoint::hit("after_journal_append");

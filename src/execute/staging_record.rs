@@ -191,6 +191,21 @@ pub struct StagedOperation {
     /// active when the operation began; absent elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub releases: Option<crate::backend::releases::ReleasesRecord>,
+    /// The record directory (`.distributor/`) the staging record is written in (SPEC
+    /// §17): `recover` reports the operation `closed` only while that directory is still
+    /// the one at its place, else `staging_moved`. Absent for object stores and records
+    /// of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_dir: Option<RecordDir>,
+}
+
+/// Device and inode of a record directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordDir {
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
 }
 
 /// Files staged per directory under `new/`: the staging threads take runs of up to this
@@ -232,6 +247,8 @@ struct WithoutActions<'a> {
     store: &'a Option<crate::backend::s3::S3Location>,
     #[serde(skip_serializing_if = "Option::is_none")]
     releases: &'a Option<crate::backend::releases::ReleasesRecord>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record_dir: &'a Option<RecordDir>,
 }
 
 impl StagedOperation {
@@ -249,6 +266,7 @@ impl StagedOperation {
             staging_layout,
             store,
             releases,
+            record_dir,
         } = self;
         serde_json::to_string(&WithoutActions {
             operation_id,
@@ -261,6 +279,7 @@ impl StagedOperation {
             staging_layout: *staging_layout,
             store,
             releases,
+            record_dir,
         })
     }
 
@@ -330,6 +349,7 @@ impl StagedOperation {
             staging_layout: StagingLayout::Flat,
             store: None,
             releases: None,
+            record_dir: None,
         })
     }
 
@@ -510,6 +530,7 @@ mod tests {
             staging_layout: layout,
             store: None,
             releases: None,
+            record_dir: Some(RecordDir { dev: 1, ino: 2 }),
         }
     }
 

@@ -159,6 +159,9 @@ impl BundleStore for Bundle {
     fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
         Bundle::adopt_legacy_staging(self, op)
     }
+    fn record_dir(&self, create: bool) -> Result<Option<crate::execute::RecordDir>> {
+        Bundle::record_dir(self, create)
+    }
 }
 
 use crate::error::{Error, IoContext, Result};

@@ -829,6 +829,17 @@ impl BundleStore for ReleaseStore {
     fn remove_unfinished(&self, op: &str) -> Result<()> {
         self.root()?.remove_unfinished(op)
     }
+
+    fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
+        self.root()?.adopt_legacy_staging(op)
+    }
+
+    fn record_dir(&self, create: bool) -> Result<Option<crate::execute::RecordDir>> {
+        match &self.root {
+            Some(r) => r.record_dir(create),
+            None => Ok(None),
+        }
+    }
 }
 
 #[cfg(test)]

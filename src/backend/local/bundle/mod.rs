@@ -732,6 +732,24 @@ impl Bundle {
         Ok(Some(staging))
     }
 
+    /// Device and inode of `.distributor/` (SPEC §17), made first (with `staging/`) when
+    /// `create`; `None` when there is none. Read by `lstat`, without following a symlink:
+    /// a symlink or another directory put in its place has another identity.
+    pub fn record_dir(&self, create: bool) -> Result<Option<crate::execute::RecordDir>> {
+        if create {
+            self.locked()?;
+            self.staging_dir(true)?;
+        }
+        let path = self.path.join(RECORD_DIR);
+        Ok(self.dir.stat_opt(RECORD_DIR).ctx("stat", &path)?.map(|st| {
+            let id = Identity::of(&st);
+            crate::execute::RecordDir {
+                dev: id.dev,
+                ino: id.ino,
+            }
+        }))
+    }
+
     /// The entries of `.distributor/staging/` (and of a version before SPEC §17's
     /// `.distributor-staging/`), sorted by name. A record directory distributor did not
     /// make is one [`StagingEntry::Untrusted`] entry.
