@@ -2,6 +2,8 @@
 //! 127.0.0.1, started by `tests/common/s3.rs`): publishing, the planner's rules, state
 //! version 2, headers, recovery after a crash at every step from this host or another one
 //! with a fresh journal, and a publisher stopped past its lease that must not commit.
+//! The lease (SPEC §14 amendments): a nonce per acquisition, and takeover at once only of a
+//! lease whose process is gone from this machine.
 
 use crate::common::hostile::PausedRun;
 use crate::common::s3::{Moto, require_moto, s3_env};
@@ -1207,6 +1209,228 @@ fn a_recover_interrupted_after_keeping_the_replaced_state_finishes_and_keeps_it(
         w.publish(&config, &b3, &[]).expect_code(0);
         for (k, b) in &kept {
             assert_eq!(moto.get(&w.bucket, k).as_deref(), Some(*b), "{ctx}: {k}");
+        }
+    }
+}
+
+const LOCK_KEY: &str = "weather/latest/.distributor.lock";
+
+impl World {
+    /// The lease object: its ETag and body.
+    fn lease(&self) -> Option<(String, Value)> {
+        let head = self.moto.head(&self.bucket, LOCK_KEY)?;
+        let body = self.moto.get(&self.bucket, LOCK_KEY)?;
+        Some((
+            head.etag,
+            serde_json::from_slice(&body).expect("a lease is JSON"),
+        ))
+    }
+
+    fn vars(&self) -> Vec<(&str, &str)> {
+        self.vars.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+}
+
+/// This machine as a lease records it: boot id and PID-namespace inode.
+fn this_machine() -> (String, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let ns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+    (boot.trim().to_string(), ns)
+}
+
+fn publish_args<'a>(config: &'a Path, bundle: &'a Path) -> Vec<&'a str> {
+    vec![
+        "publish",
+        "--json",
+        "--config",
+        path(config),
+        "--source",
+        path(bundle),
+    ]
+}
+
+const V3: &[F] = &[("index.html", "<h1>v3</h1>"), ("v3.txt", "three")];
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn each_acquisition_writes_a_lease_with_its_own_nonce_and_etag() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config("d.yaml", PREFIX, "", "");
+    let (boot, ns) = this_machine();
+    let mut seen = Vec::new();
+    for (i, files) in [V1, V2].into_iter().enumerate() {
+        let created = format!("2026-12-02T0{}:00:00Z", 6 + i);
+        let b = w.env.bundle(&format!("b{i}"), "site", &created, files, &[]);
+        // Stopped while it holds the lease, once the lease names its operation.
+        let run = PausedRun::start(
+            &w.env,
+            &publish_args(&config, &b),
+            "before_staging_record",
+            &w.vars(),
+        );
+        let (etag, body) = w.lease().expect("no lease while a publication runs");
+        assert_eq!(body["pid"], run.pid(), "{body}");
+        assert_eq!(body["boot_id"], boot.as_str(), "{body}");
+        assert_eq!(body["pid_namespace"], ns, "{body}");
+        assert!(body["start_time"].as_u64().is_some(), "{body}");
+        assert!(body["operation_id"].is_string(), "{body}");
+        let nonce = body["nonce"].as_str().expect("a nonce").to_string();
+        uuid::Uuid::parse_str(&nonce).expect("the nonce is a uuid");
+        run.resume().expect_code(0);
+        assert_eq!(w.lease(), None, "the lease was left after a finished run");
+        seen.push((etag, nonce));
+    }
+    assert_ne!(seen[0].1, seen[1].1, "two acquisitions, one nonce");
+    assert_ne!(seen[0].0, seen[1].0, "two acquisitions, one ETag");
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_lease_left_by_a_killed_holder_on_this_machine_is_taken_over_at_once() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    // The default lease, 60 s: it would expire 70 s after its last write.
+    let config = w.config("d.yaml", PREFIX, "", "");
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    w.publish(&config, &b1, &[]).expect_code(0);
+    let b2 = w.env.bundle("b2", "site", "2026-12-02T07:00:00Z", V2, &[]);
+    let run = PausedRun::start(
+        &w.env,
+        &publish_args(&config, &b2),
+        "after_journal_append",
+        &w.vars(),
+    );
+    let pid = run.pid();
+    let (etag, _) = w.lease().expect("no lease while a publication runs");
+    // SIGKILL, and reaped (a zombie would still have its /proc entry).
+    drop(run);
+    assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    assert_eq!(w.lease().map(|l| l.0), Some(etag), "the killed run's lease");
+    // The next run, with a journal of its own, takes it at once: a lock timeout far
+    // below the lease is enough.
+    let b3 = w.env.bundle("b3", "site", "2026-12-02T08:00:00Z", V3, &[]);
+    let other = w.env.path("other.sqlite3");
+    let mut args = publish_args(&config, &b3);
+    args.extend(["--journal", path(&other), "--lock-timeout", "5"]);
+    let r = w.run(&args, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "replace_older", "{}", r.stdout);
+    assert_eq!(w.lease(), None);
+    let got: BTreeMap<String, Vec<u8>> =
+        w.content().into_iter().map(|(k, (_, c))| (k, c)).collect();
+    let want: BTreeMap<String, Vec<u8>> = V3
+        .iter()
+        .map(|(p, c)| (key(p), c.as_bytes().to_vec()))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_lease_whose_process_is_alive_is_not_taken_over() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config("d.yaml", PREFIX, "", "");
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    let run = PausedRun::start(
+        &w.env,
+        &publish_args(&config, &b1),
+        "after_journal_append",
+        &w.vars(),
+    );
+    let b2 = w.env.bundle("b2", "site", "2026-12-02T07:00:00Z", V2, &[]);
+    let other = w.env.path("other.sqlite3");
+    let mut args = publish_args(&config, &b2);
+    args.extend(["--journal", path(&other), "--lock-timeout", "2"]);
+    let r = w.run(&args, &[]);
+    r.expect_code(1);
+    let held = format!(" pid {} (", run.pid());
+    assert!(r.stdout.contains(&held), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("gave up after 2 s (--lock-timeout)"),
+        "{}",
+        r.stdout
+    );
+    run.resume().expect_code(0);
+    assert_eq!(w.lease(), None);
+    assert_eq!(
+        w.state().unwrap()["source"]["created_at"],
+        "2026-12-02T06:00:00Z"
+    );
+}
+
+#[test]
+fn a_lease_of_another_boot_or_namespace_or_an_older_one_is_not_taken_over_early() {
+    let moto = require_moto!();
+    let (boot, ns) = this_machine();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    // A pid no process has (above any pid_max).
+    let gone_pid = 4_000_000_000u64;
+    let lease = |boot: Option<&str>, ns: Option<u64>| {
+        let mut v = serde_json::json!({
+            "host": host.trim(),
+            "pid": gone_pid,
+            "actor": "ci",
+            "operation_id": null,
+            "epoch": 4,
+            "lease_seconds": 60,
+        });
+        if let (Some(boot), Some(ns)) = (boot, ns) {
+            v["nonce"] = "4b1c5a53-3f5e-4b8e-9a57-0c0d7c1b2a11".into();
+            v["boot_id"] = boot.into();
+            v["pid_namespace"] = ns.into();
+            v["start_time"] = 12345.into();
+        }
+        serde_json::to_vec_pretty(&v).unwrap()
+    };
+    let cases = [
+        (
+            "another boot",
+            lease(Some("f00dfeed-0000-4000-8000-000000000000"), Some(ns)),
+            false,
+        ),
+        (
+            "another pid namespace",
+            lease(Some(&boot), Some(ns + 1)),
+            false,
+        ),
+        (
+            "written before the fields existed",
+            lease(None, None),
+            false,
+        ),
+        (
+            "this machine, its process gone",
+            lease(Some(&boot), Some(ns)),
+            true,
+        ),
+    ];
+    for (case, body, taken) in cases {
+        let w = World::new(moto);
+        let config = w.config("d.yaml", PREFIX, "", "");
+        let etag = moto.put(&w.bucket, LOCK_KEY, &body);
+        let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+        let r = w.publish(&config, &b1, &["--lock-timeout", "2"]);
+        if taken {
+            r.expect_code(0);
+            assert_eq!(w.lease(), None, "{case}");
+        } else {
+            r.expect_code(1);
+            let held = format!("held by {} pid {gone_pid} (ci, epoch 4)", host.trim());
+            assert!(r.stdout.contains(&held), "{case}: {}", r.stdout);
+            assert_eq!(w.lease().map(|l| l.0), Some(etag), "{case}");
+            assert_eq!(w.state(), None, "{case}");
         }
     }
 }

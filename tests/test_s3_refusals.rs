@@ -135,6 +135,27 @@ fn lease_body(host: &str, pid: u32) -> Vec<u8> {
     .unwrap()
 }
 
+/// A lease of a process of this machine: [`lease_body`] plus the boot id, the PID
+/// namespace and the process's start time, which let a run on this machine tell whether
+/// that process is gone (SPEC §14 amendments).
+fn local_lease_body(pid: u32, start_time: u64) -> Vec<u8> {
+    use std::os::unix::fs::MetadataExt;
+    let mut v: serde_json::Value = serde_json::from_slice(&lease_body(&this_host(), pid)).unwrap();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    v["nonce"] = "9a0f3c2e-5d1b-4c6a-8e7f-112233445566".into();
+    v["boot_id"] = boot.trim().into();
+    v["pid_namespace"] = std::fs::metadata("/proc/self/ns/pid").unwrap().ino().into();
+    v["start_time"] = start_time.into();
+    serde_json::to_vec_pretty(&v).unwrap()
+}
+
+/// This process's start time: field 22 of `/proc/self/stat`, counted after the command.
+fn my_start_time() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
 /// The host name a lease of this machine records (the kernel's node name).
 fn this_host() -> String {
     rustix::system::uname()
@@ -375,7 +396,7 @@ fn a_live_lease_of_another_host_times_out_and_a_dead_local_one_is_taken_over() {
     moto.put(
         &w.bucket,
         &lock,
-        &lease_body(&this_host(), std::process::id()),
+        &local_lease_body(std::process::id(), my_start_time()),
     );
     let r = w.cmd("publish", &config, &b1, &["--lock-timeout", "1"]);
     r.expect_code(1);
@@ -390,10 +411,10 @@ fn a_live_lease_of_another_host_times_out_and_a_dead_local_one_is_taken_over() {
     );
     assert!(w.content_is_empty(), "a publisher without the lock wrote");
 
-    // This host's lease of a process that is gone is never renewed again: taken over at
-    // once, long before the lock timeout or its expiry by the store's clock.
+    // This machine's lease of a process that is gone is never renewed again: taken over
+    // at once, long before the lock timeout or its expiry by the store's clock.
     let pid = dead_pid();
-    moto.put(&w.bucket, &lock, &lease_body(&this_host(), pid));
+    moto.put(&w.bucket, &lock, &local_lease_body(pid, my_start_time()));
     let started = Instant::now();
     let r = w.cmd("publish", &config, &b1, &["--lock-timeout", "30"]);
     let took = started.elapsed();

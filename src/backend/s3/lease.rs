@@ -1,13 +1,17 @@
 //! The destination lock of an s3 bundle path: a lease object (SPEC §14).
 //!
 //! `<prefix>/.distributor.lock` is created with `If-None-Match: *` and holds host, pid,
-//! actor, operation id, fencing epoch and lease length. A thread renews it every
+//! actor, operation id, fencing epoch, lease length, a random `nonce` per acquisition (so
+//! no two bodies, and no two ETags, are alike) and who the holder is on its machine (boot
+//! id, PID namespace, process start time). A thread renews it every
 //! `lease_seconds / 3` by a conditional write on its ETag. Its holder stops writing
 //! `lease_seconds - 10 s` after its last successful renewal, by its monotonic clock
 //! ([`Lease::check`], before every write). Another host judges it expired only by the
 //! store's clock: the store's `Date` later than the lease's `Last-Modified` +
 //! `lease_seconds` + 10 s; it then takes it over by a conditional write on the ETag it
-//! saw, with the epoch incremented.
+//! saw, with the epoch incremented. A lease whose holder is a process of this machine
+//! that is gone (same boot, same PID namespace, no such pid or another start time) is
+//! taken over at once.
 
 use super::{S3Backend, block_on, store_error};
 use crate::error::{Error, Result};
@@ -24,7 +28,8 @@ pub const LOCK_OBJECT: &str = ".distributor.lock";
 /// How much later than its expiry, by the store's clock, a lease may be taken over.
 const GRACE: Duration = Duration::from_secs(10);
 
-/// What the lease object holds.
+/// What the lease object holds. The fields after `lease_seconds` are absent from leases
+/// written before they existed; such a lease is only ever taken over once it expired.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct LeaseBody {
     host: String,
@@ -34,6 +39,18 @@ struct LeaseBody {
     operation_id: Option<String>,
     epoch: u64,
     lease_seconds: u64,
+    /// Random, new with each acquisition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nonce: Option<String>,
+    /// `/proc/sys/kernel/random/boot_id` of the holder's machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    boot_id: Option<String>,
+    /// The inode of the holder's `/proc/self/ns/pid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pid_namespace: Option<u64>,
+    /// The holder's start time: field 22 of `/proc/<pid>/stat` (clock ticks since boot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start_time: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -85,9 +102,69 @@ fn holder_limit(lease: Duration) -> Duration {
     lease.saturating_sub(GRACE).max(lease / 2)
 }
 
-/// Whether process `pid` of this host still exists.
-fn process_alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+/// This machine as a lease records its holder: boot id, PID namespace, this process's
+/// start time. `None` for what cannot be read (no `/proc`).
+fn boot_id() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
+/// What `/proc/<pid>/stat` says of the process's start time.
+#[derive(Debug, PartialEq, Eq)]
+enum Started {
+    /// Field 22: clock ticks after boot.
+    At(u64),
+    /// No such process.
+    Gone,
+    /// Could not be read or understood: nothing is concluded.
+    Unknown,
+}
+
+fn start_time(pid: u32) -> Started {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => parse_start_time(&s).map_or(Started::Unknown, Started::At),
+        // ESRCH: it exited while its entry was read.
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) =>
+        {
+            Started::Gone
+        }
+        Err(_) => Started::Unknown,
+    }
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line. The second field, the command name, is in
+/// parentheses and may hold spaces and parentheses itself: fields are counted after the
+/// last `)`, where field 3 begins.
+fn parse_start_time(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// Whether the process a lease records is one of this machine that no longer exists: the
+/// lease names this boot and this PID namespace, and its pid is gone or started at another
+/// time. A lease that does not record all three is never judged so.
+fn holder_gone(b: &LeaseBody, boot: Option<&str>, ns: Option<u64>) -> bool {
+    let (Some(their_boot), Some(their_ns), Some(their_start)) =
+        (b.boot_id.as_deref(), b.pid_namespace, b.start_time)
+    else {
+        return false;
+    };
+    if boot != Some(their_boot) || ns != Some(their_ns) {
+        return false;
+    }
+    match start_time(b.pid) {
+        Started::Gone => true,
+        Started::At(t) => t != their_start,
+        Started::Unknown => false,
+    }
 }
 
 fn body_bytes(b: &LeaseBody) -> PutPayload {
@@ -124,11 +201,11 @@ fn judge(backend: &S3Backend, key: &Key, shown: &str, lease: Duration) -> Result
     });
     let modified = SystemTime::from(meta.last_modified);
     let expires = modified + their_lease + GRACE;
-    // A lease of a process of this host that is gone is never renewed again: it is as
+    // A lease of a process of this machine that is gone is never renewed again: it is as
     // good as expired (a kill -9, then `recover`).
     let orphaned = theirs
         .as_ref()
-        .is_some_and(|b| b.host == host() && !process_alive(b.pid));
+        .is_some_and(|b| holder_gone(b, boot_id().as_deref(), pid_namespace()));
     let store_now = backend.clock.now();
     if orphaned || store_now.is_some_and(|now| now > expires) {
         return Ok(Judged::Expired {
@@ -182,15 +259,24 @@ impl Lease {
         let lease = Duration::from_secs(backend.location.lease_seconds);
         let deadline = Instant::now() + timeout;
         let client = &backend.client;
+        let pid = std::process::id();
         let mut body = LeaseBody {
             host: host(),
-            pid: std::process::id(),
+            pid,
             actor: actor(),
             operation_id: None,
             epoch: 1,
             lease_seconds: backend.location.lease_seconds,
+            nonce: None,
+            boot_id: boot_id(),
+            pid_namespace: pid_namespace(),
+            start_time: match start_time(pid) {
+                Started::At(t) => Some(t),
+                Started::Gone | Started::Unknown => None,
+            },
         };
         loop {
+            body.nonce = Some(uuid::Uuid::new_v4().to_string());
             let sent = Instant::now();
             let put = block_on(client.put_opts(
                 &key,
@@ -207,7 +293,7 @@ impl Lease {
                         Judged::Gone => continue,
                         Judged::Live(why) => why,
                         Judged::Expired { e_tag, epoch } => {
-                            // Expired by the store's clock: take it over on the ETag seen.
+                            // Expired: take it over on the ETag seen.
                             body.epoch = epoch + 1;
                             let sent = Instant::now();
                             let taken = block_on(client.put_opts(
@@ -398,5 +484,68 @@ impl Drop for Lease {
         {
             let _ = block_on(client.delete(&self.inner.key));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_time_is_field_22_counted_after_the_command_name() {
+        let stat = "4242 (a (weird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 12345 67 18446744073709551615";
+        assert_eq!(parse_start_time(stat), Some(987654));
+        assert_eq!(parse_start_time("4242 (x) S 1"), None);
+        let mine = start_time(std::process::id());
+        assert!(matches!(mine, Started::At(_)), "{mine:?}");
+    }
+
+    #[test]
+    fn only_a_lease_of_this_boot_and_namespace_whose_process_is_gone_is_orphaned() {
+        let (boot, ns) = (boot_id(), pid_namespace());
+        let Started::At(my_start) = start_time(std::process::id()) else {
+            panic!("no /proc")
+        };
+        let body = |pid: u32, start: u64| LeaseBody {
+            host: host(),
+            pid,
+            actor: "a".into(),
+            operation_id: None,
+            epoch: 1,
+            lease_seconds: 60,
+            nonce: Some("n".into()),
+            boot_id: boot.clone(),
+            pid_namespace: ns,
+            start_time: Some(start),
+        };
+        // This process: alive.
+        let me = body(std::process::id(), my_start);
+        assert!(!holder_gone(&me, boot.as_deref(), ns));
+        // The same pid started at another time: a reused pid, the holder is gone.
+        assert!(holder_gone(
+            &body(std::process::id(), my_start + 1),
+            boot.as_deref(),
+            ns
+        ));
+        // No such pid (above pid_max).
+        let gone = body(u32::MAX - 1, 1);
+        assert!(holder_gone(&gone, boot.as_deref(), ns));
+        // Another boot, another namespace, or an older lease without the fields: never.
+        assert!(!holder_gone(&gone, Some("another-boot"), ns));
+        assert!(!holder_gone(&gone, boot.as_deref(), ns.map(|n| n + 1)));
+        let old = LeaseBody {
+            boot_id: None,
+            pid_namespace: None,
+            start_time: None,
+            ..gone.clone()
+        };
+        assert!(!holder_gone(&old, boot.as_deref(), ns));
+    }
+
+    #[test]
+    fn leases_written_before_the_nonce_still_read() {
+        let old = br#"{"host":"h","pid":7,"actor":"ci","operation_id":null,"epoch":3,"lease_seconds":60}"#;
+        let b: LeaseBody = serde_json::from_slice(old).unwrap();
+        assert_eq!((b.epoch, b.nonce, b.start_time), (3, None, None));
     }
 }
