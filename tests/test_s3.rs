@@ -2,8 +2,9 @@
 //! 127.0.0.1, started by `tests/common/s3.rs`): publishing, the planner's rules, state
 //! version 2, headers, recovery after a crash at every step from this host or another one
 //! with a fresh journal, and a publisher stopped past its lease that must not commit.
-//! The lease (SPEC §14 amendments): a nonce per acquisition, and takeover at once only of a
-//! lease whose process is gone from this machine.
+//! The lease (SPEC §14 amendments): a nonce per acquisition, takeover at once only of a
+//! lease whose process is gone from this machine, and a holder past its deadline that
+//! leaves its lease in place.
 
 use crate::common::hostile::PausedRun;
 use crate::common::s3::{Moto, require_moto, s3_env};
@@ -477,9 +478,10 @@ fn a_crash_at_every_step_recovers_to_before_or_after_from_any_host() {
 fn a_publisher_stopped_past_its_lease_does_not_commit() {
     let moto = require_moto!();
     let w = World::new(moto);
-    // lease 12 s: the holder stops writing 2 s after its last renewal; another host may
-    // take the lease 22 s after its last write, by the store's clock.
-    let config = w.config("d.yaml", PREFIX, "", "      lease_seconds: 12\n");
+    // lease 14 s (the shortest that works): the holder stops writing 7 s after it sent its
+    // last renewal; another host may take the lease 24 s after its last write, by the
+    // store's clock.
+    let config = w.config("d.yaml", PREFIX, "", "      lease_seconds: 14\n");
     let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
     w.publish(&config, &b1, &[]).expect_code(0);
     let host_a_bundle = w.env.bundle("a", "site", "2026-12-02T07:00:00Z", V2, &[]);
@@ -1229,6 +1231,33 @@ impl World {
     fn vars(&self) -> Vec<(&str, &str)> {
         self.vars.iter().map(|(k, v)| (*k, v.as_str())).collect()
     }
+
+    /// Waits until the store's own clock says the lease has expired: its `Date` later than
+    /// the lease's `Last-Modified` + `lease_seconds` + 10 s. Meanwhile the lease must stay
+    /// `etag`. Panics after a few minutes.
+    fn wait_until_lease_expired(&self, etag: &str, lease_seconds: i64) {
+        let started = Instant::now();
+        loop {
+            let r = self
+                .moto
+                .raw_object("HEAD", &self.bucket, LOCK_KEY, &[], &[]);
+            assert_eq!(r.status, 200, "the lease is gone");
+            assert_eq!(r.header("etag"), Some(etag), "the lease was rewritten");
+            let time = |h: &str| {
+                chrono::DateTime::parse_from_rfc2822(r.header(h).expect(h))
+                    .unwrap_or_else(|e| panic!("{h}: {e}"))
+            };
+            let (date, modified) = (time("date"), time("last-modified"));
+            if date > modified + chrono::Duration::seconds(lease_seconds + 10) {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "the store's clock never showed the lease expired"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }
 
 /// This machine as a lease records it: boot id and PID-namespace inode.
@@ -1433,4 +1462,65 @@ fn a_lease_of_another_boot_or_namespace_or_an_older_one_is_not_taken_over_early(
             assert_eq!(w.state(), None, "{case}");
         }
     }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_holder_past_its_deadline_leaves_its_lease_in_place() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    // lease 14 s: the holder may write for 7 s after it sent its last renewal.
+    let config = w.config("d.yaml", PREFIX, "", "      lease_seconds: 14\n");
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    let run = PausedRun::start(
+        &w.env,
+        &publish_args(&config, &b1),
+        "after_journal_append",
+        &w.vars(),
+    );
+    // Stopped whole, its renewals too.
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &run.pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    let (etag, _) = w.lease().expect("no lease while a publication runs");
+    // Once the store says the lease expired, its holder's deadline (17 s before that, by
+    // any clock running at the store's rate) has long passed.
+    w.wait_until_lease_expired(&etag, 14);
+    signal("-CONT");
+    let r = run.resume();
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        all.contains("past the 7 s its holder may write for"),
+        "{all}"
+    );
+    // Neither renewed nor deleted: it stays until another run takes it over.
+    assert_eq!(w.lease().map(|l| l.0), Some(etag));
+    assert_eq!(w.state(), None);
+}
+
+#[test]
+fn a_lease_too_short_to_work_is_refused_before_anything_is_written() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let config = w.config("d.yaml", PREFIX, "", "      lease_seconds: 13\n");
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    let r = w.publish(&config, &b1, &[]);
+    r.expect_code(2);
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        all.contains("s3.lease_seconds 13 is too short to publish with")
+            && all.contains("set s3.lease_seconds to 14 or more"),
+        "{all}"
+    );
+    assert!(moto.list(&w.bucket, "").is_empty(), "something was written");
 }

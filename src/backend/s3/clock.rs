@@ -1,11 +1,13 @@
 //! The store's own clock (SPEC §14: a lease is expired when the store says so, never by a
 //! host's clock). Every response's `Date` header is kept, with the moment it arrived by
 //! this process's monotonic clock; the store's time "now" is that date plus the time
-//! elapsed since.
+//! elapsed since. The same wrapper refuses each attempt of a request made under a lease
+//! with less than 5 s left ([`super::lease::refusal`]), so object_store retries nothing
+//! then.
 
 use object_store::client::{
-    ClientOptions, HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService,
-    ReqwestConnector,
+    ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+    HttpService, ReqwestConnector,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -56,6 +58,13 @@ struct DateService {
 impl HttpService for DateService {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         crate::failpoint::hit("s3_request");
+        // Under a lease, no request is sent, nor retried, with less than 5 s left.
+        if let Some(why) = super::lease::refusal() {
+            return Err(HttpError::new(
+                HttpErrorKind::Unknown,
+                std::io::Error::other(why),
+            ));
+        }
         let response = self.inner.execute(req).await?;
         crate::failpoint::hit("s3_response");
         if let Some(date) = response

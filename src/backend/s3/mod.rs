@@ -5,7 +5,8 @@
 //! - A bundle path is a key prefix, `s3://<bucket>/<prefix>`; state is the object
 //!   `<prefix>/.distributor.json` (state version 2: each output's ETag).
 //! - The lock is a lease object renewed by conditional writes and judged expired by the
-//!   store's clock ([`lease`]).
+//!   store's clock ([`lease`]); every request made while it is held is bounded by the
+//!   time its holder has left ([`lease::Lease::send`]).
 //! - The staging record and moved-aside copies live under
 //!   `<prefix>/.distributor-staging/<op>/`; the commit is decided by creating
 //!   `<op>/decision` once: `commit` by the publisher, `abort` by `recover`.
@@ -318,9 +319,10 @@ impl S3Backend {
     /// Removes check objects (`.distributor-probe-<uuid>`) a run killed during its check
     /// left behind: those older than a minute by the store's clock (a check in flight on
     /// another host takes milliseconds). One listing of the prefix's top level.
-    fn remove_stale_probes(&self, prefix: &str) -> Result<()> {
+    fn remove_stale_probes(&self, prefix: &str, lease: &lease::Lease) -> Result<()> {
         let top = Key::from(prefix);
-        let listed = block_on(self.client.list_with_delimiter(Some(&top)))
+        let listed = lease
+            .send(self.client.list_with_delimiter(Some(&top)))?
             .map_err(|e| store_error("list", &format!("s3://{}/{prefix}/", self.bucket), e))?;
         let Some(now) = self.clock.now() else {
             return Ok(());
@@ -333,7 +335,7 @@ impl S3Backend {
                     .duration_since(modified)
                     .is_ok_and(|age| age > Duration::from_secs(60))
             {
-                match block_on(self.client.delete(&m.location)) {
+                match lease.send(self.client.delete(&m.location))? {
                     Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                     Err(e) => {
                         return Err(store_error(
@@ -381,9 +383,11 @@ impl Backend for S3Backend {
         _create: bool,
     ) -> Result<Option<Box<dyn BundleStore>>> {
         let prefix = self.prefix_of(bundle)?;
+        // A lease too short to work is refused before anything is written.
+        lease::check_workable(self.location.lease_seconds)?;
         self.check_conditional_writes(&prefix)?;
         let lease = lease::Lease::acquire(self, bundle, &prefix, timeout)?;
-        self.remove_stale_probes(&prefix)?;
+        self.remove_stale_probes(&prefix, &lease)?;
         Ok(Some(Box::new(S3Store::new(
             self.clone(),
             bundle,
@@ -396,7 +400,7 @@ impl Backend for S3Backend {
         // The bundle paths below a mapped destination that hold state or staging: every
         // `.distributor.json` or `.distributor-staging/` under the prefix.
         let prefix = self.prefix_of(base)?;
-        let keys = list(self, &format!("{prefix}/"))?;
+        let keys = list(self, None, &format!("{prefix}/"))?;
         let mut found: Vec<PathBuf> = Vec::new();
         for m in keys {
             let key = m.location.as_ref();
@@ -420,12 +424,21 @@ impl Backend for S3Backend {
     }
 }
 
-/// Every object under `prefix` (which ends in `/`).
-pub(crate) fn list(backend: &S3Backend, prefix: &str) -> Result<Vec<object_store::ObjectMeta>> {
+/// Every object under `prefix` (which ends in `/`); under `lease`'s bounds when one is
+/// held.
+pub(crate) fn list(
+    backend: &S3Backend,
+    lease: Option<&lease::Lease>,
+    prefix: &str,
+) -> Result<Vec<object_store::ObjectMeta>> {
     use futures_util::TryStreamExt;
     let key = Key::from(prefix.trim_end_matches('/'));
-    block_on(backend.client.list(Some(&key)).try_collect::<Vec<_>>())
-        .map_err(|e| store_error("list", &format!("s3://{}/{prefix}", backend.bucket), e))
+    let listing = backend.client.list(Some(&key)).try_collect::<Vec<_>>();
+    match lease {
+        Some(l) => l.send(listing)?,
+        None => block_on(listing),
+    }
+    .map_err(|e| store_error("list", &format!("s3://{}/{prefix}", backend.bucket), e))
 }
 
 /// An object_store error as distributor reports it: what it was doing, on which key. A

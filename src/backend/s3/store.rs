@@ -13,7 +13,7 @@
 //! | `clean_up` | finish the deletes and the state object if they are not done, then remove the staging entry, its `decision` last |
 //! | `roll_forward` | `recover`'s `clean_up`: a state object that is neither the pre- nor the post-state is first copied to `.distributor/replaced/<op>.json` (create-once, never deleted), then overwritten with `If-Match` on the ETag read (SPEC §17) |
 
-use super::lease::{LOCK_OBJECT, Lease};
+use super::lease::{LOCK_OBJECT, Lease, Outcome};
 use super::{S3Backend, block_on, store_error};
 use crate::backend::local::{Placed, Proof, StagingEntry, StateBytes};
 use crate::backend::{BundleStore, Committed, ReplacedState, Verdict};
@@ -152,6 +152,20 @@ impl S3Store {
         Ok(lease)
     }
 
+    /// Runs requests: under the lease's bounds when it is held ([`Lease::send`]: none sent
+    /// or retried with less than 5 s left, cut short at the holder's deadline), else
+    /// plainly.
+    fn send<F>(&self, requests: F) -> Result<F::Output>
+    where
+        F: std::future::Future,
+        F::Output: Outcome,
+    {
+        match &self.lease {
+            Some(lease) => lease.send(requests),
+            None => Ok(block_on(requests)),
+        }
+    }
+
     fn client(&self) -> &dyn ObjectStore {
         self.backend.client.as_ref()
     }
@@ -171,12 +185,13 @@ impl S3Store {
         limit: u64,
     ) -> Result<Option<std::result::Result<(Bytes, Option<String>), (u64, Option<String>)>>> {
         let key = self.key(rel)?;
-        match block_on(self.client().get(&key)) {
+        match self.send(self.client().get(&key))? {
             Ok(g) if g.meta.size > limit => Ok(Some(Err((g.meta.size, g.meta.e_tag.clone())))),
             Ok(g) => {
                 let etag = g.meta.e_tag.clone();
-                let bytes =
-                    block_on(g.bytes()).map_err(|e| store_error("read", &self.shown(rel), e))?;
+                let bytes = self
+                    .send(g.bytes())?
+                    .map_err(|e| store_error("read", &self.shown(rel), e))?;
                 Ok(Some(Ok((bytes, etag))))
             }
             // A missing bucket is not a missing object.
@@ -190,15 +205,16 @@ impl S3Store {
 
     fn put(&self, rel: &str, bytes: Vec<u8>, mode: PutMode) -> Result<Option<String>> {
         let key = self.key(rel)?;
-        let r = block_on(self.client().put_opts(
-            &key,
-            PutPayload::from(bytes),
-            PutOptions {
-                mode,
-                ..Default::default()
-            },
-        ))
-        .map_err(|e| store_error("write", &self.shown(rel), e))?;
+        let r = self
+            .send(self.client().put_opts(
+                &key,
+                PutPayload::from(bytes),
+                PutOptions {
+                    mode,
+                    ..Default::default()
+                },
+            ))?
+            .map_err(|e| store_error("write", &self.shown(rel), e))?;
         Ok(r.e_tag)
     }
 
@@ -209,15 +225,16 @@ impl S3Store {
         let what = |e| store_error(&format!("copy {} to", self.shown(from)), &self.shown(to), e);
         let (from_key, to_key) = (self.key(from)?, self.key(to)?);
         if size <= single_copy_limit() {
-            return block_on(self.client().copy_opts(
-                &from_key,
-                &to_key,
-                CopyOptions::default().with_mode(CopyMode::Overwrite),
-            ))
-            .map_err(what);
+            return self
+                .send(self.client().copy_opts(
+                    &from_key,
+                    &to_key,
+                    CopyOptions::default().with_mode(CopyMode::Overwrite),
+                ))?
+                .map_err(what);
         }
         let s3 = self.backend.client.as_ref();
-        let id = block_on(s3.create_multipart(&to_key)).map_err(what)?;
+        let id = self.send(s3.create_multipart(&to_key))?.map_err(what)?;
         self.put(
             record,
             format!("{id}\n{to}").into_bytes(),
@@ -228,25 +245,28 @@ impl S3Store {
             let mut at = 0u64;
             while at < size {
                 let end = (at + COPY_PART).min(size);
-                let bytes = block_on(self.client().get_range(&from_key, at..end)).map_err(what)?;
+                let bytes = self
+                    .send(self.client().get_range(&from_key, at..end))?
+                    .map_err(what)?;
                 parts.push(
-                    block_on(s3.put_part(&to_key, &id, parts.len(), PutPayload::from(bytes)))
+                    self.send(s3.put_part(&to_key, &id, parts.len(), PutPayload::from(bytes)))?
                         .map_err(what)?,
                 );
                 at = end;
             }
-            block_on(s3.complete_multipart(&to_key, &id, parts)).map_err(what)?;
+            self.send(s3.complete_multipart(&to_key, &id, parts))?
+                .map_err(what)?;
             Ok(())
         })();
         if copied.is_err() {
-            let _ = block_on(s3.abort_multipart(&to_key, &id));
+            let _ = self.send(s3.abort_multipart(&to_key, &id));
         }
         copied?;
         self.delete(record)
     }
 
     fn head(&self, rel: &str) -> Result<Option<Listed>> {
-        match block_on(self.client().head(&self.key(rel)?)) {
+        match self.send(self.client().head(&self.key(rel)?))? {
             Ok(m) => Ok(Some(Listed {
                 size: m.size,
                 etag: m.e_tag,
@@ -257,7 +277,7 @@ impl S3Store {
     }
 
     fn delete(&self, rel: &str) -> Result<()> {
-        match block_on(self.client().delete(&self.key(rel)?)) {
+        match self.send(self.client().delete(&self.key(rel)?))? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(store_error("delete", &self.shown(rel), e)),
         }
@@ -271,7 +291,7 @@ impl S3Store {
         } else {
             format!("{}/{rel}/", self.prefix)
         };
-        let metas = super::list(&self.backend, &base)?;
+        let metas = super::list(&self.backend, self.lease.as_ref(), &base)?;
         let strip = format!("{}/", self.prefix);
         Ok(metas
             .into_iter()
@@ -295,7 +315,7 @@ impl S3Store {
             .map(|r| self.key(&r).map(|k| (r, k)))
             .collect::<Result<_>>()?;
         let client = self.client();
-        block_on(
+        self.send(
             futures_util::stream::iter(keys.into_iter().map(|(rel, key)| async move {
                 match client.delete(&key).await {
                     Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -304,7 +324,7 @@ impl S3Store {
             }))
             .buffer_unordered(self.backend.concurrency)
             .try_collect::<Vec<()>>(),
-        )?;
+        )??;
         Ok(())
     }
 
@@ -416,29 +436,31 @@ impl S3Store {
                 return Ok((size, sha, None));
             }
             failpoint::hit("io_stage_write");
-            let r = block_on(self.client().put_opts(
-                &key,
-                PutPayload::from(data),
-                PutOptions {
-                    mode,
-                    attributes: self.attributes(rel),
-                    ..Default::default()
-                },
-            ))
-            .map_err(|e| store_error("upload", &self.shown(rel), e))?;
+            let r = self
+                .send(self.client().put_opts(
+                    &key,
+                    PutPayload::from(data),
+                    PutOptions {
+                        mode,
+                        attributes: self.attributes(rel),
+                        ..Default::default()
+                    },
+                ))?
+                .map_err(|e| store_error("upload", &self.shown(rel), e))?;
             return Ok((size, sha, r.e_tag));
         }
         // The low-level API, so the upload's id can be recorded in staging first: a run
         // killed mid-upload leaves parts that `undo` and `clean_up` abort by that id.
         let s3 = self.backend.client.as_ref();
-        let id = block_on(s3.create_multipart_opts(
-            &key,
-            PutMultipartOptions {
-                attributes: self.attributes(rel),
-                ..Default::default()
-            },
-        ))
-        .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
+        let id = self
+            .send(s3.create_multipart_opts(
+                &key,
+                PutMultipartOptions {
+                    attributes: self.attributes(rel),
+                    ..Default::default()
+                },
+            ))?
+            .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
         let record = Self::upload_rel(op, &i.to_string());
         self.put(
             &record,
@@ -446,7 +468,7 @@ impl S3Store {
             PutMode::Overwrite,
         )?;
         let abort = || {
-            let _ = block_on(s3.abort_multipart(&key, &id));
+            let _ = self.send(s3.abort_multipart(&key, &id));
         };
         let result = (|| -> Result<(u64, ContentHash, Vec<object_store::multipart::PartId>)> {
             let (mut done, mut in_flight) = (Vec::new(), Vec::new());
@@ -470,7 +492,7 @@ impl S3Store {
                 // A few parts in flight at once, so memory stays bounded.
                 if in_flight.len() == PARTS_IN_FLIGHT {
                     done.extend(
-                        block_on(futures_util::future::try_join_all(in_flight.drain(..)))
+                        self.send(futures_util::future::try_join_all(in_flight.drain(..)))?
                             .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?,
                     );
                 }
@@ -479,7 +501,7 @@ impl S3Store {
                 }
             }
             done.extend(
-                block_on(futures_util::future::try_join_all(in_flight))
+                self.send(futures_util::future::try_join_all(in_flight))?
                     .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?,
             );
             Ok((size, ContentHash::from(hasher.clone()), done))
@@ -502,7 +524,8 @@ impl S3Store {
                     )));
                 }
                 failpoint::hit("io_stage_write");
-                let r = block_on(s3.complete_multipart(&key, &id, parts))
+                let r = self
+                    .send(s3.complete_multipart(&key, &id, parts))?
                     .map_err(|e| store_error("complete the upload of", &self.shown(rel), e))?;
                 Ok((size, sha, r.e_tag))
             }
@@ -539,7 +562,7 @@ impl S3Store {
             if !ours {
                 continue;
             }
-            match block_on(s3.abort_multipart(&self.key(rel)?, &upload.to_string())) {
+            match self.send(s3.abort_multipart(&self.key(rel)?, &upload.to_string()))? {
                 // Completed or aborted already.
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(store_error("abort the upload of", &self.shown(rel), e)),
@@ -782,16 +805,21 @@ impl BundleStore for S3Store {
 
     fn content_sha256(&self, rel: &str) -> Result<Option<ContentHash>> {
         let key = self.key(rel)?;
-        let got = match block_on(self.client().get(&key)) {
+        let got = match self.send(self.client().get(&key))? {
             Ok(g) => g,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(store_error("read", &self.shown(rel), e)),
         };
-        let mut stream = got.into_stream();
-        let mut hasher = Sha256::new();
-        while let Some(chunk) = block_on(stream.next()) {
-            hasher.update(&chunk.map_err(|e| store_error("read", &self.shown(rel), e))?);
-        }
+        let hasher = self
+            .send(async {
+                let mut stream = got.into_stream();
+                let mut hasher = Sha256::new();
+                while let Some(chunk) = stream.next().await {
+                    hasher.update(&chunk?);
+                }
+                Ok::<_, object_store::Error>(hasher)
+            })?
+            .map_err(|e| store_error("read", &self.shown(rel), e))?;
         Ok(Some(ContentHash::from(hasher)))
     }
 
