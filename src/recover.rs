@@ -778,8 +778,15 @@ fn recover_one(
         Verdict::Back => Outcome::RolledBack,
         Verdict::Diverged => Outcome::Diverged,
     };
-    let op_dir = bundle.join(STAGING_DIR).join(op);
+    // A releases destination keeps its staging in `releases.dir`, not under `path`.
+    let op_dir = match &staged.releases {
+        Some(rec) => rec.settings.dir.join(STAGING_DIR).join(op),
+        None => bundle.join(STAGING_DIR).join(op),
+    };
     r.message = match r.outcome {
+        Outcome::Diverged if staged.releases.is_some() => {
+            releases_diverged_message(bundle, &op_dir, &staged, store)
+        }
         Outcome::Diverged => diverged_message(bundle, &op_dir, &staged, &now, true),
         o if store.location().is_some() => explain_decided(o, opts.dry_run),
         o => explain(o, staged.pre_state_sha256.is_some(), opts.dry_run),
@@ -907,6 +914,38 @@ fn outcome_word(o: Outcome) -> &'static str {
         Outcome::Untrusted => "untrusted",
         Outcome::StagingMoved => "staging moved",
     }
+}
+
+/// Why a releases operation diverged (its `path` names neither the release it activates
+/// nor the one active before it), and what an operator does: point `path` back at one of
+/// them, never write into a release (they are read-only, and shared by hard links).
+fn releases_diverged_message(
+    bundle: &Path,
+    op_dir: &Path,
+    staged: &StagedOperation,
+    store: &dyn BundleStore,
+) -> String {
+    let rec = staged.releases.as_ref().expect("a releases operation");
+    let target = rec.target(&staged.operation_id);
+    let dir = &rec.settings.dir;
+    let now = match store.as_releases().and_then(|r| r.active_release()) {
+        Some(r) => format!("names release {r}"),
+        None => "is not a symlink to a release (missing, or a plain directory)".to_string(),
+    };
+    let before = match &rec.active_before {
+        Some(b) => format!("a symlink to release {b} ({}) again", dir.join(b).display()),
+        None => "absent again (no release was active before)".to_string(),
+    };
+    format!(
+        "{} {now}, which is neither the release this operation activates ({target}) nor the one active before it: something else changed it after the interruption. Nothing was touched. To roll back, make {} {before}; to roll forward, make it a symlink to {} (in both cases a new symlink renamed over it, e.g. `ln -s TARGET {tmp} && mv -T {tmp} {}`); then run `distributor recover` again. Never copy a state file into a release: releases are read-only and share files. To keep the destination as it is instead, remove {} by hand and run `distributor recover --abandon {}`.",
+        bundle.display(),
+        bundle.display(),
+        dir.join(target).display(),
+        bundle.display(),
+        op_dir.display(),
+        staged.operation_id,
+        tmp = bundle.with_extension("new").display(),
+    )
 }
 
 fn diverged_message(

@@ -499,3 +499,43 @@ fn forged_staging_never_makes_recover_touch_anything_outside() {
     assert!(!env.exists("victims/planted.txt"));
     assert_eq!(env.read("fixed/out/a.txt"), "one");
 }
+
+/// A releases operation diverged (its `path` names neither the release it activates nor
+/// the one active before): the advice points at its staging in `releases.dir`, not under
+/// `path`, and says to point `path` back, never to write a state file into a release.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_diverged_releases_operation_is_explained_in_releases_terms() {
+    let env = Env::new();
+    let cfg = env.simple_config(
+        "c.yaml",
+        "weather",
+        "latest",
+        "www/latest",
+        "    releases:\n      dir: www/.latest.releases\n",
+    );
+    let cfg_s = cfg.to_str().unwrap();
+    let v1 = env.bundle("b1", "tomorrow", "2026-12-02T06:00:00Z", &[("a.txt", "one")], &[]);
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let v2 = env.bundle("b2", "tomorrow", "2026-12-02T07:00:00Z", &[("a.txt", "two")], &[]);
+    let crashed = env.run_env(
+        &["publish", "--config", cfg_s, "--source", v2.to_str().unwrap()],
+        &[("DISTRIBUTOR_FAILPOINT", "after_staging_record")],
+    );
+    assert_ne!(crashed.code, 0);
+    // Somebody removes `path` meanwhile: neither the release before nor the new one.
+    std::fs::remove_file(env.path("www/latest")).unwrap();
+    let r = env.run(&["recover", "--json", "--config", cfg_s]);
+    r.expect_code(1);
+    let o = &r.json()["operations"][0];
+    assert_eq!(o["outcome"], "diverged", "{}", r.stdout);
+    let msg = o["message"].as_str().unwrap();
+    let staging = env.path("www/.latest.releases/.distributor/staging");
+    assert!(msg.contains(&staging.display().to_string()), "{msg}");
+    assert!(!msg.contains("www/latest/.distributor"), "{msg}");
+    assert!(msg.contains("Never copy a state file into a release"), "{msg}");
+    assert!(!msg.contains("pre-state.json over"), "{msg}");
+}
