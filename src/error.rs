@@ -61,6 +61,17 @@ pub enum Error {
     /// (exit 1; HTTP 409).
     #[error("concurrent change: {0}")]
     ConcurrentChange(String),
+    /// An error after an operation passed its commit point: its content is live, and
+    /// `recover` finishes what is left (SPEC §17: a report never says less than what
+    /// happened). Its kind and exit code are those of the error it wraps.
+    #[error("{source}")]
+    Committed {
+        /// The operation, whose content is live.
+        operation_id: String,
+        /// What failed after the commit point.
+        #[source]
+        source: Box<Error>,
+    },
     /// An error while carrying out a plan; keeps the plan for the report.
     #[error("{source}")]
     Planned {
@@ -104,14 +115,24 @@ impl Error {
             Error::RecoveryRequired(_) => "recovery_required",
             Error::ConcurrentChange(_) => "concurrent_change",
             Error::Untrusted(_) => "untrusted_record",
-            Error::Failed(_) | Error::Planned { .. } => "failed",
+            Error::Failed(_) | Error::Planned { .. } | Error::Committed { .. } => "failed",
+        }
+    }
+
+    /// The operation whose content is live although the run failed after its commit
+    /// point, when it did.
+    pub fn committed_operation(&self) -> Option<&str> {
+        match self {
+            Error::Committed { operation_id, .. } => Some(operation_id),
+            Error::Planned { source, .. } => source.committed_operation(),
+            _ => None,
         }
     }
 
     /// The error itself, or the one a [`Error::Planned`] wraps.
     pub fn root(&self) -> &Error {
         match self {
-            Error::Planned { source, .. } => source.root(),
+            Error::Planned { source, .. } | Error::Committed { source, .. } => source.root(),
             e => e,
         }
     }

@@ -93,9 +93,18 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
             Err(e) => {
                 codes.push(e.exit_code());
                 let mut r = match &e {
-                    Error::Planned { plan, .. } => {
-                        DestinationReport::from_plan((**plan).clone(), Status::Failed, None)
-                    }
+                    // Past the commit point the rollback stands: applied, with what is
+                    // left for `recover` in the message.
+                    Error::Planned { plan, .. } => match e.committed_operation() {
+                        Some(op) => DestinationReport::from_plan(
+                            (**plan).clone(),
+                            Status::Applied,
+                            Some(op.to_string()),
+                        ),
+                        None => {
+                            DestinationReport::from_plan((**plan).clone(), Status::Failed, None)
+                        }
+                    },
                     _ => failed(dest),
                 };
                 r.message = e.to_string();
@@ -560,11 +569,19 @@ pub(crate) fn run_activation(
     let result = store
         .begin(&staged, pre, &post)
         .and_then(|()| store.commit_state(&staged));
-    let finish = |e: Error| {
-        Error::Failed(format!(
-            "{} {op_id} passed its commit point but could not finish ({e}); run `distributor recover`",
-            how.command
-        ))
+    let finish = |e: Error| Error::Committed {
+        operation_id: op_id.clone(),
+        source: Box::new(Error::Failed(format!(
+            "{} {op_id} passed its commit point: {} is live at {bundle}; what is left of it (its cleanup: {e}) is for `distributor recover`",
+            how.command,
+            staged
+                .releases
+                .as_ref()
+                .map_or("its state".to_string(), |r| format!(
+                    "release {}",
+                    r.target(&op_id)
+                )),
+        ))),
     };
     match result {
         Ok(committed) => {

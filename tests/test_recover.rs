@@ -518,11 +518,29 @@ fn a_diverged_releases_operation_is_explained_in_releases_terms() {
         "    releases:\n      dir: www/.latest.releases\n",
     );
     let cfg_s = cfg.to_str().unwrap();
-    let v1 = env.bundle("b1", "tomorrow", "2026-12-02T06:00:00Z", &[("a.txt", "one")], &[]);
+    let v1 = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "one")],
+        &[],
+    );
     env.publish(&cfg, &v1, &[]).expect_code(0);
-    let v2 = env.bundle("b2", "tomorrow", "2026-12-02T07:00:00Z", &[("a.txt", "two")], &[]);
+    let v2 = env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T07:00:00Z",
+        &[("a.txt", "two")],
+        &[],
+    );
     let crashed = env.run_env(
-        &["publish", "--config", cfg_s, "--source", v2.to_str().unwrap()],
+        &[
+            "publish",
+            "--config",
+            cfg_s,
+            "--source",
+            v2.to_str().unwrap(),
+        ],
         &[("DISTRIBUTOR_FAILPOINT", "after_staging_record")],
     );
     assert_ne!(crashed.code, 0);
@@ -536,6 +554,9 @@ fn a_diverged_releases_operation_is_explained_in_releases_terms() {
     let staging = env.path("www/.latest.releases/.distributor/staging");
     assert!(msg.contains(&staging.display().to_string()), "{msg}");
     assert!(!msg.contains("www/latest/.distributor"), "{msg}");
-    assert!(msg.contains("Never copy a state file into a release"), "{msg}");
+    assert!(
+        msg.contains("Never copy a state file into a release"),
+        "{msg}"
+    );
     assert!(!msg.contains("pre-state.json over"), "{msg}");
 }

@@ -95,12 +95,17 @@ pub fn execute(
     );
     let finish = |e: Error| {
         let m = format!(
-            "operation {op_id} passed its commit point but could not finish ({e}); run `distributor recover`"
+            "operation {op_id} passed its commit point: its content is live at {}; what is left of it (its cleanup: {e}) is for `distributor recover`",
+            bundle.display()
         );
         // A lost race stays one (SPEC §14: concurrent_change, rolled forward by recover).
-        match e.root() {
+        let source = match e.root() {
             Error::ConcurrentChange(_) => Error::ConcurrentChange(m),
             _ => Error::Failed(m),
+        };
+        Error::Committed {
+            operation_id: op_id.clone(),
+            source: Box::new(source),
         }
     };
     match result {
