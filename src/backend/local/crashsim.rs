@@ -13,6 +13,9 @@
 //!   directory) is durable after an fsync of that directory (for a rename, of either
 //!   directory: the filesystem journals a rename as one transaction) or a syncfs: before, a
 //!   power cut undoes it (the entry vanishes, the rename goes back);
+//! - an exchange (`RENAME_EXCHANGE`, `releases adopt`'s commit point) is one journaled
+//!   transaction like a rename: durable after an fsync of either directory or a syncfs;
+//!   before, a power cut swaps the two entries back;
 //! - removals are taken as durable at once. Distributor removes only after its commit
 //!   point (cleanup) or while rolling back, where a removal coming back is a step to redo
 //!   that recovery redoes; the model does not exercise it.
@@ -34,6 +37,8 @@ mod imp {
         Data(PathBuf),
         /// A rename.
         Renamed { from: PathBuf, to: PathBuf },
+        /// An exchange of the entries at two paths.
+        Exchanged { a: PathBuf, b: PathBuf },
         /// A rename is about to replace the file at the path, which held these bytes.
         Replacing { path: PathBuf, bytes: Vec<u8> },
         /// A rename is about to replace the symlink at the path, which held this target.
@@ -74,6 +79,24 @@ mod imp {
         });
     }
 
+    pub fn exchanged(a: &Path, b: &Path) {
+        let mut p = pending();
+        // Pending data and entries below either name follow their entry to the other.
+        for c in p.iter_mut() {
+            if let Change::Data(path) | Change::Entry(path) = c {
+                if let Ok(rest) = path.strip_prefix(a) {
+                    *path = b.join(rest);
+                } else if let Ok(rest) = path.strip_prefix(b) {
+                    *path = a.join(rest);
+                }
+            }
+        }
+        p.push(Change::Exchanged {
+            a: a.to_path_buf(),
+            b: b.to_path_buf(),
+        });
+    }
+
     pub fn replacing(path: &Path) {
         match std::fs::symlink_metadata(path) {
             Ok(md) if md.file_type().is_symlink() => {
@@ -104,6 +127,7 @@ mod imp {
         pending().retain(|c| match c {
             Change::Entry(p) => parent(p) != dir,
             Change::Renamed { from, to } => parent(from) != dir && parent(to) != dir,
+            Change::Exchanged { a, b } => parent(a) != dir && parent(b) != dir,
             Change::Replacing { path, .. } | Change::ReplacingLink { path, .. } => {
                 parent(path) != dir
             }
@@ -129,6 +153,14 @@ mod imp {
                     Err(e) => Err(e),
                 },
                 Change::Renamed { from, to } => std::fs::rename(&to, &from),
+                Change::Exchanged { a, b } => rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    &a,
+                    rustix::fs::CWD,
+                    &b,
+                    rustix::fs::RenameFlags::EXCHANGE,
+                )
+                .map_err(std::io::Error::from),
                 Change::Replacing { path, bytes } => std::fs::write(&path, bytes),
                 Change::ReplacingLink { path, target } => {
                     let _ = std::fs::remove_file(&path);
@@ -155,6 +187,12 @@ pub fn data(_path: &Path) {
 pub fn renamed(_from: &Path, _to: &Path) {
     #[cfg(feature = "failpoints")]
     imp::renamed(_from, _to);
+}
+
+/// The entries at `a` and `b` were exchanged (`RENAME_EXCHANGE`).
+pub fn exchanged(_a: &Path, _b: &Path) {
+    #[cfg(feature = "failpoints")]
+    imp::exchanged(_a, _b);
 }
 
 /// A rename is about to replace the file at `path`: what it holds comes back if the

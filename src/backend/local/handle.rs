@@ -275,6 +275,7 @@ impl Dir {
     /// (`RENAME_EXCHANGE`): one atomic step, neither is ever missing.
     pub fn exchange(&self, name: &str, to: &Dir, to_name: &str) -> io::Result<()> {
         renameat_with(&self.fd, name, &to.fd, to_name, RenameFlags::EXCHANGE)?;
+        crashsim::exchanged(&self.join(name), &to.join(to_name));
         Ok(())
     }
 
