@@ -75,8 +75,15 @@ pub const S3: &[&str] = &["s3_request", "s3_response"];
 /// The releases backend's own failpoints, reached only on destinations with `releases`
 /// (`tests/test_releases.rs`): while the new release is filled with what it carries over,
 /// and each hard link it makes there (an injected error stands for `EXDEV`: the link
-/// cannot be made, and the file is copied and verified instead).
-pub const RELEASES: &[&str] = &["during_carry_over", "io_link"];
+/// cannot be made, and the file is copied and verified instead); the destination log's
+/// write of an entry (an injected error stands for `ENOSPC`) and the moment before it is
+/// linked to its number (`tests/test_log.rs`).
+pub const RELEASES: &[&str] = &[
+    "during_carry_over",
+    "io_link",
+    "io_log_write",
+    "before_log_link",
+];
 
 /// The I/O failpoints of [`ALL`]: the ones an `error` action applies to.
 pub const IO: &[&str] = &[
@@ -87,6 +94,7 @@ pub const IO: &[&str] = &[
     "io_state_rename",
     "io_remove_staging",
     "io_link",
+    "io_log_write",
 ];
 
 #[cfg(feature = "failpoints")]

@@ -538,6 +538,7 @@ pub(crate) fn run_activation(
         previous_source: plan.previous.as_ref().map(|p| p.source.clone()),
         source: to_source.ok_or_else(|| Error::Failed("the state has no owner".into()))?,
         takeovers: serde_json::json!([]),
+        host: Some(crate::backend::local::log::host()),
     };
     // Nothing is staged, moved or placed from a source.
     let mut bare = plan.clone();

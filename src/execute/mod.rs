@@ -279,6 +279,7 @@ fn origin(
         source: source.source_ref(),
         takeovers: serde_json::to_value(&plan.takeovers)
             .map_err(|e| Error::Failed(e.to_string()))?,
+        host: Some(crate::backend::local::log::host()),
     })
 }
 

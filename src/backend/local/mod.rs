@@ -11,6 +11,7 @@ pub mod bundle;
 pub mod crashsim;
 pub mod handle;
 pub mod holder;
+pub mod log;
 pub mod records;
 
 pub use bundle::{Bundle, StagingEntry, StateBytes, TMP_PREFIX, bundle_unsafe, open_source};

@@ -271,8 +271,7 @@ mod tests {
         let e = d.open_record_file("rec").unwrap_err();
         assert!(matches!(e, RecordError::Untrusted(ref u) if u.why.contains("2 links")));
         std::fs::create_dir(t.path().join("plain")).unwrap();
-        std::fs::set_permissions(t.path().join("plain"), PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(t.path().join("plain"), PermissionsExt::from_mode(0o755)).unwrap();
         assert!(matches!(
             d.open_record_dir("plain").unwrap_err(),
             RecordError::Untrusted(_)
