@@ -258,6 +258,9 @@ string_enum!(
         /// The source digest was rolled back from (SPEC §15): publishing it again would
         /// silently undo the rollback.
         RolledBack = "rolled_back",
+        /// A releases destination's `path` is not the symlink the last logged activation
+        /// made (SPEC §17): missing, a directory, or another target.
+        PathChanged = "path_changed",
     }
 );
 
@@ -272,6 +275,7 @@ impl ConflictKind {
                 | ConflictKind::KeyTooLong
                 | ConflictKind::UnsupportedLink
                 | ConflictKind::ReleasesMismatch
+                | ConflictKind::PathChanged
         )
     }
 }

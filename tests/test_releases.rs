@@ -56,6 +56,23 @@ fn view(env: &Env) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The destination log's entries in `releases.dir`, oldest first.
+pub fn logged(env: &Env, dir: &str) -> Vec<Value> {
+    let mut names: Vec<PathBuf> =
+        match std::fs::read_dir(env.path(&format!("{dir}/.distributor/log"))) {
+            Ok(rd) => rd
+                .map(|e| e.unwrap().path())
+                .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+    names.sort();
+    names
+        .iter()
+        .map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap())
+        .collect()
+}
+
 fn op_of(r: &Run) -> String {
     r.dest(0)["operation_id"].as_str().unwrap().to_string()
 }
@@ -238,8 +255,18 @@ fn keep_and_the_previous_release_bound_what_stays() {
         BTreeSet::from([ops[2].clone(), ops[3].clone()])
     );
     assert_eq!(env.read(&format!("{PATH}/v.txt")), "version 3");
-    let log = env.read(&format!("{DIR}/.distributor-activations.log"));
-    assert_eq!(log.lines().count(), 4, "{log}");
+    let log = logged(&env, DIR);
+    assert_eq!(log.len(), 4, "{log:?}");
+    for (i, e) in log.iter().enumerate() {
+        assert_eq!(e["seq"], i + 1);
+        assert_eq!(e["release_activated"], ops[i].as_str());
+        assert_eq!(e["log_format_version"], 1);
+    }
+    assert!(!env.exists(&format!("{DIR}/.distributor-activations.log")));
+    assert_eq!(
+        env.read(&format!("{DIR}/.distributor-releases.json")),
+        "{\"moved_to\": \".distributor/\"}\n"
+    );
 }
 
 #[test]
@@ -1577,23 +1604,14 @@ fn a_failed_publication_never_counts_as_a_release() {
         "      keep: 0\n",
     );
     let ops = publish_versions(&env, &cfg, 2);
-    let before = (
-        releases(&env),
-        env.read(&format!("{DIR}/.distributor-activations.log")),
-    );
+    let before = (releases(&env), logged(&env, DIR));
     // The bundle's file changes after its manifest was written: an invalid source, found
     // while staging.
     let b3 = site(&env, 3);
     std::fs::write(b3.join("index.html"), "changed after the manifest").unwrap();
     let r = env.publish(&cfg, &b3, &[]);
     r.expect_code(1);
-    assert_eq!(
-        (
-            releases(&env),
-            env.read(&format!("{DIR}/.distributor-activations.log"))
-        ),
-        before
-    );
+    assert_eq!((releases(&env), logged(&env, DIR)), before);
     // The previous release is still the rollback target, and retention kept both.
     rollback(&env, &cfg, &["--dry-run"]).expect_code(0);
     assert_eq!(

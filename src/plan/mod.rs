@@ -71,6 +71,9 @@ pub struct Storage<'a> {
     /// Set when the config's `releases` settings differ from those its `releases.dir`
     /// records (SPEC §15): why.
     pub releases_mismatch: Option<String>,
+    /// Set when a releases destination's `path` is not the symlink the last logged
+    /// activation made (SPEC §17): why.
+    pub path_changed: Option<String>,
     /// Source digests rolled back from and not published past since, per owner (a
     /// releases destination's activation log, SPEC §15).
     pub rolled_back: Vec<Hold>,
@@ -94,6 +97,7 @@ impl<'a> Storage<'a> {
         Storage {
             bundle_unsafe,
             releases_mismatch: None,
+            path_changed: None,
             rolled_back: Vec::new(),
             entries,
             probed,

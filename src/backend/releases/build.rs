@@ -3,12 +3,14 @@
 //! the active release (copied and verified where a link cannot be made), the new files
 //! and links, its `.distributor.json`; then one `syncfs`, a symlink to it under a
 //! temporary name, and the rename over `path` that is the commit point. The rollback
-//! removes a release `path` does not name; the cleanup appends the activation to the log.
+//! removes a release `path` does not name and no log entry names; the cleanup writes the
+//! activation's entry in the destination log (SPEC §18) before the staging entry goes.
 
-use super::log::{self, Activation};
+use super::log;
 use super::{ACTIVATE_PREFIX, ADOPTED_PREFIX, Link, ReleaseStore, link_text};
 use crate::backend::Committed;
 use crate::backend::local::handle::{Dir, Identity, split, type_name};
+use crate::backend::local::log::Entry;
 use crate::backend::local::{LOCK_FILE, STAGING_DIR};
 use crate::error::{Error, IoContext, Result};
 use crate::execute::StagedOperation;
@@ -17,7 +19,7 @@ use crate::source::relative_link_target;
 use crate::state::STATE_FILE;
 use rustix::fs::{FileType, Mode};
 use sha2::{Digest, Sha256};
-use std::io::{Read, Seek, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -43,6 +45,9 @@ impl ReleaseStore {
         post: &[u8],
     ) -> Result<()> {
         let root = self.root()?;
+        if let Some(why) = self.log_view()?.legacy_error {
+            return Err(Error::Failed(format!("{why}; nothing was published")));
+        }
         root.begin(op, pre, post)?;
         self.record_settings()?;
         if op.releases.as_ref().is_some_and(|r| r.activates.is_some()) {
@@ -74,24 +79,14 @@ impl ReleaseStore {
         Ok(())
     }
 
-    /// Writes `.distributor-releases.json` when `releases.dir` has none yet.
+    /// Records the settings in `.distributor/releases.json` when `releases.dir` has none
+    /// yet (and leaves `{"moved_to": ".distributor/"}` at the old name, which Part II
+    /// binaries refuse).
     fn record_settings(&self) -> Result<()> {
         if self.recorded_settings()?.is_some() {
             return Ok(());
         }
-        let root = self.root()?;
-        let record = log::RecordedSettings::of(&self.path, &self.settings);
-        let bytes = serde_json::to_vec_pretty(&record).map_err(|e| Error::Failed(e.to_string()))?;
-        let tmp = format!("{}.tmp", log::SETTINGS_FILE);
-        let path = self.settings.dir.join(log::SETTINGS_FILE);
-        let _ = root.dir().unlink(&tmp);
-        let mut f = root.dir().create_file(&tmp).ctx("create", &path)?;
-        f.write_all(&bytes).ctx("write", &path)?;
-        root.dir().sync_file(&f, &tmp).ctx("fsync", &path)?;
-        root.dir()
-            .rename_new(&tmp, root.dir(), log::SETTINGS_FILE)
-            .ctx("write", &path)?;
-        root.dir().sync().ctx("fsync", &self.settings.dir)
+        self.write_settings(&log::RecordedSettings::of(&self.path, &self.settings))
     }
 
     /// The directory `rel` of the release being built for `op`, created (with its
@@ -173,6 +168,14 @@ impl ReleaseStore {
     /// `path`, and an fsync of `path`'s parent.
     pub(super) fn activate(&self, op: &StagedOperation) -> Result<Committed> {
         let root = self.root()?;
+        if self.link == Link::Plain && !Self::adopts(op) {
+            // `rollback --to` while path_changed: a directory someone put at `path` is
+            // theirs; distributor never replaces it.
+            return Err(Error::Failed(format!(
+                "{} is a plain directory (path_changed); distributor never replaces one: move it away, then run the rollback again; nothing was activated",
+                self.path.display()
+            )));
+        }
         if let Some(target) = op.releases.as_ref().and_then(|r| r.activates.as_deref()) {
             root.dir()
                 .open_dir(target)
@@ -289,10 +292,21 @@ impl ReleaseStore {
         }
         self.remove_activation_links(id)?;
         failpoint::hit("undo_remove_placed");
-        if rollback.is_none() {
+        // Only retention removes a release the log names (SPEC §17): a replayed staging
+        // record must not take a logged release with it.
+        let logged = (self.log_view()?.log.entries.iter()).any(|e| {
+            e.release_activated.as_deref() == Some(id)
+                || e.release_deactivated.as_deref() == Some(id)
+        });
+        if rollback.is_none() && !logged {
             root.dir()
                 .remove_tree(id)
                 .ctx("remove release", self.settings.dir.join(id))?;
+        } else if rollback.is_none() {
+            eprintln!(
+                "warning: {} is named by the destination log; undoing operation {id} leaves it for retention",
+                self.settings.dir.join(id).display()
+            );
         }
         *self.building.lock().unwrap_or_else(|p| p.into_inner()) = None;
         failpoint::hit("undo_before_remove_staging");
@@ -309,26 +323,33 @@ impl ReleaseStore {
         if Self::adopts(op) {
             self.retire_adopted(op)?;
         }
-        let logged = self.activations()?;
-        if logged.last().map(|a| &a.operation_id) != Some(&op.operation_id) {
+        let view = self.log_view()?;
+        if let Some(why) = &view.legacy_error {
+            return Err(Error::Failed(format!(
+                "{why}; operation {} is not logged yet (its staging entry stays for `distributor recover`)",
+                op.operation_id
+            )));
+        }
+        if !view.log.names_operation(&op.operation_id) {
             let owner = format!("{}/{}", op.origin.pipeline_id, op.destination_id);
             let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());
             let undoes = op.releases.as_ref().and_then(|r| r.undoes.clone());
             let held = match (&undoes, &op.origin.previous_source) {
                 (Some(_), Some(from)) => vec![crate::plan::Hold {
-                    owner: owner.clone(),
+                    owner,
                     digest: from.digest.clone(),
                 }],
                 _ => Vec::new(),
             };
-            self.append_activation(&Activation {
-                release: rollback.unwrap_or_else(|| op.operation_id.clone()),
-                operation_id: op.operation_id.clone(),
-                activated_at: crate::journal::now(),
-                owner: Some(owner),
-                held,
-                undoes,
-            })?;
+            let mut entry = Entry::of_operation(op);
+            entry.release_activated = Some(rollback.unwrap_or_else(|| op.operation_id.clone()));
+            entry.release_deactivated = view
+                .active()
+                .map(str::to_string)
+                .or_else(|| op.releases.as_ref().and_then(|r| r.active_before.clone()));
+            entry.undoes = undoes;
+            entry.held = held;
+            crate::backend::local::log::append(root.dir(), entry)?;
         }
         root.remove_staging(&op.operation_id)
     }
@@ -408,21 +429,6 @@ impl ReleaseStore {
             );
         }
         Ok(())
-    }
-
-    /// Appends one line to the activation log and makes it durable.
-    fn append_activation(&self, a: &Activation) -> Result<()> {
-        let root = self.root()?;
-        let path = self.settings.dir.join(log::LOG_FILE);
-        let mut line = serde_json::to_vec(a).map_err(|e| Error::Failed(e.to_string()))?;
-        line.push(b'\n');
-        let mut f = root
-            .dir()
-            .open_or_create(log::LOG_FILE)
-            .ctx("open", &path)?;
-        f.seek(std::io::SeekFrom::End(0)).ctx("write", &path)?;
-        f.write_all(&line).ctx("write", &path)?;
-        f.sync_all().ctx("fsync", &path)
     }
 }
 
