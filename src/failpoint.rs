@@ -77,12 +77,14 @@ pub const S3: &[&str] = &["s3_request", "s3_response"];
 /// and each hard link it makes there (an injected error stands for `EXDEV`: the link
 /// cannot be made, and the file is copied and verified instead); the destination log's
 /// write of an entry (an injected error stands for `ENOSPC`) and the moment before it is
-/// linked to its number (`tests/test_log.rs`).
+/// linked to its number (`tests/test_log.rs`); the moment before an adoption exchanges
+/// the plain directory it locked.
 pub const RELEASES: &[&str] = &[
     "during_carry_over",
     "io_link",
     "io_log_write",
     "before_log_link",
+    "before_adopt_exchange",
 ];
 
 /// The I/O failpoints of [`ALL`]: the ones an `error` action applies to.

@@ -1285,6 +1285,55 @@ fn adopt_is_refused_with_the_list_while_unmanaged_content_is_there() {
     );
 }
 
+/// The audit's attack 5: a neighbour swaps another managed destination in at `path` while
+/// an adoption runs. Only the directory the adoption locked is ever exchanged: the other
+/// destination stays where it was put, its state and lock files with it, and nothing is
+/// deleted; the adoption fails, leaving the locked directory and no release behind. The
+/// swap comes between the check of `path` and the exchange: what the exchange moved is
+/// checked and exchanged back.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn adopt_exchanges_only_the_directory_it_locked() {
+    let env = Env::new();
+    let (_, cfg) = in_place_then_releases(&env);
+    // Another managed destination beside it.
+    let other_cfg = env.simple_config("other.yaml", "radar", "other", "www/other", "");
+    let v2 = env.bundle("b2", "tomorrow", V2_AT, V2_FILES, V2_LINKS);
+    env.publish(&other_cfg, &v2, &[]).expect_code(0);
+    let other = env.snapshot("www/other");
+    let mine = env.snapshot(PATH);
+    let args = [
+        "releases",
+        "adopt",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+    ];
+    let paused =
+        crate::common::hostile::PausedRun::start(&env, &args, "before_adopt_exchange", &[]);
+    std::fs::rename(env.path(PATH), env.path("www/latest.locked")).unwrap();
+    std::fs::rename(env.path("www/other"), env.path(PATH)).unwrap();
+    let r = paused.resume();
+    r.expect_code(1);
+    assert!(r.stdout.contains("exchanged back"), "{}", r.stdout);
+    assert_eq!(
+        env.snapshot(PATH),
+        other,
+        "the other destination is untouched"
+    );
+    assert_eq!(env.snapshot("www/latest.locked"), mine);
+    assert!(releases(&env).is_empty(), "{:?}", releases(&env));
+    assert!(logged(&env, DIR).is_empty());
+    // Put back, the adoption goes through.
+    std::fs::rename(env.path(PATH), env.path("www/other")).unwrap();
+    std::fs::rename(env.path("www/latest.locked"), env.path(PATH)).unwrap();
+    adopt(&env, &cfg, &[]).expect_code(0);
+    assert_eq!(env.snapshot("www/other"), other);
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "failpoints"),

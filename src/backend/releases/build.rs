@@ -216,11 +216,8 @@ impl ReleaseStore {
         if Self::adopts(op) {
             // The plain directory and the symlink change places: the directory, now
             // under the temporary name, is emptied of what the release took over by the
-            // cleanup.
-            tmp_dir
-                .exchange(&tmp, &self.parent, &self.name())
-                .ctx("exchange with the first release", &self.path)?;
-            tmp_dir.sync().ctx("fsync", tmp_dir.path())?;
+            // cleanup. Only the directory locked is exchanged (SPEC §17).
+            self.exchange_locked(op, &tmp_dir, &tmp)?;
         } else {
             tmp_dir
                 .rename_over(&tmp, &self.parent, &self.name())
@@ -228,6 +225,46 @@ impl ReleaseStore {
         }
         self.parent.sync().ctx("fsync", self.parent.path())?;
         Ok(Committed::passed())
+    }
+
+    /// The adoption's exchange: `path` must be the plain directory locked (its device and
+    /// inode, kept in the staging record) right before the `RENAME_EXCHANGE`, and what
+    /// landed under the temporary name must be it afterwards; otherwise a neighbour
+    /// swapped another directory in, and it is exchanged back and nothing is deleted.
+    fn exchange_locked(&self, op: &StagedOperation, tmp_dir: &Dir, tmp: &str) -> Result<()> {
+        let want = locked_dir(op).ok_or_else(|| {
+            Error::Failed(format!(
+                "{}: the adoption's record does not name the directory it locked; nothing was activated",
+                self.path.display()
+            ))
+        })?;
+        let name = self.name();
+        let at_path = self.parent.stat(&name).ctx("stat", &self.path)?;
+        if Identity::of(&at_path) != want {
+            return Err(Error::Unsafe(format!(
+                "{} is no longer the directory distributor locked for the adoption (it was replaced while the run went on); nothing was exchanged",
+                self.path.display()
+            )));
+        }
+        // A neighbour may swap another directory in right here: checked again below.
+        failpoint::hit("before_adopt_exchange");
+        tmp_dir
+            .exchange(tmp, &self.parent, &name)
+            .ctx("exchange with the first release", &self.path)?;
+        let landed = tmp_dir.stat(tmp).ctx("stat", tmp_dir.join(tmp))?;
+        if Identity::of(&landed) != want {
+            // Swapped in between the check and the exchange: put it back.
+            tmp_dir
+                .exchange(tmp, &self.parent, &name)
+                .ctx("exchange back", &self.path)?;
+            self.parent.sync().ctx("fsync", self.parent.path())?;
+            tmp_dir.sync().ctx("fsync", tmp_dir.path())?;
+            return Err(Error::Unsafe(format!(
+                "{} was replaced by another directory during the adoption's exchange; it was exchanged back and nothing was deleted",
+                self.path.display()
+            )));
+        }
+        tmp_dir.sync().ctx("fsync", tmp_dir.path())
     }
 
     /// Where the temporary symlink goes: `releases.dir`, or beside `path` when
@@ -379,6 +416,17 @@ impl ReleaseStore {
         let Ok(old) = root.dir().open_dir(&kept) else {
             return Ok(());
         };
+        // Only the directory the adoption locked is emptied (SPEC §17): anything else
+        // under that name stays, named in a warning.
+        if let Some(want) = locked_dir(op)
+            && old.identity().ctx("stat", &old_path)? != want
+        {
+            eprintln!(
+                "warning: {} is not the directory the adoption locked; distributor leaves it as it is: inspect it",
+                old_path.display()
+            );
+            return Ok(());
+        }
         let release_path = self.settings.dir.join(id);
         let release = root.dir().open_dir(id).ctx("open", &release_path)?;
         let reading = release.try_clone().ctx("open", &release_path)?;
@@ -430,6 +478,13 @@ impl ReleaseStore {
         }
         Ok(())
     }
+}
+
+/// The device and inode of the plain directory an adoption locked, as its record keeps
+/// them.
+fn locked_dir(op: &StagedOperation) -> Option<Identity> {
+    let [dev, ino] = op.releases.as_ref()?.adopts_dir?;
+    Some(Identity { dev, ino })
 }
 
 /// Removes every empty directory below `dir`, deepest first (never one holding

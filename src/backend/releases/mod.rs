@@ -62,6 +62,10 @@ pub struct ReleasesRecord {
     /// A rollback: the release whose activation it undoes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undoes: Option<String>,
+    /// `releases adopt`: the device and inode of the plain directory it locked at `path`,
+    /// the only directory it exchanges, and later empties (SPEC §17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopts_dir: Option<[u64; 2]>,
 }
 
 impl ReleasesRecord {
@@ -964,6 +968,12 @@ impl BundleStore for ReleaseStore {
             activates: rollback.as_ref().and_then(|r| r.0.clone()),
             undoes: rollback.map(|r| r.1),
             adopts: self.adopting.load(std::sync::atomic::Ordering::Relaxed),
+            adopts_dir: self
+                .adopting
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .then(|| self.active.as_ref()?.dir().identity().ok())
+                .flatten()
+                .map(|i| [i.dev, i.ino]),
         })
     }
 
