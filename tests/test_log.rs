@@ -489,3 +489,94 @@ fn a_failed_log_write_loses_no_activation() {
     prune(&env, &cfg).expect_code(0);
     assert_eq!(releases(&env), BTreeSet::from([ops[1].clone(), op]));
 }
+
+fn log_cmd(env: &Env, cfg: &Path, extra: &[&str]) -> Run {
+    let mut args = vec!["log", "--config", cfg.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    env.run(&args)
+}
+
+/// `distributor log`: oldest first; `--limit N` the N newest, oldest first; `--jsonl` one
+/// object per line; `--since` by commit time.
+#[test]
+fn log_prints_the_entries_oldest_first() {
+    let env = Env::new();
+    let cfg = config(&env, 3);
+    let ops = publish_versions(&env, &cfg, 1..=3);
+    let r = log_cmd(&env, &cfg, &[]);
+    r.expect_code(0);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert!(lines[0].starts_with("destination latest ("), "{}", r.stdout);
+    assert_eq!(lines.len(), 4, "{}", r.stdout);
+    for (line, op) in lines[1..].iter().zip(&ops) {
+        assert!(
+            line.contains(op.as_str()) && line.contains("publish"),
+            "{line}"
+        );
+    }
+    let r = log_cmd(&env, &cfg, &["--jsonl", "--limit", "2"]);
+    r.expect_code(0);
+    let objs: Vec<Value> = (r.stdout.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seqs: Vec<u64> = objs.iter().map(|o| o["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, [2, 3]);
+    assert_eq!(objs[1]["operation_id"], ops[2].as_str());
+    let r = log_cmd(&env, &cfg, &["--jsonl", "--since", "2999-01-01"]);
+    r.expect_code(0);
+    assert_eq!(r.stdout, "");
+    let r = log_cmd(&env, &cfg, &["--jsonl", "--since", "2000-01-01T00:00:00Z"]);
+    assert_eq!(r.stdout.lines().count(), 3);
+    log_cmd(&env, &cfg, &["--since", "yesterday"]).expect_code(2);
+    log_cmd(&env, &cfg, &["--destination", "nope"]).expect_code(2);
+}
+
+/// A bad entry: `log` names its file and exits 1; `log --quarantine SEQ` moves it to
+/// `.distributor/quarantine/` and logs the move; then the log is whole again and
+/// retention removes what it should.
+#[test]
+fn log_quarantine_moves_a_bad_entry_out_and_retention_resumes() {
+    let env = Env::new();
+    let cfg = config(&env, 0);
+    let ops = publish_versions(&env, &cfg, 1..=2);
+    let torn = env.write(
+        &format!("{LOG}/{}", entry_file(3)),
+        "{\"log_format_version\": 1",
+    );
+    std::fs::set_permissions(&torn, PermissionsExt::from_mode(0o600)).unwrap();
+    let r = env.publish(&cfg, &site(&env, 3), &[]);
+    r.expect_code(0);
+    let third = op_of(&r);
+    let r = log_cmd(&env, &cfg, &[]);
+    r.expect_code(1);
+    assert!(r.stdout.contains(&entry_file(3)), "{}", r.stdout);
+    let r = log_cmd(&env, &cfg, &["--jsonl"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains(&entry_file(3)), "{}", r.stderr);
+    assert_eq!(
+        r.stdout.lines().count(),
+        3,
+        "the believed entries still print"
+    );
+
+    let r = log_cmd(&env, &cfg, &["--quarantine", "3"]);
+    r.expect_code(0);
+    assert!(
+        r.stdout.contains("entry 5 records the move"),
+        "{}",
+        r.stdout
+    );
+    assert!(env.exists(&format!("{DIR}/.distributor/quarantine/{}", entry_file(3))));
+    let r = log_cmd(&env, &cfg, &["--jsonl"]);
+    r.expect_code(0);
+    let last: Value = serde_json::from_str(r.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["command"], "quarantine");
+    assert_eq!(last["quarantined_seq"], 3);
+    let r = prune(&env, &cfg);
+    r.expect_code(0);
+    assert_eq!(releases(&env), BTreeSet::from([ops[1].clone(), third]));
+    let last = logged(&env).last().unwrap().clone();
+    assert_eq!(last["command"], "prune");
+    assert_eq!(last["removed_count"], 1);
+    assert_eq!(last["removed_releases"][0], ops[0].as_str());
+}

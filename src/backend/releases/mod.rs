@@ -293,6 +293,12 @@ impl ReleaseStore {
             .ok_or_else(|| Error::Failed(format!("{} does not exist", self.settings.dir.display())))
     }
 
+    /// The directory holding the record directory `.distributor/` (`releases.dir`):
+    /// where the destination log is.
+    pub fn record_base(&self) -> Result<&Dir> {
+        Ok(self.root()?.dir())
+    }
+
     /// The name of `path` in its parent.
     fn name(&self) -> String {
         self.path
