@@ -408,6 +408,7 @@ fn compare(
         if top == STATE_FILE
             || top == LOCK_FILE
             || top == STAGING_DIR
+            || top == crate::backend::local::records::RECORD_DIR
             || recorded.contains(p.as_str())
             || ignore.is_match(&p)
         {

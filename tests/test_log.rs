@@ -580,3 +580,69 @@ fn log_quarantine_moves_a_bad_entry_out_and_retention_resumes() {
     assert_eq!(last["removed_count"], 1);
     assert_eq!(last["removed_releases"][0], ops[0].as_str());
 }
+
+/// A destination published in place keeps its log in its own `.distributor/log/`: one
+/// entry per committed publication (none for an unchanged one), never reported by
+/// `verify` as unrecorded; a crash before the entry is linked leaves it the missing last
+/// one, and `recover` writes it with `recovered_by`.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn in_place_publications_are_logged_and_recover_writes_a_missing_entry() {
+    let env = Env::new();
+    let cfg = env.simple_config("p.yaml", "weather", "latest", "plain", "");
+    let b1 = site(&env, 1);
+    let first = env.publish(&cfg, &b1, &[]);
+    first.expect_code(0);
+    env.publish(&cfg, &b1, &[]).expect_code(0);
+    let read = |env: &Env| -> Vec<Value> {
+        let dir = env.path("plain/.distributor/log");
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+            .collect();
+        names.sort();
+        (names.iter())
+            .map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap())
+            .collect()
+    };
+    let log = read(&env);
+    assert_eq!(log.len(), 1, "an unchanged publication adds no entry");
+    assert_eq!(log[0]["operation_id"], op_of(&first).as_str());
+    assert_eq!(log[0]["decision"], "create");
+    assert_eq!(log[0]["counts"]["written"], 2);
+    env.run(&["verify", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+    let r = env.run_env(
+        &[
+            "publish",
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            site(&env, 2).to_str().unwrap(),
+        ],
+        &[("DISTRIBUTOR_FAILPOINT", "before_log_link")],
+    );
+    assert_ne!(r.code, 0);
+    assert_eq!(read(&env).len(), 1);
+    let r = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(0);
+    let log = read(&env);
+    assert_eq!(log.len(), 2);
+    assert_eq!(log[1]["decision"], "replace_older");
+    assert_eq!(log[1]["actor"], "cli:tester");
+    assert!(log[1]["recovered_by"].is_object(), "{}", log[1]);
+    let left: Vec<String> = std::fs::read_dir(env.path("plain/.distributor/log"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let r = log_cmd(&env, &cfg, &["--jsonl"]);
+    r.expect_code(0);
+    assert_eq!(r.stdout.lines().count(), 2);
+}

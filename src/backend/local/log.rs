@@ -476,10 +476,60 @@ fn make_log_dir(base: &Dir) -> Result<Dir> {
 }
 
 /// Appends `entry` to the log below `base` as the next seq; returns the seq. Needs the
-/// destination lock.
+/// destination lock. The next seq is found from the names in `log/` and `quarantine/`
+/// alone: no entry is read.
 pub fn append(base: &Dir, entry: Entry) -> Result<u64> {
-    let next = read(base)?.last_seq + 1;
+    let next = highest_name(base)?
+        .map_or(0, |(seq, _)| seq)
+        .max(quarantined_files(base).into_iter().max().unwrap_or(0))
+        + 1;
     append_at(base, entry, next)
+}
+
+/// The temporary name the entry of operation `op` is written under.
+fn tmp_name(op: &str) -> String {
+    format!("{TMP_PREFIX}{}", op.replace('/', "_"))
+}
+
+/// Removes what a writer of operation `op`'s entry that stopped between the link and the
+/// unlink left (its temporary name, a second link of the entry). Needs the lock.
+pub fn tidy(base: &Dir, op: &str) -> Result<()> {
+    let Ok(Some(dir)) = open_log_dir(base) else {
+        return Ok(());
+    };
+    let tmp = tmp_name(op);
+    match dir.stat_opt(&tmp).ctx("stat", dir.join(&tmp))? {
+        Some(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
+            dir.unlink(&tmp).ctx("remove", dir.join(&tmp))?;
+            dir.sync().ctx("fsync", dir.path())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The highest `<seq>.json` in `log/`, if any.
+fn highest_name(base: &Dir) -> Result<Option<(u64, Dir)>> {
+    let Ok(Some(dir)) = open_log_dir(base) else {
+        return Ok(None);
+    };
+    let listing = dir.entries().ctx("list", dir.path())?;
+    let top = (listing.iter())
+        .filter(|(n, _)| n.len() == 25)
+        .filter_map(|(n, _)| seq_of(n))
+        .max();
+    Ok(top.map(|seq| (seq, dir)))
+}
+
+/// Whether the newest entry of the log below `base` is operation `op`'s (a missing entry
+/// is always the last one: SPEC §18). Reads that one entry only.
+pub fn last_is(base: &Dir, op: &str) -> Result<bool> {
+    let Some((seq, dir)) = highest_name(base)? else {
+        return Ok(false);
+    };
+    let temps: Vec<Identity> = (dir.stat(&tmp_name(op)).ok().iter())
+        .map(Identity::of)
+        .collect();
+    Ok(read_entry(&dir, &file_name(seq), seq, &temps).is_ok_and(|e| e.operation_id == op))
 }
 
 /// Creates entry `seq` from `entry` (SPEC §18): a fsynced temporary record file, linked
@@ -496,11 +546,9 @@ pub fn append_at(base: &Dir, mut entry: Entry, seq: u64) -> Result<u64> {
             bytes.len()
         )));
     }
-    let tmp = format!(
-        "{TMP_PREFIX}{}-{}",
-        entry.operation_id.replace('/', "_"),
-        std::process::id()
-    );
+    // One name per operation: a writer that stopped (a crash) left it, and the next
+    // writer of the entry (`recover`, under the lock) replaces it.
+    let tmp = tmp_name(&entry.operation_id);
     let name = file_name(seq);
     let path = dir.join(&name);
     let _ = dir.unlink(&tmp);
@@ -696,11 +744,14 @@ mod tests {
         let d = Dir::open_path(t.path()).unwrap();
         append(&d, entry("a")).unwrap();
         let log_dir = t.path().join(".distributor/log");
-        std::fs::hard_link(log_dir.join(file_name(1)), log_dir.join(".tmp-a-1")).unwrap();
+        std::fs::hard_link(log_dir.join(file_name(1)), log_dir.join(".tmp-a")).unwrap();
         let log = read(&d).unwrap();
         assert!(log.bad.is_empty(), "{:?}", log.bad);
+        assert!(last_is(&d, "a").unwrap());
+        tidy(&d, "a").unwrap();
+        assert!(!log_dir.join(".tmp-a").exists());
+        assert!(read(&d).unwrap().bad.is_empty());
         // A hard link anywhere else is not.
-        std::fs::remove_file(log_dir.join(".tmp-a-1")).unwrap();
         std::fs::hard_link(log_dir.join(file_name(1)), t.path().join("elsewhere")).unwrap();
         assert_eq!(read(&d).unwrap().bad.len(), 1);
     }

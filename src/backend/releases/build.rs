@@ -11,6 +11,7 @@ use super::{ACTIVATE_PREFIX, ADOPTED_PREFIX, Link, ReleaseStore, link_text};
 use crate::backend::Committed;
 use crate::backend::local::handle::{Dir, Identity, split, type_name};
 use crate::backend::local::log::Entry;
+use crate::backend::local::records::RECORD_DIR;
 use crate::backend::local::{LOCK_FILE, STAGING_DIR};
 use crate::error::{Error, IoContext, Result};
 use crate::execute::StagedOperation;
@@ -367,7 +368,9 @@ impl ReleaseStore {
                 op.operation_id
             )));
         }
-        if !view.log.names_operation(&op.operation_id) {
+        if view.log.names_operation(&op.operation_id) {
+            crate::backend::local::log::tidy(root.dir(), &op.operation_id)?;
+        } else {
             let owner = format!("{}/{}", op.origin.pipeline_id, op.destination_id);
             let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());
             let undoes = op.releases.as_ref().and_then(|r| r.undoes.clone());
@@ -469,6 +472,7 @@ impl ReleaseStore {
             }
         }
         let _ = old.rmdir(STAGING_DIR);
+        self.keep_adopted_records(&old, id)?;
         prune_empty(&old);
         if root.dir().rmdir(&kept).is_err() {
             eprintln!(
@@ -477,6 +481,32 @@ impl ReleaseStore {
             );
         }
         Ok(())
+    }
+}
+
+impl ReleaseStore {
+    /// The adopted directory's own records (its destination log from the publications
+    /// in place) are history: they move to `<releases.dir>/.distributor/adopted/<op>/`,
+    /// never deleted. Only a trusted record directory moves.
+    fn keep_adopted_records(&self, old: &Dir, id: &str) -> Result<()> {
+        if old.open_record_dir(RECORD_DIR).is_err() {
+            return Ok(());
+        }
+        let root = self.root()?;
+        let base = &self.settings.dir;
+        let rec = (root.dir().make_record_dir(RECORD_DIR))
+            .and_then(|r| r.make_record_dir("adopted"))
+            .map_err(|e| match e {
+                crate::backend::local::records::RecordError::Untrusted(u) => {
+                    Error::Unsafe(u.message())
+                }
+                crate::backend::local::records::RecordError::Io(e) => {
+                    Error::io("create", base.join(RECORD_DIR).join("adopted"), e)
+                }
+            })?;
+        old.rename_new(RECORD_DIR, &rec, id)
+            .ctx("move", old.join(RECORD_DIR))?;
+        rec.sync().ctx("fsync", rec.path())
     }
 }
 
@@ -566,7 +596,7 @@ fn scan(
         } else {
             format!("{rel}/{name}")
         };
-        let own = [STATE_FILE, LOCK_FILE, STAGING_DIR];
+        let own = [STATE_FILE, LOCK_FILE, STAGING_DIR, RECORD_DIR];
         if (rel.is_empty() && own.contains(&name.as_str())) || skip.contains(child.as_str()) {
             continue;
         }
