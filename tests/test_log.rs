@@ -646,3 +646,89 @@ fn in_place_publications_are_logged_and_recover_writes_a_missing_entry() {
     r.expect_code(0);
     assert_eq!(r.stdout.lines().count(), 2);
 }
+
+/// Unmounts a filesystem a test mounted, whatever happens.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// A real full disk at the log write (a small tmpfs, filled while the publication stands
+/// just before writing its entry): the publication passed its commit point and says so,
+/// nothing is lost, and `recover`, once there is room, writes the entry; retention then
+/// keeps the active and previous releases. Needs root (mount); skipped otherwise.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn a_full_disk_at_the_log_write_loses_nothing() {
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    }
+    let env = Env::new();
+    std::fs::create_dir_all(env.path("www")).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(env.path("www"))
+        .status()
+        .unwrap();
+    if !mounted.success() {
+        eprintln!("skipped: mount -t tmpfs failed");
+        return;
+    }
+    let _guard = Mounted(env.path("www"));
+    let cfg = config(&env, 0);
+    let ops = publish_versions(&env, &cfg, 1..=2);
+    let b3 = site(&env, 3);
+    let args = [
+        "publish",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        b3.to_str().unwrap(),
+    ];
+    let paused = PausedRun::start(&env, &args, "io_log_write", &[]);
+    // Fill the filesystem.
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(env.path("www/filler")).unwrap();
+        let chunk = vec![0u8; 64 << 10];
+        while f.write_all(&chunk).is_ok() {}
+        let _ = f.sync_all();
+    }
+    let r = paused.resume();
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stdout.contains("No space left") && r.stdout.contains("passed its commit point"),
+        "{}",
+        r.stdout
+    );
+    let third = active(&env);
+    assert!(!ops.contains(&third), "the commit point was passed");
+    assert_eq!(logged(&env).len(), 2);
+    assert_eq!(releases(&env).len(), 3, "nothing removed");
+    let temps: Vec<String> = std::fs::read_dir(env.path(LOG))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(temps.is_empty(), "{temps:?}");
+    std::fs::remove_file(env.path("www/filler")).unwrap();
+    let r = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(0);
+    let log = logged(&env);
+    assert_eq!(log.len(), 3);
+    assert_eq!(log[2]["release_activated"], third.as_str());
+    assert_eq!(log[2]["release_deactivated"], ops[1].as_str());
+    prune(&env, &cfg).expect_code(0);
+    assert_eq!(releases(&env), BTreeSet::from([ops[1].clone(), third]));
+}
