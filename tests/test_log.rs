@@ -253,6 +253,13 @@ fn a_bad_log_entry_stops_retention_and_is_named() {
     let err = r.dest(0)["log_error"].as_str().unwrap().to_string();
     assert!(err.contains(&entry_file(3)), "{err}");
     assert_eq!(releases(&env).len(), 3);
+    // status and verify name it too, and exit 1.
+    for cmd in ["status", "verify"] {
+        let r = env.run(&[cmd, "--json", "--config", cfg.to_str().unwrap()]);
+        r.expect_code(1);
+        let e = r.dest(0)["log_error"].as_str().unwrap_or_default().to_string();
+        assert!(e.contains(&entry_file(3)), "{cmd}: {}", r.stdout);
+    }
     // A forged entry (another mode) is as bad.
     std::fs::remove_file(&torn).unwrap();
     let mut forged = logged(&env)[1].clone();

@@ -34,13 +34,19 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
     let dests = config.select(&a.destinations)?;
     let view = JournalView::open(&resolve_journal(a.journal.as_deref(), Some(&config))?)?;
     let st = inspect::status(&dests, view.as_ref());
-    // An unreadable bundle path is 1, pending recovery 4 (SPEC §10 precedence).
+    // An unreadable bundle path (or a bad log entry) is 1, pending recovery 4 (SPEC §10
+    // precedence).
     let codes: Vec<u8> = st
         .iter()
-        .map(|s| match (&s.error, s.recovery_pending) {
-            (Some(_), _) => 1,
-            (None, true) => 4,
-            (None, false) => 0,
+        .map(|s| {
+            match (
+                s.error.as_ref().or(s.log_error.as_ref()),
+                s.recovery_pending,
+            ) {
+                (Some(_), _) => 1,
+                (None, true) => 4,
+                (None, false) => 0,
+            }
         })
         .collect();
     let code = overall_exit_code(&codes);
@@ -63,6 +69,9 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
             let _ = writeln!(out, "  invalid: {r}");
         }
         if let Some(e) = &s.error {
+            let _ = writeln!(out, "  error: {e}");
+        }
+        if let Some(e) = &s.log_error {
             let _ = writeln!(out, "  error: {e}");
         }
         for o in &s.owners {

@@ -44,11 +44,17 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     // An unverifiable bundle path is 1, pending recovery 4, drift 3 (SPEC §10 precedence).
     let codes: Vec<u8> = drift
         .iter()
-        .map(|d| match (&d.error, d.recovery_pending, d.drifted()) {
-            (Some(_), _, _) => 1,
-            (None, true, _) => 4,
-            (None, false, true) => 3,
-            (None, false, false) => 0,
+        .map(|d| {
+            match (
+                d.error.as_ref().or(d.log_error.as_ref()),
+                d.recovery_pending,
+                d.drifted(),
+            ) {
+                (Some(_), _, _) => 1,
+                (None, true, _) => 4,
+                (None, false, true) => 3,
+                (None, false, false) => 0,
+            }
         })
         .collect();
     let code = overall_exit_code(&codes);
@@ -83,6 +89,9 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
             let _ = writeln!(out, "  invalid state: {r}");
         }
         if let Some(e) = &d.error {
+            let _ = writeln!(out, "  error: {e}");
+        }
+        if let Some(e) = &d.log_error {
             let _ = writeln!(out, "  error: {e}");
         }
         if let Some(what) = &d.recovery {
