@@ -257,7 +257,10 @@ fn a_bad_log_entry_stops_retention_and_is_named() {
     for cmd in ["status", "verify"] {
         let r = env.run(&[cmd, "--json", "--config", cfg.to_str().unwrap()]);
         r.expect_code(1);
-        let e = r.dest(0)["log_error"].as_str().unwrap_or_default().to_string();
+        let e = r.dest(0)["log_error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         assert!(e.contains(&entry_file(3)), "{cmd}: {}", r.stdout);
     }
     // A forged entry (another mode) is as bad.

@@ -260,11 +260,21 @@ fn keep_and_the_previous_release_bound_what_stays() {
     );
     assert_eq!(env.read(&format!("{PATH}/v.txt")), "version 3");
     let log = logged(&env, DIR);
-    assert_eq!(log.len(), 4, "{log:?}");
+    let activations: Vec<&Value> = log.iter().filter(|e| e["command"] == "publish").collect();
+    assert_eq!(activations.len(), 4, "{log:?}");
+    for (e, op) in activations.iter().zip(&ops) {
+        assert_eq!(e["release_activated"], op.as_str());
+        assert_eq!(e["log_format_version"], 1);
+    }
+    // Retention after the third and fourth publications removed a release each: a
+    // prune entry after the activation's, naming it.
+    let prunes: Vec<&Value> = log.iter().filter(|e| e["command"] == "prune").collect();
+    assert_eq!(prunes.len(), 2, "{log:?}");
+    assert_eq!(prunes[0]["operation_id"], ops[2].as_str());
+    assert_eq!(prunes[0]["removed_releases"][0], ops[0].as_str());
+    assert_eq!(prunes[1]["removed_count"], 1);
     for (i, e) in log.iter().enumerate() {
         assert_eq!(e["seq"], i + 1);
-        assert_eq!(e["release_activated"], ops[i].as_str());
-        assert_eq!(e["log_format_version"], 1);
     }
     assert!(!env.exists(&format!("{DIR}/.distributor-activations.log")));
     assert_eq!(

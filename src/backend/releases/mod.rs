@@ -570,6 +570,22 @@ impl ReleaseStore {
         dlog::append(self.root()?.dir(), e).map(|_| ())
     }
 
+    /// Adds the entry of the retention that ran after operation `op`'s activation and
+    /// removed `removed` (command `prune`, the activation's pipeline, destination and
+    /// actor). Needs the lock.
+    pub fn log_retention(&self, op: &str, removed: &[String]) -> Result<()> {
+        let view = self.log_view()?;
+        let Some(by) = view.log.entries.iter().rfind(|e| e.operation_id == op) else {
+            return Ok(());
+        };
+        let (actor, pipeline, destination) = (
+            by.actor.clone(),
+            by.pipeline_id.clone(),
+            by.destination_id.clone(),
+        );
+        self.log_prune(op, &actor, &pipeline, &destination, removed)
+    }
+
     /// What retention would decide now for every release, oldest activation first
     /// (never-activated releases last): `status` and `prune --dry-run`.
     pub fn retention(&self) -> Result<Vec<log::Verdict>> {
