@@ -428,23 +428,17 @@ fn read_entry(
     seq: u64,
     temps: &[Identity],
 ) -> std::result::Result<Entry, String> {
-    let (f, st) = match dir.open_record_file(name) {
-        Ok(x) => x,
-        // A writer that stopped between the link and the unlink of its temporary name
-        // leaves the entry with two links: believed when the other is that temporary
-        // file in `log/`, a record like it.
-        Err(RecordError::Untrusted(u))
-            if u.why == "2 links, not 1"
-                && dir
-                    .stat(name)
-                    .is_ok_and(|st| temps.contains(&Identity::of(&st))) =>
-        {
-            let (f, st) = dir.open_file(name).map_err(|e| e.to_string())?;
-            (f, st)
-        }
-        Err(RecordError::Untrusted(u)) => return Err(u.message()),
-        Err(RecordError::Io(e)) => return Err(e.to_string()),
-    };
+    // Opened without following, never blocking; anything but a regular file is bad.
+    let (f, st) = dir.open_file(name).map_err(|e| e.to_string())?;
+    // A writer that stopped between the link and the unlink of its temporary name leaves
+    // the entry with two links: believed when the other is that temporary file in `log/`
+    // (the same inode), a record like it. Any other link is not.
+    let mut judged = st;
+    #[allow(clippy::unnecessary_cast)]
+    if st.st_nlink as u64 == 2 && temps.contains(&Identity::of(&st)) {
+        judged.st_nlink = 1;
+    }
+    records::check(&judged, records::Kind::File, &dir.join(name)).map_err(|u| u.message())?;
     let mut bytes = Vec::new();
     f.take(MAX_ENTRY_BYTES as u64 * 4)
         .read_to_end(&mut bytes)
