@@ -219,6 +219,7 @@ fn adopt_one(
         p == STATE_FILE
             || p == crate::backend::local::LOCK_FILE
             || p.starts_with(&format!("{}/", crate::backend::local::STAGING_DIR))
+            || p.starts_with(&format!("{}/", crate::backend::local::records::RECORD_DIR))
     };
     d.unmanaged = (store.list_files()?.into_iter())
         .filter(|p| !own(p) && !recorded.contains(p.as_str()))

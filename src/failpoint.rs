@@ -47,6 +47,9 @@ pub const ALL: &[&str] = &[
     "after_links",
     "after_state_write",
     "after_journal_commit",
+    // the destination log's entry (SPEC §18), written before staging goes
+    "io_log_write",
+    "before_log_link",
     "during_cleanup",
     "cleanup_before_prune",
     "during_prune",
@@ -75,8 +78,9 @@ pub const S3: &[&str] = &["s3_request", "s3_response"];
 /// The releases backend's own failpoints, reached only on destinations with `releases`
 /// (`tests/test_releases.rs`): while the new release is filled with what it carries over,
 /// and each hard link it makes there (an injected error stands for `EXDEV`: the link
-/// cannot be made, and the file is copied and verified instead).
-pub const RELEASES: &[&str] = &["during_carry_over", "io_link"];
+/// cannot be made, and the file is copied and verified instead); the moment before an
+/// adoption exchanges the plain directory it locked.
+pub const RELEASES: &[&str] = &["during_carry_over", "io_link", "before_adopt_exchange"];
 
 /// The I/O failpoints of [`ALL`]: the ones an `error` action applies to.
 pub const IO: &[&str] = &[
@@ -87,6 +91,7 @@ pub const IO: &[&str] = &[
     "io_state_rename",
     "io_remove_staging",
     "io_link",
+    "io_log_write",
 ];
 
 #[cfg(feature = "failpoints")]

@@ -107,6 +107,9 @@ pub struct BundleStatus {
     /// Why this bundle path could not be read (the others are still reported).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The destination log's bad entries (SPEC §18), each naming its file (exit 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_error: Option<String>,
     /// A destination with releases: every release, oldest activation first, with when it
     /// was last activated and what retention would decide now.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -166,6 +169,7 @@ impl Reported for BundleStatus {
             recovery: None,
             busy: None,
             error: None,
+            log_error: None,
             releases: None,
         }
     }
@@ -201,6 +205,7 @@ fn status_of(
             s.recovery = Some(what);
         }
     }
+    s.log_error = log_error(bundle, store.as_deref());
     s.releases = match store.as_ref().and_then(|s| s.as_releases()) {
         Some(r) => Some(r.retention()?),
         None => None,
@@ -229,6 +234,27 @@ fn status_of(
         }
     }
     Ok(())
+}
+
+/// The destination log's bad entries at a bundle path (a releases destination's in
+/// `releases.dir`), in one sentence naming their files; `None` when there are none or the
+/// destination keeps no local log.
+fn log_error(bundle: &Path, store: Option<&dyn BundleStore>) -> Option<String> {
+    let store = store?;
+    if let Some(r) = store.as_releases() {
+        return match r.log_view() {
+            Ok(v) => v.untrusted(),
+            Err(e) => Some(e.to_string()),
+        };
+    }
+    if store.location().is_some() {
+        return None;
+    }
+    let dir = crate::backend::local::handle::Dir::open_path(bundle).ok()?;
+    match crate::backend::local::log::read(&dir) {
+        Ok(l) => l.bad_message(),
+        Err(e) => Some(e.to_string()),
+    }
 }
 
 /// Drift found in one bundle path.
@@ -264,6 +290,9 @@ pub struct BundleDrift {
     /// Why this bundle path could not be verified (the others still are).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The destination log's bad entries (SPEC §18), each naming its file (exit 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_error: Option<String>,
 }
 
 impl BundleDrift {
@@ -291,6 +320,7 @@ impl Reported for BundleDrift {
             recovery: None,
             busy: None,
             error: None,
+            log_error: None,
         }
     }
 
@@ -309,6 +339,7 @@ impl Reported for BundleDrift {
             recovery_pending: false,
             recovery: None,
             busy: None,
+            log_error: None,
         };
     }
 }
@@ -367,6 +398,7 @@ fn verify_one(
     let store = open(d, bundle)?;
     let (state, untrusted) = read_state(store.as_deref(), bundle, view)?;
     v.untrusted_record = untrusted.or(untrusted_of(store.as_deref())?);
+    v.log_error = log_error(bundle, store.as_deref());
     let settled = match pending(view, bundle, store.as_deref())? {
         Pending::Nothing => true,
         Pending::Busy(who) => {

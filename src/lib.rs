@@ -13,7 +13,8 @@
 //! 7. [`report`]: renders plans and outcomes as text or JSON.
 //!
 //! [`publish`] ties 1-7 together for the CLI ([`cli`]) and the HTTP server ([`server`]). [`inspect`]
-//! holds the read-only `status` and `verify`.
+//! holds the read-only `status` and `verify`; [`dest_log`] prints each destination's own
+//! log (`backend::local::log`).
 //! [`recover`] finishes or undoes interrupted operations from the journal and staging;
 //! [`journal::query`] serves `history`.
 
@@ -25,6 +26,7 @@ pub mod adopt;
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod dest_log;
 pub mod error;
 pub mod execute;
 pub mod failpoint;

@@ -260,6 +260,9 @@ string_enum!(
         RolledBack = "rolled_back",
         /// A record in the destination distributor did not write (SPEC §17).
         UntrustedRecord = "untrusted_record",
+        /// A releases destination's `path` is not the symlink the last logged activation
+        /// made (SPEC §17): missing, a directory, or another target.
+        PathChanged = "path_changed",
     }
 );
 
@@ -275,6 +278,7 @@ impl ConflictKind {
                 | ConflictKind::UnsupportedLink
                 | ConflictKind::ReleasesMismatch
                 | ConflictKind::UntrustedRecord
+                | ConflictKind::PathChanged
         )
     }
 }

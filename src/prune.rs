@@ -62,6 +62,14 @@ pub struct DestinationPrune {
     pub releases: Vec<Verdict>,
     /// How many were (or would be) removed.
     pub removed: usize,
+    /// Why nothing was removed when `path` is not the symlink the last logged activation
+    /// made (SPEC §17): the conflict `path_changed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_changed: Option<String>,
+    /// The destination log's bad entries (SPEC §18), while which retention removes
+    /// nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_error: Option<String>,
     /// The error, when the destination could not be pruned.
     pub error: Option<String>,
 }
@@ -86,6 +94,12 @@ impl PruneReport {
                 d.removed
             );
             if let Some(e) = &d.error {
+                let _ = writeln!(out, "  error: {e}");
+            }
+            if let Some(e) = &d.path_changed {
+                let _ = writeln!(out, "  ! path_changed: {e}");
+            }
+            if let Some(e) = &d.log_error {
                 let _ = writeln!(out, "  error: {e}");
             }
             for v in &d.releases {
@@ -143,11 +157,19 @@ pub fn prune(config: &Config, opts: &PruneOptions) -> Result<(PruneReport, u8)> 
             operation_id: None,
             releases: Vec::new(),
             removed: 0,
+            path_changed: None,
+            log_error: None,
             error: None,
         };
         if let Err(e) = prune_one(config, dest, opts, journal.as_mut(), &mut d) {
             code = code.max(e.exit_code());
             d.error = Some(e.to_string());
+        }
+        if d.log_error.is_some() {
+            code = code.max(1);
+        }
+        if d.path_changed.is_some() {
+            code = code.max(3);
         }
         report.destinations.push(d);
     }
@@ -175,6 +197,14 @@ fn prune_one(
         return Err(Error::Failed(format!(
             "releases_mismatch: {why}; nothing pruned"
         )));
+    }
+    // Retention removes nothing while path is not what the log says, or the log has bad
+    // entries: say why.
+    d.path_changed = store.path_changed().map(str::to_string);
+    d.log_error = store.log_view()?.untrusted();
+    if d.path_changed.is_some() || d.log_error.is_some() {
+        d.releases = ordered(&store, store.prune(true)?)?;
+        return Ok(());
     }
     let Some(journal) = journal else {
         d.releases = ordered(&store, store.prune(true)?)?;
@@ -246,6 +276,11 @@ fn prune_one(
         &fingerprints,
     )?;
     let verdicts = pruned?;
+    let removed: Vec<String> = (verdicts.iter())
+        .filter(|v| !v.keep)
+        .map(|v| v.release.clone())
+        .collect();
+    store.log_prune(&op_id, &opts.actor, &config.pipeline_id, &dest.id, &removed)?;
     d.operation_id = Some(op_id);
     d.removed = verdicts.iter().filter(|v| !v.keep).count();
     d.releases = ordered(&store, verdicts)?;

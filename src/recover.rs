@@ -220,6 +220,7 @@ impl Location {
                     activates: None,
                     adopts: false,
                     undoes: None,
+                    adopts_dir: None,
                 }),
         };
         (l.s3.is_some() || l.releases.is_some()).then_some(l)

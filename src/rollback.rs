@@ -185,16 +185,34 @@ fn rollback_one(
     {
         return Err(Error::RecoveryRequired(what));
     }
-    let current = store
-        .active_release()
-        .ok_or_else(|| {
-            Error::Failed(format!(
+    let shared = dest.state_mode == StateMode::SharedRoot;
+    // While `path` is not what the last logged activation made (SPEC §17), the active
+    // release is the logged one, and only a rollback to a named release may run.
+    let changed = store.path_changed().map(str::to_string);
+    if let Some(why) = &changed {
+        if opts.to.is_none() {
+            return Err(Error::Failed(format!(
+                "path_changed: {why}; a rollback steps back from the active release, which the log and path disagree about: name the release to activate with --to OP_ID"
+            )));
+        }
+        if shared {
+            return Err(Error::Failed(format!(
+                "path_changed: {why}; a shared root's rollback builds on the active release, which the log and path disagree about: put path back first"
+            )));
+        }
+    }
+    let logged = store.log_view()?.active().map(str::to_string);
+    let current = match (&changed, logged, store.active_release()) {
+        (Some(_), Some(l), _) => l,
+        (_, _, Some(a)) => a.to_string(),
+        (_, Some(l), None) => l,
+        (_, None, None) => {
+            return Err(Error::Failed(format!(
                 "{}: no release is active; nothing to roll back",
                 dest.path.display()
-            ))
-        })?
-        .to_string();
-    let shared = dest.state_mode == StateMode::SharedRoot;
+            )));
+        }
+    };
     let me = Owner::new(&config.pipeline_id, &dest.id);
     let owner = me.to_string();
     let who = shared.then_some(owner.as_str());
@@ -207,7 +225,7 @@ fn rollback_one(
         ),
         None => store.rollback_target(who)?,
     };
-    if target == current && !shared {
+    if target == current && !shared && changed.is_none() {
         return Err(Error::Failed(format!(
             "release {target} is already active at {}",
             dest.path.display()
@@ -220,7 +238,14 @@ fn rollback_one(
         );
     }
     store.verify_release(&target, &to)?;
-    let from = match store.read_state()?.parse() {
+    let active_state = match &changed {
+        Some(_) => match store.release_state(&current) {
+            Ok(s) => crate::state::StateFile::Valid(s),
+            Err(e) => crate::state::StateFile::Invalid(e.to_string()),
+        },
+        None => store.read_state()?.parse(),
+    };
+    let from = match active_state {
         StateFile::Valid(s) => s,
         StateFile::Absent => {
             return Err(Error::Failed(format!(
@@ -548,6 +573,7 @@ pub(crate) fn run_activation(
         previous_source: plan.previous.as_ref().map(|p| p.source.clone()),
         source: to_source.ok_or_else(|| Error::Failed("the state has no owner".into()))?,
         takeovers: serde_json::json!([]),
+        host: Some(crate::backend::local::log::host()),
     };
     // Nothing is staged, moved or placed from a source.
     let mut bare = plan.clone();

@@ -67,6 +67,8 @@ fn kind(name: &str) -> Kind {
         | "io_state_rename" => Kind::Publish(Side::Before),
         "after_state_write"
         | "after_journal_commit"
+        | "io_log_write"
+        | "before_log_link"
         | "during_cleanup"
         | "cleanup_before_prune"
         | "during_prune"

@@ -52,7 +52,26 @@ fn releases(env: &Env) -> BTreeSet<String> {
 fn view(env: &Env) -> Vec<(String, String)> {
     env.snapshot(PATH)
         .into_iter()
-        .filter(|(p, _)| !crate::common::is_own(p))
+        .filter(|(p, _)| {
+            p != ".distributor.json" && p != ".distributor.lock" && !crate::common::is_record(p)
+        })
+        .collect()
+}
+
+/// The destination log's entries in `releases.dir`, oldest first.
+pub fn logged(env: &Env, dir: &str) -> Vec<Value> {
+    let mut names: Vec<PathBuf> =
+        match std::fs::read_dir(env.path(&format!("{dir}/.distributor/log"))) {
+            Ok(rd) => rd
+                .map(|e| e.unwrap().path())
+                .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+    names.sort();
+    names
+        .iter()
+        .map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap())
         .collect()
 }
 
@@ -111,7 +130,9 @@ fn each_publication_is_a_release_swapped_in_and_unchanged_files_are_shared() {
         e.publish(&c, &b, &[]).expect_code(0);
         e.snapshot("plain")
             .into_iter()
-            .filter(|(p, _)| !crate::common::is_own(p))
+            .filter(|(p, _)| {
+                p != ".distributor.json" && p != ".distributor.lock" && !crate::common::is_record(p)
+            })
             .collect::<Vec<_>>()
     };
     assert_eq!(view(&env), reference);
@@ -238,8 +259,28 @@ fn keep_and_the_previous_release_bound_what_stays() {
         BTreeSet::from([ops[2].clone(), ops[3].clone()])
     );
     assert_eq!(env.read(&format!("{PATH}/v.txt")), "version 3");
-    let log = env.read(&format!("{DIR}/.distributor-activations.log"));
-    assert_eq!(log.lines().count(), 4, "{log}");
+    let log = logged(&env, DIR);
+    let activations: Vec<&Value> = log.iter().filter(|e| e["command"] == "publish").collect();
+    assert_eq!(activations.len(), 4, "{log:?}");
+    for (e, op) in activations.iter().zip(&ops) {
+        assert_eq!(e["release_activated"], op.as_str());
+        assert_eq!(e["log_format_version"], 1);
+    }
+    // Retention after the third and fourth publications removed a release each: a
+    // prune entry after the activation's, naming it.
+    let prunes: Vec<&Value> = log.iter().filter(|e| e["command"] == "prune").collect();
+    assert_eq!(prunes.len(), 2, "{log:?}");
+    assert_eq!(prunes[0]["operation_id"], ops[2].as_str());
+    assert_eq!(prunes[0]["removed_releases"][0], ops[0].as_str());
+    assert_eq!(prunes[1]["removed_count"], 1);
+    for (i, e) in log.iter().enumerate() {
+        assert_eq!(e["seq"], i + 1);
+    }
+    assert!(!env.exists(&format!("{DIR}/.distributor-activations.log")));
+    assert_eq!(
+        env.read(&format!("{DIR}/.distributor-releases.json")),
+        "{\"moved_to\": \".distributor/\"}\n"
+    );
 }
 
 #[test]
@@ -609,7 +650,11 @@ fn a_crash_at_every_step_leaves_the_old_or_the_new_release() {
                     e.publish(&c, &b, &[]).expect_code(0);
                     e.snapshot("plain")
                         .into_iter()
-                        .filter(|(p, _)| !crate::common::is_own(p))
+                        .filter(|(p, _)| {
+                            p != ".distributor.json"
+                                && p != ".distributor.lock"
+                                && !crate::common::is_record(p)
+                        })
                         .collect()
                 };
                 let mut got = view(&env);
@@ -1255,6 +1300,55 @@ fn adopt_is_refused_with_the_list_while_unmanaged_content_is_there() {
     );
 }
 
+/// The audit's attack 5: a neighbour swaps another managed destination in at `path` while
+/// an adoption runs. Only the directory the adoption locked is ever exchanged: the other
+/// destination stays where it was put, its state and lock files with it, and nothing is
+/// deleted; the adoption fails, leaving the locked directory and no release behind. The
+/// swap comes between the check of `path` and the exchange: what the exchange moved is
+/// checked and exchanged back.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn adopt_exchanges_only_the_directory_it_locked() {
+    let env = Env::new();
+    let (_, cfg) = in_place_then_releases(&env);
+    // Another managed destination beside it.
+    let other_cfg = env.simple_config("other.yaml", "radar", "other", "www/other", "");
+    let v2 = env.bundle("b2", "tomorrow", V2_AT, V2_FILES, V2_LINKS);
+    env.publish(&other_cfg, &v2, &[]).expect_code(0);
+    let other = env.snapshot("www/other");
+    let mine = env.snapshot(PATH);
+    let args = [
+        "releases",
+        "adopt",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+    ];
+    let paused =
+        crate::common::hostile::PausedRun::start(&env, &args, "before_adopt_exchange", &[]);
+    std::fs::rename(env.path(PATH), env.path("www/latest.locked")).unwrap();
+    std::fs::rename(env.path("www/other"), env.path(PATH)).unwrap();
+    let r = paused.resume();
+    r.expect_code(1);
+    assert!(r.stdout.contains("exchanged back"), "{}", r.stdout);
+    assert_eq!(
+        env.snapshot(PATH),
+        other,
+        "the other destination is untouched"
+    );
+    assert_eq!(env.snapshot("www/latest.locked"), mine);
+    assert!(releases(&env).is_empty(), "{:?}", releases(&env));
+    assert!(logged(&env, DIR).is_empty());
+    // Put back, the adoption goes through.
+    std::fs::rename(env.path(PATH), env.path("www/other")).unwrap();
+    std::fs::rename(env.path("www/latest.locked"), env.path(PATH)).unwrap();
+    adopt(&env, &cfg, &[]).expect_code(0);
+    assert_eq!(env.snapshot("www/other"), other);
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "failpoints"),
@@ -1571,23 +1665,14 @@ fn a_failed_publication_never_counts_as_a_release() {
         "      keep: 0\n",
     );
     let ops = publish_versions(&env, &cfg, 2);
-    let before = (
-        releases(&env),
-        env.read(&format!("{DIR}/.distributor-activations.log")),
-    );
+    let before = (releases(&env), logged(&env, DIR));
     // The bundle's file changes after its manifest was written: an invalid source, found
     // while staging.
     let b3 = site(&env, 3);
     std::fs::write(b3.join("index.html"), "changed after the manifest").unwrap();
     let r = env.publish(&cfg, &b3, &[]);
     r.expect_code(1);
-    assert_eq!(
-        (
-            releases(&env),
-            env.read(&format!("{DIR}/.distributor-activations.log"))
-        ),
-        before
-    );
+    assert_eq!((releases(&env), logged(&env, DIR)), before);
     // The previous release is still the rollback target, and retention kept both.
     rollback(&env, &cfg, &["--dry-run"]).expect_code(0);
     assert_eq!(

@@ -5,6 +5,7 @@
 mod actor;
 mod completions;
 mod history;
+mod log;
 mod manifest;
 mod progress;
 mod prune;
@@ -45,6 +46,7 @@ enum Command {
     Serve(serve::ServeArgs),
     Rollback(rollback::RollbackArgs),
     Prune(prune::PruneArgs),
+    Log(log::LogArgs),
     Releases(releases::ReleasesArgs),
     Completions(completions::CompletionsArgs),
 }
@@ -152,6 +154,7 @@ impl Cli {
             Command::Serve(a) => serve::run(a),
             Command::Rollback(a) => rollback::run(a),
             Command::Prune(a) => prune::run(a),
+            Command::Log(a) => log::run(a),
             Command::Releases(a) => releases::run(a),
             Command::Completions(a) => completions::run(a),
         }

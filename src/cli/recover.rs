@@ -55,6 +55,8 @@ pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
             }
         );
     }
+    // The log entries this run writes for operations it finishes say so.
+    crate::backend::local::log::set_recovering(&cli_actor(a.actor.as_deref()));
     let opts = RecoverOptions {
         journal,
         dry_run: a.dry_run,

@@ -34,15 +34,21 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
     let dests = config.select(&a.destinations)?;
     let view = JournalView::open(&resolve_journal(a.journal.as_deref(), Some(&config))?)?;
     let st = inspect::status(&dests, view.as_ref());
-    // An unreadable bundle path is 1, pending recovery 4 (SPEC §10 precedence).
+    // An unreadable bundle path (or a bad log entry) is 1, pending recovery 4 (SPEC §10
+    // precedence).
     let codes: Vec<u8> = st
         .iter()
-        .map(|s| match (&s.error, s.recovery_pending) {
-            (Some(_), _) => 1,
-            // An untrusted record is decided before a pending recovery (SPEC §17).
-            _ if s.untrusted_record.is_some() => 3,
-            (None, true) => 4,
-            (None, false) => 0,
+        .map(|s| {
+            match (
+                s.error.as_ref().or(s.log_error.as_ref()),
+                s.recovery_pending,
+            ) {
+                (Some(_), _) => 1,
+                // An untrusted record is decided before a pending recovery (SPEC §17).
+                _ if s.untrusted_record.is_some() => 3,
+                (None, true) => 4,
+                (None, false) => 0,
+            }
         })
         .collect();
     let code = overall_exit_code(&codes);
@@ -69,6 +75,9 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
         }
         if let Some(u) = &s.untrusted_record {
             let _ = writeln!(out, "  untrusted_record: {u}");
+        }
+        if let Some(e) = &s.log_error {
+            let _ = writeln!(out, "  error: {e}");
         }
         for o in &s.owners {
             let _ = writeln!(

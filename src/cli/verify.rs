@@ -44,13 +44,19 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     // An unverifiable bundle path is 1, pending recovery 4, drift 3 (SPEC §10 precedence).
     let codes: Vec<u8> = drift
         .iter()
-        .map(|d| match (&d.error, d.recovery_pending, d.drifted()) {
-            (Some(_), _, _) => 1,
-            // An untrusted record is decided before a pending recovery (SPEC §17).
-            _ if d.untrusted_record.is_some() => 3,
-            (None, true, _) => 4,
-            (None, false, true) => 3,
-            (None, false, false) => 0,
+        .map(|d| {
+            match (
+                d.error.as_ref().or(d.log_error.as_ref()),
+                d.recovery_pending,
+                d.drifted(),
+            ) {
+                (Some(_), _, _) => 1,
+                // An untrusted record is decided before a pending recovery (SPEC §17).
+                _ if d.untrusted_record.is_some() => 3,
+                (None, true, _) => 4,
+                (None, false, true) => 3,
+                (None, false, false) => 0,
+            }
         })
         .collect();
     let code = overall_exit_code(&codes);
@@ -89,6 +95,9 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
         }
         if let Some(u) = &d.untrusted_record {
             let _ = writeln!(out, "  untrusted_record: {u}");
+        }
+        if let Some(e) = &d.log_error {
+            let _ = writeln!(out, "  error: {e}");
         }
         if let Some(what) = &d.recovery {
             let _ = writeln!(out, "  {what}");

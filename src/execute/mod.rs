@@ -152,8 +152,21 @@ pub fn retain(
     bundle: &str,
     journal: &mut Journal,
 ) -> Result<()> {
-    if let Err(e) = prune_and_settle(releases, Some(state), op_id, bundle, journal)? {
-        eprintln!("warning: {bundle}: retention failed: {e}");
+    match prune_and_settle(releases, Some(state), op_id, bundle, journal)? {
+        Err(e) => eprintln!("warning: {bundle}: retention failed: {e}"),
+        // Removing releases changes what the destination holds: a log entry of its own
+        // (SPEC §18), after the activation's.
+        Ok(verdicts) => {
+            let removed: Vec<String> = (verdicts.into_iter())
+                .filter(|v| !v.keep)
+                .map(|v| v.release)
+                .collect();
+            if !removed.is_empty()
+                && let Err(e) = releases.log_retention(op_id, &removed)
+            {
+                eprintln!("warning: {bundle}: retention's log entry was not written: {e}");
+            }
+        }
     }
     Ok(())
 }
@@ -285,6 +298,7 @@ fn origin(
         source: source.source_ref(),
         takeovers: serde_json::to_value(&plan.takeovers)
             .map_err(|e| Error::Failed(e.to_string()))?,
+        host: Some(crate::backend::local::log::host()),
     })
 }
 

@@ -159,6 +159,10 @@ pub struct Origin {
     pub source: SourceRef,
     /// The report's `takeovers` array.
     pub takeovers: serde_json::Value,
+    /// The host that ran it (the destination log's `host`, which an entry `recover`
+    /// writes keeps); absent in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// What recovery needs to finish or undo an operation.
@@ -521,6 +525,7 @@ mod tests {
                     digest: String::new(),
                 },
                 takeovers: serde_json::Value::Null,
+                host: None,
             },
             actions: vec![
                 a(ActionKind::FileOverwrite, "a/x.txt"),

@@ -74,6 +74,9 @@ pub struct Storage<'a> {
     /// A record in the destination distributor does not believe (SPEC §17): the
     /// operator's message naming it and its owner.
     pub untrusted_record: Option<String>,
+    /// Set when a releases destination's `path` is not the symlink the last logged
+    /// activation made (SPEC §17): why.
+    pub path_changed: Option<String>,
     /// Source digests rolled back from and not published past since, per owner (a
     /// releases destination's activation log, SPEC §15).
     pub rolled_back: Vec<Hold>,
@@ -98,6 +101,7 @@ impl<'a> Storage<'a> {
             bundle_unsafe,
             releases_mismatch: None,
             untrusted_record: None,
+            path_changed: None,
             rolled_back: Vec::new(),
             entries,
             probed,

@@ -167,6 +167,15 @@ pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
         ));
         return finish_conflict(plan);
     }
+    if let Some(why) = &input.storage.path_changed {
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::PathChanged,
+            None,
+            None,
+            why.clone(),
+        ));
+        return finish_conflict(plan);
+    }
     if d.backend == Backend::S3 {
         object_store_conflicts(&mut plan, input);
         if !plan.conflicts.is_empty() {

@@ -272,20 +272,25 @@ impl Env {
         out
     }
 
-    /// [`Env::snapshot`] without the bundle paths' lock files and empty record
-    /// directories (`.distributor/`, `.distributor/staging/`): a refused or failed writing
-    /// run takes the lock (creating the file) before it finds out it may not write, and a
-    /// failed one may have begun its staging record there.
+    /// [`Env::snapshot`] without the bundle paths' lock files (a refused or failed writing
+    /// run takes the lock, creating the file, before it finds out it may not write) and
+    /// without distributor's record directories `.distributor/` (the destination log:
+    /// `tests/test_log.rs` checks it).
     pub fn snapshot_unlocked(&self, rel: &str) -> Vec<(String, String)> {
         self.snapshot(rel)
             .into_iter()
-            .filter(|(p, c)| {
-                !p.ends_with(".distributor.lock")
-                    && !(c == "<dir>"
-                        && (p.ends_with(".distributor") || p.ends_with(".distributor/staging")))
-            })
+            .filter(|(p, _)| !p.ends_with(".distributor.lock") && !is_record(p))
             .collect()
     }
+}
+
+/// Whether `rel` is in one of distributor's record directories (`.distributor/`, at any
+/// depth: each bundle path has its own).
+pub fn is_record(rel: &str) -> bool {
+    rel == ".distributor"
+        || rel.starts_with(".distributor/")
+        || rel.ends_with("/.distributor")
+        || rel.contains("/.distributor/")
 }
 
 fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
@@ -299,6 +304,10 @@ fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
         } else if ft.is_dir() {
             out.push((rel.clone(), "<dir>".into()));
             walk(base, &p, out);
+        } else if is_record(&rel) && rel.contains(".distributor/log/") {
+            // A log entry names its operation and times: what differs between two runs
+            // of one scenario.
+            out.push((rel, "<log entry>".into()));
         } else if p.file_name().is_some_and(|n| n == ".distributor.lock") {
             // Its content says who held the lock last (host, pid, time): it changes with
             // every locked run, and is not content any test protects.

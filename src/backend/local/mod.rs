@@ -11,6 +11,7 @@ pub mod bundle;
 pub mod crashsim;
 pub mod handle;
 pub mod holder;
+pub mod log;
 pub mod records;
 
 pub use bundle::{Bundle, StagingEntry, StateBytes, TMP_PREFIX, bundle_unsafe, open_source};
@@ -148,6 +149,14 @@ impl BundleStore for Bundle {
         Bundle::undo(self, op)
     }
     fn clean_up(&self, op: &StagedOperation) -> Result<()> {
+        // The destination log's entry (SPEC §18) exists before the staging entry goes, so
+        // a missing entry is always the last one, and `recover` (which cleans up through
+        // here too) writes it.
+        if log::last_is(self.dir(), &op.operation_id)? {
+            log::tidy(self.dir(), &op.operation_id)?;
+        } else {
+            log::append(self.dir(), log::Entry::of_operation(op))?;
+        }
         Bundle::clean_up(self, op)
     }
     fn remove_staging(&self, op: &str) -> Result<()> {

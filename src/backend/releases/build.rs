@@ -3,12 +3,14 @@
 //! the active release (copied and verified where a link cannot be made), the new files
 //! and links, its `.distributor.json`; then one `syncfs`, a symlink to it under a
 //! temporary name, and the rename over `path` that is the commit point. The rollback
-//! removes a release `path` does not name; the cleanup appends the activation to the log.
+//! removes a release `path` does not name and no log entry names; the cleanup writes the
+//! activation's entry in the destination log (SPEC §18) before the staging entry goes.
 
-use super::log::{self, Activation};
+use super::log;
 use super::{ACTIVATE_PREFIX, ADOPTED_PREFIX, Link, ReleaseStore, link_text};
 use crate::backend::Committed;
 use crate::backend::local::handle::{Dir, Identity, split, type_name};
+use crate::backend::local::log::Entry;
 use crate::backend::local::records::RECORD_DIR;
 use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE};
 use crate::error::{Error, IoContext, Result};
@@ -18,7 +20,7 @@ use crate::source::relative_link_target;
 use crate::state::STATE_FILE;
 use rustix::fs::{FileType, Mode};
 use sha2::{Digest, Sha256};
-use std::io::{Read, Seek, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -44,6 +46,9 @@ impl ReleaseStore {
         post: &[u8],
     ) -> Result<()> {
         let root = self.root()?;
+        if let Some(why) = self.log_view()?.legacy_error {
+            return Err(Error::Failed(format!("{why}; nothing was published")));
+        }
         root.begin(op, pre, post)?;
         self.record_settings()?;
         if op.releases.as_ref().is_some_and(|r| r.activates.is_some()) {
@@ -75,24 +80,14 @@ impl ReleaseStore {
         Ok(())
     }
 
-    /// Writes `.distributor-releases.json` when `releases.dir` has none yet.
+    /// Records the settings in `.distributor/releases.json` when `releases.dir` has none
+    /// yet (and leaves `{"moved_to": ".distributor/"}` at the old name, which Part II
+    /// binaries refuse).
     fn record_settings(&self) -> Result<()> {
         if self.recorded_settings()?.is_some() {
             return Ok(());
         }
-        let root = self.root()?;
-        let record = log::RecordedSettings::of(&self.path, &self.settings);
-        let bytes = serde_json::to_vec_pretty(&record).map_err(|e| Error::Failed(e.to_string()))?;
-        let tmp = format!("{}.tmp", log::SETTINGS_FILE);
-        let path = self.settings.dir.join(log::SETTINGS_FILE);
-        let _ = root.dir().unlink(&tmp);
-        let mut f = root.dir().create_file(&tmp).ctx("create", &path)?;
-        f.write_all(&bytes).ctx("write", &path)?;
-        root.dir().sync_file(&f, &tmp).ctx("fsync", &path)?;
-        root.dir()
-            .rename_new(&tmp, root.dir(), log::SETTINGS_FILE)
-            .ctx("write", &path)?;
-        root.dir().sync().ctx("fsync", &self.settings.dir)
+        self.write_settings(&log::RecordedSettings::of(&self.path, &self.settings))
     }
 
     /// The directory `rel` of the release being built for `op`, created (with its
@@ -174,6 +169,14 @@ impl ReleaseStore {
     /// `path`, and an fsync of `path`'s parent.
     pub(super) fn activate(&self, op: &StagedOperation) -> Result<Committed> {
         let root = self.root()?;
+        if self.link == Link::Plain && !Self::adopts(op) {
+            // `rollback --to` while path_changed: a directory someone put at `path` is
+            // theirs; distributor never replaces it.
+            return Err(Error::Failed(format!(
+                "{} is a plain directory (path_changed); distributor never replaces one: move it away, then run the rollback again; nothing was activated",
+                self.path.display()
+            )));
+        }
         if let Some(target) = op.releases.as_ref().and_then(|r| r.activates.as_deref()) {
             root.dir()
                 .open_dir(target)
@@ -215,11 +218,8 @@ impl ReleaseStore {
         if Self::adopts(op) {
             // The plain directory and the symlink change places: the directory, now
             // under the temporary name, is emptied of what the release took over by the
-            // cleanup.
-            tmp_dir
-                .exchange(&tmp, &self.parent, &self.name())
-                .ctx("exchange with the first release", &self.path)?;
-            tmp_dir.sync().ctx("fsync", tmp_dir.path())?;
+            // cleanup. Only the directory locked is exchanged (SPEC §17).
+            self.exchange_locked(op, &tmp_dir, &tmp)?;
         } else {
             tmp_dir
                 .rename_over(&tmp, &self.parent, &self.name())
@@ -227,6 +227,46 @@ impl ReleaseStore {
         }
         self.parent.sync().ctx("fsync", self.parent.path())?;
         Ok(Committed::passed())
+    }
+
+    /// The adoption's exchange: `path` must be the plain directory locked (its device and
+    /// inode, kept in the staging record) right before the `RENAME_EXCHANGE`, and what
+    /// landed under the temporary name must be it afterwards; otherwise a neighbour
+    /// swapped another directory in, and it is exchanged back and nothing is deleted.
+    fn exchange_locked(&self, op: &StagedOperation, tmp_dir: &Dir, tmp: &str) -> Result<()> {
+        let want = locked_dir(op).ok_or_else(|| {
+            Error::Failed(format!(
+                "{}: the adoption's record does not name the directory it locked; nothing was activated",
+                self.path.display()
+            ))
+        })?;
+        let name = self.name();
+        let at_path = self.parent.stat(&name).ctx("stat", &self.path)?;
+        if Identity::of(&at_path) != want {
+            return Err(Error::Unsafe(format!(
+                "{} is no longer the directory distributor locked for the adoption (it was replaced while the run went on); nothing was exchanged",
+                self.path.display()
+            )));
+        }
+        // A neighbour may swap another directory in right here: checked again below.
+        failpoint::hit("before_adopt_exchange");
+        tmp_dir
+            .exchange(tmp, &self.parent, &name)
+            .ctx("exchange with the first release", &self.path)?;
+        let landed = tmp_dir.stat(tmp).ctx("stat", tmp_dir.join(tmp))?;
+        if Identity::of(&landed) != want {
+            // Swapped in between the check and the exchange: put it back.
+            tmp_dir
+                .exchange(tmp, &self.parent, &name)
+                .ctx("exchange back", &self.path)?;
+            self.parent.sync().ctx("fsync", self.parent.path())?;
+            tmp_dir.sync().ctx("fsync", tmp_dir.path())?;
+            return Err(Error::Unsafe(format!(
+                "{} was replaced by another directory during the adoption's exchange; it was exchanged back and nothing was deleted",
+                self.path.display()
+            )));
+        }
+        tmp_dir.sync().ctx("fsync", tmp_dir.path())
     }
 
     /// Where the temporary symlink goes: `releases.dir`, or beside `path` when
@@ -291,10 +331,21 @@ impl ReleaseStore {
         }
         self.remove_activation_links(id)?;
         failpoint::hit("undo_remove_placed");
-        if rollback.is_none() {
+        // Only retention removes a release the log names (SPEC §17): a replayed staging
+        // record must not take a logged release with it.
+        let logged = (self.log_view()?.log.entries.iter()).any(|e| {
+            e.release_activated.as_deref() == Some(id)
+                || e.release_deactivated.as_deref() == Some(id)
+        });
+        if rollback.is_none() && !logged {
             root.dir()
                 .remove_tree(id)
                 .ctx("remove release", self.settings.dir.join(id))?;
+        } else if rollback.is_none() {
+            eprintln!(
+                "warning: {} is named by the destination log; undoing operation {id} leaves it for retention",
+                self.settings.dir.join(id).display()
+            );
         }
         *self.building.lock().unwrap_or_else(|p| p.into_inner()) = None;
         failpoint::hit("undo_before_remove_staging");
@@ -311,26 +362,35 @@ impl ReleaseStore {
         if Self::adopts(op) {
             self.retire_adopted(op)?;
         }
-        let logged = self.activations()?;
-        if logged.last().map(|a| &a.operation_id) != Some(&op.operation_id) {
+        let view = self.log_view()?;
+        if let Some(why) = &view.legacy_error {
+            return Err(Error::Failed(format!(
+                "{why}; operation {} is not logged yet (its staging entry stays for `distributor recover`)",
+                op.operation_id
+            )));
+        }
+        if view.log.names_operation(&op.operation_id) {
+            crate::backend::local::log::tidy(root.dir(), &op.operation_id)?;
+        } else {
             let owner = format!("{}/{}", op.origin.pipeline_id, op.destination_id);
             let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());
             let undoes = op.releases.as_ref().and_then(|r| r.undoes.clone());
             let held = match (&undoes, &op.origin.previous_source) {
                 (Some(_), Some(from)) => vec![crate::plan::Hold {
-                    owner: owner.clone(),
+                    owner,
                     digest: from.digest.clone(),
                 }],
                 _ => Vec::new(),
             };
-            self.append_activation(&Activation {
-                release: rollback.unwrap_or_else(|| op.operation_id.clone()),
-                operation_id: op.operation_id.clone(),
-                activated_at: crate::journal::now(),
-                owner: Some(owner),
-                held,
-                undoes,
-            })?;
+            let mut entry = Entry::of_operation(op);
+            entry.release_activated = Some(rollback.unwrap_or_else(|| op.operation_id.clone()));
+            entry.release_deactivated = view
+                .active()
+                .map(str::to_string)
+                .or_else(|| op.releases.as_ref().and_then(|r| r.active_before.clone()));
+            entry.undoes = undoes;
+            entry.held = held;
+            crate::backend::local::log::append(root.dir(), entry)?;
         }
         root.remove_staging(&op.operation_id)
     }
@@ -360,6 +420,17 @@ impl ReleaseStore {
         let Ok(old) = root.dir().open_dir(&kept) else {
             return Ok(());
         };
+        // Only the directory the adoption locked is emptied (SPEC §17): anything else
+        // under that name stays, named in a warning.
+        if let Some(want) = locked_dir(op)
+            && old.identity().ctx("stat", &old_path)? != want
+        {
+            eprintln!(
+                "warning: {} is not the directory the adoption locked; distributor leaves it as it is: inspect it",
+                old_path.display()
+            );
+            return Ok(());
+        }
         let release_path = self.settings.dir.join(id);
         let release = root.dir().open_dir(id).ctx("open", &release_path)?;
         let reading = release.try_clone().ctx("open", &release_path)?;
@@ -401,11 +472,8 @@ impl ReleaseStore {
                 old.unlink(own).ctx("remove", old_path.join(own))?;
             }
         }
-        if let Ok(rec) = old.open_dir(RECORD_DIR) {
-            let _ = rec.rmdir("staging");
-        }
-        let _ = old.rmdir(RECORD_DIR);
         let _ = old.rmdir(LEGACY_STAGING_DIR);
+        self.keep_adopted_records(&old, id)?;
         prune_empty(&old);
         if root.dir().rmdir(&kept).is_err() {
             eprintln!(
@@ -415,21 +483,39 @@ impl ReleaseStore {
         }
         Ok(())
     }
+}
 
-    /// Appends one line to the activation log and makes it durable.
-    fn append_activation(&self, a: &Activation) -> Result<()> {
+impl ReleaseStore {
+    /// The adopted directory's own records (its destination log from the publications
+    /// in place) are history: they move to `<releases.dir>/.distributor/adopted/<op>/`,
+    /// never deleted. Only a trusted record directory moves.
+    fn keep_adopted_records(&self, old: &Dir, id: &str) -> Result<()> {
+        if old.open_record_dir(RECORD_DIR).is_err() {
+            return Ok(());
+        }
         let root = self.root()?;
-        let path = self.settings.dir.join(log::LOG_FILE);
-        let mut line = serde_json::to_vec(a).map_err(|e| Error::Failed(e.to_string()))?;
-        line.push(b'\n');
-        let mut f = root
-            .dir()
-            .open_or_create(log::LOG_FILE)
-            .ctx("open", &path)?;
-        f.seek(std::io::SeekFrom::End(0)).ctx("write", &path)?;
-        f.write_all(&line).ctx("write", &path)?;
-        f.sync_all().ctx("fsync", &path)
+        let base = &self.settings.dir;
+        let rec = (root.dir().make_record_dir(RECORD_DIR))
+            .and_then(|r| r.make_record_dir("adopted"))
+            .map_err(|e| match e {
+                crate::backend::local::records::RecordError::Untrusted(u) => {
+                    Error::Unsafe(u.message())
+                }
+                crate::backend::local::records::RecordError::Io(e) => {
+                    Error::io("create", base.join(RECORD_DIR).join("adopted"), e)
+                }
+            })?;
+        old.rename_new(RECORD_DIR, &rec, id)
+            .ctx("move", old.join(RECORD_DIR))?;
+        rec.sync().ctx("fsync", rec.path())
     }
+}
+
+/// The device and inode of the plain directory an adoption locked, as its record keeps
+/// them.
+fn locked_dir(op: &StagedOperation) -> Option<Identity> {
+    let [dev, ino] = op.releases.as_ref()?.adopts_dir?;
+    Some(Identity { dev, ino })
 }
 
 /// Removes every empty directory below `dir`, deepest first (never one holding

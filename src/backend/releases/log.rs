@@ -1,19 +1,33 @@
-//! What `releases.dir` records besides the releases themselves (SPEC §15): the settings it
-//! was made with (`.distributor-releases.json`, compared with every config that
-//! publishes there: `releases_mismatch`) and the activation log
-//! (`.distributor-activations.log`, one JSON line per activation, oldest first), and the
-//! retention rule that reads it. Retention here is pure: it decides from the log, the
-//! release directories present and the ones unfinished operations use.
+//! What `releases.dir` records besides the releases themselves (SPEC §15, §18): the
+//! settings it was made with (`.distributor/releases.json`, compared with every config
+//! that publishes there: `releases_mismatch`), the activations as the destination log
+//! (`.distributor/log/`, [`crate::backend::local::log`]) holds them, the old activation
+//! log (`.distributor-activations.log`, one JSON line per activation, oldest first) that
+//! the log replaces, and the retention rule that reads them. Retention here is pure: it
+//! decides from the activations, the release directories present and the ones
+//! unfinished operations use.
 
+use crate::backend::local::log::Entry;
 use crate::config::ReleaseSettings;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-/// The settings record's name in `releases.dir`.
+/// The settings record's old name in `releases.dir`: once the settings moved to
+/// `.distributor/releases.json`, it holds [`MOVED_TO`], which Part II binaries refuse.
 pub const SETTINGS_FILE: &str = ".distributor-releases.json";
-/// The activation log's name in `releases.dir`.
+/// The old activation log's name in `releases.dir` (read, migrated, never written).
 pub const LOG_FILE: &str = ".distributor-activations.log";
+/// What the old settings record holds once the records moved.
+pub const MOVED_TO: &str = "{\"moved_to\": \".distributor/\"}\n";
+
+/// The old settings record after the move.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MovedTo {
+    /// `.distributor/`.
+    pub moved_to: String,
+}
 
 /// The settings a releases directory was made with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,7 +64,7 @@ impl RecordedSettings {
         (self != config).then(|| {
             format!(
                 "{} records releases settings ({}) that differ from this config's ({}); every config publishing there must give the same releases settings",
-                dir.join(SETTINGS_FILE).display(),
+                dir.join(crate::backend::local::records::RELEASES_SETTINGS).display(),
                 show(self),
                 show(config)
             )
@@ -134,14 +148,76 @@ pub fn latest(log: &[Activation], owner: Option<&str>) -> Option<String> {
         .map(|a| a.operation_id.clone())
 }
 
-/// Parses the activation log; a line that does not parse (the last one, torn by a crash
-/// while it was appended) is left out.
-pub fn parse_log(bytes: &[u8]) -> Vec<Activation> {
-    bytes
-        .split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .filter_map(|l| serde_json::from_slice(l).ok())
-        .collect()
+impl Activation {
+    /// The activation a log entry records, if it records one.
+    pub fn of_entry(e: &Entry) -> Option<Activation> {
+        Some(Activation {
+            release: e.release_activated.clone()?,
+            operation_id: e.operation_id.clone(),
+            activated_at: e.committed_at.clone(),
+            owner: e.owner(),
+            held: e.held.clone(),
+            undoes: e.undoes.clone(),
+        })
+    }
+
+    /// The log entry line `line` of the old activation log becomes (numbered by the
+    /// migration).
+    pub fn to_entry(&self) -> Entry {
+        let command = if self.is_rollback() {
+            "rollback"
+        } else {
+            "publish"
+        };
+        let mut e = Entry::new(&self.operation_id, command, "activate");
+        if let Some((p, d)) = self.owner.as_deref().and_then(|o| o.split_once('/')) {
+            e.pipeline_id = p.to_string();
+            e.destination_id = d.to_string();
+        }
+        e.started_at = self.activated_at.clone();
+        e.committed_at = self.activated_at.clone();
+        e.release_activated = Some(self.release.clone());
+        e.undoes = self.undoes.clone();
+        e.held = self.held.clone();
+        e.migrated_from = Some(LOG_FILE.to_string());
+        e
+    }
+}
+
+/// The activations of the log's entries, oldest first.
+pub fn activations(entries: &[Entry]) -> Vec<Activation> {
+    entries.iter().filter_map(Activation::of_entry).collect()
+}
+
+/// Parses the old activation log, one activation per line. A last line with no newline
+/// after it that does not parse is an append torn by a crash: its operation still had
+/// its staging entry, and `recover` logs it again, so it is left out. A line that does
+/// not parse but ends with a whole activation is such a torn fragment with the append
+/// `recover` made after it: the whole activation counts. Any other line that does not
+/// parse is an error naming its number: which activation it held is unknown.
+pub fn parse_log(bytes: &[u8]) -> Result<Vec<Activation>, String> {
+    let mut out = Vec::new();
+    let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    let last = lines.len() - 1;
+    for (i, l) in lines.iter().enumerate() {
+        if l.is_empty() {
+            continue;
+        }
+        if let Ok(a) = serde_json::from_slice::<Activation>(l) {
+            out.push(a);
+            continue;
+        }
+        let salvaged = (1..l.len())
+            .rev()
+            .filter(|&k| l[k] == b'{' && l[k - 1] != b'[' && l[k - 1] != b':')
+            .find_map(|k| serde_json::from_slice::<Activation>(&l[k..]).ok());
+        match salvaged {
+            Some(a) => out.push(a),
+            None if i == last => {}
+            None => return Err(format!("line {} does not parse", i + 1)),
+        }
+    }
+    Ok(out)
 }
 
 /// Why a release is kept or removed.
@@ -413,6 +489,25 @@ mod tests {
     #[test]
     fn a_torn_last_line_is_left_out() {
         let bytes = b"{\"release\":\"a\",\"operation_id\":\"a\",\"activated_at\":\"t\"}\n{\"release\":\"b\",\"oper";
-        assert_eq!(parse_log(bytes).len(), 1);
+        assert_eq!(parse_log(bytes).unwrap().len(), 1);
+    }
+
+    /// The audit's attack: a disk-full append tore a line, `recover` appended the whole
+    /// activation after the fragment, and the merged line no longer parsed, so the active
+    /// release's activation was lost. The whole activation at its end counts.
+    #[test]
+    fn a_torn_fragment_followed_by_the_recovered_append_keeps_the_activation() {
+        let a = r#"{"release":"a","operation_id":"a","activated_at":"t"}"#;
+        let b = r#"{"release":"b","operation_id":"b","activated_at":"u","held":[{"owner":"p/d","digest":"x"}]}"#;
+        let bytes = format!("{a}\n{{\"release\":\"b\",\"oper{b}\n");
+        let l = parse_log(bytes.as_bytes()).unwrap();
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[1].release, "b");
+        assert_eq!(l[1].held.len(), 1);
+        // A torn line in the middle with nothing whole after it: which activation it
+        // was is unknown.
+        let bytes = format!("{a}\n{{\"release\":\"b\",\"oper\n{a}\n");
+        let e = parse_log(bytes.as_bytes()).unwrap_err();
+        assert!(e.contains("line 2"), "{e}");
     }
 }

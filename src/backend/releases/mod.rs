@@ -62,6 +62,10 @@ pub struct ReleasesRecord {
     /// A rollback: the release whose activation it undoes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undoes: Option<String>,
+    /// `releases adopt`: the device and inode of the plain directory it locked at `path`,
+    /// the only directory it exchanges, and later empties (SPEC §17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopts_dir: Option<[u64; 2]>,
 }
 
 impl ReleasesRecord {
@@ -158,6 +162,39 @@ pub struct ReleaseStore {
     rollback_to: Mutex<Option<(Option<String>, String)>>,
     /// The operation adopts the plain directory at `path`.
     adopting: std::sync::atomic::AtomicBool,
+    /// Why `path` is not the symlink the last logged activation made (SPEC §17), as read
+    /// when opened: `path_changed`.
+    path_changed: Option<String>,
+}
+
+/// The destination log of a releases directory, read (SPEC §18): its entries, the
+/// activations they and the not yet migrated old activation log record, and what makes
+/// retention remove nothing.
+#[derive(Debug, Default)]
+pub struct LogView {
+    /// The log as read.
+    pub log: crate::backend::local::log::Log,
+    /// Every activation, oldest first.
+    pub activations: Vec<log::Activation>,
+    /// Why the old activation log cannot be migrated, if it cannot.
+    pub legacy_error: Option<String>,
+}
+
+impl LogView {
+    /// The release the last logged activation made active.
+    pub fn active(&self) -> Option<&str> {
+        self.activations.last().map(|a| a.release.as_str())
+    }
+
+    /// Why the log cannot be trusted to order releases (bad entries, an old log that
+    /// cannot be migrated), if it cannot.
+    pub fn untrusted(&self) -> Option<String> {
+        match (&self.legacy_error, self.log.bad_message()) {
+            (Some(l), _) => Some(l.clone()),
+            (None, Some(b)) => Some(b),
+            (None, None) => None,
+        }
+    }
 }
 
 impl ReleaseStore {
@@ -210,7 +247,15 @@ impl ReleaseStore {
                 Link::Plain => {}
             }
         }
+        let view = match &root {
+            Some(r) => read_log_view(r, dir)?,
+            None => LogView::default(),
+        };
+        let path_changed = path_changed(&link, &view, path);
         let active = match (&link, &root) {
+            // A plain directory where the log says distributor's symlink was: the user's,
+            // never locked or written.
+            (Link::Plain, _) if path_changed.is_some() => None,
             (Link::Release(r), Some(root)) => Some(open_release(root, r, path)?),
             // Not adopted yet: read (status, verify, adopt) as a plain bundle path, locked
             // as one for an operation (adopt) so no in-place publication runs meanwhile.
@@ -223,7 +268,7 @@ impl ReleaseStore {
             ),
             _ => None,
         };
-        Ok(Some(ReleaseStore {
+        let store = ReleaseStore {
             path: path.to_path_buf(),
             settings: settings.clone(),
             parent,
@@ -233,7 +278,12 @@ impl ReleaseStore {
             building: Mutex::new(None),
             rollback_to: Mutex::new(None),
             adopting: Default::default(),
-        }))
+            path_changed,
+        };
+        if lock.is_some() {
+            store.migrate()?;
+        }
+        Ok(Some(store))
     }
 
     /// `releases.dir`, which an operation needs.
@@ -241,6 +291,12 @@ impl ReleaseStore {
         self.root
             .as_ref()
             .ok_or_else(|| Error::Failed(format!("{} does not exist", self.settings.dir.display())))
+    }
+
+    /// The directory holding the record directory `.distributor/` (`releases.dir`):
+    /// where the destination log is.
+    pub fn record_base(&self) -> Result<&Dir> {
+        Ok(self.root()?.dir())
     }
 
     /// The name of `path` in its parent.
@@ -264,9 +320,100 @@ impl ReleaseStore {
         }
     }
 
-    /// Whether `path` is a plain directory, not adopted yet.
+    /// Whether `path` is a plain directory, not adopted yet (a plain directory where the
+    /// log says distributor's symlink was is [`ReleaseStore::path_changed`] instead).
     pub fn is_plain(&self) -> bool {
-        self.link == Link::Plain
+        self.link == Link::Plain && self.path_changed.is_none()
+    }
+
+    /// Why `path` is not the symlink the last logged activation made (missing, a
+    /// directory, another target), if it is not: the conflict `path_changed`, and
+    /// retention removes nothing.
+    pub fn path_changed(&self) -> Option<&str> {
+        self.path_changed.as_deref()
+    }
+
+    /// The destination log as it stands now.
+    pub fn log_view(&self) -> Result<LogView> {
+        match &self.root {
+            Some(r) => read_log_view(r, &self.settings.dir),
+            None => Ok(LogView::default()),
+        }
+    }
+
+    /// Why retention removes nothing now, if it does not: `path_changed`, bad log
+    /// entries, an old activation log that cannot be migrated.
+    pub fn retention_blocked(&self, view: &LogView) -> Option<String> {
+        if let Some(why) = &self.path_changed {
+            return Some(format!("path_changed: {why}"));
+        }
+        view.untrusted()
+    }
+
+    /// Moves the old records to `.distributor/` (SPEC §18), idempotently: every line `i`
+    /// of `.distributor-activations.log` whose entry `i` does not exist yet becomes that
+    /// entry, then the settings go to `.distributor/releases.json` and the old settings
+    /// record is replaced with `{"moved_to": ".distributor/"}`. Needs the lock. An old
+    /// log that cannot be read whole is left as it is (retention removes nothing, and
+    /// publications are refused, until an operator repairs it).
+    fn migrate(&self) -> Result<()> {
+        let root = self.root()?;
+        let dir = root.dir();
+        let Some(legacy) = read_legacy_settings(root, &self.settings.dir)? else {
+            return Ok(());
+        };
+        let view = read_log_view(root, &self.settings.dir)?;
+        if view.legacy_error.is_some() {
+            return Ok(());
+        }
+        let lines = match read_legacy_log(root, &self.settings.dir)? {
+            Some(Ok(lines)) => lines,
+            // Reported through the view; never reached.
+            Some(Err(_)) => return Ok(()),
+            None => Vec::new(),
+        };
+        for (i, a) in lines.iter().enumerate() {
+            let seq = i as u64 + 1;
+            if !view.log.entries.iter().any(|e| e.seq == seq) {
+                crate::backend::local::log::append_at(dir, a.to_entry(), seq)?;
+            }
+        }
+        self.write_settings(&legacy)
+    }
+
+    /// Writes `.distributor/releases.json` (when it is missing) and replaces the old
+    /// settings record with `{"moved_to": ".distributor/"}`.
+    fn write_settings(&self, record: &log::RecordedSettings) -> Result<()> {
+        use crate::backend::local::records::{RECORD_DIR, RELEASES_SETTINGS};
+        use std::io::Write;
+        let root = self.root()?;
+        let dir = root.dir();
+        let base = &self.settings.dir;
+        let rec = dir
+            .make_record_dir(RECORD_DIR)
+            .map_err(|e| record_error(e, base))?;
+        let path = base.join(RELEASES_SETTINGS);
+        if rec.stat_opt("releases.json").ctx("stat", &path)?.is_none() {
+            let bytes =
+                serde_json::to_vec_pretty(record).map_err(|e| Error::Failed(e.to_string()))?;
+            let tmp = "releases.json.tmp";
+            let _ = rec.unlink(tmp);
+            let mut f = rec.create_record_file(tmp).ctx("create", &path)?;
+            f.write_all(&bytes).ctx("write", &path)?;
+            rec.sync_file(&f, tmp).ctx("fsync", &path)?;
+            rec.rename_new(tmp, &rec, "releases.json")
+                .ctx("write", &path)?;
+            rec.sync().ctx("fsync", rec.path())?;
+        }
+        let old = base.join(log::SETTINGS_FILE);
+        let tmp = format!("{}.tmp", log::SETTINGS_FILE);
+        let _ = dir.unlink(&tmp);
+        let mut f = dir.create_file(&tmp).ctx("create", &old)?;
+        f.write_all(log::MOVED_TO.as_bytes()).ctx("write", &old)?;
+        dir.sync_file(&f, &tmp).ctx("fsync", &old)?;
+        dir.rename_over(&tmp, dir, log::SETTINGS_FILE)
+            .ctx("write", &old)?;
+        dir.sync().ctx("fsync", base)
     }
 
     /// What the plain directory at `path` holds in its own staging (an in-place
@@ -286,16 +433,27 @@ impl ReleaseStore {
             == self.parent.identity().ctx("stat", self.parent.path())?.dev)
     }
 
-    /// The settings recorded in `releases.dir`, if any.
+    /// The settings recorded in `releases.dir`, if any: `.distributor/releases.json`, a
+    /// trusted record; else the old `.distributor-releases.json` not migrated yet.
     fn recorded_settings(&self) -> Result<Option<log::RecordedSettings>> {
         let Some(root) = &self.root else {
             return Ok(None);
         };
-        let path = self.settings.dir.join(log::SETTINGS_FILE);
-        let (mut f, _) = match root.dir().open_file(log::SETTINGS_FILE) {
-            Ok(x) => x,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io("open", path, e)),
+        use crate::backend::local::records::{RECORD_DIR, RELEASES_SETTINGS, RecordError};
+        let path = self.settings.dir.join(RELEASES_SETTINGS);
+        let rec = match root.dir().open_record_dir(RECORD_DIR) {
+            Ok(d) => Some(d),
+            Err(RecordError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(record_error(e, &self.settings.dir)),
+        };
+        let file = match rec.as_ref().map(|r| r.open_record_file("releases.json")) {
+            None => None,
+            Some(Ok((f, _))) => Some(f),
+            Some(Err(RecordError::Io(e))) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Some(Err(e)) => return Err(record_error(e, &self.settings.dir)),
+        };
+        let Some(mut f) = file else {
+            return read_legacy_settings(root, &self.settings.dir);
         };
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut f, &mut bytes).ctx("read", &path)?;
@@ -315,21 +473,9 @@ impl ReleaseStore {
             .and_then(|r| r.mismatch(&config, &self.settings.dir)))
     }
 
-    /// The activation log, oldest first.
+    /// Every activation the log records, oldest first.
     pub fn activations(&self) -> Result<Vec<log::Activation>> {
-        let Some(root) = &self.root else {
-            return Ok(Vec::new());
-        };
-        let path = self.settings.dir.join(log::LOG_FILE);
-        match root.dir().open_file(log::LOG_FILE) {
-            Ok((mut f, _)) => {
-                let mut bytes = Vec::new();
-                std::io::Read::read_to_end(&mut f, &mut bytes).ctx("read", &path)?;
-                Ok(log::parse_log(&bytes))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(Error::io("open", path, e)),
-        }
+        Ok(self.log_view()?.activations)
     }
 
     /// The release directories `releases.dir` holds (operation ids), sorted.
@@ -348,9 +494,12 @@ impl ReleaseStore {
     }
 
     /// Decides retention (SPEC §15) for every release, and unless `dry_run` removes the
-    /// ones it does not keep. Needs the lock unless `dry_run`.
+    /// ones it does not keep. Needs the lock unless `dry_run`. The active release and the
+    /// one before it come from the log; while `path` is not what the last logged
+    /// activation made, or the log has bad entries, every release is kept.
     pub fn prune(&self, dry_run: bool) -> Result<Vec<log::Verdict>> {
         let root = self.root()?;
+        let view = self.log_view()?;
         let mut in_use = std::collections::BTreeSet::new();
         for e in root.staging_entries()? {
             if let StagingEntry::Operation(op) | StagingEntry::Unfinished(op) = e {
@@ -362,14 +511,30 @@ impl ReleaseStore {
                 in_use.insert(op);
             }
         }
-        let active = match self.current()? {
-            Link::Release(r) => Some(r),
-            Link::Absent | Link::Plain => None,
-        };
+        let present = self.releases()?;
+        if let Some(why) = self.retention_blocked(&view) {
+            if !dry_run {
+                eprintln!(
+                    "warning: {}: retention removed nothing: {why}",
+                    self.path.display()
+                );
+            }
+            return Ok(present
+                .into_iter()
+                .map(|r| log::Verdict {
+                    activated_at: (view.activations.iter())
+                        .rfind(|a| a.release == r)
+                        .map(|a| a.activated_at.clone()),
+                    release: r,
+                    keep: true,
+                    reason: format!("kept: retention removes nothing while {why}"),
+                })
+                .collect());
+        }
         let verdicts = log::decide(
-            &self.activations()?,
-            &self.releases()?,
-            active.as_deref(),
+            &view.activations,
+            &present,
+            view.active(),
             &in_use,
             self.settings.keep,
             self.settings.max_age_seconds(),
@@ -382,6 +547,43 @@ impl ReleaseStore {
             }
         }
         Ok(verdicts)
+    }
+
+    /// Adds the entry of prune operation `op` that removed `removed` to the log (SPEC
+    /// §18: at most 50 named, and their count). Needs the lock.
+    pub fn log_prune(
+        &self,
+        op: &str,
+        actor: &str,
+        pipeline_id: &str,
+        destination_id: &str,
+        removed: &[String],
+    ) -> Result<()> {
+        use crate::backend::local::log::{self as dlog, Entry, MAX_REMOVED_NAMED};
+        let mut e = Entry::new(op, "prune", "prune");
+        e.actor = actor.to_string();
+        e.pipeline_id = pipeline_id.to_string();
+        e.destination_id = destination_id.to_string();
+        e.removed_releases = removed.iter().take(MAX_REMOVED_NAMED).cloned().collect();
+        e.removed_count = Some(removed.len() as u64);
+        e.counts.deleted = removed.len() as u64;
+        dlog::append(self.root()?.dir(), e).map(|_| ())
+    }
+
+    /// Adds the entry of the retention that ran after operation `op`'s activation and
+    /// removed `removed` (command `prune`, the activation's pipeline, destination and
+    /// actor). Needs the lock.
+    pub fn log_retention(&self, op: &str, removed: &[String]) -> Result<()> {
+        let view = self.log_view()?;
+        let Some(by) = view.log.entries.iter().rfind(|e| e.operation_id == op) else {
+            return Ok(());
+        };
+        let (actor, pipeline, destination) = (
+            by.actor.clone(),
+            by.pipeline_id.clone(),
+            by.destination_id.clone(),
+        );
+        self.log_prune(op, &actor, &pipeline, &destination, removed)
     }
 
     /// What retention would decide now for every release, oldest activation first
@@ -475,7 +677,10 @@ impl ReleaseStore {
                 "{}: no release was active before {current}{} (see {}); nothing to roll back to",
                 self.path.display(),
                 owner.map_or(String::new(), |o| format!(" as {o} published it")),
-                self.settings.dir.join(log::LOG_FILE).display()
+                self.settings
+                    .dir
+                    .join(crate::backend::local::records::LOG)
+                    .display()
             ))
         })
     }
@@ -560,6 +765,117 @@ fn parent_and_name(path: &Path) -> Result<(PathBuf, String)> {
             "{}: a releases destination needs a path below a directory",
             path.display()
         ))),
+    }
+}
+
+/// A record error as distributor's error (an untrusted record is unsafe storage).
+fn record_error(e: crate::backend::local::records::RecordError, dir: &Path) -> Error {
+    match e {
+        crate::backend::local::records::RecordError::Untrusted(u) => Error::Unsafe(u.message()),
+        crate::backend::local::records::RecordError::Io(e) => Error::io("open", dir, e),
+    }
+}
+
+/// The old settings record, when it is one and was not migrated (`None`: absent, or
+/// already `{"moved_to": ".distributor/"}`).
+fn read_legacy_settings(root: &Bundle, dir: &Path) -> Result<Option<log::RecordedSettings>> {
+    let path = dir.join(log::SETTINGS_FILE);
+    let (mut f, _) = match root.dir().open_file(log::SETTINGS_FILE) {
+        Ok(x) => x,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("open", path, e)),
+    };
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut bytes).ctx("read", &path)?;
+    if serde_json::from_slice::<log::MovedTo>(&bytes).is_ok() {
+        return Ok(None);
+    }
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        Error::Unsafe(format!(
+            "{} is not a releases settings record ({e}); distributor did not write it",
+            path.display()
+        ))
+    })
+}
+
+/// The old activation log's activations, `None` when there is none; an error says which
+/// line cannot be read.
+fn read_legacy_log(
+    root: &Bundle,
+    dir: &Path,
+) -> Result<Option<std::result::Result<Vec<log::Activation>, String>>> {
+    let path = dir.join(log::LOG_FILE);
+    match root.dir().open_file(log::LOG_FILE) {
+        Ok((mut f, _)) => {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut f, &mut bytes).ctx("read", &path)?;
+            Ok(Some(log::parse_log(&bytes)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("open", path, e)),
+    }
+}
+
+/// The destination log of `releases.dir` with the activations it records; while the old
+/// activation log is not migrated, line `i` stands for entry `i` where that is missing.
+fn read_log_view(root: &Bundle, dir: &Path) -> Result<LogView> {
+    let log = crate::backend::local::log::read(root.dir())?;
+    let mut view = LogView {
+        activations: log::activations(&log.entries),
+        log,
+        legacy_error: None,
+    };
+    if read_legacy_settings(root, dir)?.is_none() {
+        return Ok(view);
+    }
+    match read_legacy_log(root, dir)? {
+        None => {}
+        Some(Err(why)) => {
+            view.legacy_error = Some(format!(
+                "{}: {why}; it cannot be moved into {}: repair or remove that line (`distributor rollback --to` and `prune` read the releases it names from the log)",
+                dir.join(log::LOG_FILE).display(),
+                dir.join(crate::backend::local::records::LOG).display()
+            ));
+        }
+        Some(Ok(lines)) => {
+            let mut merged: Vec<(u64, log::Activation)> = (view.log.entries.iter())
+                .filter_map(|e| Some((e.seq, log::Activation::of_entry(e)?)))
+                .collect();
+            for (i, a) in lines.into_iter().enumerate() {
+                let seq = i as u64 + 1;
+                if !view.log.entries.iter().any(|e| e.seq == seq) {
+                    merged.push((seq, a));
+                }
+            }
+            merged.sort_by_key(|m| m.0);
+            view.activations = merged.into_iter().map(|m| m.1).collect();
+        }
+    }
+    Ok(view)
+}
+
+/// Why `link` is not what the last logged activation made, if it is not (SPEC §17).
+fn path_changed(link: &Link, view: &LogView, path: &Path) -> Option<String> {
+    if view.legacy_error.is_some() {
+        // Which activation was last is unknown: that error stands instead.
+        return None;
+    }
+    let shows = match link {
+        Link::Absent => "nothing".to_string(),
+        Link::Plain => "a plain directory".to_string(),
+        Link::Release(r) => format!("release {r}"),
+    };
+    match (view.active(), link) {
+        (None, Link::Absent | Link::Plain) => None,
+        (Some(a), Link::Release(r)) if a == r => None,
+        (None, Link::Release(_)) => Some(format!(
+            "{} shows {shows}, but the destination log records no activation; distributor removes and publishes nothing there until `distributor rollback --to OP_ID` activates a release of your choice",
+            path.display()
+        )),
+        (Some(a), _) => Some(format!(
+            "{} shows {shows}, not the symlink to release {a} the last logged activation made; distributor removes and publishes nothing there until it is put back or `distributor rollback --to OP_ID` activates a release of your choice",
+            path.display()
+        )),
     }
 }
 
@@ -685,6 +1001,12 @@ impl BundleStore for ReleaseStore {
             activates: rollback.as_ref().and_then(|r| r.0.clone()),
             undoes: rollback.map(|r| r.1),
             adopts: self.adopting.load(std::sync::atomic::Ordering::Relaxed),
+            adopts_dir: self
+                .adopting
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .then(|| self.active.as_ref()?.dir().identity().ok())
+                .flatten()
+                .map(|i| [i.dev, i.ino]),
         })
     }
 
@@ -718,6 +1040,7 @@ impl BundleStore for ReleaseStore {
         if let Some(root) = &self.root {
             storage.untrusted_record = crate::backend::local::untrusted_staging(root)?;
         }
+        storage.path_changed = self.path_changed.clone();
         if self.is_plain() {
             // Probed for `verify`; the planner refuses to publish there.
             storage.bundle_unsafe = Some(plain_reason(&self.path));

@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The prefix of a staging record being built (`.distributor-staging/.tmp-<op>/`): it is
+/// The prefix of a staging record being built (`.distributor/staging/.tmp-<op>/`): it is
 /// renamed to `<op>/` once complete, so an entry without it is always whole.
 pub const TMP_PREFIX: &str = ".tmp-";
 
@@ -143,7 +143,7 @@ impl Read for StateRead<'_> {
     }
 }
 
-/// An entry of `.distributor-staging/`.
+/// An entry of `.distributor/staging/`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StagingEntry {
     /// `<op>/`: an operation's staging, its record complete.

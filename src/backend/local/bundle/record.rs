@@ -1,5 +1,5 @@
 //! The staging record of the local backend (SPEC §13): written first, whole and
-//! atomically (`.distributor-staging/.tmp-<op>/` renamed to `<op>/`), and read back only
+//! atomically (`.distributor/staging/.tmp-<op>/` renamed to `<op>/`), and read back only
 //! from a staging entry that is a real directory tree the record describes.
 
 use super::steps::fits;
@@ -152,7 +152,7 @@ impl Bundle {
         Ok(())
     }
 
-    /// The staging record first (SPEC §13): builds `.distributor-staging/.tmp-<op>/` with
+    /// The staging record first (SPEC §13): builds `.distributor/staging/.tmp-<op>/` with
     /// `plan.json` and the pre- and post-state, fsyncs it, and renames it to `<op>/` before
     /// anything else in the destination changes; then makes the directories staging fills.
     pub fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
@@ -188,7 +188,7 @@ impl Bundle {
         write_new(&t, &t_path, PLAN_FILE, |f| {
             op.write_json(std::io::BufWriter::with_capacity(1 << 16, f))
         })?;
-        // One barrier makes the record's files, its directory and `.distributor-staging`'s
+        // One barrier makes the record's files, its directory and `.distributor/staging`'s
         // own entry durable (three file fsyncs and two directory fsyncs cost one journal
         // commit each).
         self.dir

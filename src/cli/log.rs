@@ -1,0 +1,77 @@
+//! `distributor log`.
+
+use super::{CommandOutput, cli_actor};
+use crate::config::Config;
+use crate::dest_log::{LogOptions, errors, quarantine, read_logs, to_jsonl, to_text};
+use crate::error::Result;
+use clap::Args;
+use std::path::PathBuf;
+
+/// Print each destination's own log (who changed it, from which host, in order), oldest
+/// first; or move a bad entry out of it.
+///
+/// The log is `.distributor/log/` in the bundle path (in `releases.dir` for a destination
+/// with releases): one entry per operation that changed the destination. A torn,
+/// unparsable, untrusted or out-of-sequence entry is an error naming its file (exit 1).
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Pipeline config file (YAML).
+    #[arg(long, value_name = "F")]
+    pub config: PathBuf,
+    /// Only these destinations (repeatable); default: every destination.
+    #[arg(long = "destination", value_name = "ID")]
+    pub destinations: Vec<String>,
+    /// Only entries committed at or after TIME (RFC 3339, or a date YYYY-MM-DD, UTC).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only the N newest entries of each destination (printed oldest first).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// One JSON object per line, one line per entry.
+    #[arg(long)]
+    pub jsonl: bool,
+    /// Move entry SEQ (a bad one) to .distributor/quarantine/ under the destination lock,
+    /// and log the move.
+    #[arg(long, value_name = "SEQ", conflicts_with_all = ["since", "limit", "jsonl"])]
+    pub quarantine: Option<u64>,
+    /// Seconds to wait for the destination lock (--quarantine).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub lock_timeout: f64,
+    /// Who runs this, for the quarantine's entry (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
+    #[arg(long, value_name = "NAME")]
+    pub actor: Option<String>,
+}
+
+/// Runs log.
+pub fn run(a: LogArgs) -> Result<CommandOutput> {
+    let config = Config::load(&a.config)?;
+    if let Some(seq) = a.quarantine {
+        let lock_timeout = super::lock_timeout(a.lock_timeout)?;
+        let actor = cli_actor(a.actor.as_deref());
+        let (dest, at) = quarantine(&config, &a.destinations, seq, lock_timeout, &actor)?;
+        return Ok(CommandOutput {
+            report: None,
+            stdout: format!(
+                "destination {dest}: entry {seq} moved to .distributor/quarantine/; entry {at} records the move\n"
+            ),
+            code: 0,
+        });
+    }
+    let opts = LogOptions {
+        destinations: a.destinations,
+        since: a.since,
+        limit: a.limit,
+    };
+    let (logs, code) = read_logs(&config, &opts)?;
+    let stdout = if a.jsonl {
+        eprint!("{}", errors(&logs));
+        to_jsonl(&logs)?
+    } else {
+        to_text(&logs)
+    };
+    Ok(CommandOutput {
+        report: None,
+        stdout,
+        code,
+    })
+}

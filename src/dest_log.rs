@@ -1,0 +1,268 @@
+//! `distributor log` (SPEC §18): prints each destination's own log, oldest first, or,
+//! with `--quarantine SEQ`, moves a bad entry out of it under the destination lock and
+//! logs the move. Reading never writes; a bad entry is an error naming its file (exit 1),
+//! and the believed entries are still printed.
+//!
+//! Must never: change an entry, or write anything but the quarantine and its entry.
+
+use crate::backend::local::handle::Dir;
+use crate::backend::local::log::{self, Bad, Entry};
+use crate::config::{Config, Destination, PathMapping};
+use crate::error::{Error, IoContext, Result};
+use crate::model::Backend;
+use serde::Serialize;
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What to print.
+#[derive(Debug, Clone)]
+pub struct LogOptions {
+    /// Destination ids; empty means every destination.
+    pub destinations: Vec<String>,
+    /// Only entries committed at or after this time (RFC 3339, or a date `YYYY-MM-DD`).
+    pub since: Option<String>,
+    /// Only the newest N entries of each destination (printed oldest first).
+    pub limit: Option<usize>,
+}
+
+/// One destination's log.
+#[derive(Debug, Serialize)]
+pub struct DestinationLog {
+    /// Destination id.
+    pub destination_id: String,
+    /// Where its log is (`.distributor/log` in the bundle path or `releases.dir`).
+    pub log: String,
+    /// The entries, oldest first.
+    pub entries: Vec<Entry>,
+    /// The bad entries.
+    pub bad: Vec<Bad>,
+    /// Why it could not be read at all.
+    pub error: Option<String>,
+}
+
+/// Reads the logs of the selected destinations; the exit code is 1 when any has a bad
+/// entry or could not be read.
+pub fn read_logs(config: &Config, opts: &LogOptions) -> Result<(Vec<DestinationLog>, u8)> {
+    let selected = select(config, &opts.destinations)?;
+    let since = opts.since.as_deref().map(parse_since).transpose()?;
+    let mut out = Vec::new();
+    let mut code = 0;
+    for dest in selected {
+        for base in log_bases(dest)? {
+            let mut d = DestinationLog {
+                destination_id: dest.id.clone(),
+                log: base
+                    .join(crate::backend::local::records::LOG)
+                    .display()
+                    .to_string(),
+                entries: Vec::new(),
+                bad: Vec::new(),
+                error: None,
+            };
+            match read_one(&base) {
+                Ok(l) => {
+                    d.entries = l.entries;
+                    d.bad = l.bad;
+                }
+                Err(e) => d.error = Some(e.to_string()),
+            }
+            if let Some(t) = since {
+                d.entries
+                    .retain(|e| parse_time(&e.committed_at).is_some_and(|c| c >= t));
+            }
+            if let Some(n) = opts.limit {
+                let skip = d.entries.len().saturating_sub(n);
+                d.entries.drain(..skip);
+            }
+            if d.error.is_some() || !d.bad.is_empty() {
+                code = 1;
+            }
+            out.push(d);
+        }
+    }
+    Ok((out, code))
+}
+
+/// The logs as text: per destination a header, one line per entry, and the errors.
+pub fn to_text(logs: &[DestinationLog]) -> String {
+    let mut out = String::new();
+    for d in logs {
+        let _ = writeln!(out, "destination {} ({}):", d.destination_id, d.log);
+        for e in &d.entries {
+            let what = match (&e.release_activated, &e.quarantined_seq, e.removed_count) {
+                (Some(r), _, _) => format!(" release {r}"),
+                (_, Some(q), _) => format!(" quarantined {q}"),
+                (_, _, Some(n)) => format!(" removed {n} release(s)"),
+                _ => String::new(),
+            };
+            let source = e.source.as_ref().map_or(String::new(), |s| {
+                format!(" source {} {}", s.id, s.created_at)
+            });
+            let _ = writeln!(
+                out,
+                "  {:>5} {} {} {} {} by {} on {}{source}{what}{}",
+                e.seq,
+                e.committed_at,
+                e.command,
+                e.decision,
+                e.operation_id,
+                e.actor,
+                e.host,
+                if e.recovered_by.is_some() {
+                    " (written by recover)"
+                } else {
+                    ""
+                }
+            );
+        }
+        for b in &d.bad {
+            let _ = writeln!(out, "  error: {b}");
+        }
+        if let Some(e) = &d.error {
+            let _ = writeln!(out, "  error: {e}");
+        }
+    }
+    out
+}
+
+/// The logs as JSON Lines: one entry object per line, oldest first per destination.
+pub fn to_jsonl(logs: &[DestinationLog]) -> Result<String> {
+    let mut out = String::new();
+    for e in logs.iter().flat_map(|d| &d.entries) {
+        out.push_str(&serde_json::to_string(e).map_err(|e| Error::Failed(e.to_string()))?);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// The errors of `logs`, one per line, for stderr.
+pub fn errors(logs: &[DestinationLog]) -> String {
+    let mut out = String::new();
+    for d in logs {
+        for b in &d.bad {
+            let _ = writeln!(out, "error: destination {}: {b}", d.destination_id);
+        }
+        if let Some(e) = &d.error {
+            let _ = writeln!(out, "error: destination {}: {e}", d.destination_id);
+        }
+    }
+    out
+}
+
+/// `log --quarantine SEQ`: under the destination's lock, moves entry `seq` into
+/// `.distributor/quarantine/` and adds an entry recording the move; returns its seq.
+pub fn quarantine(
+    config: &Config,
+    destinations: &[String],
+    seq: u64,
+    lock_timeout: Duration,
+    actor: &str,
+) -> Result<(String, u64)> {
+    let selected = select(config, destinations)?;
+    let [dest] = selected.as_slice() else {
+        return Err(Error::Usage(format!(
+            "--quarantine acts on one destination: name it with --destination (one of {})",
+            config
+                .destinations
+                .iter()
+                .map(|d| d.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    };
+    let mut by = Entry::new(
+        &uuid::Uuid::new_v4().to_string(),
+        "quarantine",
+        "quarantine",
+    );
+    by.actor = actor.to_string();
+    by.pipeline_id = config.pipeline_id.clone();
+    by.destination_id = dest.id.clone();
+    let timeout = Some((lock_timeout, false));
+    let done = match &dest.releases {
+        Some(r) => {
+            let store = crate::backend::releases::ReleaseStore::open(&dest.path, r, timeout)?
+                .ok_or_else(|| nothing_there(dest))?;
+            log::quarantine(store.record_base()?, seq, by)?
+        }
+        None if dest.path_mapping == PathMapping::Fixed && dest.backend == Backend::Local => {
+            let b =
+                crate::backend::local::Bundle::lock(&dest.path, &dest.path, lock_timeout, false)?
+                    .ok_or_else(|| nothing_there(dest))?;
+            log::quarantine(b.dir(), seq, by)?
+        }
+        None => return Err(unsupported(dest)),
+    };
+    Ok((dest.id.clone(), done))
+}
+
+fn nothing_there(dest: &Destination) -> Error {
+    Error::Failed(format!(
+        "destination '{}': nothing was published at {}; it has no log",
+        dest.id,
+        dest.path.display()
+    ))
+}
+
+fn unsupported(dest: &Destination) -> Error {
+    Error::Failed(format!(
+        "destination '{}': `distributor log` reads local destinations with a fixed path and releases destinations; this one has no log it can read yet",
+        dest.id
+    ))
+}
+
+fn select<'a>(config: &'a Config, ids: &[String]) -> Result<Vec<&'a Destination>> {
+    if ids.is_empty() {
+        Ok(config.destinations.iter().collect())
+    } else {
+        config.select(ids)
+    }
+}
+
+/// Where a destination's log lives: `releases.dir`, or the bundle path (each bundle path
+/// below a mapped destination).
+fn log_bases(dest: &Destination) -> Result<Vec<PathBuf>> {
+    if let Some(r) = &dest.releases {
+        return Ok(vec![r.dir.clone()]);
+    }
+    if dest.backend != Backend::Local {
+        return Err(unsupported(dest));
+    }
+    if dest.path_mapping == PathMapping::Fixed {
+        return Ok(vec![dest.path.clone()]);
+    }
+    use crate::backend::Backend as _;
+    crate::backend::local::LocalBackend.bundle_paths(&dest.path)
+}
+
+/// Reads the log below `base`; an absent `base` has an empty log.
+fn read_one(base: &std::path::Path) -> Result<log::Log> {
+    match Dir::open_path(base) {
+        Ok(d) => log::read(&d),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(log::Log::default()),
+        Err(e) => Err(e).ctx("open", base),
+    }
+}
+
+fn parse_time(t: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::parse_from_rfc3339(t)
+        .ok()
+        .map(|d| d.with_timezone(&chrono::Utc))
+}
+
+/// `--since`: RFC 3339, or a date (midnight UTC).
+fn parse_since(t: &str) -> Result<chrono::DateTime<chrono::Utc>> {
+    if let Some(d) = parse_time(t) {
+        return Ok(d);
+    }
+    chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|d| d.and_utc())
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "--since {t}: accepted is an RFC 3339 time (2026-12-01T06:00:00Z) or a date (2026-12-01)"
+            ))
+        })
+}
