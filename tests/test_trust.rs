@@ -381,8 +381,8 @@ fn legacy_scene() -> (Env, PathBuf, String) {
         bundle.join(".distributor-staging").join(&op),
     )
     .unwrap();
-    fs::remove_dir(&staging).unwrap();
-    fs::remove_dir(bundle.join(".distributor")).unwrap();
+    // An earlier version kept no `.distributor/` at all (no log either).
+    fs::remove_dir_all(bundle.join(".distributor")).unwrap();
     for f in ["plan.json", "pre-state.json", "post-state.json"] {
         chmod(
             &bundle.join(".distributor-staging").join(&op).join(f),

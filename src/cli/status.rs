@@ -39,13 +39,11 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
     let codes: Vec<u8> = st
         .iter()
         .map(|s| {
-            match (
-                s.error.as_ref().or(s.log_error.as_ref()),
-                s.recovery_pending,
-            ) {
+            match (s.error.as_ref(), s.recovery_pending) {
                 (Some(_), _) => 1,
                 // An untrusted record is decided before a pending recovery (SPEC §17).
                 _ if s.untrusted_record.is_some() => 3,
+                _ if s.log_error.is_some() => 1,
                 (None, true) => 4,
                 (None, false) => 0,
             }

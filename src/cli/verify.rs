@@ -45,14 +45,11 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     let codes: Vec<u8> = drift
         .iter()
         .map(|d| {
-            match (
-                d.error.as_ref().or(d.log_error.as_ref()),
-                d.recovery_pending,
-                d.drifted(),
-            ) {
+            match (d.error.as_ref(), d.recovery_pending, d.drifted()) {
                 (Some(_), _, _) => 1,
                 // An untrusted record is decided before a pending recovery (SPEC §17).
                 _ if d.untrusted_record.is_some() => 3,
+                _ if d.log_error.is_some() => 1,
                 (None, true, _) => 4,
                 (None, false, true) => 3,
                 (None, false, false) => 0,
