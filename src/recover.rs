@@ -756,24 +756,6 @@ fn recover_one(
     };
     staged.check(bundle)?;
     describe(&mut r, &staged);
-    if let Some(j) = journal
-        .as_deref_mut()
-        .filter(|_| status.is_none() && !opts.dry_run)
-    {
-        let (record, actions) = journal_records(&staged)?;
-        let detail = format!(
-            "by {}: found in {}, unknown to this journal",
-            opts.actor,
-            bundle
-                .join(STAGING_DIR)
-                .join(op)
-                .join("plan.json")
-                .display()
-        );
-        j.adopt_operation(&record, actions, &detail)?;
-        failpoint::hit("recover_after_adopt");
-    }
-
     r.outcome = match store.verdict(&staged)? {
         Verdict::Forward => Outcome::RolledForward,
         Verdict::Back => Outcome::RolledBack,
@@ -784,6 +766,44 @@ fn recover_one(
         Some(rec) => rec.settings.dir.join(STAGING_DIR).join(op),
         None => bundle.join(STAGING_DIR).join(op),
     };
+    // A staging record whose operation the destination log already records (SPEC §17,
+    // §18) committed: the only thing left to do with it is the cleanup its own run did not
+    // get to (its post-state is there: roll forward). Anything else is a stale or
+    // replayed record: reported, never acted on, and not adopted into this journal.
+    if r.outcome != Outcome::RolledForward && logged(store, bundle, op)? {
+        r.outcome = Outcome::Failed;
+        r.message = format!(
+            "stale staging record: the destination log already records operation {op} (it committed), so {} is not acted on; inspect it and remove it by hand (then `distributor recover --abandon {op}` ends it in a journal that has it unfinished)",
+            op_dir.display()
+        );
+        // A journal that has it unfinished records it diverged, once, so `--abandon`
+        // can end it.
+        if !opts.dry_run
+            && in_journal
+            && status.as_deref() != Some("diverged")
+            && let Some(j) = journal
+        {
+            j.event(
+                op,
+                event::DIVERGED,
+                Some(&format!("by {}: {}", opts.actor, r.message)),
+            )?;
+        }
+        return Ok(Some(r));
+    }
+    if let Some(j) = journal
+        .as_deref_mut()
+        .filter(|_| status.is_none() && !opts.dry_run)
+    {
+        let (record, actions) = journal_records(&staged)?;
+        let detail = format!(
+            "by {}: found in {}, unknown to this journal",
+            opts.actor,
+            op_dir.join("plan.json").display()
+        );
+        j.adopt_operation(&record, actions, &detail)?;
+        failpoint::hit("recover_after_adopt");
+    }
     r.message = match r.outcome {
         Outcome::Diverged if staged.releases.is_some() => {
             releases_diverged_message(bundle, &op_dir, &staged, store)
@@ -915,6 +935,20 @@ fn outcome_word(o: Outcome) -> &'static str {
         Outcome::Untrusted => "untrusted",
         Outcome::StagingMoved => "staging moved",
     }
+}
+
+/// Whether the destination log of the bundle path `store` holds records an entry of
+/// operation `op` (object stores keep no log yet).
+fn logged(store: &dyn BundleStore, bundle: &Path, op: &str) -> Result<bool> {
+    if let Some(r) = store.as_releases() {
+        return Ok(r.log_view()?.log.names_operation(op));
+    }
+    if store.location().is_some() {
+        return Ok(false);
+    }
+    let dir = crate::backend::local::handle::Dir::open_path(bundle)
+        .map_err(|e| Error::io("open", bundle, e))?;
+    Ok(crate::backend::local::log::read(&dir)?.names_operation(op))
 }
 
 /// Why a releases operation diverged (its `path` names neither the release it activates

@@ -584,3 +584,123 @@ fn an_operation_whose_record_directory_moved_is_not_closed() {
     env.publish(&cfg, &v2, &[]).expect_code(0);
     assert_eq!(env.read(&format!("{DEST}/x.txt")), "v2");
 }
+
+/// A replayed staging record (SPEC §17: "A staging record whose operation already has a
+/// log entry is stale: reported, never acted on"): a releases publication's own record,
+/// copied while it stood, put back after a rollback made the release it was built
+/// against active again. Its verdict would be "roll back", whose undo removes the release
+/// it built; since the destination log records its operation, `recover` reports it and
+/// touches nothing, through any journal.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_replayed_staging_record_of_a_logged_operation_is_never_acted_on() {
+    use crate::common::hostile::PausedRun;
+    let env = Env::new();
+    let cfg = env.simple_config(
+        "c.yaml",
+        "weather",
+        "latest",
+        "www/latest",
+        "    releases:\n      dir: www/.latest.releases\n",
+    );
+    let cfg_s = cfg.to_str().unwrap();
+    let v1 = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "one")],
+        &[],
+    );
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let v2 = env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T07:00:00Z",
+        &[("a.txt", "two")],
+        &[],
+    );
+    // v2 stands after its commit point and its log entry, its staging not yet removed:
+    // its record is copied (modes and owner kept) as a backup would.
+    let staging = env.path("www/.latest.releases/.distributor/staging");
+    let run = PausedRun::start(
+        &env,
+        &[
+            "publish",
+            "--config",
+            cfg_s,
+            "--source",
+            v2.to_str().unwrap(),
+        ],
+        "io_remove_staging",
+        &[],
+    );
+    let op = fs::read_dir(&staging)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| !n.starts_with('.'))
+        .expect("the publication's staging record");
+    let copy = env.path("replay");
+    let out = Command::new("cp")
+        .args([
+            "-a",
+            staging.join(&op).to_str().unwrap(),
+            copy.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    run.resume().expect_code(0);
+    // A rollback makes v1's release active again: the one v2's record was built against.
+    env.run(&["rollback", "--config", cfg_s]).expect_code(0);
+    let releases = env.path("www/.latest.releases");
+    assert!(
+        releases.join(&op).is_dir(),
+        "v2's release is kept after the rollback"
+    );
+    // The record is put back.
+    let out = Command::new("cp")
+        .args([
+            "-a",
+            copy.to_str().unwrap(),
+            staging.join(&op).to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let before = env.snapshot("www");
+    for journal in [None, Some(env.path("journal.sqlite3.other"))] {
+        let mut args = vec!["recover", "--json", "--config", cfg_s];
+        let j;
+        if let Some(p) = &journal {
+            j = p.to_str().unwrap().to_string();
+            args.extend(["--journal", j.as_str()]);
+        }
+        let r = env.run(&args);
+        assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+        let o = &r.json()["operations"][0];
+        assert_eq!(o["outcome"], "failed", "{}", r.stdout);
+        assert!(
+            o["message"]
+                .as_str()
+                .unwrap()
+                .contains("stale staging record"),
+            "{}",
+            r.stdout
+        );
+        let after: Vec<_> = env
+            .snapshot("www")
+            .into_iter()
+            .filter(|(p, _)| !p.ends_with(".distributor.lock"))
+            .collect();
+        let want: Vec<_> = before
+            .iter()
+            .filter(|(p, _)| !p.ends_with(".distributor.lock"))
+            .cloned()
+            .collect();
+        assert_eq!(after, want, "recover acted on a replayed record");
+        assert!(releases.join(&op).is_dir(), "v2's release was removed");
+    }
+}
