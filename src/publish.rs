@@ -104,23 +104,8 @@ pub fn publish_with_progress(
                 }
                 concurrent_change |= matches!(e.root(), Error::ConcurrentChange(_));
                 let code = e.exit_code();
-                let mut r = failed_report(config, dest, source, e.to_string());
-                if let Error::Planned { plan, .. } = &e {
-                    // Past the commit point the publication stands (SPEC §17: a report
-                    // never says less than what happened): applied, its files counted,
-                    // with what is left for `recover` in the message and exit 1.
-                    r = match e.committed_operation() {
-                        Some(op) => DestinationReport::from_plan(
-                            (**plan).clone(),
-                            Status::Applied,
-                            Some(op.to_string()),
-                        ),
-                        None => {
-                            DestinationReport::from_plan((**plan).clone(), Status::Failed, None)
-                        }
-                    };
-                }
-                r.message = e.to_string();
+                let r = DestinationReport::of_error(&e)
+                    .unwrap_or_else(|| failed_report(config, dest, source, e.to_string()));
                 (r, code)
             }
         };

@@ -135,6 +135,23 @@ impl Serialize for Files {
 }
 
 impl DestinationReport {
+    /// The entry of a destination whose run failed with `e`, when the error kept its
+    /// plan (`None` otherwise). Past the commit point the operation stands (SPEC §17: a
+    /// report never says less than what happened): applied, its files counted, with the
+    /// error, which says what is left for `recover`, as the message (exit 1 all the same).
+    pub fn of_error(e: &crate::error::Error) -> Option<Self> {
+        let crate::error::Error::Planned { plan, .. } = e else {
+            return None;
+        };
+        let plan = (**plan).clone();
+        let mut r = match e.committed_operation() {
+            Some(op) => Self::from_plan(plan, Status::Applied, Some(op.to_string())),
+            None => Self::from_plan(plan, Status::Failed, None),
+        };
+        r.message = e.to_string();
+        Some(r)
+    }
+
     /// Builds the entry of a plan.
     pub fn from_plan(plan: DestinationPlan, status: Status, operation_id: Option<String>) -> Self {
         DestinationReport {

@@ -92,22 +92,11 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
             }
             Err(e) => {
                 codes.push(e.exit_code());
-                let mut r = match &e {
-                    // Past the commit point the rollback stands: applied, with what is
-                    // left for `recover` in the message.
-                    Error::Planned { plan, .. } => match e.committed_operation() {
-                        Some(op) => DestinationReport::from_plan(
-                            (**plan).clone(),
-                            Status::Applied,
-                            Some(op.to_string()),
-                        ),
-                        None => {
-                            DestinationReport::from_plan((**plan).clone(), Status::Failed, None)
-                        }
-                    },
-                    _ => failed(dest),
-                };
-                r.message = e.to_string();
+                let r = DestinationReport::of_error(&e).unwrap_or_else(|| {
+                    let mut r = failed(dest);
+                    r.message = e.to_string();
+                    r
+                });
                 reports.push(r);
             }
         }
