@@ -233,10 +233,11 @@ pub fn plan_one(
     let bundle = bundle_path(config, dest, source)?;
     let opened = Unlocked::open(dest, &bundle)?;
     let mut memo = StateMemo::new(source);
-    memo.read(&opened.view())?;
-    if let Some(j) = journal {
-        memo.vouch(|sha| j.committed_post_state(&bundle.to_string_lossy(), sha))?;
-    }
+    let key = bundle.to_string_lossy();
+    memo.read_vouched(&opened.view(), |sha| match journal {
+        Some(j) => j.committed_post_state(&key, sha),
+        None => Ok(false),
+    })?;
     plan_with(
         config,
         dest,
@@ -257,6 +258,9 @@ struct StateMemo {
     /// The sha256 of an untrusted state file the journal in use committed (SPEC §17
     /// "Upgrading"): believed.
     vouched: Option<ContentHash>,
+    /// The state was read this very moment ([`StateMemo::read_vouched`]): the next read
+    /// takes it as is, without hashing the file again to see whether it changed.
+    just_read: bool,
 }
 
 impl StateMemo {
@@ -266,6 +270,7 @@ impl StateMemo {
             last: None,
             outputs: source.manifest.outputs.len(),
             vouched: None,
+            just_read: false,
         }
     }
 
@@ -276,6 +281,11 @@ impl StateMemo {
             // Nothing there, or not usable: nothing to parse.
             return Ok(Rc::new(StateFile::Absent));
         };
+        if let Some((_, state)) = &self.last
+            && std::mem::take(&mut self.just_read)
+        {
+            return Ok(Rc::clone(state));
+        }
         if let Some((before, state)) = &self.last
             && s.state_sha256()? == Some(*before)
         {
@@ -289,6 +299,23 @@ impl StateMemo {
         let state = Rc::new(parsed.for_version(s.state_version()));
         self.last = sha.map(|sha| (sha, Rc::clone(&state)));
         Ok(state)
+    }
+
+    /// [`StateMemo::read`], then [`StateMemo::vouch`] where the state file is not
+    /// believed: the state as planning takes it. The next read takes it as is.
+    fn read_vouched(
+        &mut self,
+        view: &View,
+        committed: impl FnOnce(&str) -> Result<bool>,
+    ) -> Result<Rc<StateFile>> {
+        let state = self.read(view)?;
+        if !matches!(*state, StateFile::Untrusted(..)) {
+            self.just_read = self.last.is_some();
+            return Ok(state);
+        }
+        self.vouch(committed)?;
+        self.just_read = self.last.is_some();
+        Ok(self.last.as_ref().map_or(state, |(_, s)| Rc::clone(s)))
     }
 
     /// A state file distributor did not write is believed when the journal committed
@@ -629,9 +656,12 @@ fn read_destination<'m>(
     let key = bundle.to_string_lossy().into_owned();
     let mut state = match unlocked.unsafe_reason {
         None => {
-            memo.read(&unlocked.view())?;
-            memo.vouch(|sha| journal.committed_post_state(&key, sha))?;
-            Some(memo.read(&unlocked.view())?)
+            let state = memo.read_vouched(&unlocked.view(), |sha| {
+                journal.committed_post_state(&key, sha)
+            })?;
+            // Taken as is; later reads (under the lock) check the file again.
+            memo.just_read = false;
+            Some(state)
         }
         Some(_) => None,
     };
