@@ -75,6 +75,9 @@ enum Move {
     PathOutsideLink,
     /// `path` renamed away; a symlink (distributor's relative form) to another release.
     PathOtherRelease,
+    /// `path` renamed away; a symlink to the release the command works on (rollback's
+    /// target, the pruned one, the one being built or recovered).
+    PathToSubject,
     /// A release renamed away (beside itself, `<name>.moved`).
     ReleaseAway(Which),
     /// A release renamed away and a symlink to the private directory in its place.
@@ -88,6 +91,7 @@ const PATH_MOVES: &[Move] = &[
     Move::PathPlainDir,
     Move::PathOutsideLink,
     Move::PathOtherRelease,
+    Move::PathToSubject,
 ];
 const RELEASE_MOVES: &[Move] = &[
     Move::ReleaseAway(Which::Subject),
@@ -475,11 +479,24 @@ fn attack(
         ),
         Move::PathOutsideLink => (format!("set -e; {away}; ln -s {private} {PATH}"), None),
         Move::PathOtherRelease => {
-            let Some(other) = s.other.clone().or(building.clone()) else {
+            let Some(other) = s.other.clone() else {
                 return Ok(None);
             };
             (
                 format!("set -e; {away}; ln -s {LINK_PREFIX}{other} {PATH}"),
+                None,
+            )
+        }
+        Move::PathToSubject => {
+            let Some(r) = release_of(Which::Subject).filter(|r| now.contains(r)) else {
+                return Ok(None);
+            };
+            if s.other.as_ref() == Some(&r) {
+                // The same move as PathOtherRelease.
+                return Ok(None);
+            }
+            (
+                format!("set -e; {away}; ln -s {LINK_PREFIX}{r} {PATH}"),
                 None,
             )
         }
@@ -587,7 +604,7 @@ fn attack(
         }
         _ => {}
     }
-    if accepted && read_active(env).is_some() {
+    if accepted {
         let v = env.run(&["verify", "--json", "--config", s.cfg()]);
         let d = v.dest(0);
         if d["missing"] != serde_json::json!([]) || d["modified"] != serde_json::json!([]) {
