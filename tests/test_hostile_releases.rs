@@ -7,7 +7,8 @@
 //! steps are the failpoints a calibration run of the same scene reaches, each hit in turn.
 //!
 //! The neighbour's moves: `path` renamed away and replaced by a plain directory of theirs,
-//! by a symlink to their private directory outside, or by a symlink to another release;
+//! by a symlink to their private directory outside, or by a symlink to another release
+//! (one neither old nor new, and the one the command works on);
 //! a release directory (the one the command works on, and the active one) renamed away,
 //! or swapped for a symlink to the private directory; for an adoption, the plain
 //! directory at `path` swapped for another managed destination's directory.
@@ -17,9 +18,12 @@
 //! names was removed (prune: none but those retention judged before the run); `path` is
 //! the old or the new release's symlink (adoption: the old directory, or the new release),
 //! or the command refused with an error or `path_changed` and `path` is what the neighbour
-//! left; with the neighbour's release moves put back, `verify` finds nothing missing or
-//! modified in the active release; and nothing the neighbour owns sits in a directory the
-//! neighbour cannot write.
+//! left (and before the commit point, prune: before a removal, the run failed); no
+//! logged release was removed after `path` changed; with the neighbour's release moves put
+//! back and `recover` run again, `verify` exits 0 with nothing missing or modified; and
+//! nothing the neighbour owns sits in a directory the neighbour cannot write.
+//!
+//! Lost races (distributor bugs) are kept out of the matrices and run as ignored tests.
 
 use crate::common::faults::{V1_AT, V1_FILES, V1_LINKS, V2_AT, V2_FILES, V2_LINKS, assert_aborted};
 use crate::common::hostile::PausedRun;
@@ -633,12 +637,22 @@ fn attack(
                 v.stdout
             ));
         }
-        if v.code == 4 {
+        if v.code != 0 {
             failures.push(format!(
-                "recovery still pending after recover:\n{}",
-                v.stdout
+                "verify exits {} on the old or new content:\n{}",
+                v.code, v.stdout
             ));
         }
+    }
+    if std::env::var_os("HOSTILE_TRACE").is_some() {
+        // What each attack came to, for a reader of the matrix.
+        eprintln!(
+            "{cmd:?} {step}:{k} {mv:?}: run {} / recover {} / again {}; path {}",
+            run.code,
+            rec.code,
+            rec2.code,
+            describe(env, PATH)
+        );
     }
     if failures.is_empty() {
         Ok(Some(String::new()))
@@ -752,10 +766,12 @@ fn recover_after_the_commit_point_at_every_step_against_every_move() {
 
 /// `prune` checks `path` once, after the lock, and not again before each removal: with
 /// `path` replaced while it stands before its first removal, it still removes the
-/// release retention judged, exits 0 and reports no `path_changed` (SPEC §17: "checking
-/// that identity again before each step that moves, deletes"; "when `path` is not the
-/// symlink the last logged activation made … retention and `prune` remove nothing and
-/// report `path_changed`"). Pointed at that very release, `path` is left dangling.
+/// release retention judged (SPEC §17: "checking that identity again before each step
+/// that moves, deletes"; "when `path` is not the symlink the last logged activation made
+/// … retention and `prune` remove nothing and report `path_changed`"). A plain directory:
+/// exit 0, no `path_changed`. A symlink outside, or to that very release (left dangling):
+/// the removal is done, then the run fails (exit 1) reporting `removed: 0`, with no
+/// journal operation and no log entry for the removal.
 const PRUNE_KNOWN: &[(&str, u64, Move)] = &[
     ("during_prune", 1, Move::PathPlainDir),
     ("during_prune", 1, Move::PathOutsideLink),
@@ -771,27 +787,24 @@ const PRUNE_KNOWN: &[(&str, u64, Move)] = &[
 const RECOVER_AFTER_KNOWN: &[(&str, u64, Move)] =
     &[("recover_after_lock", 1, Move::PathOtherRelease)];
 
-/// Runs one known-lost race; panics with what went wrong.
-fn known(cmd: Cmd, step: &str, k: u64, must_refuse: bool, mv: Move) {
-    if let Err(e) = attack(cmd, step, k, must_refuse, mv) {
-        panic!("{e}");
-    }
+/// Runs known-lost races; panics with what went wrong in each.
+fn known(cmd: Cmd, must_refuse: bool, cases: &[(&str, u64, Move)]) {
+    let lost: Vec<String> = (cases.iter())
+        .filter_map(|&(step, k, mv)| attack(cmd, step, k, must_refuse, mv).err())
+        .collect();
+    assert!(lost.is_empty(), "{}", lost.join("\n\n"));
 }
 
 #[test]
 #[ignore = "bug: prune paused at during_prune:1 while the neighbour replaces path (plain directory, symlink outside, symlink to the release being pruned) still removes the release, exits 0, no path_changed"]
 fn prune_rechecks_path_before_each_removal() {
-    for &(step, k, mv) in PRUNE_KNOWN {
-        known(Cmd::Prune, step, k, true, mv);
-    }
+    known(Cmd::Prune, true, PRUNE_KNOWN);
 }
 
 #[test]
 #[ignore = "bug: recover paused at recover_after_lock:1 while the neighbour points path at the previous release rolls back a committed publication and removes its release"]
 fn recover_never_removes_a_committed_release_path_no_longer_names() {
-    for &(step, k, mv) in RECOVER_AFTER_KNOWN {
-        known(Cmd::RecoverAfter, step, k, false, mv);
-    }
+    known(Cmd::RecoverAfter, false, RECOVER_AFTER_KNOWN);
 }
 
 /// The same as above without a pause: the neighbour points `path` back at the release
