@@ -395,8 +395,15 @@ fn steps(cmd: Cmd) -> Vec<(String, u64)> {
         let n = counts.entry(name.clone()).or_insert(0);
         *n += 1;
         // The first hit of a per-file step stands for the others (the same act on another
-        // file of the same release); each removal of prune is its own. Planning only reads.
-        if (*n > 1 && name != "during_prune") || name == "probe_hash" {
+        // file of the same release); each removal of prune is its own. Planning only reads;
+        // staging only writes into distributor's own record directory.
+        let no_move = [
+            "probe_hash",
+            "during_staging",
+            "io_stage_write",
+            "io_syncfs",
+        ];
+        if (*n > 1 && name != "during_prune") || no_move.contains(&name.as_str()) {
             continue;
         }
         out.push((name, *n));
