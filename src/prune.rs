@@ -225,10 +225,17 @@ fn prune_one(
     // it stopped): a removal needs no recovery, and the operation never reads as
     // unfinished.
     let pruned = store.prune(false);
+    // `path` changed while retention ran (checked before each removal): it stopped, and
+    // the active release's files are not looked at through `path` again.
+    let stopped = (pruned.as_ref().ok()).and_then(|v| crate::backend::releases::stopped(v));
     let outputs: Vec<(&str, crate::hash::ContentHash)> = (state.iter())
         .flat_map(|s| s.outputs.iter().map(|o| (o.path.as_str(), o.sha256)))
         .collect();
-    let fingerprints = store.fingerprints(&outputs)?;
+    let fingerprints = match &stopped {
+        Some(_) => Vec::new(),
+        None => store.fingerprints(&outputs)?,
+    };
+    d.path_changed = stopped;
     let detail = match &pruned {
         Ok(v) => {
             let removed: Vec<&str> = (v.iter())

@@ -756,8 +756,18 @@ fn recover_one(
     };
     staged.check(bundle)?;
     describe(&mut r, &staged);
-    r.outcome = match store.verdict(&staged)? {
+    let recorded_commit = match journal.as_deref() {
+        Some(j) if status.is_some() => j.recorded_commit(op)?,
+        _ => false,
+    };
+    let verdict = store.verdict(&staged)?;
+    let contradicted = verdict == Verdict::Back && recorded_commit;
+    r.outcome = match verdict {
         Verdict::Forward => Outcome::RolledForward,
+        // The journal recorded the commit, yet storage shows the state before it (a
+        // releases `path` pointed back by a hand, say): an undo would remove committed
+        // content. Nothing is touched (SPEC §17).
+        Verdict::Back if recorded_commit => Outcome::Diverged,
         Verdict::Back => Outcome::RolledBack,
         Verdict::Diverged => Outcome::Diverged,
     };
@@ -805,6 +815,19 @@ fn recover_one(
         failpoint::hit("recover_after_adopt");
     }
     r.message = match r.outcome {
+        Outcome::Diverged if contradicted => format!(
+            "the journal recorded that operation {op} passed its commit point, yet {} shows the state before it (someone put it back): rolling it back would remove committed content, so nothing was touched. Make {} show what the operation committed again{} and run `distributor recover` again; to keep the destination as it is, remove {} by hand and run `distributor recover --abandon {op}`",
+            bundle.display(),
+            bundle.display(),
+            staged
+                .releases
+                .as_ref()
+                .map_or(String::new(), |rec| format!(
+                    " (a symlink to release {})",
+                    rec.settings.dir.join(rec.target(op)).display()
+                )),
+            op_dir.display()
+        ),
         Outcome::Diverged if staged.releases.is_some() => {
             releases_diverged_message(bundle, &op_dir, &staged, store)
         }

@@ -803,13 +803,11 @@ fn known(cmd: Cmd, must_refuse: bool, cases: &[(&str, u64, Move)]) {
 }
 
 #[test]
-#[ignore = "bug: prune paused at during_prune:1 while the neighbour replaces path (plain directory, symlink outside, symlink to the release being pruned) still removes the release, exits 0, no path_changed"]
 fn prune_rechecks_path_before_each_removal() {
     known(Cmd::Prune, true, PRUNE_KNOWN);
 }
 
 #[test]
-#[ignore = "bug: recover paused at recover_after_lock:1 while the neighbour points path at the previous release rolls back a committed publication and removes its release"]
 fn recover_never_removes_a_committed_release_path_no_longer_names() {
     known(Cmd::RecoverAfter, false, RECOVER_AFTER_KNOWN);
 }
@@ -818,7 +816,6 @@ fn recover_never_removes_a_committed_release_path_no_longer_names() {
 /// before while no distributor runs, after a publication was killed past its commit point
 /// and before its log entry; the next `recover` removes the committed release.
 #[test]
-#[ignore = "bug: recover of a publication killed at during_cleanup (committed, not logged) rolls it back and removes its release when the neighbour has pointed path at the previous release"]
 fn recover_never_removes_a_committed_release_when_path_was_pointed_back_beforehand() {
     let s = Scene::new(Cmd::RecoverAfter);
     let env = &s.env;

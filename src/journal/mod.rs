@@ -430,6 +430,18 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 
+    /// Whether the journal recorded that operation `op` passed its commit point (its
+    /// `committed` event), whatever came after.
+    pub fn recorded_commit(&self, op: &str) -> Result<bool> {
+        self.conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM journal_events WHERE operation_id = ?1 AND event = ?2)",
+                [op, event::COMMITTED],
+                |r| r.get::<_, bool>(0),
+            )
+            .map_err(|e| jerr(&self.path, e))
+    }
+
     /// Whether an operation on `bundle_path` committed a state file of exactly this
     /// sha256 (SPEC §17: a state file an earlier version wrote is believed through the
     /// journal that committed it).

@@ -540,10 +540,31 @@ impl ReleaseStore {
             self.settings.max_age_seconds(),
             chrono::Utc::now().timestamp(),
         );
+        let mut verdicts = verdicts;
         if !dry_run {
-            for v in verdicts.iter().filter(|v| !v.keep) {
+            let mut stopped: Option<String> = None;
+            for v in verdicts.iter_mut().filter(|v| !v.keep) {
                 crate::failpoint::hit("during_prune");
+                // `path` again before each removal (SPEC §17): should it no longer be the
+                // symlink the last logged activation made, nothing more is removed.
+                if stopped.is_none() {
+                    stopped = match self.current() {
+                        Ok(link) => path_changed(&link, &view, &self.path),
+                        Err(e) => Some(format!("{} cannot be read: {e}", self.path.display())),
+                    };
+                }
+                if let Some(why) = &stopped {
+                    v.keep = true;
+                    v.reason = format!("{STOPPED}{why}");
+                    continue;
+                }
                 build::remove_release(root.dir(), &v.release)?;
+            }
+            if let Some(why) = stopped {
+                eprintln!(
+                    "warning: {}: retention stopped: path_changed: {why}",
+                    self.path.display()
+                );
             }
         }
         Ok(verdicts)
@@ -852,6 +873,18 @@ fn read_log_view(root: &Bundle, dir: &Path) -> Result<LogView> {
         }
     }
     Ok(view)
+}
+
+/// How a verdict kept because `path` changed while retention ran begins (the rest says
+/// how `path` changed).
+const STOPPED: &str = "kept: retention stopped, path_changed: ";
+
+/// Why retention stopped before a removal, when `path` changed while it ran (SPEC §17):
+/// from the verdicts [`ReleaseStore::prune`] returned.
+pub fn stopped(verdicts: &[log::Verdict]) -> Option<String> {
+    verdicts
+        .iter()
+        .find_map(|v| v.reason.strip_prefix(STOPPED).map(str::to_string))
 }
 
 /// Why `link` is not what the last logged activation made, if it is not (SPEC §17).
