@@ -563,6 +563,7 @@ pub(crate) fn run_activation(
         source: to_source.ok_or_else(|| Error::Failed("the state has no owner".into()))?,
         takeovers: serde_json::json!([]),
         host: Some(crate::backend::local::log::host()),
+        journal_id: Some(journal.journal_id()?),
     };
     // Nothing is staged, moved or placed from a source.
     let mut bare = plan.clone();

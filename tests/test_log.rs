@@ -110,6 +110,13 @@ fn every_activation_is_a_log_entry_with_who_what_and_which_release() {
     assert_eq!(e["destination_id"], "latest");
     assert_eq!(e["actor"], "cli:tester");
     assert!(e["host"].as_str().is_some_and(|h| !h.is_empty()));
+    // The journal that ran it: one uuid per journal, the same in every entry it wrote.
+    let jid = e["journal_id"].as_str().expect("journal_id");
+    assert!(
+        uuid::Uuid::parse_str(jid).is_ok_and(|u| u.get_version_num() == 4),
+        "{jid}"
+    );
+    assert_eq!(log[0]["journal_id"], e["journal_id"]);
     assert_eq!(e["release_activated"], ops[1].as_str());
     assert_eq!(e["release_deactivated"], ops[0].as_str());
     assert_eq!(e["source"]["id"], "site");

@@ -79,6 +79,7 @@ pub fn execute(
     staged.store = store.location();
     staged.releases = store.releases_record();
     staged.record_dir = store.record_dir(true)?;
+    staged.origin.journal_id = Some(journal.journal_id()?);
     let (record, actions) = journal_records(&staged)?;
     journal.begin_operation(&record, actions)?;
     failpoint::hit("after_journal_append");
@@ -299,6 +300,7 @@ fn origin(
         takeovers: serde_json::to_value(&plan.takeovers)
             .map_err(|e| Error::Failed(e.to_string()))?,
         host: Some(crate::backend::local::log::host()),
+        journal_id: None,
     })
 }
 

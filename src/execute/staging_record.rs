@@ -163,6 +163,10 @@ pub struct Origin {
     /// writes keeps); absent in records written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The id of the journal that ran it (the destination log's `journal_id`, which an
+    /// entry `recover` writes keeps); absent in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_id: Option<String>,
 }
 
 /// What recovery needs to finish or undo an operation.
@@ -526,6 +530,7 @@ mod tests {
                 },
                 takeovers: serde_json::Value::Null,
                 host: None,
+                journal_id: None,
             },
             actions: vec![
                 a(ActionKind::FileOverwrite, "a/x.txt"),

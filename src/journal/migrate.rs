@@ -38,6 +38,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0008_compact_actions",
         include_str!("../../migrations/0008_compact_actions.sql"),
     ),
+    (
+        "0009_journal_id",
+        include_str!("../../migrations/0009_journal_id.sql"),
+    ),
 ];
 
 /// Schema version this build writes.

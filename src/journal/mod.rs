@@ -430,6 +430,13 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 
+    /// This journal's own id (SPEC §18 `journal_id`), kept from its creation.
+    pub fn journal_id(&self) -> Result<String> {
+        self.conn
+            .query_row("SELECT journal_id FROM journal_meta", [], |r| r.get(0))
+            .map_err(|e| jerr(&self.path, e))
+    }
+
     /// Whether the journal recorded that operation `op` passed its commit point (its
     /// `committed` event), whatever came after.
     pub fn recorded_commit(&self, op: &str) -> Result<bool> {

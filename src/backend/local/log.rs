@@ -195,6 +195,7 @@ impl Entry {
         if let Some(h) = &o.host {
             e.host = h.clone();
         }
+        e.journal_id = o.journal_id.clone();
         e.source = Some(o.source.clone());
         e.previous_owner = o.previous_owner.clone();
         e.previous_source = o.previous_source.clone();

@@ -488,8 +488,12 @@ fn probe_one<'a>(
     };
     let bundle = b.path();
     Ok(match md.file_type {
-        FileType::Symlink => Entry::Symlink {
-            target: tree.read_link(rel).ctx("read link", bundle.join(rel))?,
+        FileType::Symlink => match tree.read_link(rel) {
+            Ok(target) => Entry::Symlink { target },
+            // Gone since the lstat: a look without the lock races the operation that
+            // removes it (planned again under the lock).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Entry::Missing,
+            Err(e) => return Err(Error::io("read link", bundle.join(rel), e)),
         },
         // Listed only where a planned path is: looked up for directories alone.
         FileType::Directory => list_dir(b, rel, list_if_in.contains(rel))?,

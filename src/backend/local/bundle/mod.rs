@@ -764,7 +764,13 @@ impl Bundle {
                     let entry_path = path.join(&name);
                     out.push(match (is_op, kind) {
                         (true, FileType::Directory) => {
-                            match self.check_staging_entry(&staging, &name, &entry_path)? {
+                            let Some(checked) =
+                                self.check_staging_entry(&staging, &name, &entry_path)?
+                            else {
+                                // Finished and removed while it was looked at.
+                                continue;
+                            };
+                            match checked {
                                 Err(u) => StagingEntry::Untrusted(
                                     entry_path.display().to_string(),
                                     u.message(),
@@ -801,19 +807,28 @@ impl Bundle {
     }
 
     /// Checks the staging entry `name` of `staging` and the records directly in it (the
-    /// record files and `new/`, `old/`) to be distributor's own (SPEC §17).
+    /// record files and `new/`, `old/`) to be distributor's own (SPEC §17). `None` when
+    /// it vanished meanwhile: a look without the lock races the operation that owns it,
+    /// which removes its entry when it finishes.
     fn check_staging_entry(
         &self,
         staging: &Dir,
         name: &str,
         path: &Path,
-    ) -> Result<std::result::Result<(), records::Untrusted>> {
+    ) -> Result<Option<std::result::Result<(), records::Untrusted>>> {
+        let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
         let dir = match staging.open_record_dir(name) {
             Ok(d) => d,
-            Err(RecordError::Untrusted(u)) => return Ok(Err(u)),
+            Err(RecordError::Untrusted(u)) => return Ok(Some(Err(u))),
+            Err(RecordError::Io(e)) if gone(&e) => return Ok(None),
             Err(RecordError::Io(e)) => return Err(dir_error(path.to_path_buf(), e)),
         };
-        for (entry, kind) in dir.entries().ctx("list", path)? {
+        let entries = match dir.entries() {
+            Ok(x) => x,
+            Err(e) if gone(&e) => return Ok(None),
+            Err(e) => return Err(Error::io("list", path, e)),
+        };
+        for (entry, kind) in entries {
             let kind = match kind {
                 FileType::Directory => records::Kind::Dir,
                 FileType::RegularFile => records::Kind::File,
@@ -821,12 +836,17 @@ impl Bundle {
                 _ => continue,
             };
             let p = path.join(&entry);
-            let st = dir.stat(&entry).ctx("stat", &p)?;
+            let st = match dir.stat(&entry) {
+                Ok(st) => st,
+                // Removed by its operation meanwhile (the record goes last).
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(Error::io("stat", &p, e)),
+            };
             if let Err(u) = records::check(&st, kind, &p) {
-                return Ok(Err(u));
+                return Ok(Some(Err(u)));
             }
         }
-        Ok(Ok(()))
+        Ok(Some(Ok(())))
     }
 
     /// The entries of `.distributor-staging/`, where a version before SPEC §17 kept
