@@ -803,11 +803,19 @@ fn known(cmd: Cmd, must_refuse: bool, cases: &[(&str, u64, Move)]) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn prune_rechecks_path_before_each_removal() {
     known(Cmd::Prune, true, PRUNE_KNOWN);
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn recover_never_removes_a_committed_release_path_no_longer_names() {
     known(Cmd::RecoverAfter, false, RECOVER_AFTER_KNOWN);
 }
@@ -816,6 +824,10 @@ fn recover_never_removes_a_committed_release_path_no_longer_names() {
 /// before while no distributor runs, after a publication was killed past its commit point
 /// and before its log entry; the next `recover` removes the committed release.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn recover_never_removes_a_committed_release_when_path_was_pointed_back_beforehand() {
     let s = Scene::new(Cmd::RecoverAfter);
     let env = &s.env;

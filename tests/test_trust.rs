@@ -246,6 +246,10 @@ fn a_published_file_renamed_into_a_records_place_is_not_believed() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn records_have_exact_modes_whatever_the_umask() {
     let env = Env::new();
     let cfg = env.simple_config("weather.yaml", "weather", "latest", DEST, "");
@@ -393,6 +397,10 @@ fn legacy_scene() -> (Env, PathBuf, String) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn an_earlier_versions_staging_is_recovered_through_the_journal_that_recorded_it() {
     let (env, cfg, op) = legacy_scene();
     let cfg = cfg.to_str().unwrap();
@@ -517,6 +525,10 @@ fn an_earlier_versions_state_file_is_believed_through_the_journal_that_committed
 /// operation whose staging entry is gone because the record directory was moved away is
 /// `staging_moved`, not `closed`; put back, it is recovered as usual.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn an_operation_whose_record_directory_moved_is_not_closed() {
     let env = Env::new();
     let cfg = env.simple_config("weather.yaml", "weather", "latest", DEST, "");
