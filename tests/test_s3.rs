@@ -968,7 +968,7 @@ fn a_file_that_does_not_match_its_manifest_never_becomes_visible() {
 
 /// The operation whose staging entry is under the prefix (one).
 fn staged_operation(w: &World) -> String {
-    let staging = key(".distributor-staging/");
+    let staging = key(".distributor/staging/");
     let mut ops: Vec<String> = w
         .moto
         .list(&w.bucket, &staging)
@@ -1523,4 +1523,98 @@ fn a_lease_too_short_to_work_is_refused_before_anything_is_written() {
         "{all}"
     );
     assert!(moto.list(&w.bucket, "").is_empty(), "something was written");
+}
+
+/// Moves every object under `.distributor/staging/<op>/` to the name an earlier version
+/// used, `.distributor-staging/<op>/`.
+fn to_legacy_staging(w: &World, op: &str) {
+    let from = key(&format!(".distributor/staging/{op}/"));
+    for o in w.moto.list(&w.bucket, &from) {
+        let bytes = w.moto.get(&w.bucket, &o.key).unwrap();
+        let rest = o.key.strip_prefix(&from).unwrap();
+        let to = key(&format!(".distributor-staging/{op}/{rest}"));
+        w.moto.put(&w.bucket, &to, &bytes);
+        w.moto.delete(&w.bucket, &o.key);
+    }
+}
+
+/// Staging is `<prefix>/.distributor/staging/<op>/` (SPEC §22); an entry an earlier
+/// version left under `<prefix>/.distributor-staging/<op>/` is still read: recovery is
+/// due (`status`, `publish`), and `recover`, with any journal, finishes it where it is
+/// (forward past its commit decision, else back) and leaves nothing there.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn an_earlier_versions_staging_is_still_recovered() {
+    let moto = require_moto!();
+    for (point, forward) in [("after_journal_commit", true), ("after_staging", false)] {
+        let w = World::new(moto);
+        let config = w.config("d.yaml", PREFIX, "", "");
+        let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+        w.publish(&config, &b1, &[]).expect_code(0);
+        let before = w.objects();
+        let b2 = w.env.bundle("b2", "site", "2026-12-02T07:00:00Z", V2, &[]);
+        let args = [
+            "publish",
+            "--json",
+            "--config",
+            path(&config),
+            "--source",
+            path(&b2),
+        ];
+        let r = w.run(&args, &[("DISTRIBUTOR_FAILPOINT", point)]);
+        assert_ne!(r.code, 0, "{point}: the failpoint did not stop the run");
+        let op = staged_operation(&w);
+        to_legacy_staging(&w, &op);
+        assert!(
+            (w.moto.list(&w.bucket, &key(".distributor/staging/"))).is_empty(),
+            "{point}"
+        );
+        let r = w.run(&["status", "--json", "--config", path(&config)], &[]);
+        r.expect_code(4);
+        assert!(r.stdout.contains(&op), "{point}: {}", r.stdout);
+        let b3 = w.env.bundle("b3", "site", "2026-12-02T08:00:00Z", V1, &[]);
+        w.publish(&config, &b3, &[]).expect_code(4);
+        let other = w.env.path("other.sqlite3");
+        let r = w.run(
+            &[
+                "recover",
+                "--json",
+                "--config",
+                path(&config),
+                "--journal",
+                path(&other),
+            ],
+            &[],
+        );
+        r.expect_code(0);
+        let outcome = if forward {
+            "rolled_forward"
+        } else {
+            "rolled_back"
+        };
+        assert_eq!(r.json()["summary"][outcome], 1, "{point}: {}", r.stdout);
+        for staging in [".distributor-staging/", ".distributor/staging/"] {
+            let left = w.moto.list(&w.bucket, &key(staging));
+            assert!(left.is_empty(), "{point}: {left:?}");
+        }
+        if forward {
+            let got: BTreeMap<String, Vec<u8>> =
+                w.content().into_iter().map(|(k, (_, c))| (k, c)).collect();
+            let want: BTreeMap<String, Vec<u8>> = V2
+                .iter()
+                .map(|(p, c)| (key(p), c.as_bytes().to_vec()))
+                .collect();
+            assert_eq!(got, want, "{point}");
+        } else {
+            assert_eq!(w.objects(), before, "{point}");
+        }
+        // The crashed host's own journal closes the operation.
+        w.run(&["recover", "--config", path(&config)], &[])
+            .expect_code(0);
+        w.run(&["verify", "--config", path(&config)], &[])
+            .expect_code(0);
+    }
 }

@@ -598,7 +598,7 @@ fn two_hosts_publish_concurrently_killed_at_random_and_recover() {
         let mut recovered = Vec::new();
         for pass in 0.. {
             let left = pass > 0 && {
-                let staging = moto.list(&bucket, &format!("{PREFIX}/.distributor-staging/"));
+                let staging = moto.list(&bucket, &format!("{PREFIX}/.distributor/staging/"));
                 let unfinished = hosts
                     .iter()
                     .flat_map(|h| h.journal().into_values())

@@ -291,6 +291,7 @@ fn a_store_that_ignores_conditional_writes_is_refused_before_anything_is_written
     assert!(
         !keys.iter().any(|k| k.contains(".distributor-probe-")
             || k.ends_with(".distributor.lock")
+            || k.contains(".distributor/staging/")
             || k.contains(".distributor-staging/")),
         "{keys:#?}"
     );

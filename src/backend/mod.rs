@@ -147,7 +147,7 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// who, as its lock record says. Writes nothing and waits for nothing.
     fn lock_holder(&self) -> Result<Option<String>>;
 
-    /// What `.distributor/staging/` (object stores: `.distributor-staging/`) holds.
+    /// What `.distributor/staging/` holds (and an earlier version's `.distributor-staging/`).
     fn staging_entries(&self) -> Result<Vec<StagingEntry>>;
 
     /// The staging record of `op`, checked to describe its staging entry; `None` when the

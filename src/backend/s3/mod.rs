@@ -8,8 +8,9 @@
 //!   store's clock ([`lease`]); every request made while it is held is bounded by the
 //!   time its holder has left ([`lease::Lease::send`]).
 //! - The staging record and moved-aside copies live under
-//!   `<prefix>/.distributor-staging/<op>/`; the commit is decided by creating
-//!   `<op>/decision` once: `commit` by the publisher, `abort` by `recover`.
+//!   `<prefix>/.distributor/staging/<op>/` (an earlier version's
+//!   `<prefix>/.distributor-staging/<op>/` is still read); the commit is decided by
+//!   creating `<op>/decision` once: `commit` by the publisher, `abort` by `recover`.
 //! - New content goes straight to its final key with a conditional PUT carrying its
 //!   sha256, so the store refuses a mismatch ([`store`]).
 //!
@@ -398,7 +399,8 @@ impl Backend for S3Backend {
 
     fn bundle_paths(&self, base: &Path) -> Result<Vec<PathBuf>> {
         // The bundle paths below a mapped destination that hold state or staging: every
-        // `.distributor.json` or `.distributor-staging/` under the prefix.
+        // `.distributor.json`, `.distributor/staging/` or an earlier version's
+        // `.distributor-staging/` under the prefix.
         let prefix = self.prefix_of(base)?;
         let keys = list(self, None, &format!("{prefix}/"))?;
         let mut found: Vec<PathBuf> = Vec::new();
@@ -409,7 +411,9 @@ impl Backend for S3Backend {
             };
             let bundle_rel = if let Some(b) = rel.strip_suffix("/.distributor.json") {
                 b
-            } else if let Some((b, _)) = rel.split_once("/.distributor-staging/") {
+            } else if let Some((b, _)) = (rel.split_once("/.distributor/staging/"))
+                .or_else(|| rel.split_once("/.distributor-staging/"))
+            {
                 b
             } else {
                 continue;

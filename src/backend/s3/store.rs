@@ -5,7 +5,8 @@
 //! |---|---|
 //! | `read_state` | `GET <prefix>/.distributor.json` (its ETag kept for the commit) |
 //! | `probe`, `list_files` | one listing of the prefix; "matches" = recorded size and ETag |
-//! | `begin` | `pre-state.json`, `post-state.json`, then `plan.json` (create-once) under `.distributor-staging/<op>/` |
+//! | `staging_entries` | one listing of `.distributor/staging/`, one of an earlier version's `.distributor-staging/` (still read; its operations are worked on where they are) |
+//! | `begin` | `pre-state.json`, `post-state.json`, then `plan.json` (create-once) under `.distributor/staging/<op>/` |
 //! | `stage` | hash the source file; a replaced key is copied aside to `old/<i>` first; then `PUT` to its final key with `x-amz-checksum-sha256`, `If-None-Match: *` (new) or `If-Match` (replaced); large files multipart, completed only after the whole file's sha256 matched |
 //! | `move_aside` | a deleted key is copied aside to `old/<i>` |
 //! | `commit_state` | `state.json` (the state with each output's ETag), `decision` = `commit` (create-once), the deletes, then the state object with `If-Match` on the ETag planned against |
@@ -39,8 +40,11 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// The staging directory's name under the prefix.
-const STAGING: &str = ".distributor-staging";
+/// The staging directory under the prefix (SPEC §22).
+const STAGING: &str = crate::backend::local::records::STAGING;
+/// Where versions before SPEC §22 kept it: still read (`status`, `recover`), never
+/// written by a new operation.
+const LEGACY_STAGING: &str = crate::backend::local::LEGACY_STAGING_DIR;
 /// The decision record's name in an operation's staging.
 const DECISION: &str = "decision";
 /// Where a state object that a roll-forward overwrote is kept (SPEC §17), never deleted.
@@ -86,6 +90,9 @@ pub struct S3Store {
     state: Mutex<Option<(Vec<u8>, Option<String>)>>,
     /// What this process wrote: bundle-relative key -> ETag the store returned.
     placed: Mutex<HashMap<String, String>>,
+    /// Operations whose staging entry is an earlier version's `.distributor-staging/<op>/`
+    /// (as [`BundleStore::staging_entries`] last listed them).
+    legacy: Mutex<BTreeSet<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -107,6 +114,7 @@ impl S3Store {
             listing: Mutex::new(None),
             state: Mutex::new(None),
             placed: Mutex::new(HashMap::new()),
+            legacy: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -125,19 +133,31 @@ impl S3Store {
         format!("{}/{rel}", self.bundle.display())
     }
 
-    fn staging_rel(op: &str, name: &str) -> String {
-        format!("{STAGING}/{op}/{name}")
+    /// Where the staging entry of `op` is: `.distributor/staging/`, or for an entry an
+    /// earlier version wrote (listed by [`BundleStore::staging_entries`]) the old
+    /// `.distributor-staging/`.
+    fn staging_of(&self, op: &str) -> String {
+        let root = if lock(&self.legacy).contains(op) {
+            LEGACY_STAGING
+        } else {
+            STAGING
+        };
+        format!("{root}/{op}")
     }
 
-    fn old_rel(op: &str, i: usize) -> String {
-        format!("{STAGING}/{op}/old/{i}")
+    fn staging_rel(&self, op: &str, name: &str) -> String {
+        format!("{}/{name}", self.staging_of(op))
+    }
+
+    fn old_rel(&self, op: &str, i: usize) -> String {
+        format!("{}/old/{i}", self.staging_of(op))
     }
 
     /// Where the id of a multipart upload (`name`: the action's index, or `old-<i>` /
     /// `restore-<i>` for a copy past the single-copy limit) is kept while it runs: the id,
     /// a newline, the bundle-relative key it uploads to.
-    fn upload_rel(op: &str, name: &str) -> String {
-        format!("{STAGING}/{op}/uploads/{name}")
+    fn upload_rel(&self, op: &str, name: &str) -> String {
+        format!("{}/uploads/{name}", self.staging_of(op))
     }
 
     /// Writing needs the lease, still live.
@@ -350,13 +370,13 @@ impl S3Store {
     /// The decision record of `op`, if one was created.
     fn decision(&self, op: &str) -> Result<Option<String>> {
         Ok(self
-            .get(&Self::staging_rel(op, DECISION))?
+            .get(&self.staging_rel(op, DECISION))?
             .map(|(b, _)| String::from_utf8_lossy(&b).trim().to_string()))
     }
 
     /// Creates the decision record of `op` holding `word`, once; what it holds then.
     fn decide(&self, op: &str, word: &str) -> Result<String> {
-        let rel = Self::staging_rel(op, DECISION);
+        let rel = self.staging_rel(op, DECISION);
         match self.put(&rel, format!("{word}\n").into_bytes(), PutMode::Create) {
             Ok(_) => Ok(word.to_string()),
             Err(Error::ConcurrentChange(_)) => Ok(self.decision(op)?.unwrap_or_default()),
@@ -368,9 +388,9 @@ impl S3Store {
     /// or undone): `plan.json` first, so that whatever a crash leaves of the entry is an
     /// unfinished one, which recovery only removes; the decision last.
     fn remove_entry(&self, op: &str) -> Result<()> {
-        let all = self.list_under(&format!("{STAGING}/{op}"))?;
-        let plan = Self::staging_rel(op, PLAN_FILE);
-        let decision = Self::staging_rel(op, DECISION);
+        let all = self.list_under(&self.staging_of(op))?;
+        let plan = self.staging_rel(op, PLAN_FILE);
+        let decision = self.staging_rel(op, DECISION);
         if all.iter().any(|(k, _)| *k == plan) {
             self.delete(&plan)?;
         }
@@ -461,7 +481,7 @@ impl S3Store {
                 },
             ))?
             .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
-        let record = Self::upload_rel(op, &i.to_string());
+        let record = self.upload_rel(op, &i.to_string());
         self.put(
             &record,
             format!("{id}\n{rel}").into_bytes(),
@@ -548,7 +568,7 @@ impl S3Store {
     fn abort_uploads(&self, op: &StagedOperation) -> Result<()> {
         let id = &op.operation_id;
         let s3 = self.backend.client.as_ref();
-        for (k, _) in self.list_under(&format!("{STAGING}/{id}/uploads"))? {
+        for (k, _) in self.list_under(&format!("{}/uploads", self.staging_of(id)))? {
             let Some((record, _)) = self.get(&k)? else {
                 continue;
             };
@@ -558,7 +578,7 @@ impl S3Store {
                 continue;
             };
             let ours = op.actions.iter().any(|a| a.path == rel)
-                || rel.starts_with(&format!("{STAGING}/{id}/"));
+                || rel.starts_with(&format!("{}/", self.staging_of(id)));
             if !ours {
                 continue;
             }
@@ -585,16 +605,16 @@ impl S3Store {
     /// and overwritten, conditionally on the ETag read, and returned.
     fn finish_commit(&self, op: &StagedOperation, replace: bool) -> Result<Option<ReplacedState>> {
         let id = &op.operation_id;
-        let Some((final_state, _)) = self.get(&Self::staging_rel(id, STATE_TMP_FILE))? else {
+        let Some((final_state, _)) = self.get(&self.staging_rel(id, STATE_TMP_FILE))? else {
             return Err(Error::Failed(format!(
                 "{}: operation {id} decided commit but its {STATE_TMP_FILE} is missing; inspect {} by hand",
                 self.bundle.display(),
-                self.shown(&format!("{STAGING}/{id}"))
+                self.shown(&self.staging_of(id))
             )));
         };
         let pre = match op.pre_state_sha256 {
             Some(_) => self
-                .get(&Self::staging_rel(id, PRE_STATE_FILE))?
+                .get(&self.staging_rel(id, PRE_STATE_FILE))?
                 .map(|(b, _)| Self::recorded_etags(&b))
                 .unwrap_or_default(),
             None => HashMap::new(),
@@ -851,41 +871,70 @@ impl BundleStore for S3Store {
     }
 
     fn staging_entries(&self) -> Result<Vec<StagingEntry>> {
-        let mut ops: BTreeMap<String, bool> = BTreeMap::new();
+        // `.distributor/staging/`, then an earlier version's `.distributor-staging/`
+        // (SPEC §22: still read), whose operations are then worked on where they are.
+        // Object stores have no owners (SPEC §17): an entry there is not judged by the
+        // journal that reads it, as §17's upgrade rule does for local destinations.
         let mut out = Vec::new();
-        for (k, _) in self.list_under(STAGING)? {
-            let rest = &k[STAGING.len() + 1..];
-            match rest.split_once('/') {
-                Some((op, name)) => {
-                    let has_plan = ops.entry(op.to_string()).or_default();
-                    *has_plan |= name == PLAN_FILE;
+        let mut legacy = BTreeSet::new();
+        for root in [STAGING, LEGACY_STAGING] {
+            let mut ops: BTreeMap<String, bool> = BTreeMap::new();
+            let name = |n: &str| match root {
+                STAGING => n.to_string(),
+                _ => format!("{root}/{n}"),
+            };
+            for (k, _) in self.list_under(root)? {
+                let rest = &k[root.len() + 1..];
+                match rest.split_once('/') {
+                    Some((op, file)) => {
+                        let has_plan = ops.entry(op.to_string()).or_default();
+                        *has_plan |= file == PLAN_FILE;
+                    }
+                    None => out.push(StagingEntry::Foreign(
+                        name(rest),
+                        format!("{} is an object distributor never writes", self.shown(&k)),
+                    )),
                 }
-                None => out.push(StagingEntry::Foreign(
-                    rest.to_string(),
-                    format!("{} is an object distributor never writes", self.shown(&k)),
-                )),
+            }
+            for (op, has_plan) in ops {
+                let listed = |e: &StagingEntry| matches!(e, StagingEntry::Operation(o) | StagingEntry::Unfinished(o) if *o == op);
+                if uuid::Uuid::parse_str(&op).is_err() {
+                    out.push(StagingEntry::Foreign(
+                        name(&op),
+                        format!(
+                            "{} is not named after an operation",
+                            self.shown(&format!("{root}/{op}/"))
+                        ),
+                    ));
+                    continue;
+                } else if out.iter().any(listed) {
+                    // In both places: the new one is worked on; the old stays for a person.
+                    out.push(StagingEntry::Foreign(
+                        name(&op),
+                        format!(
+                            "{} is an earlier version's staging of operation {op}, which {} holds too",
+                            self.shown(&format!("{root}/{op}/")),
+                            self.shown(&format!("{STAGING}/{op}/"))
+                        ),
+                    ));
+                    continue;
+                }
+                if root == LEGACY_STAGING {
+                    legacy.insert(op.clone());
+                }
+                out.push(if has_plan {
+                    StagingEntry::Operation(op)
+                } else {
+                    StagingEntry::Unfinished(op)
+                });
             }
         }
-        for (op, has_plan) in ops {
-            if uuid::Uuid::parse_str(&op).is_err() {
-                out.push(StagingEntry::Foreign(
-                    op.clone(),
-                    format!(
-                        "{} is not named after an operation",
-                        self.shown(&format!("{STAGING}/{op}/"))
-                    ),
-                ));
-            } else if has_plan {
-                out.push(StagingEntry::Operation(op));
-            } else {
-                out.push(StagingEntry::Unfinished(op));
-            }
-        }
+        *lock(&self.legacy) = legacy;
         Ok(out)
     }
 
     fn read_record(&self, op: &str) -> Result<Option<StagedOperation>> {
-        let rel = Self::staging_rel(op, PLAN_FILE);
+        let rel = self.staging_rel(op, PLAN_FILE);
         match self.get(&rel)? {
             Some((bytes, _)) => Ok(Some(StagedOperation::parse(
                 &bytes,
@@ -898,7 +947,7 @@ impl BundleStore for S3Store {
     }
 
     fn staging_holds_files(&self, op: &str) -> Result<bool> {
-        Ok(!self.list_under(&format!("{STAGING}/{op}"))?.is_empty())
+        Ok(!self.list_under(&self.staging_of(op))?.is_empty())
     }
 
     fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
@@ -908,19 +957,19 @@ impl BundleStore for S3Store {
         let id = &op.operation_id;
         if let Some(pre) = pre {
             self.put(
-                &Self::staging_rel(id, PRE_STATE_FILE),
+                &self.staging_rel(id, PRE_STATE_FILE),
                 pre.to_vec(),
                 PutMode::Create,
             )?;
         }
         self.put(
-            &Self::staging_rel(id, POST_STATE_FILE),
+            &self.staging_rel(id, POST_STATE_FILE),
             post.to_vec(),
             PutMode::Create,
         )?;
         // The plan last: an entry without it changed nothing.
         self.put(
-            &Self::staging_rel(id, PLAN_FILE),
+            &self.staging_rel(id, PLAN_FILE),
             op.to_json()?,
             PutMode::Create,
         )?;
@@ -943,8 +992,8 @@ impl BundleStore for S3Store {
         // replaced only if it is still that (If-Match); a new key only if still free.
         let mode = match self.planned(&a.path) {
             Some(l) => {
-                let old = Self::old_rel(&op.operation_id, i);
-                let record = Self::upload_rel(&op.operation_id, &format!("old-{i}"));
+                let old = self.old_rel(&op.operation_id, i);
+                let record = self.upload_rel(&op.operation_id, &format!("old-{i}"));
                 self.copy(&a.path, &old, l.size, &record)?;
                 PutMode::Update(UpdateVersion {
                     e_tag: l.etag,
@@ -984,8 +1033,8 @@ impl BundleStore for S3Store {
         self.writable()?;
         failpoint::hit("during_move_aside");
         if let Some(l) = self.planned(&a.path) {
-            let old = Self::old_rel(&op.operation_id, i);
-            let record = Self::upload_rel(&op.operation_id, &format!("old-{i}"));
+            let old = self.old_rel(&op.operation_id, i);
+            let record = self.upload_rel(&op.operation_id, &format!("old-{i}"));
             self.copy(&a.path, &old, l.size, &record)?;
         }
         Ok(())
@@ -1013,7 +1062,7 @@ impl BundleStore for S3Store {
         self.writable()?;
         let id = &op.operation_id;
         // The staged post-state, which must still be the planned one.
-        let staged = Self::staging_rel(id, POST_STATE_FILE);
+        let staged = self.staging_rel(id, POST_STATE_FILE);
         let (post, _) = self.get(&staged)?.ok_or_else(|| {
             Error::Failed(format!(
                 "{}: {} is gone: the operation stops before its commit point",
@@ -1047,7 +1096,7 @@ impl BundleStore for S3Store {
         })
         .map_err(|e| Error::Failed(format!("{}: {e}", self.bundle.display())))?;
         self.put(
-            &Self::staging_rel(id, STATE_TMP_FILE),
+            &self.staging_rel(id, STATE_TMP_FILE),
             final_state.clone(),
             PutMode::Overwrite,
         )?;
@@ -1124,7 +1173,7 @@ impl BundleStore for S3Store {
         }
         let pre = match op.pre_state_sha256 {
             Some(_) => self
-                .get(&Self::staging_rel(id, PRE_STATE_FILE))?
+                .get(&self.staging_rel(id, PRE_STATE_FILE))?
                 .map(|(b, _)| Self::recorded_etags(&b))
                 .unwrap_or_default(),
             None => HashMap::new(),
@@ -1134,14 +1183,14 @@ impl BundleStore for S3Store {
                 continue;
             }
             self.writable()?;
-            let old = Self::old_rel(id, i);
+            let old = self.old_rel(id, i);
             let now = self.head(&a.path)?;
             if let Some(copy) = self.head(&old)? {
                 // Restored unless it still holds what the state before recorded.
                 let recorded = pre.get(&a.path).and_then(|(_, e)| e.clone());
                 if now.as_ref().and_then(|l| l.etag.clone()) != recorded || recorded.is_none() {
                     failpoint::hit("undo_restore");
-                    let record = Self::upload_rel(id, &format!("restore-{i}"));
+                    let record = self.upload_rel(id, &format!("restore-{i}"));
                     self.copy(&old, &a.path, copy.size, &record)?;
                 }
             } else if a.kind == ActionKind::FileCreate && now.is_some() {
