@@ -72,8 +72,9 @@ pub const ALL: &[&str] = &[
 
 /// The s3 backend's failpoints, reached only on s3 destinations: before every request is
 /// sent and after every response arrives, so a test can kill the process at each request
-/// of a publication in turn (`tests/test_s3.rs`).
-pub const S3: &[&str] = &["s3_request", "s3_response"];
+/// of a publication in turn (`tests/test_s3.rs`); and after the destination log's tail was
+/// listed, just before its entry is created (SPEC §18: `tests/test_s3_log.rs`).
+pub const S3: &[&str] = &["s3_request", "s3_response", "s3_before_log_entry"];
 
 /// The releases backend's own failpoints, reached only on destinations with `releases`
 /// (`tests/test_releases.rs`): while the new release is filled with what it carries over,

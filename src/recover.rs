@@ -840,7 +840,11 @@ fn recover_one(
     }
     let ev = match r.outcome {
         Outcome::RolledForward => {
-            if let Some(replaced) = store.roll_forward(&staged)? {
+            let replaced = match journal.as_deref() {
+                Some(j) => j.with_log_tail(store, || store.roll_forward(&staged))?,
+                None => store.roll_forward(&staged)?,
+            };
+            if let Some(replaced) = replaced {
                 let m = replaced_message(&replaced);
                 r.message.push_str(&format!("; {m}"));
                 if let Some(j) = journal.as_deref() {

@@ -30,6 +30,7 @@ mod test_report_text;
 mod test_s3;
 mod test_s3_harness;
 mod test_s3_hosts;
+mod test_s3_log;
 mod test_s3_refusals;
 mod test_server;
 mod test_server_docs;

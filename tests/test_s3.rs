@@ -66,11 +66,23 @@ impl World {
     }
 
     /// Every object under the prefix: key -> (etag, content); the lease of a run that
-    /// was killed is left out (it stays until it expires or its host takes it over).
+    /// was killed is left out (it stays until it expires or its host takes it over), and
+    /// so is the destination log, which only grows ([`World::log`]).
     fn objects(&self) -> BTreeMap<String, (String, Vec<u8>)> {
         let mut o = self.moto.snapshot(&self.bucket, &format!("{PREFIX}/"));
         o.remove(&format!("{PREFIX}/.distributor.lock"));
+        o.retain(|k, _| !k.starts_with(&key(".distributor/log/")));
         o
+    }
+
+    /// The destination log's entries (SPEC §18), oldest first.
+    fn log(&self) -> Vec<Value> {
+        (self
+            .moto
+            .list(&self.bucket, &key(".distributor/log/"))
+            .iter())
+        .map(|o| serde_json::from_slice(&self.moto.get(&self.bucket, &o.key).unwrap()).unwrap())
+        .collect()
     }
 
     /// The objects a reader sees: everything but distributor's own state object and the
@@ -434,6 +446,16 @@ fn a_crash_at_every_step_recovers_to_before_or_after_from_any_host() {
             if forward { V2.len() } else { V1.len() } + 1,
             "{step}: staging, a lease or a stray object is left"
         );
+        // The log has one entry per committed publication (SPEC §18): the one rolled
+        // forward gets its entry, whoever wrote it; the one rolled back none.
+        let log = w.log();
+        assert_eq!(log.len(), if forward { 2 } else { 1 }, "{step}: {log:#?}");
+        let state = w.state().unwrap();
+        let live = match *mode {
+            "shared_root" => &state["owners"][0]["operation_id"],
+            _ => &state["operation_id"],
+        };
+        assert_eq!(&log.last().unwrap()["operation_id"], live, "{step}");
         // The destination is usable again, and verify (with the journal that recovered
         // it) agrees with it.
         let mut verify = vec!["verify", "--config", path(&config)];
@@ -836,6 +858,21 @@ fn a_kill_at_every_request_recovers_to_before_or_after() {
                     .count(),
                 got.len() + 1,
                 "{spec}: staging or a stray object is left"
+            );
+            // The log (SPEC §18): numbered from 1 without a gap, each operation once, its
+            // last entry the operation whose state is live, whichever request was cut.
+            let log = w.log();
+            let seqs: Vec<u64> = log.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+            assert_eq!(seqs, (1..=log.len() as u64).collect::<Vec<_>>(), "{spec}");
+            let ops: std::collections::BTreeSet<&str> = log
+                .iter()
+                .map(|e| e["operation_id"].as_str().unwrap())
+                .collect();
+            assert_eq!(ops.len(), log.len(), "{spec}: an operation logged twice");
+            assert_eq!(
+                log.last().unwrap()["operation_id"],
+                w.state().unwrap()["operation_id"],
+                "{spec}"
             );
             w.run(&["verify", "--config", path(&config)], &[])
                 .expect_code(0);
@@ -1611,9 +1648,17 @@ fn an_earlier_versions_staging_is_still_recovered() {
         } else {
             assert_eq!(w.objects(), before, "{point}");
         }
+        // Rolled forward, it is logged (SPEC §18) by the recover that finished it.
+        let log = w.log();
+        assert_eq!(log.len(), if forward { 2 } else { 1 }, "{point}: {log:#?}");
+        if forward {
+            assert_eq!(log[1]["operation_id"], op.as_str(), "{point}");
+            assert!(log[1]["recovered_by"].is_object(), "{point}");
+        }
         // The crashed host's own journal closes the operation.
         w.run(&["recover", "--config", path(&config)], &[])
             .expect_code(0);
+        assert_eq!(w.log(), log, "{point}: closing it logged nothing");
         w.run(&["verify", "--config", path(&config)], &[])
             .expect_code(0);
     }

@@ -16,7 +16,9 @@
 //!     `committed` event, or a `recover` that rolled it forward) and no journal says it
 //!     was not applied; no two committed operations were planned against one state; a
 //!     round without a commit leaves the state object as it was;
-//!   - no journal has an unfinished operation, and `verify` passes.
+//!   - no journal has an unfinished operation, and `verify` passes;
+//!   - the destination log (SPEC §18) holds every committed operation exactly once and
+//!     nothing else, numbered from 1 without a gap, whichever host wrote each entry.
 //!
 //! "Committed in exactly one journal" is not an invariant: a host killed after its
 //! commit decision, whose operation the other host's `recover` rolled forward (an
@@ -763,6 +765,14 @@ fn check_round(
         );
         objects.remove(&lease_key);
     }
+    // The destination log (SPEC §18), checked below: only ever grows.
+    let log_prefix = format!("{base}.distributor/log/");
+    let log: BTreeMap<String, Vec<u8>> = objects
+        .iter()
+        .filter(|(k, _)| k.starts_with(&log_prefix))
+        .map(|(k, (_, c))| (k.clone(), c.clone()))
+        .collect();
+    objects.retain(|k, _| !k.starts_with(&log_prefix));
     // Nothing else of distributor's own is left but the state: no staging.
     let own: Vec<(&String, String)> = objects
         .iter()
@@ -807,6 +817,29 @@ fn check_round(
         .map(|id| id.to_string())
         .collect();
     seen.committed.extend(new.iter().cloned());
+    // The log holds every committed operation once and nothing else, numbered from 1
+    // without a gap, whoever wrote each entry (its run, or a `recover` on either host):
+    // two writers never both took one seq, and none was skipped or written twice.
+    let mut logged = BTreeSet::new();
+    for (i, (k, bytes)) in log.iter().enumerate() {
+        let seq = i as u64 + 1;
+        assert_eq!(
+            *k,
+            format!("{log_prefix}{seq:020}.json"),
+            "{ctx}: a gap in the log"
+        );
+        let e: Value = serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("{ctx}: {k}: {e}"));
+        assert_eq!(e["seq"], seq, "{ctx}: {k}");
+        let id = e["operation_id"].as_str().unwrap().to_string();
+        assert!(logged.insert(id), "{ctx}: {k} logs an operation twice: {e}");
+    }
+    assert_eq!(
+        logged, seen.committed,
+        "{ctx}: the log does not hold exactly the committed operations"
+    );
+    if !log.is_empty() {
+        bump(stats, "log entries checked".into());
+    }
 
     let Some((_, state_bytes)) = objects.get(&state_key).cloned() else {
         assert!(

@@ -501,10 +501,12 @@ fn serve_publishes_to_an_s3_destination() {
         .to_string();
 
     // The objects are the bundle's files with their content and headers; distributor
-    // left its state and nothing else (no lease, no staging, no probe).
+    // left its state and its log's entry (SPEC §18), nothing else (no lease, no staging,
+    // no probe).
     let objects = w.bucket_objects();
     let mut want: Vec<String> = V1.iter().map(|(p, _)| key(p)).collect();
     want.push(key(".distributor.json"));
+    want.push(key(".distributor/log/00000000000000000001.json"));
     want.sort();
     assert_eq!(objects.keys().cloned().collect::<Vec<_>>(), want);
     for (p, c) in V1 {
@@ -517,6 +519,11 @@ fn serve_publishes_to_an_s3_destination() {
         serde_json::from_slice(&objects[&key(".distributor.json")].1).expect("state is JSON");
     assert_eq!(state["state_version"], 2);
     assert_eq!(state["source"]["id"], "tomorrow");
+    let entry: Value =
+        serde_json::from_slice(&objects[&key(".distributor/log/00000000000000000001.json")].1)
+            .expect("a log entry is JSON");
+    assert_eq!(entry["operation_id"], op.as_str());
+    assert_eq!(entry["actor"], "token:forecast-job");
 
     // The server's journal has the operation, at the s3 bundle path, by the token.
     let ops = w.history();

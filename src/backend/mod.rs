@@ -220,6 +220,13 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         Ok(None)
     }
 
+    /// The destination log's tail as journals remember it for this store (SPEC §18
+    /// "Finding the tail"), where a writer lists the log from the entry last seen rather
+    /// than from the start: object stores. See [`crate::journal::Journal::with_log_tail`].
+    fn log_cursor(&self) -> Option<&LogCursor> {
+        None
+    }
+
     /// Moves an earlier version's staging entry of `op` into the record directory (SPEC
     /// §17 "Upgrading"), for an operation the journal in use records; only the local
     /// backends have one.
@@ -256,7 +263,7 @@ impl Committed {
 
 /// A state object that a roll-forward overwrote with the operation's post-state (SPEC
 /// §17): what it held, and where its copy is kept (distributor never deletes it).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReplacedState {
     /// sha256 of the bytes it held.
     pub sha256: String,
@@ -264,6 +271,54 @@ pub struct ReplacedState {
     pub etag: Option<String>,
     /// The copy of those bytes (`s3://<bucket>/<prefix>/.distributor/replaced/<op>.json`).
     pub copied_to: String,
+}
+
+/// Where a store's destination log ends, as far as journals know (SPEC §18 "Finding the
+/// tail"): the key a journal remembers it under, the last seq the journal in use saw there
+/// (handed in before a step that may write an entry), and the last entry the store wrote
+/// or found to be the tail (kept by the journal afterwards). Only a hint: a writer that
+/// does not find the entry it was told of lists the whole log.
+#[derive(Debug)]
+pub struct LogCursor {
+    location: String,
+    known: std::sync::Mutex<Option<u64>>,
+    reached: std::sync::Mutex<Option<u64>>,
+}
+
+impl LogCursor {
+    /// A cursor for the log at `location` (the key journals keep its tail under).
+    pub fn new(location: String) -> LogCursor {
+        LogCursor {
+            location,
+            known: Default::default(),
+            reached: Default::default(),
+        }
+    }
+
+    /// The key journals keep this log's tail under.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The last seq the journal in use saw in this log.
+    pub fn known(&self) -> Option<u64> {
+        *self.known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells the store the last seq the journal in use saw in this log.
+    pub fn set_known(&self, seq: Option<u64>) {
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = seq;
+    }
+
+    /// The tail the store left: the entry it wrote, or found its operation's entry at.
+    pub fn reached(&self) -> Option<u64> {
+        *self.reached.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records the tail the store left.
+    pub fn set_reached(&self, seq: u64) {
+        *self.reached.lock().unwrap_or_else(|e| e.into_inner()) = Some(seq);
+    }
 }
 
 /// Where an operation stands, as storage shows it ([`BundleStore::verdict`]).

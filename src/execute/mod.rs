@@ -117,7 +117,7 @@ pub fn execute(
                 .commit(committed, &op_id, &bundle.to_string_lossy(), &placements)
                 .map_err(finish)?;
             failpoint::hit("after_journal_commit");
-            store.clean_up(&staged).map_err(finish)?;
+            (journal.with_log_tail(store, || store.clean_up(&staged))).map_err(finish)?;
             if let (Some(releases), Some(state)) = (store.as_releases(), &state) {
                 retain(releases, state, &op_id, &bundle.to_string_lossy(), journal)
                     .map_err(finish)?;

@@ -42,6 +42,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0009_journal_id",
         include_str!("../../migrations/0009_journal_id.sql"),
     ),
+    (
+        "0010_log_tail",
+        include_str!("../../migrations/0010_log_tail.sql"),
+    ),
 ];
 
 /// Schema version this build writes.

@@ -437,6 +437,56 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 
+    /// The last seq of the destination log at `location` this journal saw (SPEC §18
+    /// "Finding the tail"), `None` when it never wrote there.
+    pub fn log_tail(&self, location: &str) -> Result<Option<u64>> {
+        self.conn
+            .query_row(
+                "SELECT seq FROM journal_log_tails WHERE location = ?1 ORDER BY id DESC LIMIT 1",
+                [location],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map(|s| s.map(|s| s as u64))
+            .map_err(|e| jerr(&self.path, e))
+    }
+
+    /// Records that the destination log at `location` ended at `seq`.
+    pub fn record_log_tail(&self, location: &str, seq: u64) -> Result<()> {
+        if self.log_tail(location)? == Some(seq) {
+            return Ok(());
+        }
+        self.conn
+            .execute(
+                "INSERT INTO journal_log_tails (location, seq, at) VALUES (?1, ?2, ?3)",
+                rusqlite::params![location, seq as i64, now()],
+            )
+            .map(|_| ())
+            .map_err(|e| jerr(&self.path, e))
+    }
+
+    /// Runs `step`, a step of `store` that may add an entry to its destination log (the
+    /// cleanup after a commit, a roll-forward), telling the store where this journal last
+    /// saw the log end, and keeps where the store left it (SPEC §18 "Finding the tail").
+    /// Stores that keep no cursor just run the step. The tail is a hint: when it cannot be
+    /// read or kept, the step still runs and its outcome stands (the next writer lists
+    /// the whole log).
+    pub fn with_log_tail<T>(
+        &self,
+        store: &dyn crate::backend::BundleStore,
+        step: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let Some(cursor) = store.log_cursor() else {
+            return step();
+        };
+        cursor.set_known(self.log_tail(cursor.location()).ok().flatten());
+        let out = step();
+        if let Some(seq) = cursor.reached() {
+            let _ = self.record_log_tail(cursor.location(), seq);
+        }
+        out
+    }
+
     /// Whether the journal recorded that operation `op` passed its commit point (its
     /// `committed` event), whatever came after.
     pub fn recorded_commit(&self, op: &str) -> Result<bool> {

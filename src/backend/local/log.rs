@@ -103,6 +103,14 @@ pub struct Entry {
     /// sha256 of the state after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_state_sha256: Option<String>,
+    /// Object stores: the ETag of the state object after, as the store returned it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_state_etag: Option<String>,
+    /// Object stores: a state object that `recover`, rolling the operation forward,
+    /// found holding neither its pre- nor its post-state and overwrote (SPEC §17): its
+    /// sha256, its ETag and where its copy is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_state: Option<crate::backend::ReplacedState>,
     /// What changed.
     #[serde(default)]
     pub counts: Counts,
@@ -163,6 +171,8 @@ impl Entry {
             previous_source: None,
             pre_state_sha256: None,
             post_state_sha256: None,
+            post_state_etag: None,
+            replaced_state: None,
             counts: Counts::default(),
             started_at: now.clone(),
             committed_at: now,
@@ -227,7 +237,7 @@ pub fn file_name(seq: u64) -> String {
 }
 
 /// The seq a file name in `log/` (or `quarantine/`) stands for.
-fn seq_of(name: &str) -> Option<u64> {
+pub(crate) fn seq_of(name: &str) -> Option<u64> {
     let digits = name.get(..20)?;
     let rest = &name[20..];
     (digits.bytes().all(|b| b.is_ascii_digit()) && (rest == ".json" || rest.starts_with('.')))
@@ -393,8 +403,24 @@ pub fn read(base: &Dir) -> Result<Log> {
             }),
         }
     }
-    // Out of sequence: a number missing between two present entries that no quarantine
-    // entry names and `quarantine/` does not hold.
+    sequence(&mut log, &present, good, moved, |seq| {
+        dir.join(&file_name(seq))
+    });
+    Ok(log)
+}
+
+/// Puts what a reading of `log/` found in order (SPEC §18): `present` is every seq named
+/// there (sorted), `good` the entries believed so far, `moved` the seqs `quarantine/`
+/// holds. An entry is out of sequence when a number is missing between it and the
+/// present entry before it that no quarantine entry names and `quarantine/` does not
+/// hold; it goes to `log.bad`, named by `file`. The bad entries end sorted by file.
+pub(crate) fn sequence(
+    log: &mut Log,
+    present: &[u64],
+    good: Vec<(u64, Entry)>,
+    moved: Vec<u64>,
+    file: impl Fn(u64) -> PathBuf,
+) {
     let quarantined: std::collections::BTreeSet<u64> = (good.iter())
         .filter_map(|(_, e)| e.quarantined_seq)
         .chain(moved)
@@ -411,7 +437,7 @@ pub fn read(base: &Dir) -> Result<Log> {
     for (seq, e) in good {
         if gapped.contains(&seq) {
             log.bad.push(Bad {
-                file: dir.join(&file_name(seq)),
+                file: file(seq),
                 why: "out of sequence: a number is missing before it".into(),
             });
         } else {
@@ -419,7 +445,6 @@ pub fn read(base: &Dir) -> Result<Log> {
         }
     }
     log.bad.sort_by(|a, b| a.file.cmp(&b.file));
-    Ok(log)
 }
 
 /// Reads and judges one entry; the error says why it is bad.
@@ -448,8 +473,14 @@ fn read_entry(
     if bytes.len() as u64 != st.st_size as u64 {
         return Err(format!("{} bytes, longer than an entry", st.st_size));
     }
+    judge(&bytes, seq)
+}
+
+/// Judges the bytes of the entry named `<seq>.json`: an entry of this format that names
+/// its own seq, or why it is bad.
+pub(crate) fn judge(bytes: &[u8], seq: u64) -> std::result::Result<Entry, String> {
     let e: Entry =
-        serde_json::from_slice(&bytes).map_err(|e| format!("torn or not an entry ({e})"))?;
+        serde_json::from_slice(bytes).map_err(|e| format!("torn or not an entry ({e})"))?;
     if e.log_format_version != LOG_FORMAT_VERSION {
         return Err(format!(
             "log_format_version {}, not {LOG_FORMAT_VERSION}",
@@ -527,13 +558,9 @@ pub fn last_is(base: &Dir, op: &str) -> Result<bool> {
     Ok(read_entry(&dir, &file_name(seq), seq, &temps).is_ok_and(|e| e.operation_id == op))
 }
 
-/// Creates entry `seq` from `entry` (SPEC §18): a fsynced temporary record file, linked
-/// to `<seq>.json`, the directory fsynced, the temporary name removed. An existing
-/// `<seq>.json` that is not this writer's own file is `concurrent_change`.
-pub fn append_at(base: &Dir, mut entry: Entry, seq: u64) -> Result<u64> {
-    let dir = make_log_dir(base)?;
-    entry.seq = seq;
-    let bytes = serde_json::to_vec_pretty(&entry).map_err(|e| Error::Failed(e.to_string()))?;
+/// The bytes of `entry` as stored: pretty JSON, at most [`MAX_ENTRY_BYTES`].
+pub(crate) fn render(entry: &Entry) -> Result<Vec<u8>> {
+    let bytes = serde_json::to_vec_pretty(entry).map_err(|e| Error::Failed(e.to_string()))?;
     if bytes.len() > MAX_ENTRY_BYTES {
         return Err(Error::Failed(format!(
             "log entry of operation {} is {} bytes, more than {MAX_ENTRY_BYTES}",
@@ -541,6 +568,16 @@ pub fn append_at(base: &Dir, mut entry: Entry, seq: u64) -> Result<u64> {
             bytes.len()
         )));
     }
+    Ok(bytes)
+}
+
+/// Creates entry `seq` from `entry` (SPEC §18): a fsynced temporary record file, linked
+/// to `<seq>.json`, the directory fsynced, the temporary name removed. An existing
+/// `<seq>.json` that is not this writer's own file is `concurrent_change`.
+pub fn append_at(base: &Dir, mut entry: Entry, seq: u64) -> Result<u64> {
+    let dir = make_log_dir(base)?;
+    entry.seq = seq;
+    let bytes = render(&entry)?;
     // One name per operation: a writer that stopped (a crash) left it, and the next
     // writer of the entry (`recover`, under the lock) replaces it.
     let tmp = tmp_name(&entry.operation_id);

@@ -11,6 +11,9 @@
 //!   `<prefix>/.distributor/staging/<op>/` (an earlier version's
 //!   `<prefix>/.distributor-staging/<op>/` is still read); the commit is decided by
 //!   creating `<op>/decision` once: `commit` by the publisher, `abort` by `recover`.
+//! - The destination log (SPEC §18) is `<prefix>/.distributor/log/<seq>.json`, one entry
+//!   per committed operation, created with `If-None-Match: *` after the commit point and
+//!   before the staging entry goes (`store/log.rs`).
 //! - New content goes straight to its final key with a conditional PUT carrying its
 //!   sha256, so the store refuses a mismatch ([`store`]).
 //!

@@ -11,8 +11,8 @@
 //! | `move_aside` | a deleted key is copied aside to `old/<i>` |
 //! | `commit_state` | `state.json` (the state with each output's ETag), `decision` = `commit` (create-once), the deletes, then the state object with `If-Match` on the ETag planned against |
 //! | `undo` | `decision` = `abort` (create-once; `commit` there means roll forward instead), restore from `old/`, delete what the operation wrote (checked by content) |
-//! | `clean_up` | finish the deletes and the state object if they are not done, then remove the staging entry, its `decision` last |
-//! | `roll_forward` | `recover`'s `clean_up`: a state object that is neither the pre- nor the post-state is first copied to `.distributor/replaced/<op>.json` (create-once, never deleted), then overwritten with `If-Match` on the ETag read (SPEC §17) |
+//! | `clean_up` | finish the deletes and the state object if they are not done, add the operation's entry to the destination log (`.distributor/log/<seq>.json`, create-once: [`log`]), then remove the staging entry, its `decision` last |
+//! | `roll_forward` | `recover`'s `clean_up`: a state object that is neither the pre- nor the post-state is first copied to `.distributor/replaced/<op>.json` (create-once, never deleted), then overwritten with `If-Match` on the ETag read (SPEC §17); the log entry names it |
 
 use super::lease::{LOCK_OBJECT, Lease, Outcome};
 use super::{S3Backend, block_on, store_error};
@@ -39,6 +39,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+mod log;
 
 /// The staging directory under the prefix (SPEC §22).
 const STAGING: &str = crate::backend::local::records::STAGING;
@@ -70,6 +72,15 @@ fn single_copy_limit() -> u64 {
     AWS
 }
 
+/// What finishing a commit left ([`S3Store::finish_commit`]): the state object's sha256
+/// and ETag, and the state object it replaced, if any.
+#[derive(Debug)]
+struct Finished {
+    state_sha256: String,
+    state_etag: Option<String>,
+    replaced: Option<ReplacedState>,
+}
+
 /// What a listing showed of one key.
 #[derive(Debug, Clone)]
 struct Listed {
@@ -93,6 +104,13 @@ pub struct S3Store {
     /// Operations whose staging entry is an earlier version's `.distributor-staging/<op>/`
     /// (as [`BundleStore::staging_entries`] last listed them).
     legacy: Mutex<BTreeSet<String>>,
+    /// The destination log's tail as journals know it (SPEC §18).
+    cursor: crate::backend::LogCursor,
+    /// The operation this process committed here (its log entry cannot exist yet).
+    committed_here: Mutex<Option<String>>,
+    /// Set once a log entry's seq was found taken by another operation's: no further
+    /// entry is written through this store (SPEC §18).
+    log_refused: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -106,6 +124,12 @@ impl S3Store {
         prefix: String,
         lease: Option<Lease>,
     ) -> S3Store {
+        // The key journals keep the log's tail under: the store and the bundle path.
+        let cursor = crate::backend::LogCursor::new(format!(
+            "{}|{}",
+            backend.location.endpoint.as_deref().unwrap_or("aws"),
+            bundle.display()
+        ));
         S3Store {
             backend,
             bundle: bundle.to_path_buf(),
@@ -115,6 +139,9 @@ impl S3Store {
             state: Mutex::new(None),
             placed: Mutex::new(HashMap::new()),
             legacy: Mutex::new(BTreeSet::new()),
+            cursor,
+            committed_here: Mutex::new(None),
+            log_refused: Default::default(),
         }
     }
 
@@ -603,7 +630,7 @@ impl S3Store {
     /// the committed one is a lost race (`concurrent_change`), unless `replace` (`recover`
     /// rolling forward, SPEC §17): then it is copied to `.distributor/replaced/<op>.json`
     /// and overwritten, conditionally on the ETag read, and returned.
-    fn finish_commit(&self, op: &StagedOperation, replace: bool) -> Result<Option<ReplacedState>> {
+    fn finish_commit(&self, op: &StagedOperation, replace: bool) -> Result<Finished> {
         let id = &op.operation_id;
         let Some((final_state, _)) = self.get(&self.staging_rel(id, STATE_TMP_FILE))? else {
             return Err(Error::Failed(format!(
@@ -621,8 +648,13 @@ impl S3Store {
         };
         let now = self.get(STATE_FILE)?;
         let now_sha = now.as_ref().map(|(b, _)| crate::hash::sha256_hex(b));
-        if now_sha.as_deref() == Some(crate::hash::sha256_hex(&final_state).as_str()) {
-            return Ok(None);
+        let final_sha = crate::hash::sha256_hex(&final_state);
+        if now_sha.as_deref() == Some(final_sha.as_str()) {
+            return Ok(Finished {
+                state_sha256: final_sha,
+                state_etag: now.and_then(|(_, etag)| etag),
+                replaced: None,
+            });
         }
         let mut replaced = None;
         if now_sha != op.pre_state_sha256 {
@@ -658,8 +690,12 @@ impl S3Store {
             None => PutMode::Create,
         };
         self.writable()?;
-        self.put(STATE_FILE, final_state.to_vec(), mode)?;
-        Ok(replaced)
+        let state_etag = self.put(STATE_FILE, final_state.to_vec(), mode)?;
+        Ok(Finished {
+            state_sha256: final_sha,
+            state_etag,
+            replaced,
+        })
     }
 
     /// Keeps the bytes of a state object about to be overwritten (SPEC §17) at
@@ -1131,6 +1167,7 @@ impl BundleStore for S3Store {
             PutMode::Create
         };
         self.put(STATE_FILE, final_state.clone(), mode)?;
+        *lock(&self.committed_here) = Some(id.clone());
         Ok(Committed::passed_with_state(crate::hash::sha256_hex(
             &final_state,
         )))
@@ -1217,7 +1254,11 @@ impl BundleStore for S3Store {
                 op.operation_id
             )));
         }
-        self.finish_commit(op, false)?;
+        let finished = self.finish_commit(op, false)?;
+        // The log entry (SPEC §18) exists before the staging entry goes: a missing entry
+        // is always the last one, and `recover` (whose `roll_forward` comes here too)
+        // writes it.
+        self.log_operation(op, &finished)?;
         self.abort_uploads(op)?;
         failpoint::hit("during_cleanup");
         self.writable()?;
@@ -1233,12 +1274,13 @@ impl BundleStore for S3Store {
                 op.operation_id
             )));
         }
-        let replaced = self.finish_commit(op, true)?;
+        let finished = self.finish_commit(op, true)?;
+        self.log_operation(op, &finished)?;
         self.abort_uploads(op)?;
         failpoint::hit("during_cleanup");
         self.writable()?;
         self.remove_entry(&op.operation_id)?;
-        Ok(replaced)
+        Ok(finished.replaced)
     }
 
     fn remove_staging(&self, op: &str) -> Result<()> {
@@ -1249,6 +1291,10 @@ impl BundleStore for S3Store {
     fn remove_unfinished(&self, op: &str) -> Result<()> {
         self.writable()?;
         self.remove_entry(op)
+    }
+
+    fn log_cursor(&self) -> Option<&crate::backend::LogCursor> {
+        Some(&self.cursor)
     }
 }
 

@@ -1,0 +1,221 @@
+//! The destination log of an s3 bundle path (SPEC §18): one immutable object per
+//! operation that changed the destination, `<prefix>/.distributor/log/<seq>.json`, `seq`
+//! 20 digits from 1, in the format of the local log ([`crate::backend::local::log`]).
+//!
+//! - **Writing** happens after the commit point and before the staging entry goes
+//!   (`clean_up`, and `recover`'s `roll_forward`), so a missing entry is always the last
+//!   one and `recover` writes it. The tail is found by one listing of `log/` from the
+//!   entry the journal last saw there (`list_with_offset`, [`crate::backend::LogCursor`]);
+//!   a cold start, or a remembered entry that is not there any more, lists the whole log
+//!   and `quarantine/`. Then one PUT of `<tail + 1>.json` with `If-None-Match: *`. Refused
+//!   (412): the object there is read; this operation's entry means it is written (a
+//!   retried PUT); anything else means another writer held no valid lease, and the run
+//!   stops with `concurrent_change` and writes no further entry through this store.
+//! - A writer that may have written its entry before (`recover` finishing an operation
+//!   whose own run stopped after the entry) first reads the newest entry (past
+//!   quarantine records): this operation's means there is nothing to write. A bad entry
+//!   there stops it: whether the operation is logged cannot be told.
+//!
+//! Object stores have no owners (SPEC §17): no uid or mode is checked here; the bucket
+//! policy in docs/operations.md keeps everyone else from writing `.distributor*` keys.
+//!
+//! Must never: overwrite or delete an entry, or write an entry after a refused create.
+
+use super::{Finished, S3Store, lock};
+use crate::backend::local::log::{self, Bad, Entry, MAX_ENTRY_BYTES, file_name, seq_of};
+use crate::backend::local::records::{LOG, QUARANTINE};
+use crate::backend::s3::store_error;
+use crate::error::{Error, Result};
+use crate::execute::StagedOperation;
+use crate::failpoint;
+use futures_util::TryStreamExt;
+use object_store::path::Path as Key;
+use object_store::{Attribute, Attributes, PutMode, PutOptions, PutPayload};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+/// An object in `log/` larger than this is not read: it is no entry.
+const READ_LIMIT: u64 = MAX_ENTRY_BYTES as u64 * 4;
+
+/// The bundle-relative key of entry `seq`.
+fn entry_rel(seq: u64) -> String {
+    format!("{LOG}/{}", file_name(seq))
+}
+
+impl S3Store {
+    /// The seqs named directly in `dir` (`log/` or `quarantine/`), sorted, with each
+    /// object's size; with `after`, only the names after that seq's (one listing from
+    /// there on, `start-after`).
+    fn listed_seqs(&self, dir: &str, after: Option<u64>) -> Result<Vec<(u64, u64)>> {
+        let base = format!("{}/{dir}", self.prefix);
+        let key = Key::from(base.clone());
+        let client = self.client();
+        let metas = match after {
+            Some(seq) => {
+                let offset = Key::from(format!("{base}/{}", file_name(seq)));
+                self.send(
+                    client
+                        .list_with_offset(Some(&key), &offset)
+                        .try_collect::<Vec<_>>(),
+                )?
+            }
+            None => self.send(client.list(Some(&key)).try_collect::<Vec<_>>())?,
+        }
+        .map_err(|e| store_error("list", &self.shown(&format!("{dir}/")), e))?;
+        let strip = format!("{base}/");
+        let mut out: Vec<(u64, u64)> = metas
+            .iter()
+            .filter_map(|m| {
+                let name = m.location.as_ref().strip_prefix(&strip)?;
+                // In `log/` only `<seq>.json` is an entry; `quarantine/` also keeps
+                // `<seq>.<n>.json`.
+                let exact = name.len() == 25 || dir == QUARANTINE;
+                (!name.contains('/') && exact)
+                    .then(|| seq_of(name))
+                    .flatten()
+                    .map(|seq| (seq, m.size))
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// The newest seq of the log (0: empty). With a tail from the journal, one listing
+    /// from that entry on, believed when it shows that entry; else the whole log and
+    /// `quarantine/` (a quarantined number is not taken again).
+    fn log_tail(&self) -> Result<u64> {
+        if let Some(known) = self.cursor.known().filter(|k| *k > 0) {
+            let seen = self.listed_seqs(LOG, Some(known - 1))?;
+            if seen.iter().any(|(s, _)| *s == known) {
+                return Ok(seen.iter().map(|(s, _)| *s).max().unwrap_or(known));
+            }
+        }
+        let logged = self.listed_seqs(LOG, None)?;
+        let moved = self.listed_seqs(QUARANTINE, None)?;
+        Ok(logged
+            .iter()
+            .chain(&moved)
+            .map(|(s, _)| *s)
+            .max()
+            .unwrap_or(0))
+    }
+
+    /// Entry `seq` read and judged: `None` when there is none, else the entry or why it
+    /// is bad.
+    fn read_entry(&self, seq: u64) -> Result<Option<std::result::Result<Entry, String>>> {
+        Ok(match self.get_at_most(&entry_rel(seq), READ_LIMIT)? {
+            None => None,
+            Some(Err((size, _))) => Some(Err(format!("{size} bytes, longer than an entry"))),
+            Some(Ok((bytes, _))) => Some(log::judge(&bytes, seq)),
+        })
+    }
+
+    fn bad(&self, seq: u64, why: String) -> Bad {
+        Bad {
+            file: PathBuf::from(self.shown(&entry_rel(seq))),
+            why,
+        }
+    }
+
+    /// Whether the newest entry at or before `tail`, past quarantine records and numbers
+    /// moved to quarantine, is operation `op`'s. A bad entry there is an error: whether
+    /// `op` is logged cannot be told.
+    fn logged_last(&self, op: &str, tail: u64) -> Result<bool> {
+        let mut seq = tail;
+        while seq > 0 {
+            match self.read_entry(seq)? {
+                None => {}
+                Some(Ok(e)) if e.operation_id == op => return Ok(true),
+                Some(Ok(e)) if e.quarantined_seq.is_some() => {}
+                Some(Ok(_)) => return Ok(false),
+                Some(Err(why)) => {
+                    return Err(Error::Failed(format!(
+                        "{}; so whether operation {op} is logged cannot be told, and its entry is not written: inspect it, then `distributor log --quarantine {seq}` moves it out of the log",
+                        self.bad(seq, why)
+                    )));
+                }
+            }
+            seq -= 1;
+        }
+        Ok(false)
+    }
+
+    /// Adds the entry of the committed operation `op` to the log (SPEC §18), unless it is
+    /// there already: written after the commit point (`finished`: the state object as it
+    /// stands now), before the staging entry goes.
+    pub(super) fn log_operation(&self, op: &StagedOperation, finished: &Finished) -> Result<()> {
+        let id = &op.operation_id;
+        self.refuse_after_refusal(id)?;
+        let mut entry = Entry::of_operation(op);
+        // The state object written, which holds each output's ETag besides the planned
+        // post-state.
+        entry.post_state_sha256 = Some(finished.state_sha256.clone());
+        entry.post_state_etag = finished.state_etag.clone();
+        entry.replaced_state = finished.replaced.clone();
+        self.writable()?;
+        let tail = self.log_tail()?;
+        // Committed by this process just now, its entry cannot exist yet; otherwise
+        // (`recover`) an earlier run may have written it before it stopped.
+        let fresh = lock(&self.committed_here).as_deref() == Some(id.as_str());
+        if !fresh && self.logged_last(id, tail)? {
+            self.cursor.set_reached(tail);
+            return Ok(());
+        }
+        failpoint::hit("s3_before_log_entry");
+        self.create_entry(entry, tail + 1).map(|_| ())
+    }
+
+    /// After a refused entry nothing more is written to the log through this store.
+    fn refuse_after_refusal(&self, op: &str) -> Result<()> {
+        if self.log_refused.load(Ordering::SeqCst) {
+            return Err(Error::ConcurrentChange(format!(
+                "{}: a log entry of this run found its number taken by another writer; operation {op} is not logged and nothing further is written",
+                self.bundle.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Creates entry `seq` from `entry` with `If-None-Match: *` (SPEC §18). Refused: the
+    /// entry there is read; this operation's is this entry, written; anything else is
+    /// `concurrent_change`, and nothing further is written.
+    fn create_entry(&self, mut entry: Entry, seq: u64) -> Result<u64> {
+        self.writable()?;
+        entry.seq = seq;
+        let bytes = log::render(&entry)?;
+        let rel = entry_rel(seq);
+        let key = self.key(&rel)?;
+        let mut attributes = Attributes::new();
+        attributes.insert(Attribute::ContentType, "application/json".into());
+        let put = self.send(self.client().put_opts(
+            &key,
+            PutPayload::from(bytes),
+            PutOptions {
+                mode: PutMode::Create,
+                attributes,
+                ..Default::default()
+            },
+        ))?;
+        match put {
+            Ok(_) => {}
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => {
+                let theirs = self.read_entry(seq)?;
+                let own = matches!(&theirs, Some(Ok(e)) if e.operation_id == entry.operation_id);
+                if !own {
+                    self.log_refused.store(true, Ordering::SeqCst);
+                    return Err(Error::ConcurrentChange(format!(
+                        "{} was written by another writer while this one held the lease (it holds no valid lease, or another did not); operation {} is not logged and nothing further is written",
+                        self.shown(&rel),
+                        entry.operation_id
+                    )));
+                }
+            }
+            Err(e) => return Err(store_error("write", &self.shown(&rel), e)),
+        }
+        self.cursor.set_reached(seq);
+        Ok(seq)
+    }
+}
