@@ -1,7 +1,9 @@
 //! `distributor log` (SPEC §18): prints each destination's own log, oldest first, or,
 //! with `--quarantine SEQ`, moves a bad entry out of it under the destination lock and
 //! logs the move. Reading never writes; a bad entry is an error naming its file (exit 1),
-//! and the believed entries are still printed.
+//! and the believed entries are still printed. An object store's log
+//! (`<prefix>/.distributor/log/`) is read, and quarantined under its lease, through the
+//! storage interface ([`crate::backend::BundleStore::read_log`]).
 //!
 //! Must never: change an entry, or write anything but the quarantine and its entry.
 
@@ -49,7 +51,28 @@ pub fn read_logs(config: &Config, opts: &LogOptions) -> Result<(Vec<DestinationL
     let mut out = Vec::new();
     let mut code = 0;
     for dest in selected {
-        for base in log_bases(dest)? {
+        let (bases, unlisted) = match log_bases(dest) {
+            Ok(b) => (b, None),
+            // An object store that cannot be listed is this destination's error; the
+            // others are still read.
+            Err(e) if dest.s3.is_some() => (Vec::new(), Some(e)),
+            Err(e) => return Err(e),
+        };
+        if let Some(e) = unlisted {
+            code = 1;
+            out.push(DestinationLog {
+                destination_id: dest.id.clone(),
+                log: dest
+                    .path
+                    .join(crate::backend::local::records::LOG)
+                    .display()
+                    .to_string(),
+                entries: Vec::new(),
+                bad: Vec::new(),
+                error: Some(e.to_string()),
+            });
+        }
+        for base in bases {
             let mut d = DestinationLog {
                 destination_id: dest.id.clone(),
                 log: base
@@ -60,7 +83,11 @@ pub fn read_logs(config: &Config, opts: &LogOptions) -> Result<(Vec<DestinationL
                 bad: Vec::new(),
                 error: None,
             };
-            match read_one(&base) {
+            let read = match dest.s3.is_some() {
+                true => read_stored(dest, &base),
+                false => read_one(&base),
+            };
+            match read {
                 Ok(l) => {
                     d.entries = l.entries;
                     d.bad = l.bad;
@@ -192,6 +219,14 @@ pub fn quarantine(
                     .ok_or_else(|| nothing_there(dest))?;
             log::quarantine(b.dir(), seq, by)?
         }
+        // An object store: under its lease (SPEC §14), through the storage interface.
+        None if dest.path_mapping == PathMapping::Fixed && dest.s3.is_some() => {
+            let backend = crate::backend::for_destination(dest)?;
+            let store = backend
+                .lock(&dest.path, &dest.path, lock_timeout, false)?
+                .ok_or_else(|| nothing_there(dest))?;
+            store.quarantine_log(seq, by)?
+        }
         None => return Err(unsupported(dest)),
     };
     Ok((dest.id.clone(), done))
@@ -207,7 +242,7 @@ fn nothing_there(dest: &Destination) -> Error {
 
 fn unsupported(dest: &Destination) -> Error {
     Error::Failed(format!(
-        "destination '{}': `distributor log` reads local destinations with a fixed path and releases destinations; this one has no log it can read yet",
+        "destination '{}': `distributor log --quarantine` acts on a destination with a fixed path (local, s3) or on a releases destination; this one maps its path (path_mapping), so move the entry by hand under its lock",
         dest.id
     ))
 }
@@ -221,19 +256,26 @@ fn select<'a>(config: &'a Config, ids: &[String]) -> Result<Vec<&'a Destination>
 }
 
 /// Where a destination's log lives: `releases.dir`, or the bundle path (each bundle path
-/// below a mapped destination).
+/// below a mapped destination; an object store's key prefixes alike).
 fn log_bases(dest: &Destination) -> Result<Vec<PathBuf>> {
     if let Some(r) = &dest.releases {
         return Ok(vec![r.dir.clone()]);
     }
-    if dest.backend != Backend::Local {
-        return Err(unsupported(dest));
-    }
     if dest.path_mapping == PathMapping::Fixed {
         return Ok(vec![dest.path.clone()]);
     }
-    use crate::backend::Backend as _;
-    crate::backend::local::LocalBackend.bundle_paths(&dest.path)
+    crate::backend::for_destination(dest)?.bundle_paths(&dest.path)
+}
+
+/// Reads the log of the bundle path `bundle` of a destination whose store keeps it
+/// behind the storage interface (an object store's `<prefix>/.distributor/log/`).
+fn read_stored(dest: &Destination, bundle: &std::path::Path) -> Result<log::Log> {
+    let backend = crate::backend::for_destination(dest)?;
+    let store = backend.open(&dest.path, bundle)?;
+    Ok(match store {
+        Some(s) => s.read_log()?.unwrap_or_default(),
+        None => log::Log::default(),
+    })
 }
 
 /// Reads the log below `base`; an absent `base` has an empty log.

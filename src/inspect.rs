@@ -237,8 +237,8 @@ fn status_of(
 }
 
 /// The destination log's bad entries at a bundle path (a releases destination's in
-/// `releases.dir`), in one sentence naming their files; `None` when there are none or the
-/// destination keeps no local log.
+/// `releases.dir`, an object store's under its prefix), in one sentence naming their files;
+/// `None` when there are none.
 fn log_error(bundle: &Path, store: Option<&dyn BundleStore>) -> Option<String> {
     let store = store?;
     if let Some(r) = store.as_releases() {
@@ -247,8 +247,10 @@ fn log_error(bundle: &Path, store: Option<&dyn BundleStore>) -> Option<String> {
             Err(e) => Some(e.to_string()),
         };
     }
-    if store.location().is_some() {
-        return None;
+    match store.read_log() {
+        Ok(Some(l)) => return l.bad_message(),
+        Ok(None) => {}
+        Err(e) => return Some(e.to_string()),
     }
     let dir = crate::backend::local::handle::Dir::open_path(bundle).ok()?;
     match crate::backend::local::log::read(&dir) {

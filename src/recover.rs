@@ -965,13 +965,13 @@ fn outcome_word(o: Outcome) -> &'static str {
 }
 
 /// Whether the destination log of the bundle path `store` holds records an entry of
-/// operation `op` (object stores keep no log yet).
+/// operation `op`.
 fn logged(store: &dyn BundleStore, bundle: &Path, op: &str) -> Result<bool> {
     if let Some(r) = store.as_releases() {
         return Ok(r.log_view()?.log.names_operation(op));
     }
-    if store.location().is_some() {
-        return Ok(false);
+    if let Some(log) = store.read_log()? {
+        return Ok(log.names_operation(op));
     }
     let dir = crate::backend::local::handle::Dir::open_path(bundle)
         .map_err(|e| Error::io("open", bundle, e))?;

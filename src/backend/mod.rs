@@ -220,11 +220,30 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         Ok(None)
     }
 
+    /// The destination log (SPEC §18) of a store that keeps it behind this interface (an
+    /// object store's `<prefix>/.distributor/log/`), read and judged: its entries, oldest
+    /// first, and its bad ones, each naming its key. `None` where the log is read from the
+    /// filesystem instead ([`local::log::read`]).
+    fn read_log(&self) -> Result<Option<local::log::Log>> {
+        Ok(None)
+    }
+
     /// The destination log's tail as journals remember it for this store (SPEC §18
     /// "Finding the tail"), where a writer lists the log from the entry last seen rather
     /// than from the start: object stores. See [`crate::journal::Journal::with_log_tail`].
     fn log_cursor(&self) -> Option<&LogCursor> {
         None
+    }
+
+    /// `distributor log --quarantine SEQ` on a store that keeps its log behind this
+    /// interface: moves entry `seq` to `.distributor/quarantine/` and appends `by`, which
+    /// records the move; returns `by`'s seq. Needs the lock.
+    fn quarantine_log(&self, seq: u64, by: local::log::Entry) -> Result<u64> {
+        let _ = (seq, by);
+        Err(crate::error::Error::Failed(format!(
+            "{}: its log is not kept through the storage interface",
+            self.path().display()
+        )))
     }
 
     /// Moves an earlier version's staging entry of `op` into the record directory (SPEC

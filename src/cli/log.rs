@@ -11,8 +11,9 @@ use std::path::PathBuf;
 /// first; or move a bad entry out of it.
 ///
 /// The log is `.distributor/log/` in the bundle path (in `releases.dir` for a destination
-/// with releases): one entry per operation that changed the destination. A torn,
-/// unparsable, untrusted or out-of-sequence entry is an error naming its file (exit 1).
+/// with releases; for an s3 destination the keys `<prefix>/.distributor/log/`): one entry
+/// per operation that changed the destination. A torn, unparsable, untrusted or
+/// out-of-sequence entry is an error naming its file (exit 1).
 #[derive(Debug, Args)]
 pub struct LogArgs {
     /// Pipeline config file (YAML).
@@ -30,8 +31,8 @@ pub struct LogArgs {
     /// One JSON object per line, one line per entry.
     #[arg(long)]
     pub jsonl: bool,
-    /// Move entry SEQ (a bad one) to .distributor/quarantine/ under the destination lock,
-    /// and log the move.
+    /// Move entry SEQ (a bad one) to .distributor/quarantine/ under the destination lock
+    /// (s3: its lease), and log the move.
     #[arg(long, value_name = "SEQ", conflicts_with_all = ["since", "limit", "jsonl"])]
     pub quarantine: Option<u64>,
     /// Seconds to wait for the destination lock (--quarantine).

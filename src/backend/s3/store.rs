@@ -13,6 +13,7 @@
 //! | `undo` | `decision` = `abort` (create-once; `commit` there means roll forward instead), restore from `old/`, delete what the operation wrote (checked by content) |
 //! | `clean_up` | finish the deletes and the state object if they are not done, add the operation's entry to the destination log (`.distributor/log/<seq>.json`, create-once: [`log`]), then remove the staging entry, its `decision` last |
 //! | `roll_forward` | `recover`'s `clean_up`: a state object that is neither the pre- nor the post-state is first copied to `.distributor/replaced/<op>.json` (create-once, never deleted), then overwritten with `If-Match` on the ETag read (SPEC §17); the log entry names it |
+//! | `read_log`, `quarantine_log` | the destination log (SPEC §18, [`log`]) |
 
 use super::lease::{LOCK_OBJECT, Lease, Outcome};
 use super::{S3Backend, block_on, store_error};
@@ -1293,8 +1294,16 @@ impl BundleStore for S3Store {
         self.remove_entry(op)
     }
 
+    fn read_log(&self) -> Result<Option<crate::backend::local::log::Log>> {
+        self.read_destination_log().map(Some)
+    }
+
     fn log_cursor(&self) -> Option<&crate::backend::LogCursor> {
         Some(&self.cursor)
+    }
+
+    fn quarantine_log(&self, seq: u64, by: crate::backend::local::log::Entry) -> Result<u64> {
+        self.quarantine_entry(seq, by)
     }
 }
 

@@ -15,22 +15,29 @@
 //!   whose own run stopped after the entry) first reads the newest entry (past
 //!   quarantine records): this operation's means there is nothing to write. A bad entry
 //!   there stops it: whether the operation is logged cannot be told.
+//! - **Reading** lists `log/` and `quarantine/` and reads every entry, judged as the
+//!   local log judges them (torn or unparsable, a `seq` other than its name, a number
+//!   missing between two present entries), each bad one named by its key.
+//! - **Quarantine** (`log --quarantine SEQ`, under the lease) copies the entry to
+//!   `quarantine/<seq>.json` (create-once; `<seq>.<n>.json` when that is taken by other
+//!   bytes), deletes it from `log/`, and appends an entry recording the move.
 //!
 //! Object stores have no owners (SPEC §17): no uid or mode is checked here; the bucket
 //! policy in docs/operations.md keeps everyone else from writing `.distributor*` keys.
 //!
-//! Must never: overwrite or delete an entry, or write an entry after a refused create.
+//! Must never: overwrite an entry, delete one but by quarantine, or write an entry after a
+//! refused create.
 
 use super::{Finished, S3Store, lock};
-use crate::backend::local::log::{self, Bad, Entry, MAX_ENTRY_BYTES, file_name, seq_of};
+use crate::backend::local::log::{self, Bad, Entry, Log, MAX_ENTRY_BYTES, file_name, seq_of};
 use crate::backend::local::records::{LOG, QUARANTINE};
 use crate::backend::s3::store_error;
 use crate::error::{Error, Result};
 use crate::execute::StagedOperation;
 use crate::failpoint;
-use futures_util::TryStreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path as Key;
-use object_store::{Attribute, Attributes, PutMode, PutOptions, PutPayload};
+use object_store::{Attribute, Attributes, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
@@ -217,5 +224,108 @@ impl S3Store {
         }
         self.cursor.set_reached(seq);
         Ok(seq)
+    }
+
+    /// The whole log, read and judged: every entry of `log/` (read several at once),
+    /// the numbers `quarantine/` holds.
+    pub(super) fn read_destination_log(&self) -> Result<Log> {
+        let moved: Vec<u64> = (self.listed_seqs(QUARANTINE, None)?.into_iter())
+            .map(|(s, _)| s)
+            .collect();
+        let listed = self.listed_seqs(LOG, None)?;
+        let mut log = Log {
+            last_seq: (listed.iter().map(|(s, _)| *s))
+                .chain(moved.iter().copied())
+                .max()
+                .unwrap_or(0),
+            ..Log::default()
+        };
+        let read: Vec<(u64, Option<std::result::Result<Entry, String>>)> = self
+            .send(
+                futures_util::stream::iter(listed.iter().map(|&(seq, size)| async move {
+                    if size > READ_LIMIT {
+                        return Ok((
+                            seq,
+                            Some(Err(format!("{size} bytes, longer than an entry"))),
+                        ));
+                    }
+                    let key = self.key(&entry_rel(seq)).map_err(|e| e.to_string())?;
+                    let got = match self.client().get(&key).await {
+                        Ok(g) => g.bytes().await,
+                        Err(e) => Err(e),
+                    };
+                    match got {
+                        Ok(bytes) => Ok((seq, Some(log::judge(&bytes, seq)))),
+                        // Gone since the listing: quarantined meanwhile.
+                        Err(object_store::Error::NotFound { .. }) => Ok((seq, None)),
+                        Err(e) => {
+                            Err(store_error("read", &self.shown(&entry_rel(seq)), e).to_string())
+                        }
+                    }
+                }))
+                .buffered(self.backend.concurrency)
+                .try_collect::<Vec<_>>(),
+            )?
+            .map_err(Error::Failed)?;
+        let mut good = Vec::new();
+        let mut present = Vec::new();
+        for (seq, got) in read {
+            match got {
+                None => continue,
+                Some(Ok(e)) => good.push((seq, e)),
+                Some(Err(why)) => log.bad.push(self.bad(seq, why)),
+            }
+            present.push(seq);
+        }
+        log::sequence(&mut log, &present, good, moved, |seq| {
+            PathBuf::from(self.shown(&entry_rel(seq)))
+        });
+        Ok(log)
+    }
+
+    /// `log --quarantine SEQ` (SPEC §18, §22): under the lease, entry `seq` is copied to
+    /// `quarantine/<seq>.json` (create-once; another copy already there holding other
+    /// bytes: `<seq>.<n>.json`), deleted from `log/`, and `by` appended as the next seq
+    /// (after every number `log/` and `quarantine/` hold), recording the move.
+    pub(super) fn quarantine_entry(&self, seq: u64, mut by: Entry) -> Result<u64> {
+        self.writable()?;
+        self.refuse_after_refusal(&by.operation_id)?;
+        let rel = entry_rel(seq);
+        let Some((bytes, _)) = self.get(&rel)? else {
+            return Err(Error::Usage(format!(
+                "{} holds no entry {seq}",
+                self.shown(&format!("{LOG}/"))
+            )));
+        };
+        let mut n = 0;
+        let to = loop {
+            let to = match n {
+                0 => format!("{QUARANTINE}/{}", file_name(seq)),
+                n => format!("{QUARANTINE}/{seq:020}.{n}.json"),
+            };
+            match self.put(&to, bytes.to_vec(), PutMode::Create) {
+                Ok(_) => break to,
+                // A copy an interrupted quarantine made of these very bytes is this one.
+                Err(Error::ConcurrentChange(_))
+                    if self.get(&to)?.is_some_and(|(b, _)| b == bytes) =>
+                {
+                    break to;
+                }
+                Err(Error::ConcurrentChange(_)) => n += 1,
+                Err(e) => return Err(e),
+            }
+        };
+        self.writable()?;
+        self.delete(&rel)?;
+        let logged = self.listed_seqs(LOG, None)?;
+        let moved = self.listed_seqs(QUARANTINE, None)?;
+        let next = (logged.iter().chain(&moved).map(|(s, _)| *s))
+            .chain([seq])
+            .max()
+            .unwrap_or(0)
+            + 1;
+        by.quarantined_seq = Some(seq);
+        by.quarantined_to = Some(to);
+        self.create_entry(by, next)
     }
 }
