@@ -874,7 +874,15 @@ fn publish_one(
         },
     };
     let backend = backend::for_destination(dest).map_err(&mut planned)?;
-    let lock = backend.lock(&dest.path, &bundle, opts.lock_timeout, true);
+    let lock = backend.lock(
+        &dest.path,
+        &bundle,
+        crate::backend::LockRequest {
+            timeout: opts.lock_timeout,
+            create: true,
+            actor: &opts.actor,
+        },
+    );
     let store = lock
         .and_then(|s| {
             s.ok_or_else(|| Error::Failed(format!("{} could not be created", bundle.display())))

@@ -48,12 +48,25 @@ pub trait Backend: std::fmt::Debug + Sync {
         &self,
         base: &Path,
         bundle: &Path,
-        timeout: Duration,
-        create: bool,
+        how: LockRequest<'_>,
     ) -> Result<Option<Box<dyn BundleStore>>>;
 
     /// The bundle paths below a mapped destination path that hold state or staging.
     fn bundle_paths(&self, base: &Path) -> Result<Vec<PathBuf>>;
+}
+
+/// How a destination lock is asked for (SPEC §16): how long to wait for it, whether a
+/// missing bundle path is created (without, it is `None`), and who takes it: the lock
+/// record (an s3 lease's body) names that actor while the lock is held, so a `serve`
+/// process holding locks for several tokens at once names each one's.
+#[derive(Debug, Clone, Copy)]
+pub struct LockRequest<'a> {
+    /// How long to wait for a held lock.
+    pub timeout: Duration,
+    /// Create a missing bundle path (and its missing parents).
+    pub create: bool,
+    /// Who takes it (`cli:<user>`, `token:<name>`).
+    pub actor: &'a str,
 }
 
 /// One bundle path, opened. Every writing step needs the lock ([`Backend::lock`]); a

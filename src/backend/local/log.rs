@@ -155,7 +155,7 @@ impl Entry {
             decision: decision.to_string(),
             pipeline_id: String::new(),
             destination_id: String::new(),
-            actor: super::holder::actor().unwrap_or_else(default_actor),
+            actor: default_actor(),
             host: host(),
             journal_id: None,
             source: None,

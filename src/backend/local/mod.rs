@@ -20,7 +20,6 @@ use crate::backend::{Backend, BundleStore, Committed};
 use crate::execute::StagedOperation;
 use crate::hash::ContentHash;
 use std::borrow::Cow;
-use std::time::Duration;
 
 /// The local filesystem.
 #[derive(Debug, Clone, Copy)]
@@ -51,11 +50,9 @@ impl Backend for LocalBackend {
         &self,
         base: &Path,
         bundle: &Path,
-        timeout: Duration,
-        create: bool,
+        how: super::LockRequest<'_>,
     ) -> Result<Option<Box<dyn BundleStore>>> {
-        Ok(Bundle::lock(base, bundle, timeout, create)?
-            .map(|b| Box::new(b) as Box<dyn BundleStore>))
+        Ok(Bundle::lock(base, bundle, how)?.map(|b| Box::new(b) as Box<dyn BundleStore>))
     }
 
     fn bundle_paths(&self, base: &Path) -> Result<Vec<PathBuf>> {
