@@ -9,6 +9,7 @@ use crate::execute::{ExecContext, Progress, execute};
 use crate::hash::{ContentHash, hash_file};
 use crate::journal::{Journal, JournalView};
 use crate::model::{Decision, Owner};
+use crate::plan::Overrides;
 use crate::plan::{DestinationPlan, PlanInput, Republication, Storage, plan_destination};
 use crate::report::{DestinationReport, Report, Status, Summary};
 use crate::source::Source;
@@ -26,6 +27,8 @@ pub struct PublishOptions {
     pub dry_run: bool,
     /// `--force`.
     pub force: bool,
+    /// `--allow-delete N`: the deletion guard (`mass_delete`) lifted up to N deletions.
+    pub allow_delete: Option<u64>,
     /// Journal file (already resolved).
     pub journal: PathBuf,
     /// How long to wait for a destination lock.
@@ -221,12 +224,22 @@ impl Unlocked {
     }
 }
 
+impl PublishOptions {
+    /// What this run lifts: `--force`, `--allow-delete`.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            force: self.force,
+            allow_delete: self.allow_delete,
+        }
+    }
+}
+
 /// Plans one destination: probes storage and reads state (no writes).
 pub fn plan_one(
     config: &Config,
     dest: &Destination,
     source: &Source,
-    force: bool,
+    lift: Overrides,
     fingerprints: &local::Fingerprints,
     journal: Option<&JournalView>,
 ) -> Result<DestinationPlan> {
@@ -242,7 +255,7 @@ pub fn plan_one(
         config,
         dest,
         source,
-        force,
+        lift,
         fingerprints,
         &mut memo,
         &opened.view(),
@@ -338,7 +351,7 @@ fn plan_with(
     config: &Config,
     dest: &Destination,
     source: &Source,
-    force: bool,
+    lift: Overrides,
     fingerprints: &local::Fingerprints,
     memo: &mut StateMemo,
     view: &View,
@@ -349,7 +362,7 @@ fn plan_with(
         config,
         dest,
         source,
-        force,
+        lift,
         fingerprints,
         &bundle,
         &state,
@@ -379,6 +392,7 @@ pub fn plan_rollback(
         state: &state,
         storage: &storage,
         force: false,
+        allow_delete: None,
         rollback: true,
     }))
 }
@@ -389,7 +403,7 @@ fn plan_state(
     config: &Config,
     dest: &Destination,
     source: &Source,
-    force: bool,
+    lift: Overrides,
     fingerprints: &local::Fingerprints,
     bundle: &Path,
     state: &StateFile,
@@ -400,7 +414,7 @@ fn plan_state(
             config,
             dest,
             source,
-            force,
+            lift,
             fingerprints,
             bundle,
             state,
@@ -423,7 +437,7 @@ fn plan_general(
     config: &Config,
     dest: &Destination,
     source: &Source,
-    force: bool,
+    lift: Overrides,
     fingerprints: &local::Fingerprints,
     bundle: &Path,
     state: &StateFile,
@@ -437,7 +451,8 @@ fn plan_general(
         source,
         state,
         storage: &storage,
-        force,
+        force: lift.force,
+        allow_delete: lift.allow_delete,
         rollback: false,
     }))
 }
@@ -701,7 +716,7 @@ fn read_destination<'m>(
                     config,
                     dest,
                     source,
-                    false,
+                    Overrides::default(),
                     &fingerprints,
                     &bundle,
                     &state,
@@ -744,7 +759,7 @@ fn publish_one(
             fingerprints = local::Fingerprints::wanting_all(&source.manifest.outputs);
             v.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
         }
-        let plan = plan_one(config, dest, source, opts.force, &fingerprints, view)?;
+        let plan = plan_one(config, dest, source, opts.overrides(), &fingerprints, view)?;
         for f in plan.writes() {
             let (size, sha) = hash_file(&source.file(&f.path))?;
             if size != f.size || sha != f.sha256 {
@@ -818,15 +833,15 @@ fn publish_one(
     // The lock-free look plans from the state just read (under the lock it is read again).
     let read = state.as_deref().unwrap_or(&StateFile::Absent);
     let look = unlocked.view();
-    let (force, prints) = (opts.force, &fingerprints);
+    let (lift, prints) = (opts.overrides(), &fingerprints);
     let preview = match republished {
         Republished::Held(plan) => Some(*plan),
         _ if locked_before && rules_out_unchanged => None,
         Republished::NotHeld => Some(plan_general(
-            config, dest, source, force, prints, &bundle, read, &look,
+            config, dest, source, lift, prints, &bundle, read, &look,
         )?),
         Republished::No => Some(plan_state(
-            config, dest, source, force, prints, &bundle, read, &look,
+            config, dest, source, lift, prints, &bundle, read, &look,
         )?),
     };
     if let Some(p) = &preview {
@@ -864,7 +879,7 @@ fn publish_one(
             config,
             dest,
             source,
-            opts.force,
+            opts.overrides(),
             &fingerprints,
             &mut memo,
             &unlocked.view(),
@@ -897,7 +912,7 @@ fn publish_one(
         config,
         dest,
         source,
-        opts.force,
+        opts.overrides(),
         &fingerprints,
         &mut memo,
         &View::Store(store),

@@ -29,6 +29,9 @@ pub struct CommonArgs {
     /// Replace forceable conflicts when transfer.on_conflict is replace.
     #[arg(long)]
     pub force: bool,
+    /// Allow up to N deletions where guard.max_delete would refuse them (mass_delete).
+    #[arg(long, value_name = "N")]
+    pub allow_delete: Option<u64>,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -112,6 +115,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         destinations: a.destinations,
         dry_run: args.dry_run,
         force: a.force,
+        allow_delete: a.allow_delete,
         journal,
         lock_timeout,
         actor: cli_actor(a.actor.as_deref()),

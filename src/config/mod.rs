@@ -5,10 +5,12 @@
 //! column where serde_yaml knows them, and what is accepted. Nothing here touches the
 //! filesystem beyond reading the config file itself.
 
+mod guard;
 mod mapping;
 mod releases;
 mod s3;
 
+pub use guard::{Guard, MaxDelete};
 pub use mapping::{PathTemplate, TemplatePart};
 pub use releases::{ReleaseSettings, default_dir as default_releases_dir, parse_age};
 pub use s3::{CacheRule, S3Settings};
@@ -96,7 +98,7 @@ pub struct UploadToken {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with keys id, backend, path, path_mapping, state, reconciliation, transfer, takeover, s3, releases, verify"
+    expecting = "a mapping with keys id, backend, path, path_mapping, state, reconciliation, transfer, takeover, s3, releases, verify, guard"
 )]
 struct RawDestination {
     id: Id,
@@ -120,6 +122,8 @@ struct RawDestination {
     releases: Option<Option<releases::RawReleases>>,
     #[serde(default)]
     verify: Option<RawVerify>,
+    #[serde(default)]
+    guard: Option<guard::RawGuard>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -306,6 +310,8 @@ pub struct Destination {
     pub releases: Option<ReleaseSettings>,
     /// `verify.ignore` (SPEC §16): unrecorded paths `verify` does not report.
     pub verify_ignore: crate::globs::PathGlobs,
+    /// `guard:` (SPEC §19): the deletion guards.
+    pub guard: Guard,
     /// How a `path` written relative was resolved, for messages about it:
     /// `destinations[0].path 'public/site' is taken relative to the config file
     /// /etc/distributor/weather.yaml`; `None` for an absolute path (or an s3 URL).
@@ -518,6 +524,8 @@ impl Config {
             };
             let verify_ignore = crate::globs::PathGlobs::new(&d.verify.unwrap_or_default().ignore)
                 .map_err(|m| err(&format!("{key}.verify.ignore"), m))?;
+            let guard =
+                guard::settings(&key, d.guard.unwrap_or_default()).map_err(|(k, m)| err(&k, m))?;
             destinations.push(Destination {
                 id: d.id.0,
                 backend: d.backend,
@@ -530,6 +538,7 @@ impl Config {
                 s3,
                 releases,
                 verify_ignore,
+                guard,
                 path_origin,
             });
         }

@@ -362,6 +362,7 @@ impl PublishJob {
             destinations: self.params.destinations,
             dry_run: self.params.dry_run,
             force: false,
+            allow_delete: None,
             journal: self.pipeline.journal.clone(),
             lock_timeout: self.lock_timeout,
             actor: self.actor,
