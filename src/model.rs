@@ -269,6 +269,9 @@ string_enum!(
         /// A bundle with no outputs would delete recorded content (SPEC §19), and
         /// `guard.allow_empty` is not set.
         EmptySource = "empty_source",
+        /// `publish --plan`: the plan made again under the lock is not the saved one
+        /// (SPEC §19).
+        StalePlan = "stale_plan",
     }
 );
 
@@ -286,6 +289,7 @@ impl ConflictKind {
                 | ConflictKind::UntrustedRecord
                 | ConflictKind::PathChanged
                 | ConflictKind::MassDelete
+                | ConflictKind::StalePlan
         )
     }
 }

@@ -10,6 +10,7 @@ use crate::hash::{ContentHash, hash_file};
 use crate::journal::{Journal, JournalView};
 use crate::model::{Decision, Owner};
 use crate::plan::Overrides;
+use crate::plan::saved::{PlanFile, SavedDestination, refuse_stale};
 use crate::plan::{DestinationPlan, PlanInput, Republication, Storage, plan_destination};
 use crate::report::{DestinationReport, Report, Status, Summary};
 use crate::source::Source;
@@ -29,6 +30,12 @@ pub struct PublishOptions {
     pub force: bool,
     /// `--allow-delete N`: the deletion guard (`mass_delete`) lifted up to N deletions.
     pub allow_delete: Option<u64>,
+    /// `publish --plan FILE` (SPEC §19): publish only where planning again under the lock
+    /// gives this saved plan; elsewhere the conflict `stale_plan`.
+    pub saved_plan: Option<std::sync::Arc<PlanFile>>,
+    /// `plan --out FILE`: keep what was planned for each destination, for the plan file
+    /// ([`Outcome::saved`]).
+    pub save_plan: bool,
     /// Journal file (already resolved).
     pub journal: PathBuf,
     /// How long to wait for a destination lock.
@@ -58,6 +65,9 @@ pub struct Outcome {
     /// A destination failed because another writer changed its storage first (an object
     /// store refused a conditional write, or the lease was lost): `serve` answers 409.
     pub concurrent_change: bool,
+    /// With [`PublishOptions::save_plan`]: what was planned, for the plan file; `None`
+    /// when a destination could not be planned.
+    pub saved: Option<PlanFile>,
 }
 
 /// Publishes (or plans) a verified source to the configured destinations.
@@ -84,6 +94,7 @@ pub fn publish_with_progress(
     let mut codes: Vec<u8> = Vec::new();
     let mut invalid_source: Option<String> = None;
     let mut concurrent_change = false;
+    let mut saved = Vec::new();
     for dest in selected {
         if let Some(why) = &invalid_source {
             let mut r = failed_report(config, dest, source, why.clone());
@@ -96,9 +107,12 @@ pub fn publish_with_progress(
             dest,
             source,
             opts,
-            journal.as_mut(),
-            view.as_ref(),
+            match journal.as_mut() {
+                Some(j) => Journaling::Real(j),
+                None => Journaling::DryRun(view.as_ref()),
+            },
             progress,
+            &mut saved,
         ) {
             Ok(x) => x,
             Err(e) => {
@@ -119,6 +133,16 @@ pub fn publish_with_progress(
     // unsafe path): that is 2, after 1 and before 4 and 3, never lost as 0.
     let exit_code = overall_exit_code(&codes);
     let summary = Summary::of(&reports);
+    let all_planned = reports.iter().all(|r| r.status != Status::Failed);
+    let saved = (opts.save_plan && all_planned).then(|| PlanFile {
+        plan_format_version: crate::plan::saved::PLAN_FORMAT_VERSION,
+        pipeline_id: config.pipeline_id.clone(),
+        planned_at: crate::journal::now(),
+        source: source.source_ref(),
+        force: opts.force,
+        allow_delete: opts.allow_delete,
+        destinations: saved,
+    });
     Ok(Outcome {
         report: Report {
             report_version: 1,
@@ -128,9 +152,11 @@ pub fn publish_with_progress(
             source: source.source_ref(),
             destinations: reports,
             summary,
+            plan_file: None,
         },
         exit_code,
         concurrent_change,
+        saved,
     })
 }
 
@@ -740,15 +766,25 @@ fn read_destination<'m>(
     })
 }
 
+/// The journal a run writes, or, for a dry run, the one it reads (if there is one).
+enum Journaling<'j> {
+    Real(&'j mut Journal),
+    DryRun(Option<&'j JournalView>),
+}
+
 fn publish_one(
     config: &Config,
     dest: &Destination,
     source: &Source,
     opts: &PublishOptions,
-    journal: Option<&mut Journal>,
-    view: Option<&JournalView>,
+    journaling: Journaling<'_>,
     progress: Option<&dyn Progress>,
+    saved: &mut Vec<SavedDestination>,
 ) -> Result<(DestinationReport, u8)> {
+    let (journal, view) = match journaling {
+        Journaling::Real(j) => (Some(j), None),
+        Journaling::DryRun(v) => (None, v),
+    };
     let Some(journal) = journal else {
         // Dry run: plan, and read the files a real run would write so both reach the
         // same verdict on the source. Unchanged files are proven by the journal's
@@ -759,7 +795,13 @@ fn publish_one(
             fingerprints = local::Fingerprints::wanting_all(&source.manifest.outputs);
             v.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
         }
-        let plan = plan_one(config, dest, source, opts.overrides(), &fingerprints, view)?;
+        let mut plan = plan_one(config, dest, source, opts.overrides(), &fingerprints, view)?;
+        if opts.save_plan || opts.saved_plan.is_some() {
+            let store = Unlocked::open(dest, &plan.bundle_path)?.store;
+            let entry = saved_entry(config, dest, &plan, store.as_deref())?;
+            judge_saved(opts, source, &entry, &mut plan);
+            saved.push(entry);
+        }
         for f in plan.writes() {
             let (size, sha) = hash_file(&source.file(&f.path))?;
             if size != f.size || sha != f.sha256 {
@@ -864,7 +906,12 @@ fn publish_one(
                 .unfinished_for(&bundle.to_string_lossy())
                 .is_ok_and(|u| u.is_empty()),
         };
-        if !p.decision.writes() && nothing_to_wait_for && clean(unlocked.store.as_deref()) {
+        // A saved plan is judged under the lock only.
+        if !p.decision.writes()
+            && nothing_to_wait_for
+            && opts.saved_plan.is_none()
+            && clean(unlocked.store.as_deref())
+        {
             let (status, code) = (status_of(p, Status::Applied), code_of(p));
             let preview = preview.expect("looked at above");
             let op = journal_refusal(config, &preview, source, opts, journal)?;
@@ -917,6 +964,10 @@ fn publish_one(
         &mut memo,
         &View::Store(store),
     )?;
+    if opts.saved_plan.is_some() {
+        let entry = saved_entry(config, dest, &plan, Some(store))?;
+        judge_saved(opts, source, &entry, &mut plan);
+    }
     let report = |plan: DestinationPlan| {
         let (status, code) = (status_of(&plan, Status::Applied), code_of(&plan));
         Ok((DestinationReport::from_plan(plan, status, None), code))
@@ -948,6 +999,54 @@ fn publish_one(
             plan: Box::new(plan),
             source: Box::new(e),
         }),
+    }
+}
+
+/// What was planned for `dest`, as a plan file holds it, with the sha256 of the state
+/// `store` holds now (SPEC §19).
+fn saved_entry(
+    config: &Config,
+    dest: &Destination,
+    plan: &DestinationPlan,
+    store: Option<&dyn BundleStore>,
+) -> Result<SavedDestination> {
+    let pre = match store {
+        Some(s) => s.state_sha256()?.map(|h| h.hex()),
+        None => None,
+    };
+    Ok(SavedDestination::of(config, dest, plan, pre))
+}
+
+/// `publish --plan`: refuses `plan` with `stale_plan` unless `now` (its entry) is the
+/// saved plan's entry for the destination, for the same source.
+fn judge_saved(
+    opts: &PublishOptions,
+    source: &Source,
+    now: &SavedDestination,
+    plan: &mut DestinationPlan,
+) {
+    let Some(saved) = &opts.saved_plan else {
+        return;
+    };
+    let src = source.source_ref();
+    let why = if saved.source != src {
+        Some(format!(
+            "it was made for source {} created {} ({}), and this is source {} created {} ({})",
+            saved.source.id,
+            saved.source.created_at,
+            saved.source.digest,
+            src.id,
+            src.created_at,
+            src.digest
+        ))
+    } else {
+        match saved.destination(&now.destination_id) {
+            None => Some("it does not plan this destination".to_string()),
+            Some(entry) => entry.differences(now),
+        }
+    };
+    if let Some(why) = why {
+        refuse_stale(plan, &why);
     }
 }
 

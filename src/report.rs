@@ -26,6 +26,23 @@ pub struct Report {
     pub destinations: Vec<DestinationReport>,
     /// Counters.
     pub summary: Summary,
+    /// The saved plan this run wrote (`plan --out`) or published (`publish --plan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_file: Option<PlanFileUse>,
+}
+
+/// A saved plan (SPEC §19) as a report names it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanFileUse {
+    /// The file.
+    pub path: String,
+    /// Its sha256.
+    pub sha256: String,
+    /// `--force` came from the plan.
+    pub force: bool,
+    /// `--allow-delete N` came from the plan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_delete: Option<u64>,
 }
 
 /// Status of one destination in a report.
@@ -402,6 +419,18 @@ impl Report {
                 failed
             }
         );
+        if let Some(p) = &self.plan_file {
+            let lifted = match (p.force, p.allow_delete) {
+                (false, None) => String::new(),
+                (true, None) => "; --force from the plan".into(),
+                (false, Some(n)) => format!("; --allow-delete {n} from the plan"),
+                (true, Some(n)) => format!("; --force and --allow-delete {n} from the plan"),
+            };
+            let _ = match self.command.as_str() {
+                "plan" => writeln!(out, "plan file: {} sha256 {}{lifted}", p.path, p.sha256),
+                _ => writeln!(out, "saved plan: {} sha256 {}{lifted}", p.path, p.sha256),
+            };
+        }
         out
     }
 }

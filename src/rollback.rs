@@ -116,9 +116,11 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
             }),
             destinations: reports,
             summary,
+            plan_file: None,
         },
         exit_code,
         concurrent_change: false,
+        saved: None,
     })
 }
 

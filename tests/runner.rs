@@ -32,6 +32,7 @@ mod test_s3;
 mod test_s3_harness;
 mod test_s3_hosts;
 mod test_s3_refusals;
+mod test_saved_plan;
 mod test_server;
 mod test_server_docs;
 mod test_server_load;

@@ -9,6 +9,8 @@ mod planner;
 mod takeover;
 mod unchanged;
 
+pub mod saved;
+
 pub use planner::{PlanInput, plan_destination};
 pub use takeover::takeover_permitted;
 pub use unchanged::Republication;

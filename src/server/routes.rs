@@ -363,6 +363,8 @@ impl PublishJob {
             dry_run: self.params.dry_run,
             force: false,
             allow_delete: None,
+            saved_plan: None,
+            save_plan: false,
             journal: self.pipeline.journal.clone(),
             lock_timeout: self.lock_timeout,
             actor: self.actor,
