@@ -380,11 +380,10 @@ fn read_state(
 
 /// The first record distributor does not believe in the staging of `store` (SPEC §17).
 fn untrusted_of(store: Option<&dyn BundleStore>) -> Result<Option<String>> {
-    let Some(store) = store else { return Ok(None) };
-    Ok(store.staging_entries()?.into_iter().find_map(|e| match e {
-        crate::backend::local::StagingEntry::Untrusted(_, why) => Some(why),
-        _ => None,
-    }))
+    Ok(store
+        .map(crate::backend::local::untrusted_staging)
+        .transpose()?
+        .flatten())
 }
 
 /// Verifies one bundle path.

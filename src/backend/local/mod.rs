@@ -383,10 +383,11 @@ pub fn probe<'a>(
     }
 }
 
-/// The first staging record in `b` distributor does not believe (SPEC §17): the
-/// operator's message.
-pub fn untrusted_staging(b: &Bundle) -> Result<Option<String>> {
-    Ok(b.staging_entries()?.into_iter().find_map(|e| match e {
+/// The first staging record in `store` distributor does not believe (SPEC §17): the
+/// operator's message. The one place it is taken from staging, for the planner's
+/// `untrusted_record` and for `status` and `verify`.
+pub fn untrusted_staging(store: &(impl BundleStore + ?Sized)) -> Result<Option<String>> {
+    Ok(store.staging_entries()?.into_iter().find_map(|e| match e {
         StagingEntry::Untrusted(_, why) => Some(why),
         _ => None,
     }))
