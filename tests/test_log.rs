@@ -120,6 +120,10 @@ fn every_activation_is_a_log_entry_with_who_what_and_which_release() {
     assert_eq!(e["release_activated"], ops[1].as_str());
     assert_eq!(e["release_deactivated"], ops[0].as_str());
     assert_eq!(e["source"]["id"], "site");
+    // index.html changed, same.css did not.
+    assert_eq!(e["counts"]["written"], 1);
+    assert_eq!(e["counts"]["unchanged"], 1);
+    assert_eq!(log[0]["counts"]["unchanged"], 0);
     assert!(e["post_state_sha256"].as_str().is_some());
     assert!(e.get("recovered_by").is_none());
     let md = std::fs::metadata(env.path(&format!("{LOG}/{}", entry_file(2)))).unwrap();
@@ -651,6 +655,9 @@ fn in_place_publications_are_logged_and_recover_writes_a_missing_entry() {
     let log = read(&env);
     assert_eq!(log.len(), 2);
     assert_eq!(log[1]["decision"], "replace_older");
+    // What the run's staging record counted: index.html written, same.css unchanged.
+    assert_eq!(log[1]["counts"]["written"], 1);
+    assert_eq!(log[1]["counts"]["unchanged"], 1);
     assert_eq!(log[1]["actor"], "cli:tester");
     assert!(log[1]["recovered_by"].is_object(), "{}", log[1]);
     let left: Vec<String> = std::fs::read_dir(env.path("plain/.distributor/log"))

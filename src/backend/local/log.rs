@@ -202,6 +202,7 @@ impl Entry {
         e.pre_state_sha256 = op.pre_state_sha256.clone();
         e.post_state_sha256 = Some(op.post_state_sha256.clone());
         e.started_at = o.started_at.clone();
+        e.counts.unchanged = o.outputs_unchanged.unwrap_or(0);
         for a in &op.actions {
             match a.kind {
                 FileCreate | FileOverwrite | LinkCreate | LinkOverwrite => {
@@ -628,6 +629,43 @@ mod tests {
 
     fn entry(op: &str) -> Entry {
         Entry::new(op, "publish", "create")
+    }
+
+    /// `counts.unchanged` is what the staging record's origin counted; a record written
+    /// before it was kept counts 0.
+    #[test]
+    fn counts_unchanged_come_from_the_record_and_older_records_count_0() {
+        let record = |unchanged: Option<u64>| -> StagedOperation {
+            let mut origin = serde_json::json!({
+                "started_at": "2026-12-02T00:00:00.000Z", "command": "publish",
+                "actor": "cli:t", "pipeline_id": "p", "state_mode": "single_owner",
+                "decision": "replace_older", "takeover_mode": "same_pipeline",
+                "previous_owner": null, "previous_source": null,
+                "source": {"id": "s", "created_at": "2026-12-02T00:00:00Z", "digest": "d"},
+                "takeovers": []
+            });
+            if let Some(n) = unchanged {
+                origin["outputs_unchanged"] = n.into();
+            }
+            serde_json::from_value(serde_json::json!({
+                "operation_id": "op", "destination_id": "d", "bundle_path": "/b",
+                "pre_state_sha256": null, "post_state_sha256": "0", "origin": origin,
+                "actions": [{"kind": "file_overwrite", "path": "a", "size": 3}],
+                "new_dirs": []
+            }))
+            .unwrap()
+        };
+        let e = Entry::of_operation(&record(Some(7)));
+        let want = Counts {
+            written: 1,
+            deleted: 0,
+            unchanged: 7,
+            bytes_written: 3,
+        };
+        assert_eq!(e.counts, want);
+        let e = Entry::of_operation(&record(None));
+        assert_eq!(e.counts.unchanged, 0);
+        assert_eq!(e.counts.written, 1);
     }
 
     #[test]
