@@ -37,6 +37,8 @@ pub const MAX_ENTRY_BYTES: usize = 4096;
 /// At most this many removed releases are named by a prune's entry (their count is
 /// always there).
 pub const MAX_REMOVED_NAMED: usize = 50;
+/// The commands whose entries change a destination's state (SPEC §18).
+const STATE_CHANGING: &[&str] = &["publish", "rollback", "adopt", "promote", "recover"];
 /// The prefix of a writer's temporary file in `log/`.
 const TMP_PREFIX: &str = ".tmp-";
 
@@ -215,6 +217,21 @@ impl Entry {
         e
     }
 
+    /// Whether it records a change of the destination's state (SPEC §18): publish,
+    /// rollback, adopt, promote and recover entries do; prune and quarantine entries, and
+    /// any command this build does not know, do not.
+    pub fn changes_state(&self) -> bool {
+        STATE_CHANGING.contains(&self.command.as_str())
+    }
+
+    /// The entry in words, for messages: its number, command, who, where and when.
+    pub fn describe(&self) -> String {
+        format!(
+            "entry {} ({} by {} on {}, committed {})",
+            self.seq, self.command, self.actor, self.host, self.committed_at
+        )
+    }
+
     /// The owner that made it, `pipeline/destination` (`None` when not recorded).
     pub fn owner(&self) -> Option<String> {
         (!self.pipeline_id.is_empty())
@@ -298,6 +315,22 @@ impl Log {
     /// Whether an entry of operation `op` exists.
     pub fn names_operation(&self, op: &str) -> bool {
         self.entries.iter().any(|e| e.operation_id == op)
+    }
+
+    /// Its last state-changing entry (SPEC §18), for `verify`'s `log_mismatch`; `None`
+    /// when there is none, or when a bad entry is there (it may be that very entry: the
+    /// bad entry is reported instead).
+    pub fn last_state_change(&self) -> Option<crate::backend::LoggedOperation> {
+        if !self.bad.is_empty() {
+            return None;
+        }
+        let changes = || self.entries.iter().filter(|e| e.changes_state());
+        let last = changes().next_back()?;
+        Some(crate::backend::LoggedOperation {
+            operation_id: last.operation_id.clone(),
+            entry: last.describe(),
+            logged: changes().map(|e| e.operation_id.clone()).collect(),
+        })
     }
 
     /// The bad entries in one sentence, `None` when there are none.

@@ -165,6 +165,9 @@ impl BundleStore for Bundle {
     fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
         Bundle::adopt_legacy_staging(self, op)
     }
+    fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
+        Ok(log::read(self.dir())?.last_state_change())
+    }
     fn record_dir(&self, create: bool) -> Result<Option<crate::execute::RecordDir>> {
         Bundle::record_dir(self, create)
     }
