@@ -671,6 +671,27 @@ fn in_place_publications_are_logged_and_recover_writes_a_missing_entry() {
     assert_eq!(r.stdout.lines().count(), 2);
 }
 
+/// Set to `1` (`.ci/run` does: CI runs as root), a test that needs a tmpfs mount fails
+/// instead of skipping when it cannot make one.
+const REQUIRE_TMPFS: &str = "DISTRIBUTOR_REQUIRE_TMPFS";
+
+/// Skips the current test with a loud line on the real stderr (the harness captures
+/// `eprintln!` of a passing test, not this), or fails it when [`REQUIRE_TMPFS`] is `1`.
+fn skip_without_tmpfs(why: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("<unnamed test>");
+    if std::env::var(REQUIRE_TMPFS).is_ok_and(|v| v == "1") {
+        panic!("{test} needs a tmpfs mount: {why}; {REQUIRE_TMPFS}=1 requires it to run");
+    }
+    // One write, so that parallel tests' lines do not interleave.
+    let line = format!(
+        "\n*** SKIPPED: {test} needs a tmpfs mount (run as root): {why}. \
+         {REQUIRE_TMPFS}=1 makes this a failure. ***\n"
+    );
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 /// Unmounts a filesystem a test mounted, whatever happens.
 struct Mounted(PathBuf);
 
@@ -686,27 +707,34 @@ impl Drop for Mounted {
 /// A real full disk at the log write (a small tmpfs, filled while the publication stands
 /// just before writing its entry): the publication passed its commit point and says so,
 /// nothing is lost, and `recover`, once there is room, writes the entry; retention then
-/// keeps the active and previous releases. Needs root (mount); skipped otherwise.
+/// keeps the active and previous releases. Needs root (mount); skipped otherwise, loudly,
+/// and failed instead under `DISTRIBUTOR_REQUIRE_TMPFS=1`.
 #[test]
 #[cfg_attr(
     not(feature = "failpoints"),
     ignore = "needs the failpoints feature: cargo test --all-features"
 )]
 fn a_full_disk_at_the_log_write_loses_nothing() {
-    if rustix::process::geteuid().as_raw() != 0 {
-        eprintln!("skipped: mounting a tmpfs needs root");
-        return;
+    let euid = rustix::process::geteuid().as_raw();
+    if euid != 0 {
+        return skip_without_tmpfs(&format!("mounting one needs root, this is uid {euid}"));
     }
     let env = Env::new();
     std::fs::create_dir_all(env.path("www")).unwrap();
     let mounted = std::process::Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
         .arg(env.path("www"))
-        .status()
-        .unwrap();
-    if !mounted.success() {
-        eprintln!("skipped: mount -t tmpfs failed");
-        return;
+        .output();
+    match mounted {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            return skip_without_tmpfs(&format!(
+                "mount -t tmpfs failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Err(e) => return skip_without_tmpfs(&format!("mount could not run: {e}")),
     }
     let _guard = Mounted(env.path("www"));
     let cfg = config(&env, 0);
