@@ -570,6 +570,7 @@ pub(crate) fn run_activation(
         takeovers: serde_json::json!([]),
         host: Some(crate::backend::local::log::host()),
         journal_id: None,
+        outputs_unchanged: None,
     };
     // Nothing is staged, moved or placed from a source.
     let mut bare = plan.clone();

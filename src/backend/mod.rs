@@ -233,6 +233,15 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         Ok(None)
     }
 
+    /// What the destination log's last state-changing entry says the state is at (SPEC
+    /// §18), for `verify`'s `log_mismatch`. `None` when the log has nothing to compare
+    /// with: no log or no state-changing entry in it (a destination an earlier version
+    /// published), bad entries (reported as such, `log_error`), or a backend that keeps
+    /// no log yet (the default).
+    fn last_logged_operation(&self) -> Result<Option<LoggedOperation>> {
+        Ok(None)
+    }
+
     /// Moves an earlier version's staging entry of `op` into the record directory (SPEC
     /// §17 "Upgrading"), for an operation the journal in use records; only the local
     /// backends have one.
@@ -242,6 +251,22 @@ pub trait BundleStore: std::fmt::Debug + Sync {
             self.path().display()
         )))
     }
+}
+
+/// The last state-changing entry of a destination log (SPEC §18: a publish, rollback,
+/// adopt, promote or recover entry; prune and quarantine entries change no state), as
+/// [`BundleStore::last_logged_operation`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedOperation {
+    /// The operation the state names when distributor made it: the entry's
+    /// `operation_id`; for a releases destination, the release its activation made active
+    /// (`release_activated`: a single owner's rollback activates an older release).
+    pub operation_id: String,
+    /// That entry, in words, for the report (its number, command, actor, host, time).
+    pub entry: String,
+    /// The operations every state-changing entry names, this one included: the
+    /// operations whose order the log knows.
+    pub logged: std::collections::BTreeSet<String>,
 }
 
 /// Proof that a backend passed an operation's commit point.

@@ -260,6 +260,7 @@ fn origin(
             .map_err(|e| Error::Failed(e.to_string()))?,
         host: Some(crate::backend::local::log::host()),
         journal_id: None,
+        outputs_unchanged: None,
     })
 }
 

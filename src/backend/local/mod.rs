@@ -165,6 +165,9 @@ impl BundleStore for Bundle {
     fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
         Bundle::adopt_legacy_staging(self, op)
     }
+    fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
+        Ok(log::read(self.dir())?.last_state_change())
+    }
     fn record_dir(&self, create: bool) -> Result<Option<crate::execute::RecordDir>> {
         Bundle::record_dir(self, create)
     }
@@ -383,10 +386,11 @@ pub fn probe<'a>(
     }
 }
 
-/// The first staging record in `b` distributor does not believe (SPEC §17): the
-/// operator's message.
-pub fn untrusted_staging(b: &Bundle) -> Result<Option<String>> {
-    Ok(b.staging_entries()?.into_iter().find_map(|e| match e {
+/// The first staging record in `store` distributor does not believe (SPEC §17): the
+/// operator's message. The one place it is taken from staging, for the planner's
+/// `untrusted_record` and for `status` and `verify`.
+pub fn untrusted_staging(store: &(impl BundleStore + ?Sized)) -> Result<Option<String>> {
+    Ok(store.staging_entries()?.into_iter().find_map(|e| match e {
         StagingEntry::Untrusted(_, why) => Some(why),
         _ => None,
     }))

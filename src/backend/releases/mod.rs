@@ -1211,6 +1211,45 @@ impl BundleStore for ReleaseStore {
             None => Ok(None),
         }
     }
+
+    /// The last logged activation: the release it made active. A plain directory not
+    /// adopted yet is a bundle path of its own, with its own log.
+    fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
+        if self.is_plain() {
+            return match &self.active {
+                Some(plain) => plain.last_logged_operation(),
+                None => Ok(None),
+            };
+        }
+        let view = self.log_view()?;
+        if view.untrusted().is_some() {
+            return Ok(None);
+        }
+        let Some(last) = view.activations.last() else {
+            return Ok(None);
+        };
+        let entry = (view.log.entries.iter())
+            .rfind(|e| {
+                e.operation_id == last.operation_id
+                    && e.release_activated.as_deref() == Some(last.release.as_str())
+            })
+            .map_or_else(
+                || {
+                    format!(
+                        "the last line of {} (operation {}, activated {})",
+                        log::LOG_FILE,
+                        last.operation_id,
+                        last.activated_at
+                    )
+                },
+                |e| e.describe(),
+            );
+        Ok(Some(crate::backend::LoggedOperation {
+            operation_id: last.release.clone(),
+            entry,
+            logged: view.activations.iter().map(|a| a.release.clone()).collect(),
+        }))
+    }
 }
 
 #[cfg(test)]

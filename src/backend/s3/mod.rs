@@ -20,6 +20,7 @@ mod clock;
 mod lease;
 mod store;
 
+pub use lease::check_workable;
 pub use store::S3Store;
 
 use crate::backend::{Backend, BundleStore};
