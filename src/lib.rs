@@ -32,6 +32,7 @@ pub mod execute;
 pub mod failpoint;
 pub mod globs;
 pub mod hash;
+pub mod hooks;
 pub mod inspect;
 pub mod journal;
 pub mod limits;

@@ -182,6 +182,7 @@ fn failed_report(
         files: Default::default(),
         links: vec![],
         message,
+        hooks: Vec::new(),
     }
 }
 

@@ -139,6 +139,7 @@ fn failed(dest: &Destination) -> DestinationReport {
         files: Default::default(),
         links: vec![],
         message: String::new(),
+        hooks: Vec::new(),
     }
 }
 

@@ -14,6 +14,7 @@ mod test_forged_staging;
 mod test_guard;
 mod test_hints;
 mod test_history;
+mod test_hooks;
 mod test_hostile;
 mod test_hostile_releases;
 mod test_journal;

@@ -178,6 +178,8 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
     )?;
     let mut outcome = outcome;
     outcome.report.plan_file = plan_file;
+    // After every destination's lock was released (SPEC §19); never for a dry run.
+    crate::hooks::run_for(&config, &mut outcome.report, &opts.journal);
     if let Some(out) = &args.out {
         let Some(plan) = &outcome.saved else {
             return Err(Error::Failed(format!(
