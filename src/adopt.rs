@@ -167,7 +167,11 @@ fn adopt_one(
             dest.id
         ))
     })?;
-    let lock = (!opts.dry_run).then_some((opts.lock_timeout, true));
+    let lock = (!opts.dry_run).then_some(crate::backend::LockRequest {
+        timeout: opts.lock_timeout,
+        create: true,
+        actor: &opts.actor,
+    });
     let store = ReleaseStore::open(&dest.path, settings, lock)?;
     let Some(store) = store.filter(|s| s.is_plain()) else {
         d.status = "skipped";

@@ -206,24 +206,27 @@ pub fn quarantine(
     by.actor = actor.to_string();
     by.pipeline_id = config.pipeline_id.clone();
     by.destination_id = dest.id.clone();
-    let timeout = Some((lock_timeout, false));
+    let how = crate::backend::LockRequest {
+        timeout: lock_timeout,
+        create: false,
+        actor,
+    };
     let done = match &dest.releases {
         Some(r) => {
-            let store = crate::backend::releases::ReleaseStore::open(&dest.path, r, timeout)?
+            let store = crate::backend::releases::ReleaseStore::open(&dest.path, r, Some(how))?
                 .ok_or_else(|| nothing_there(dest))?;
             log::quarantine(store.record_base()?, seq, by)?
         }
         None if dest.path_mapping == PathMapping::Fixed && dest.backend == Backend::Local => {
-            let b =
-                crate::backend::local::Bundle::lock(&dest.path, &dest.path, lock_timeout, false)?
-                    .ok_or_else(|| nothing_there(dest))?;
+            let b = crate::backend::local::Bundle::lock(&dest.path, &dest.path, how)?
+                .ok_or_else(|| nothing_there(dest))?;
             log::quarantine(b.dir(), seq, by)?
         }
         // An object store: under its lease (SPEC §14), through the storage interface.
         None if dest.path_mapping == PathMapping::Fixed && dest.s3.is_some() => {
             let backend = crate::backend::for_destination(dest)?;
             let store = backend
-                .lock(&dest.path, &dest.path, lock_timeout, false)?
+                .lock(&dest.path, &dest.path, how)?
                 .ok_or_else(|| nothing_there(dest))?;
             store.quarantine_log(seq, by)?
         }

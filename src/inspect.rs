@@ -1,7 +1,8 @@
 //! `status` and `verify`: read-only views of what destinations hold.
 //!
 //! `status` summarises each bundle path's state; `verify` compares storage with state and
-//! lists missing, modified and unrecorded paths (exit 3 on drift). Neither writes.
+//! lists missing, modified and unrecorded paths, and whether the state is what the
+//! destination log says distributor made (`log_mismatch`); exit 3 on drift. Neither writes.
 
 use crate::backend::local::records::RECORD_DIR;
 use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE, Proof};
@@ -295,15 +296,21 @@ pub struct BundleDrift {
     /// The destination log's bad entries (SPEC §18), each naming its file (exit 1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_error: Option<String>,
+    /// The state is not at the operation the destination log's last state-changing entry
+    /// names (SPEC §18): the destination was changed outside distributor. Drift (exit 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_mismatch: Option<String>,
 }
 
 impl BundleDrift {
-    /// True when storage and state disagree (or state is invalid).
+    /// True when storage and state disagree (or state is invalid, or is not what the
+    /// destination log says distributor made).
     pub fn drifted(&self) -> bool {
         self.state == "invalid"
             || !self.missing.is_empty()
             || !self.modified.is_empty()
             || !self.unrecorded.is_empty()
+            || self.log_mismatch.is_some()
     }
 }
 
@@ -323,6 +330,7 @@ impl Reported for BundleDrift {
             busy: None,
             error: None,
             log_error: None,
+            log_mismatch: None,
         }
     }
 
@@ -342,6 +350,7 @@ impl Reported for BundleDrift {
             recovery: None,
             busy: None,
             log_error: None,
+            log_mismatch: None,
         };
     }
 }
@@ -382,11 +391,10 @@ fn read_state(
 
 /// The first record distributor does not believe in the staging of `store` (SPEC §17).
 fn untrusted_of(store: Option<&dyn BundleStore>) -> Result<Option<String>> {
-    let Some(store) = store else { return Ok(None) };
-    Ok(store.staging_entries()?.into_iter().find_map(|e| match e {
-        crate::backend::local::StagingEntry::Untrusted(_, why) => Some(why),
-        _ => None,
-    }))
+    Ok(store
+        .map(crate::backend::local::untrusted_staging)
+        .transpose()?
+        .flatten())
 }
 
 /// Verifies one bundle path.
@@ -415,6 +423,12 @@ fn verify_one(
     };
     // An untrusted record says nothing of what distributor published: not compared.
     let compare_it = settled && v.untrusted_record.is_none();
+    if compare_it && let Some(s) = store.as_deref() {
+        v.log_mismatch = log_mismatch_of(s, &state)?;
+        if v.log_mismatch.is_some() {
+            v.log_mismatch = log_mismatch_again(d, bundle, view)?;
+        }
+    }
     match (state, store) {
         (StateFile::Absent, _) => {}
         (StateFile::Invalid(r), _) => {
@@ -431,6 +445,45 @@ fn verify_one(
         (StateFile::Untrusted(..), _) => unreachable!("read_state gives what it believes"),
     }
     Ok(())
+}
+
+/// Why the state read from `store` is not what its destination log's last state-changing
+/// entry made (SPEC §18 `log_mismatch`), if it is not. An invalid state is drift of its
+/// own, and a log with nothing to compare with is never a mismatch.
+fn log_mismatch_of(store: &dyn BundleStore, state: &StateFile) -> Result<Option<String>> {
+    use crate::log_mismatch::{StateSays, judge};
+    let says = match (store.as_releases(), state) {
+        (Some(r), _) if !r.is_plain() => StateSays::Release(r.active_release()),
+        (_, StateFile::Valid(st)) => StateSays::Owners(Some(st)),
+        (_, StateFile::Absent) => StateSays::Owners(None),
+        (_, StateFile::Invalid(_) | StateFile::Untrusted(..)) => return Ok(None),
+    };
+    Ok(store
+        .last_logged_operation()?
+        .and_then(|logged| judge(says, &logged)))
+}
+
+/// A mismatch found is judged once more, from the bundle path opened again: the state and
+/// the log are read one after the other, without the lock, and a run that committed in
+/// between would read as one. It stands when the second reading finds it too and no
+/// process holds the lock (a run between its commit point and its log entry).
+fn log_mismatch_again(
+    d: &Destination,
+    bundle: &Path,
+    view: Option<&JournalView>,
+) -> Result<Option<String>> {
+    let Some(store) = open(d, bundle)? else {
+        return Ok(None);
+    };
+    let (state, untrusted) = read_state(Some(store.as_ref()), bundle, view)?;
+    if untrusted.is_some() {
+        return Ok(None);
+    }
+    let found = log_mismatch_of(store.as_ref(), &state)?;
+    if found.is_some() && store.lock_holder()?.is_some() {
+        return Ok(None);
+    }
+    Ok(found)
 }
 
 /// Compares what `store` holds with the valid state `st`. Every recorded path is looked

@@ -13,8 +13,8 @@
 //! 7. [`report`]: renders plans and outcomes as text or JSON.
 //!
 //! [`publish`] ties 1-7 together for the CLI ([`cli`]) and the HTTP server ([`server`]). [`inspect`]
-//! holds the read-only `status` and `verify`; [`dest_log`] prints each destination's own
-//! log (`backend::local::log`).
+//! holds the read-only `status` and `verify` ([`log_mismatch`] judges a state against the
+//! destination log); [`dest_log`] prints each destination's own log (`backend::local::log`).
 //! [`recover`] finishes or undoes interrupted operations from the journal and staging;
 //! [`journal::query`] serves `history`.
 
@@ -32,9 +32,11 @@ pub mod execute;
 pub mod failpoint;
 pub mod globs;
 pub mod hash;
+pub mod hooks;
 pub mod inspect;
 pub mod journal;
 pub mod limits;
+pub mod log_mismatch;
 pub mod model;
 pub mod ordered;
 pub mod parallel;

@@ -263,6 +263,15 @@ string_enum!(
         /// A releases destination's `path` is not the symlink the last logged activation
         /// made (SPEC §17): missing, a directory, or another target.
         PathChanged = "path_changed",
+        /// A publication would delete more of the owner's recorded outputs and links
+        /// than `guard.max_delete` allows (SPEC §19); only `--allow-delete N` lifts it.
+        MassDelete = "mass_delete",
+        /// A bundle with no outputs would delete recorded content (SPEC §19), and
+        /// `guard.allow_empty` is not set.
+        EmptySource = "empty_source",
+        /// `publish --plan`: the plan made again under the lock is not the saved one
+        /// (SPEC §19).
+        StalePlan = "stale_plan",
     }
 );
 
@@ -279,6 +288,8 @@ impl ConflictKind {
                 | ConflictKind::ReleasesMismatch
                 | ConflictKind::UntrustedRecord
                 | ConflictKind::PathChanged
+                | ConflictKind::MassDelete
+                | ConflictKind::StalePlan
         )
     }
 }

@@ -6,9 +6,10 @@
 //! release's files changes the ctime of those the active release shares).
 
 use crate::backend::BundleStore;
-use crate::backend::releases::{ReleaseStore, log::Verdict};
+use crate::backend::releases::{PruneBy, ReleaseStore, log::Verdict};
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
+use crate::execute::record_removal;
 use crate::journal::{Journal, OperationRecord, event, now};
 use crate::publish::check_recovery;
 use crate::state::StateFile;
@@ -189,7 +190,11 @@ fn prune_one(
             dest.id
         ))
     })?;
-    let lock = (!opts.dry_run).then_some((opts.lock_timeout, false));
+    let lock = (!opts.dry_run).then_some(crate::backend::LockRequest {
+        timeout: opts.lock_timeout,
+        create: false,
+        actor: &opts.actor,
+    });
     let Some(store) = ReleaseStore::open(&dest.path, settings, lock)? else {
         return Ok(());
     };
@@ -259,35 +264,50 @@ fn prune_one(
         .ok()
         .flatten()
         .unwrap_or_default();
-    journal.finished_operation(
-        &OperationRecord {
-            operation_id: op_id.clone(),
-            started_at: now(),
-            command: "prune".into(),
-            actor: opts.actor.clone(),
-            pipeline_id: config.pipeline_id.clone(),
-            destination_id: dest.id.clone(),
-            bundle_path: d.bundle_path.clone(),
-            state_mode: dest.state_mode.to_string(),
-            decision: "prune".into(),
-            takeover_mode: dest.takeover.to_string(),
-            previous_owner: None,
-            previous_source: None,
-            source,
-            pre_state_sha256: Some(state_sha.clone()),
-            post_state_sha256: state_sha,
-            takeovers_json: "[]".into(),
-            plan_json: "{}".into(),
-        },
+    let removed: Vec<String> = match &pruned {
+        Ok(v) => (v.iter())
+            .filter(|v| !v.keep)
+            .map(|v| v.release.clone())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let record = OperationRecord {
+        operation_id: op_id.clone(),
+        started_at: now(),
+        command: "prune".into(),
+        actor: opts.actor.clone(),
+        pipeline_id: config.pipeline_id.clone(),
+        destination_id: dest.id.clone(),
+        bundle_path: d.bundle_path.clone(),
+        state_mode: dest.state_mode.to_string(),
+        decision: "prune".into(),
+        takeover_mode: dest.takeover.to_string(),
+        previous_owner: None,
+        previous_source: None,
+        source,
+        pre_state_sha256: Some(state_sha.clone()),
+        post_state_sha256: state_sha,
+        takeovers_json: "[]".into(),
+        plan_json: "{}".into(),
+    };
+    record_removal(
+        journal,
+        &record,
         &[(event::PRUNED, Some(&detail)), (event::COMPLETED, None)],
         &fingerprints,
+        |journal_id| {
+            if pruned.is_err() {
+                return Ok(());
+            }
+            let by = PruneBy {
+                actor: &opts.actor,
+                pipeline_id: &config.pipeline_id,
+                journal_id: Some(journal_id),
+            };
+            store.log_prune(&op_id, &by, &dest.id, &removed)
+        },
     )?;
     let verdicts = pruned?;
-    let removed: Vec<String> = (verdicts.iter())
-        .filter(|v| !v.keep)
-        .map(|v| v.release.clone())
-        .collect();
-    store.log_prune(&op_id, &opts.actor, &config.pipeline_id, &dest.id, &removed)?;
     d.operation_id = Some(op_id);
     d.removed = verdicts.iter().filter(|v| !v.keep).count();
     d.releases = ordered(&store, verdicts)?;

@@ -9,6 +9,8 @@ use crate::execute::{ExecContext, Progress, execute};
 use crate::hash::{ContentHash, hash_file};
 use crate::journal::{Journal, JournalView};
 use crate::model::{Decision, Owner};
+use crate::plan::Overrides;
+use crate::plan::saved::{PlanFile, SavedDestination, refuse_stale};
 use crate::plan::{DestinationPlan, PlanInput, Republication, Storage, plan_destination};
 use crate::report::{DestinationReport, Report, Status, Summary};
 use crate::source::Source;
@@ -26,6 +28,14 @@ pub struct PublishOptions {
     pub dry_run: bool,
     /// `--force`.
     pub force: bool,
+    /// `--allow-delete N`: the deletion guard (`mass_delete`) lifted up to N deletions.
+    pub allow_delete: Option<u64>,
+    /// `publish --plan FILE` (SPEC §19): publish only where planning again under the lock
+    /// gives this saved plan; elsewhere the conflict `stale_plan`.
+    pub saved_plan: Option<std::sync::Arc<PlanFile>>,
+    /// `plan --out FILE`: keep what was planned for each destination, for the plan file
+    /// ([`Outcome::saved`]).
+    pub save_plan: bool,
     /// Journal file (already resolved).
     pub journal: PathBuf,
     /// How long to wait for a destination lock.
@@ -55,6 +65,9 @@ pub struct Outcome {
     /// A destination failed because another writer changed its storage first (an object
     /// store refused a conditional write, or the lease was lost): `serve` answers 409.
     pub concurrent_change: bool,
+    /// With [`PublishOptions::save_plan`]: what was planned, for the plan file; `None`
+    /// when a destination could not be planned.
+    pub saved: Option<PlanFile>,
 }
 
 /// Publishes (or plans) a verified source to the configured destinations.
@@ -81,6 +94,7 @@ pub fn publish_with_progress(
     let mut codes: Vec<u8> = Vec::new();
     let mut invalid_source: Option<String> = None;
     let mut concurrent_change = false;
+    let mut saved = Vec::new();
     for dest in selected {
         if let Some(why) = &invalid_source {
             let mut r = failed_report(config, dest, source, why.clone());
@@ -93,9 +107,12 @@ pub fn publish_with_progress(
             dest,
             source,
             opts,
-            journal.as_mut(),
-            view.as_ref(),
+            match journal.as_mut() {
+                Some(j) => Journaling::Real(j),
+                None => Journaling::DryRun(view.as_ref()),
+            },
             progress,
+            &mut saved,
         ) {
             Ok(x) => x,
             Err(e) => {
@@ -116,6 +133,16 @@ pub fn publish_with_progress(
     // unsafe path): that is 2, after 1 and before 4 and 3, never lost as 0.
     let exit_code = overall_exit_code(&codes);
     let summary = Summary::of(&reports);
+    let all_planned = reports.iter().all(|r| r.status != Status::Failed);
+    let saved = (opts.save_plan && all_planned).then(|| PlanFile {
+        plan_format_version: crate::plan::saved::PLAN_FORMAT_VERSION,
+        pipeline_id: config.pipeline_id.clone(),
+        planned_at: crate::journal::now(),
+        source: source.source_ref(),
+        force: opts.force,
+        allow_delete: opts.allow_delete,
+        destinations: saved,
+    });
     Ok(Outcome {
         report: Report {
             report_version: 1,
@@ -125,9 +152,11 @@ pub fn publish_with_progress(
             source: source.source_ref(),
             destinations: reports,
             summary,
+            plan_file: None,
         },
         exit_code,
         concurrent_change,
+        saved,
     })
 }
 
@@ -153,6 +182,7 @@ fn failed_report(
         files: Default::default(),
         links: vec![],
         message,
+        hooks: Vec::new(),
     }
 }
 
@@ -221,12 +251,22 @@ impl Unlocked {
     }
 }
 
+impl PublishOptions {
+    /// What this run lifts: `--force`, `--allow-delete`.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            force: self.force,
+            allow_delete: self.allow_delete,
+        }
+    }
+}
+
 /// Plans one destination: probes storage and reads state (no writes).
 pub fn plan_one(
     config: &Config,
     dest: &Destination,
     source: &Source,
-    force: bool,
+    lift: Overrides,
     fingerprints: &local::Fingerprints,
     journal: Option<&JournalView>,
 ) -> Result<DestinationPlan> {
@@ -242,7 +282,7 @@ pub fn plan_one(
         config,
         dest,
         source,
-        force,
+        lift,
         fingerprints,
         &mut memo,
         &opened.view(),
@@ -338,7 +378,7 @@ fn plan_with(
     config: &Config,
     dest: &Destination,
     source: &Source,
-    force: bool,
+    lift: Overrides,
     fingerprints: &local::Fingerprints,
     memo: &mut StateMemo,
     view: &View,
@@ -349,7 +389,7 @@ fn plan_with(
         config,
         dest,
         source,
-        force,
+        lift,
         fingerprints,
         &bundle,
         &state,
@@ -379,6 +419,7 @@ pub fn plan_rollback(
         state: &state,
         storage: &storage,
         force: false,
+        allow_delete: None,
         rollback: true,
     }))
 }
@@ -389,7 +430,7 @@ fn plan_state(
     config: &Config,
     dest: &Destination,
     source: &Source,
-    force: bool,
+    lift: Overrides,
     fingerprints: &local::Fingerprints,
     bundle: &Path,
     state: &StateFile,
@@ -400,7 +441,7 @@ fn plan_state(
             config,
             dest,
             source,
-            force,
+            lift,
             fingerprints,
             bundle,
             state,
@@ -423,7 +464,7 @@ fn plan_general(
     config: &Config,
     dest: &Destination,
     source: &Source,
-    force: bool,
+    lift: Overrides,
     fingerprints: &local::Fingerprints,
     bundle: &Path,
     state: &StateFile,
@@ -437,7 +478,8 @@ fn plan_general(
         source,
         state,
         storage: &storage,
-        force,
+        force: lift.force,
+        allow_delete: lift.allow_delete,
         rollback: false,
     }))
 }
@@ -701,7 +743,7 @@ fn read_destination<'m>(
                     config,
                     dest,
                     source,
-                    false,
+                    Overrides::default(),
                     &fingerprints,
                     &bundle,
                     &state,
@@ -725,15 +767,25 @@ fn read_destination<'m>(
     })
 }
 
+/// The journal a run writes, or, for a dry run, the one it reads (if there is one).
+enum Journaling<'j> {
+    Real(&'j mut Journal),
+    DryRun(Option<&'j JournalView>),
+}
+
 fn publish_one(
     config: &Config,
     dest: &Destination,
     source: &Source,
     opts: &PublishOptions,
-    journal: Option<&mut Journal>,
-    view: Option<&JournalView>,
+    journaling: Journaling<'_>,
     progress: Option<&dyn Progress>,
+    saved: &mut Vec<SavedDestination>,
 ) -> Result<(DestinationReport, u8)> {
+    let (journal, view) = match journaling {
+        Journaling::Real(j) => (Some(j), None),
+        Journaling::DryRun(v) => (None, v),
+    };
     let Some(journal) = journal else {
         // Dry run: plan, and read the files a real run would write so both reach the
         // same verdict on the source. Unchanged files are proven by the journal's
@@ -744,7 +796,13 @@ fn publish_one(
             fingerprints = local::Fingerprints::wanting_all(&source.manifest.outputs);
             v.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
         }
-        let plan = plan_one(config, dest, source, opts.force, &fingerprints, view)?;
+        let mut plan = plan_one(config, dest, source, opts.overrides(), &fingerprints, view)?;
+        if opts.save_plan || opts.saved_plan.is_some() {
+            let store = Unlocked::open(dest, &plan.bundle_path)?.store;
+            let entry = saved_entry(config, dest, &plan, store.as_deref())?;
+            judge_saved(opts, source, &entry, &mut plan);
+            saved.push(entry);
+        }
         for f in plan.writes() {
             let (size, sha) = hash_file(&source.file(&f.path))?;
             if size != f.size || sha != f.sha256 {
@@ -818,15 +876,15 @@ fn publish_one(
     // The lock-free look plans from the state just read (under the lock it is read again).
     let read = state.as_deref().unwrap_or(&StateFile::Absent);
     let look = unlocked.view();
-    let (force, prints) = (opts.force, &fingerprints);
+    let (lift, prints) = (opts.overrides(), &fingerprints);
     let preview = match republished {
         Republished::Held(plan) => Some(*plan),
         _ if locked_before && rules_out_unchanged => None,
         Republished::NotHeld => Some(plan_general(
-            config, dest, source, force, prints, &bundle, read, &look,
+            config, dest, source, lift, prints, &bundle, read, &look,
         )?),
         Republished::No => Some(plan_state(
-            config, dest, source, force, prints, &bundle, read, &look,
+            config, dest, source, lift, prints, &bundle, read, &look,
         )?),
     };
     if let Some(p) = &preview {
@@ -849,7 +907,12 @@ fn publish_one(
                 .unfinished_for(&bundle.to_string_lossy())
                 .is_ok_and(|u| u.is_empty()),
         };
-        if !p.decision.writes() && nothing_to_wait_for && clean(unlocked.store.as_deref()) {
+        // A saved plan is judged under the lock only.
+        if !p.decision.writes()
+            && nothing_to_wait_for
+            && opts.saved_plan.is_none()
+            && clean(unlocked.store.as_deref())
+        {
             let (status, code) = (status_of(p, Status::Applied), code_of(p));
             let preview = preview.expect("looked at above");
             let op = journal_refusal(config, &preview, source, opts, journal)?;
@@ -864,7 +927,7 @@ fn publish_one(
             config,
             dest,
             source,
-            opts.force,
+            opts.overrides(),
             &fingerprints,
             &mut memo,
             &unlocked.view(),
@@ -874,7 +937,15 @@ fn publish_one(
         },
     };
     let backend = backend::for_destination(dest).map_err(&mut planned)?;
-    let lock = backend.lock(&dest.path, &bundle, opts.lock_timeout, true);
+    let lock = backend.lock(
+        &dest.path,
+        &bundle,
+        crate::backend::LockRequest {
+            timeout: opts.lock_timeout,
+            create: true,
+            actor: &opts.actor,
+        },
+    );
     let store = lock
         .and_then(|s| {
             s.ok_or_else(|| Error::Failed(format!("{} could not be created", bundle.display())))
@@ -889,11 +960,15 @@ fn publish_one(
         config,
         dest,
         source,
-        opts.force,
+        opts.overrides(),
         &fingerprints,
         &mut memo,
         &View::Store(store),
     )?;
+    if opts.saved_plan.is_some() {
+        let entry = saved_entry(config, dest, &plan, Some(store))?;
+        judge_saved(opts, source, &entry, &mut plan);
+    }
     let report = |plan: DestinationPlan| {
         let (status, code) = (status_of(&plan, Status::Applied), code_of(&plan));
         Ok((DestinationReport::from_plan(plan, status, None), code))
@@ -925,6 +1000,54 @@ fn publish_one(
             plan: Box::new(plan),
             source: Box::new(e),
         }),
+    }
+}
+
+/// What was planned for `dest`, as a plan file holds it, with the sha256 of the state
+/// `store` holds now (SPEC §19).
+fn saved_entry(
+    config: &Config,
+    dest: &Destination,
+    plan: &DestinationPlan,
+    store: Option<&dyn BundleStore>,
+) -> Result<SavedDestination> {
+    let pre = match store {
+        Some(s) => s.state_sha256()?.map(|h| h.hex()),
+        None => None,
+    };
+    Ok(SavedDestination::of(config, dest, plan, pre))
+}
+
+/// `publish --plan`: refuses `plan` with `stale_plan` unless `now` (its entry) is the
+/// saved plan's entry for the destination, for the same source.
+fn judge_saved(
+    opts: &PublishOptions,
+    source: &Source,
+    now: &SavedDestination,
+    plan: &mut DestinationPlan,
+) {
+    let Some(saved) = &opts.saved_plan else {
+        return;
+    };
+    let src = source.source_ref();
+    let why = if saved.source != src {
+        Some(format!(
+            "it was made for source {} created {} ({}), and this is source {} created {} ({})",
+            saved.source.id,
+            saved.source.created_at,
+            saved.source.digest,
+            src.id,
+            src.created_at,
+            src.digest
+        ))
+    } else {
+        match saved.destination(&now.destination_id) {
+            None => Some("it does not plan this destination".to_string()),
+            Some(entry) => entry.differences(now),
+        }
+    };
+    if let Some(why) = why {
+        refuse_stale(plan, &why);
     }
 }
 

@@ -490,7 +490,15 @@ fn recover_bundle(
         if opts.dry_run {
             backend.open(&base, bundle)
         } else {
-            backend.lock(&base, bundle, opts.lock_timeout, false)
+            backend.lock(
+                &base,
+                bundle,
+                crate::backend::LockRequest {
+                    timeout: opts.lock_timeout,
+                    create: false,
+                    actor: &opts.actor,
+                },
+            )
         }
     });
     let store = match store {

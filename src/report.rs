@@ -26,6 +26,23 @@ pub struct Report {
     pub destinations: Vec<DestinationReport>,
     /// Counters.
     pub summary: Summary,
+    /// The saved plan this run wrote (`plan --out`) or published (`publish --plan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_file: Option<PlanFileUse>,
+}
+
+/// A saved plan (SPEC §19) as a report names it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanFileUse {
+    /// The file.
+    pub path: String,
+    /// Its sha256.
+    pub sha256: String,
+    /// `--force` came from the plan.
+    pub force: bool,
+    /// `--allow-delete N` came from the plan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_delete: Option<u64>,
 }
 
 /// Status of one destination in a report.
@@ -73,6 +90,33 @@ pub struct DestinationReport {
     pub links: Vec<LinkAction>,
     /// Reason, or the error.
     pub message: String,
+    /// The hooks that ran after the operation (SPEC §19), in order; a failure is a
+    /// warning, never the destination's outcome.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HookOutcome>,
+}
+
+/// How one hook ran (SPEC §19).
+#[derive(Debug, Clone, Serialize)]
+pub struct HookOutcome {
+    /// `after_commit` or `after_failure`.
+    pub when: String,
+    /// The program and its arguments.
+    pub run: Vec<String>,
+    /// It exited 0 before its timeout.
+    pub ok: bool,
+    /// Its exit status, when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
+    /// It ran past its timeout and was stopped.
+    pub timed_out: bool,
+    /// How long it ran.
+    pub duration_ms: u64,
+    /// The last 4 KiB of its stderr.
+    pub stderr: String,
+    /// Why it could not be started or waited for.
+    pub error: Option<String>,
 }
 
 /// A destination's file actions as reported: those a plan lists, then every output of the
@@ -171,6 +215,7 @@ impl DestinationReport {
             },
             links: plan.links,
             message: plan.message,
+            hooks: Vec::new(),
         }
     }
 }
@@ -377,6 +422,26 @@ impl Report {
             if let Some(op) = &d.operation_id {
                 let _ = writeln!(out, "  operation: {op}");
             }
+            for h in &d.hooks {
+                let last = h.stderr.trim_end().lines().last().unwrap_or_default();
+                let _ = match h.ok {
+                    true => writeln!(
+                        out,
+                        "  hook {} {}: ok ({} ms)",
+                        h.when, h.run[0], h.duration_ms
+                    ),
+                    false => writeln!(
+                        out,
+                        "  {} hook {} {}: {} after {} ms{}{last} (the outcome stands)",
+                        paint(YELLOW, "warning:"),
+                        h.when,
+                        h.run[0],
+                        h.ending(),
+                        h.duration_ms,
+                        if last.is_empty() { "" } else { ": " },
+                    ),
+                };
+            }
         }
         let s = &self.summary;
         let conflicts = format!("{} conflict(s)", s.conflict);
@@ -402,6 +467,18 @@ impl Report {
                 failed
             }
         );
+        if let Some(p) = &self.plan_file {
+            let lifted = match (p.force, p.allow_delete) {
+                (false, None) => String::new(),
+                (true, None) => "; --force from the plan".into(),
+                (false, Some(n)) => format!("; --allow-delete {n} from the plan"),
+                (true, Some(n)) => format!("; --force and --allow-delete {n} from the plan"),
+            };
+            let _ = match self.command.as_str() {
+                "plan" => writeln!(out, "plan file: {} sha256 {}{lifted}", p.path, p.sha256),
+                _ => writeln!(out, "saved plan: {} sha256 {}{lifted}", p.path, p.sha256),
+            };
+        }
         out
     }
 }

@@ -15,9 +15,9 @@ use crate::backend::BundleStore;
 use crate::backend::releases::ReleaseStore;
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
-use crate::execute::{ExecContext, Origin, StagedOperation, execute, journal_records, retain};
+use crate::execute::{ExecContext, Origin, StagedOperation, Transaction, execute, retain};
 use crate::hash::sha256_hex;
-use crate::journal::{Journal, event, now};
+use crate::journal::{Journal, now};
 use crate::model::{Decision, FileOp, Owner, SourceRef, StateMode};
 use crate::plan::{DestinationPlan, FileAction, LinkAction, Previous};
 use crate::publish::{Outcome, check_recovery, plan_rollback};
@@ -116,9 +116,11 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
             }),
             destinations: reports,
             summary,
+            plan_file: None,
         },
         exit_code,
         concurrent_change: false,
+        saved: None,
     })
 }
 
@@ -137,6 +139,7 @@ fn failed(dest: &Destination) -> DestinationReport {
         files: Default::default(),
         links: vec![],
         message: String::new(),
+        hooks: Vec::new(),
     }
 }
 
@@ -155,7 +158,11 @@ fn rollback_one(
             dest.id
         ))
     })?;
-    let lock = (!opts.dry_run).then_some((opts.lock_timeout, false));
+    let lock = (!opts.dry_run).then_some(crate::backend::LockRequest {
+        timeout: opts.lock_timeout,
+        create: false,
+        actor: &opts.actor,
+    });
     let store = ReleaseStore::open(&dest.path, settings, lock)?.ok_or_else(|| {
         Error::Failed(format!(
             "{}: nothing was published there; nothing to roll back",
@@ -563,13 +570,14 @@ pub(crate) fn run_activation(
         source: to_source.ok_or_else(|| Error::Failed("the state has no owner".into()))?,
         takeovers: serde_json::json!([]),
         host: Some(crate::backend::local::log::host()),
-        journal_id: Some(journal.journal_id()?),
+        journal_id: None,
+        outputs_unchanged: None,
     };
     // Nothing is staged, moved or placed from a source.
     let mut bare = plan.clone();
     bare.files.clear();
     bare.links.clear();
-    let mut staged = StagedOperation::from_plan(
+    let staged = StagedOperation::from_plan(
         &bare,
         &op_id,
         pre.map(sha256_hex),
@@ -577,53 +585,14 @@ pub(crate) fn run_activation(
         origin,
         &mut |_| Ok(true),
     )?;
-    staged.releases = store.releases_record();
-    staged.record_dir = store.record_dir(true)?;
-    let (record, actions) = journal_records(&staged)?;
-    journal.begin_operation(&record, actions)?;
-    let bundle = plan.bundle_path.to_string_lossy().into_owned();
-    let result = store
-        .begin(&staged, pre, &post)
-        .and_then(|()| store.commit_state(&staged));
-    let finish = |e: Error| Error::Committed {
-        operation_id: op_id.clone(),
-        source: Box::new(Error::Failed(format!(
-            "{} {op_id} passed its commit point: {} is live at {bundle}; what is left of it (its cleanup: {e}) is for `distributor recover`",
-            how.command,
-            staged
-                .releases
-                .as_ref()
-                .map_or("its state".to_string(), |r| format!(
-                    "release {}",
-                    r.target(&op_id)
-                )),
-        ))),
-    };
-    match result {
-        Ok(committed) => {
-            journal
-                .commit(committed, &op_id, &bundle, &[])
-                .map_err(finish)?;
-            journal
-                .event(&op_id, event::ACTIVATED, Some(&detail(&staged)))
-                .map_err(finish)?;
-            store.clean_up(&staged).map_err(finish)?;
-            retain(store, &state, &op_id, &bundle, journal).map_err(finish)?;
-            journal
-                .event(&op_id, event::COMPLETED, None)
-                .map_err(finish)?;
-            Ok(op_id)
-        }
-        Err(e) if store.verdict(&staged)? == crate::backend::Verdict::Forward => Err(finish(e)),
-        Err(e) => match store.undo(&staged) {
-            Ok(()) => {
-                journal.event(&op_id, event::ROLLED_BACK, Some(&e.to_string()))?;
-                Err(e)
-            }
-            Err(u) => Err(Error::RecoveryRequired(format!(
-                "{} {op_id} failed ({e}) and could not be undone ({u}); run `distributor recover`",
-                how.command
-            ))),
-        },
-    }
+    let tx = Transaction::begin(journal, store, staged)?;
+    let detail = detail(tx.staged());
+    let (passed, ()) = tx.act(|staged, _| {
+        store.begin(staged, pre, &post)?;
+        Ok((store.commit_state(staged)?, ()))
+    })?;
+    let bundle = plan.bundle_path.to_string_lossy();
+    passed.finish(&[], Some(&detail), |journal| {
+        retain(store, &state, &op_id, &bundle, journal)
+    })
 }

@@ -323,19 +323,15 @@ fn bad_id_is_refused() {
 
 #[test]
 fn bad_manifest_shapes_are_refused() {
-    // Unknown keys, wrong types, no outputs, a bad sha and an unknown version are all
-    // invalid sources, reported with the field.
+    // Unknown keys, wrong types, a bad sha and an unknown version are all invalid
+    // sources, reported with the field (no outputs is a valid manifest: SPEC §19 amends
+    // §3.1, and the deletion guard's `empty_source` judges it).
     let mut unknown = manifest(vec![out("a.txt", "x")], vec![]);
     unknown["owner"] = json!("someone");
     refused_source(&[("a.txt", "x")], unknown, &["unknown field `owner`"]);
     let mut wrong = manifest(vec![out("a.txt", "x")], vec![]);
     wrong["outputs"][0]["size"] = json!("1");
     refused_source(&[("a.txt", "x")], wrong, &["invalid type"]);
-    refused_source(
-        &[("a.txt", "x")],
-        manifest(vec![], vec![]),
-        &["at least one output"],
-    );
     let mut sha = manifest(vec![out("a.txt", "x")], vec![]);
     sha["outputs"][0]["sha256"] = json!("ABC");
     refused_source(

@@ -461,6 +461,46 @@ fn s3_config_validates_without_network_or_credentials() {
     assert!(!env.exists("s3:"), "the s3 path was taken for a local one");
 }
 
+/// SPEC §14 accepts `lease_seconds` 10 to 3600, and the config does; but under 14 s the
+/// amendments' deadline (`max(L - 10, L / 2)`) less the 5 s in which nothing is sent leaves
+/// a holder no time to renew, so `validate` warns (exit 0) naming the key, the value and
+/// what works, and a run that locks refuses it (exit 2, `test_s3`).
+#[test]
+fn an_s3_lease_too_short_to_work_validates_with_a_warning() {
+    let env = Env::new();
+    for (secs, warned) in [(10, true), (13, true), (14, false), (3600, false)] {
+        let cfg = config(
+            &env,
+            &format!(
+                "destinations:
+  - id: site
+    backend: s3
+    path: s3://reports-bucket/weather/latest
+    s3:
+      lease_seconds: {secs}
+"
+            ),
+        );
+        let r = env.run(&["validate", "--config", cfg.to_str().unwrap()]);
+        r.expect_code(0);
+        assert_eq!(
+            r.stdout.contains("warning:"),
+            warned,
+            "{secs}: {}",
+            r.stdout
+        );
+        if warned {
+            for needle in [
+                format!("s3.lease_seconds {secs} is too short to publish with"),
+                "set s3.lease_seconds to 14 or more (default 60)".into(),
+                "publish and recover refuse it".into(),
+            ] {
+                assert!(r.stdout.contains(&needle), "{needle}: {}", r.stdout);
+            }
+        }
+    }
+}
+
 fn s3_body(path: &str, block: &str) -> String {
     let block: String = block.lines().map(|l| format!("      {l}\n")).collect();
     let block = if block.is_empty() {

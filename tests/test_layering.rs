@@ -10,7 +10,9 @@
 //! makes the journal's directory; `server/` keeps its upload spool; `failpoint.rs` writes
 //! the test log; `tree.rs` looks up source bundles through handles; `backend/s3/lease.rs`
 //! reads `/proc` for the lease holder's boot id, PID namespace and start time (SPEC §14
-//! amendments), never a destination.
+//! amendments), never a destination; `plan/saved.rs` reads and writes the operator's saved
+//! plan file (SPEC §19), never a destination; `hooks.rs` writes a hook's changed-paths
+//! file in the temporary directory (SPEC §19), never a destination.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +27,8 @@ const ALLOWED: &[&str] = &[
     "failpoint.rs",
     "tree.rs",
     "backend/s3/lease.rs",
+    "plan/saved.rs",
+    "hooks.rs",
 ];
 
 /// Spellings of a filesystem call.

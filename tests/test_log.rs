@@ -120,6 +120,10 @@ fn every_activation_is_a_log_entry_with_who_what_and_which_release() {
     assert_eq!(e["release_activated"], ops[1].as_str());
     assert_eq!(e["release_deactivated"], ops[0].as_str());
     assert_eq!(e["source"]["id"], "site");
+    // index.html changed, same.css did not.
+    assert_eq!(e["counts"]["written"], 1);
+    assert_eq!(e["counts"]["unchanged"], 1);
+    assert_eq!(log[0]["counts"]["unchanged"], 0);
     assert!(e["post_state_sha256"].as_str().is_some());
     assert!(e.get("recovered_by").is_none());
     let md = std::fs::metadata(env.path(&format!("{LOG}/{}", entry_file(2)))).unwrap();
@@ -651,6 +655,9 @@ fn in_place_publications_are_logged_and_recover_writes_a_missing_entry() {
     let log = read(&env);
     assert_eq!(log.len(), 2);
     assert_eq!(log[1]["decision"], "replace_older");
+    // What the run's staging record counted: index.html written, same.css unchanged.
+    assert_eq!(log[1]["counts"]["written"], 1);
+    assert_eq!(log[1]["counts"]["unchanged"], 1);
     assert_eq!(log[1]["actor"], "cli:tester");
     assert!(log[1]["recovered_by"].is_object(), "{}", log[1]);
     let left: Vec<String> = std::fs::read_dir(env.path("plain/.distributor/log"))
@@ -662,6 +669,27 @@ fn in_place_publications_are_logged_and_recover_writes_a_missing_entry() {
     let r = log_cmd(&env, &cfg, &["--jsonl"]);
     r.expect_code(0);
     assert_eq!(r.stdout.lines().count(), 2);
+}
+
+/// Set to `1` (`.ci/run` does: CI runs as root), a test that needs a tmpfs mount fails
+/// instead of skipping when it cannot make one.
+const REQUIRE_TMPFS: &str = "DISTRIBUTOR_REQUIRE_TMPFS";
+
+/// Skips the current test with a loud line on the real stderr (the harness captures
+/// `eprintln!` of a passing test, not this), or fails it when [`REQUIRE_TMPFS`] is `1`.
+fn skip_without_tmpfs(why: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("<unnamed test>");
+    if std::env::var(REQUIRE_TMPFS).is_ok_and(|v| v == "1") {
+        panic!("{test} needs a tmpfs mount: {why}; {REQUIRE_TMPFS}=1 requires it to run");
+    }
+    // One write, so that parallel tests' lines do not interleave.
+    let line = format!(
+        "\n*** SKIPPED: {test} needs a tmpfs mount (run as root): {why}. \
+         {REQUIRE_TMPFS}=1 makes this a failure. ***\n"
+    );
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// Unmounts a filesystem a test mounted, whatever happens.
@@ -679,27 +707,34 @@ impl Drop for Mounted {
 /// A real full disk at the log write (a small tmpfs, filled while the publication stands
 /// just before writing its entry): the publication passed its commit point and says so,
 /// nothing is lost, and `recover`, once there is room, writes the entry; retention then
-/// keeps the active and previous releases. Needs root (mount); skipped otherwise.
+/// keeps the active and previous releases. Needs root (mount); skipped otherwise, loudly,
+/// and failed instead under `DISTRIBUTOR_REQUIRE_TMPFS=1`.
 #[test]
 #[cfg_attr(
     not(feature = "failpoints"),
     ignore = "needs the failpoints feature: cargo test --all-features"
 )]
 fn a_full_disk_at_the_log_write_loses_nothing() {
-    if rustix::process::geteuid().as_raw() != 0 {
-        eprintln!("skipped: mounting a tmpfs needs root");
-        return;
+    let euid = rustix::process::geteuid().as_raw();
+    if euid != 0 {
+        return skip_without_tmpfs(&format!("mounting one needs root, this is uid {euid}"));
     }
     let env = Env::new();
     std::fs::create_dir_all(env.path("www")).unwrap();
     let mounted = std::process::Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
         .arg(env.path("www"))
-        .status()
-        .unwrap();
-    if !mounted.success() {
-        eprintln!("skipped: mount -t tmpfs failed");
-        return;
+        .output();
+    match mounted {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            return skip_without_tmpfs(&format!(
+                "mount -t tmpfs failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Err(e) => return skip_without_tmpfs(&format!("mount could not run: {e}")),
     }
     let _guard = Mounted(env.path("www"));
     let cfg = config(&env, 0);

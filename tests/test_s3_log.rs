@@ -576,3 +576,29 @@ fn recover_stops_at_a_bad_last_entry_until_it_is_quarantined() {
     assert_eq!(log[2]["operation_id"], op.as_str());
     w.cmd("verify", &[]).expect_code(0);
 }
+
+/// `verify` reports `log_mismatch` on s3 too (SPEC §18): the state object names an
+/// operation the log's last state-changing entry does not.
+#[test]
+fn verify_reports_a_state_object_the_log_does_not_name() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    w.publish(&w.bundle("b1", 6, &[("a.txt", "1")]), &[])
+        .expect_code(0);
+    let v = w.cmd("verify", &["--json"]);
+    v.expect_code(0);
+    assert!(!v.stdout.contains("log_mismatch"), "{}", v.stdout);
+    // Someone rewrites the state object with another operation id.
+    let state_key = key(".distributor.json");
+    let mut state: Value =
+        serde_json::from_slice(&moto.get(&w.bucket, &state_key).unwrap()).unwrap();
+    state["operation_id"] = json!("00000000-0000-4000-8000-00000000beef");
+    moto.put(
+        &w.bucket,
+        &state_key,
+        &serde_json::to_vec_pretty(&state).unwrap(),
+    );
+    let v = w.cmd("verify", &["--json"]);
+    v.expect_code(3);
+    assert!(v.stdout.contains("log_mismatch"), "{}", v.stdout);
+}

@@ -496,3 +496,51 @@ fn a_stalled_request_head_is_dropped_and_does_not_hold_shutdown() {
     server.signal_term();
     assert_eq!(server.wait_exit(10).code(), Some(0));
 }
+
+/// The lock a publication through `serve` holds names the token's actor (SPEC §16): the
+/// lock record, read while the publication is paused after its staging record, says
+/// `token:<name>` and the operation, not the server process's own user.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature")]
+fn a_served_publication_holds_its_lock_as_the_tokens_actor() {
+    let env = Env::new();
+    let (w, _) = weather_and_traffic(&env);
+    let pause = env.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let server = Server::start_env(
+        &env,
+        &[&w],
+        &[],
+        &[
+            ("DISTRIBUTOR_FAILPOINT", "after_staging_record=pause"),
+            ("DISTRIBUTOR_FAILPOINT_PAUSE", pause.to_str().unwrap()),
+        ],
+    );
+    let tar = tar_with_manifest("t", "2026-12-02T06:00:00Z", &[("a.txt", b"one")], &[]);
+    std::thread::scope(|s| {
+        let upload = s.spawn(|| server.upload("weather", "", &tar));
+        let paused = pause.join("after_staging_record.paused");
+        let start = Instant::now();
+        while !paused.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the publication never reached its staging record"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let lock: Value = serde_json::from_str(&env.read("dest/latest/.distributor.lock")).unwrap();
+        assert_eq!(lock["actor"], "token:forecast-job", "{lock}");
+        assert_eq!(lock["pid"], server.child.id(), "{lock}");
+        let op = lock["operation"].as_str().unwrap_or_default().to_string();
+        assert!(uuid_like(&op), "{lock}");
+        std::fs::write(pause.join("after_staging_record.resume"), "").unwrap();
+        let r = upload.join().unwrap();
+        r.expect(200);
+        assert_eq!(r.json()["destinations"][0]["operation_id"], op.as_str());
+    });
+    assert_eq!(env.read("dest/latest/a.txt"), "one");
+}
+
+fn uuid_like(s: &str) -> bool {
+    s.len() == 36 && s.bytes().filter(|&b| b == b'-').count() == 4
+}

@@ -48,12 +48,25 @@ pub trait Backend: std::fmt::Debug + Sync {
         &self,
         base: &Path,
         bundle: &Path,
-        timeout: Duration,
-        create: bool,
+        how: LockRequest<'_>,
     ) -> Result<Option<Box<dyn BundleStore>>>;
 
     /// The bundle paths below a mapped destination path that hold state or staging.
     fn bundle_paths(&self, base: &Path) -> Result<Vec<PathBuf>>;
+}
+
+/// How a destination lock is asked for (SPEC §16): how long to wait for it, whether a
+/// missing bundle path is created (without, it is `None`), and who takes it: the lock
+/// record (an s3 lease's body) names that actor while the lock is held, so a `serve`
+/// process holding locks for several tokens at once names each one's.
+#[derive(Debug, Clone, Copy)]
+pub struct LockRequest<'a> {
+    /// How long to wait for a held lock.
+    pub timeout: Duration,
+    /// Create a missing bundle path (and its missing parents).
+    pub create: bool,
+    /// Who takes it (`cli:<user>`, `token:<name>`).
+    pub actor: &'a str,
 }
 
 /// One bundle path, opened. Every writing step needs the lock ([`Backend::lock`]); a
@@ -246,6 +259,15 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         )))
     }
 
+    /// What the destination log's last state-changing entry says the state is at (SPEC
+    /// §18), for `verify`'s `log_mismatch`. `None` when the log has nothing to compare
+    /// with: no log or no state-changing entry in it (a destination an earlier version
+    /// published), bad entries (reported as such, `log_error`), or a backend that keeps
+    /// no log yet (the default).
+    fn last_logged_operation(&self) -> Result<Option<LoggedOperation>> {
+        Ok(None)
+    }
+
     /// Moves an earlier version's staging entry of `op` into the record directory (SPEC
     /// §17 "Upgrading"), for an operation the journal in use records; only the local
     /// backends have one.
@@ -255,6 +277,22 @@ pub trait BundleStore: std::fmt::Debug + Sync {
             self.path().display()
         )))
     }
+}
+
+/// The last state-changing entry of a destination log (SPEC §18: a publish, rollback,
+/// adopt, promote or recover entry; prune and quarantine entries change no state), as
+/// [`BundleStore::last_logged_operation`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedOperation {
+    /// The operation the state names when distributor made it: the entry's
+    /// `operation_id`; for a releases destination, the release its activation made active
+    /// (`release_activated`: a single owner's rollback activates an older release).
+    pub operation_id: String,
+    /// That entry, in words, for the report (its number, command, actor, host, time).
+    pub entry: String,
+    /// The operations every state-changing entry names, this one included: the
+    /// operations whose order the log knows.
+    pub logged: std::collections::BTreeSet<String>,
 }
 
 /// Proof that a backend passed an operation's commit point.

@@ -8,10 +8,7 @@
 /// <n>`). Never `unknown`. Control characters are escaped: the journal and `history`
 /// show it on one line.
 pub fn cli_actor(flag: Option<&str>) -> String {
-    let actor = actor_from(flag, &|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
-    // The locks this run takes say who holds them.
-    crate::backend::local::holder::set_actor(&actor);
-    actor
+    actor_from(flag, &|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
 }
 
 fn actor_from(flag: Option<&str>, var: &dyn Fn(&str) -> Option<String>) -> String {

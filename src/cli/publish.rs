@@ -5,7 +5,9 @@ use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::execute::Progress;
+use crate::plan::saved;
 use crate::publish::{PublishOptions, publish_with_progress, resolve_journal};
+use crate::report::PlanFileUse;
 use crate::source::Source;
 use clap::Args;
 use std::io::IsTerminal;
@@ -29,6 +31,9 @@ pub struct CommonArgs {
     /// Replace forceable conflicts when transfer.on_conflict is replace.
     #[arg(long)]
     pub force: bool,
+    /// Allow up to N deletions where guard.max_delete would refuse them (mass_delete).
+    #[arg(long, value_name = "N")]
+    pub allow_delete: Option<u64>,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -53,6 +58,13 @@ pub struct PublishArgs {
     /// Plan only: write nothing anywhere (same as `distributor plan`).
     #[arg(long)]
     pub dry_run: bool,
+    /// Publish the saved plan FILE (`plan --out`): each destination only where planning
+    /// again under its lock gives exactly that plan, else the conflict stale_plan.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["force", "allow_delete", "destinations"])]
+    pub plan: Option<PathBuf>,
+    /// Refuse any plan file but the one with this sha256 (as `plan --out` printed it).
+    #[arg(long, value_name = "H", requires = "plan")]
+    pub plan_sha256: Option<String>,
 }
 
 /// Show what publish would do, writing nothing anywhere (publish --dry-run).
@@ -60,6 +72,10 @@ pub struct PublishArgs {
 pub struct PlanArgs {
     #[command(flatten)]
     pub common: CommonArgs,
+    /// Also write the plan to FILE (JSON), to review and publish with `publish --plan`;
+    /// prints its sha256.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 /// Arguments resolved for [`run`].
@@ -67,6 +83,10 @@ pub struct Resolved {
     common: CommonArgs,
     dry_run: bool,
     command: &'static str,
+    /// `plan --out FILE`.
+    out: Option<PathBuf>,
+    /// `publish --plan FILE [--plan-sha256 H]`.
+    plan: Option<(PathBuf, Option<String>)>,
 }
 
 impl PublishArgs {
@@ -76,6 +96,8 @@ impl PublishArgs {
             dry_run: self.dry_run,
             common: self.common,
             command: "publish",
+            out: None,
+            plan: self.plan.map(|p| (p, self.plan_sha256)),
         }
     }
 }
@@ -87,6 +109,8 @@ impl PlanArgs {
             dry_run: true,
             common: self.common,
             command: "plan",
+            out: self.out,
+            plan: None,
         }
     }
 }
@@ -95,6 +119,12 @@ impl PlanArgs {
 pub fn run(args: Resolved) -> Result<CommandOutput> {
     let a = args.common;
     let lock_timeout = super::lock_timeout(a.lock_timeout)?;
+    // A saved plan is read (and its sha256 checked) before anything else: a wrong one
+    // plans and writes nothing (SPEC §19).
+    let saved = match &args.plan {
+        Some((file, sha)) => Some((file, saved::read(file, sha.as_deref())?)),
+        None => None,
+    };
     let config = Config::load(&a.config)?;
     let source = match (&a.source, &a.manifest, &config.source_path) {
         (Some(dir), _, _) => Source::open(dir)?,
@@ -108,10 +138,27 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         }
     };
     let journal = resolve_journal(a.journal.as_deref(), Some(&config))?;
+    let mut plan_file = None;
+    let (mut destinations, mut force, mut allow_delete) = (a.destinations, a.force, a.allow_delete);
+    let mut saved_plan = None;
+    if let Some((file, (plan, sha256))) = saved {
+        destinations = plan.destination_ids(&config, file)?;
+        (force, allow_delete) = (plan.force, plan.allow_delete);
+        plan_file = Some(PlanFileUse {
+            path: file.display().to_string(),
+            sha256,
+            force,
+            allow_delete,
+        });
+        saved_plan = Some(std::sync::Arc::new(plan));
+    }
     let opts = PublishOptions {
-        destinations: a.destinations,
+        destinations,
         dry_run: args.dry_run,
-        force: a.force,
+        force,
+        allow_delete,
+        saved_plan,
+        save_plan: args.out.is_some(),
         journal,
         lock_timeout,
         actor: cli_actor(a.actor.as_deref()),
@@ -129,6 +176,27 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         &opts,
         bar.as_ref().map(|b| b as &dyn Progress),
     )?;
+    let mut outcome = outcome;
+    outcome.report.plan_file = plan_file;
+    // After every destination's lock was released (SPEC §19); never for a dry run.
+    crate::hooks::run_for(&config, &mut outcome.report, &opts.journal);
+    if let Some(out) = &args.out {
+        let Some(plan) = &outcome.saved else {
+            return Err(Error::Failed(format!(
+                "no plan file written to {}: a destination could not be planned (see above)\n{}",
+                out.display(),
+                outcome.report.to_text(&a.text.options())
+            )));
+        };
+        let (bytes, sha256) = plan.render()?;
+        saved::write(out, &bytes)?;
+        outcome.report.plan_file = Some(PlanFileUse {
+            path: out.display().to_string(),
+            sha256,
+            force: plan.force,
+            allow_delete: plan.allow_delete,
+        });
+    }
     // A JSON report is written out as it is serialized (`finish`).
     let (stdout, report) = if a.json {
         (String::new(), Some(outcome.report))

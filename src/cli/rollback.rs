@@ -55,7 +55,8 @@ pub fn run(a: RollbackArgs) -> Result<CommandOutput> {
         lock_timeout,
         actor: cli_actor(a.actor.as_deref()),
     };
-    let outcome = rollback(&config, &opts)?;
+    let mut outcome = rollback(&config, &opts)?;
+    crate::hooks::run_for(&config, &mut outcome.report, &opts.journal);
     // A JSON report is written out as it is serialized (`finish`).
     let (stdout, report) = if a.json {
         (String::new(), Some(outcome.report))

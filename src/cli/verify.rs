@@ -10,7 +10,8 @@ use clap::Args;
 use std::fmt::Write;
 use std::path::PathBuf;
 
-/// Compare storage with state: missing, modified and unrecorded paths (exit 3 on drift).
+/// Compare storage with state: missing, modified and unrecorded paths, and the state with
+/// the destination log: log_mismatch (exit 3 on drift).
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// Pipeline config file (YAML).
@@ -95,6 +96,9 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
         }
         if let Some(e) = &d.log_error {
             let _ = writeln!(out, "  error: {e}");
+        }
+        if let Some(m) = &d.log_mismatch {
+            let _ = writeln!(out, "  log_mismatch: {m}");
         }
         if let Some(what) = &d.recovery {
             let _ = writeln!(out, "  {what}");

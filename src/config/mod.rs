@@ -5,10 +5,14 @@
 //! column where serde_yaml knows them, and what is accepted. Nothing here touches the
 //! filesystem beyond reading the config file itself.
 
+mod guard;
+mod hooks;
 mod mapping;
 mod releases;
 mod s3;
 
+pub use guard::{Guard, MaxDelete};
+pub use hooks::{CREDENTIAL_VARS, Hook, Hooks};
 pub use mapping::{PathTemplate, TemplatePart};
 pub use releases::{ReleaseSettings, default_dir as default_releases_dir, parse_age};
 pub use s3::{CacheRule, S3Settings};
@@ -57,9 +61,11 @@ struct RawConfig {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a mapping with key id")]
+#[serde(deny_unknown_fields, expecting = "a mapping with keys id, hooks")]
 struct RawPipeline {
     id: Id,
+    #[serde(default)]
+    hooks: Option<hooks::RawHooks>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -96,7 +102,7 @@ pub struct UploadToken {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with keys id, backend, path, path_mapping, state, reconciliation, transfer, takeover, s3, releases, verify"
+    expecting = "a mapping with keys id, backend, path, path_mapping, state, reconciliation, transfer, takeover, s3, releases, verify, guard, hooks"
 )]
 struct RawDestination {
     id: Id,
@@ -120,6 +126,10 @@ struct RawDestination {
     releases: Option<Option<releases::RawReleases>>,
     #[serde(default)]
     verify: Option<RawVerify>,
+    #[serde(default)]
+    guard: Option<guard::RawGuard>,
+    #[serde(default)]
+    hooks: Option<hooks::RawHooks>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -306,6 +316,10 @@ pub struct Destination {
     pub releases: Option<ReleaseSettings>,
     /// `verify.ignore` (SPEC §16): unrecorded paths `verify` does not report.
     pub verify_ignore: crate::globs::PathGlobs,
+    /// `guard:` (SPEC §19): the deletion guards.
+    pub guard: Guard,
+    /// `hooks:` (SPEC §19): the pipeline's, then the destination's own.
+    pub hooks: Hooks,
     /// How a `path` written relative was resolved, for messages about it:
     /// `destinations[0].path 'public/site' is taken relative to the config file
     /// /etc/distributor/weather.yaml`; `None` for an absolute path (or an s3 URL).
@@ -429,6 +443,9 @@ impl Config {
                 "at least one destination is required".into(),
             ));
         }
+        let pipeline_hooks =
+            hooks::settings("pipeline.hooks", raw.pipeline.hooks.unwrap_or_default())
+                .map_err(|(k, m)| err(&k, m))?;
         let mut ids = BTreeSet::new();
         let mut destinations = Vec::with_capacity(raw.destinations.len());
         for (i, d) in raw.destinations.into_iter().enumerate() {
@@ -518,6 +535,10 @@ impl Config {
             };
             let verify_ignore = crate::globs::PathGlobs::new(&d.verify.unwrap_or_default().ignore)
                 .map_err(|m| err(&format!("{key}.verify.ignore"), m))?;
+            let guard =
+                guard::settings(&key, d.guard.unwrap_or_default()).map_err(|(k, m)| err(&k, m))?;
+            let hooks = hooks::settings(&format!("{key}.hooks"), d.hooks.unwrap_or_default())
+                .map_err(|(k, m)| err(&k, m))?;
             destinations.push(Destination {
                 id: d.id.0,
                 backend: d.backend,
@@ -530,6 +551,8 @@ impl Config {
                 s3,
                 releases,
                 verify_ignore,
+                guard,
+                hooks: pipeline_hooks.then(&hooks),
                 path_origin,
             });
         }

@@ -7,9 +7,11 @@
 //! The caller holds the destination lock (the [`BundleStore`] it passes) and has planned
 //! under it. Every step in the destination is a step of the storage interface.
 
+mod lifecycle;
 mod stage;
 mod staging_record;
 
+pub use lifecycle::{Passed, Transaction, record_removal};
 pub use stage::Progress;
 
 pub use staging_record::{
@@ -68,7 +70,7 @@ pub fn execute(
     // records (about 180 B per output) are freed before staging.
     let state = store.as_releases().is_some().then_some(state);
     let pre = store.read_state()?;
-    let mut staged = StagedOperation::from_plan(
+    let staged = StagedOperation::from_plan(
         plan,
         &op_id,
         pre.bytes().map(sha256_hex),
@@ -76,70 +78,27 @@ pub fn execute(
         origin(plan, source, ctx, &published_at)?,
         &mut |d| store.dir_exists(d),
     )?;
-    staged.store = store.location();
-    staged.releases = store.releases_record();
-    staged.record_dir = store.record_dir(true)?;
-    staged.origin.journal_id = Some(journal.journal_id()?);
-    let (record, actions) = journal_records(&staged)?;
-    journal.begin_operation(&record, actions)?;
-    failpoint::hit("after_journal_append");
-
-    let result = run_steps(
-        plan,
-        source,
-        &staged,
-        store,
-        pre,
-        post,
-        journal,
-        ctx.progress,
-    );
-    let finish = |e: Error| {
-        let m = format!(
-            "operation {op_id} passed its commit point: its content is live at {}; what is left of it (its cleanup: {e}) is for `distributor recover`",
-            bundle.display()
-        );
-        // A lost race stays one (SPEC §14: concurrent_change, rolled forward by recover).
-        let source = match e.root() {
-            Error::ConcurrentChange(_) => Error::ConcurrentChange(m),
-            _ => Error::Failed(m),
-        };
-        Error::Committed {
-            operation_id: op_id.clone(),
-            source: Box::new(source),
-        }
-    };
-    match result {
-        Ok((committed, placements)) => {
-            // Past the commit point: the publication stands whatever fails now, and
-            // `recover` finishes what is left.
-            journal
-                .commit(committed, &op_id, &bundle.to_string_lossy(), &placements)
-                .map_err(finish)?;
-            failpoint::hit("after_journal_commit");
-            (journal.with_log_tail(store, || store.clean_up(&staged))).map_err(finish)?;
-            if let (Some(releases), Some(state)) = (store.as_releases(), &state) {
+    let tx = Transaction::begin(journal, store, staged)?;
+    let (passed, placements) = tx.act(|staged, journal| {
+        run_steps(
+            plan,
+            source,
+            staged,
+            store,
+            pre,
+            post,
+            journal,
+            ctx.progress,
+        )
+    })?;
+    passed.finish(&placements, None, |journal| {
+        match (store.as_releases(), &state) {
+            (Some(releases), Some(state)) => {
                 retain(releases, state, &op_id, &bundle.to_string_lossy(), journal)
-                    .map_err(finish)?;
             }
-            journal
-                .event(&op_id, event::COMPLETED, None)
-                .map_err(finish)?;
-            Ok(op_id)
+            _ => Ok(()),
         }
-        // The error came after the commit point: the publication stands; recovery
-        // finishes the cleanup.
-        Err(e) if store.verdict(&staged)? == crate::backend::Verdict::Forward => Err(finish(e)),
-        Err(e) => match store.undo(&staged) {
-            Ok(()) => {
-                journal.event(&op_id, event::ROLLED_BACK, Some(&e.to_string()))?;
-                Err(e)
-            }
-            Err(u) => Err(Error::RecoveryRequired(format!(
-                "operation {op_id} failed ({e}) and could not be rolled back ({u}); run `distributor recover`"
-            ))),
-        },
-    }
+    })
 }
 
 /// After a release's activation (SPEC §15): retention, journaled as `pruned` (a failure
@@ -301,6 +260,7 @@ fn origin(
             .map_err(|e| Error::Failed(e.to_string()))?,
         host: Some(crate::backend::local::log::host()),
         journal_id: None,
+        outputs_unchanged: None,
     })
 }
 

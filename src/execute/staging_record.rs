@@ -167,6 +167,11 @@ pub struct Origin {
     /// entry `recover` writes keeps); absent in records written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub journal_id: Option<String>,
+    /// How many outputs (files and links) the operation leaves as they were (the
+    /// destination log's `counts.unchanged`), counted by [`StagedOperation::from_plan`];
+    /// absent in records written before it was kept (their entries count 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs_unchanged: Option<u64>,
 }
 
 /// What recovery needs to finish or undo an operation.
@@ -293,20 +298,32 @@ impl StagedOperation {
 
     /// Builds the record of a plan about to run; `exists` says whether a directory of the
     /// bundle path exists now (a directory that does not may be created, and is removed
-    /// again by an undo).
+    /// again by an undo). `origin` gets the count of the outputs the plan leaves
+    /// unchanged.
     pub fn from_plan(
         plan: &DestinationPlan,
         op: &str,
         pre: Option<String>,
         post: String,
-        origin: Origin,
+        mut origin: Origin,
         exists: &mut dyn FnMut(&str) -> Result<bool>,
     ) -> Result<StagedOperation> {
         // Sized up front: one allocation, not a doubling series (a million actions).
-        let count = (plan.files.iter().map(|f| (false, f.op)))
+        let (mut count, mut unchanged) = (0, 0);
+        for (link, op) in (plan.files.iter().map(|f| (false, f.op)))
             .chain(plan.links.iter().map(|l| (true, l.op)))
-            .filter(|&(link, op)| ActionKind::of(link, op).is_some())
-            .count();
+        {
+            match op {
+                FileOp::Unchanged => unchanged += 1,
+                _ if ActionKind::of(link, op).is_some() => count += 1,
+                _ => {}
+            }
+        }
+        let listed = plan
+            .outputs_unchanged
+            .as_ref()
+            .map_or(0, |m| m.outputs.len());
+        origin.outputs_unchanged = Some((unchanged + listed) as u64);
         let mut actions = Vec::with_capacity(count);
         for f in &plan.files {
             if let Some(kind) = ActionKind::of(false, f.op) {
@@ -531,6 +548,7 @@ mod tests {
                 takeovers: serde_json::Value::Null,
                 host: None,
                 journal_id: None,
+                outputs_unchanged: None,
             },
             actions: vec![
                 a(ActionKind::FileOverwrite, "a/x.txt"),

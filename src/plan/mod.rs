@@ -9,6 +9,8 @@ mod planner;
 mod takeover;
 mod unchanged;
 
+pub mod saved;
+
 pub use planner::{PlanInput, plan_destination};
 pub use takeover::takeover_permitted;
 pub use unchanged::Republication;
@@ -52,6 +54,17 @@ pub enum Entry<'a> {
     },
     /// A socket, FIFO or device.
     Special,
+}
+
+/// What the operator lifted for one run (SPEC §5.3, §19): `--force` overrides forceable
+/// conflicts; `--allow-delete N` lifts the deletion guard (`mass_delete`) up to N
+/// deletions, whatever `on_conflict` says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--force`.
+    pub force: bool,
+    /// `--allow-delete N`.
+    pub allow_delete: Option<u64>,
 }
 
 /// The backend's view of a bundle path: every planned path, every recorded path and all

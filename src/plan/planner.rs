@@ -34,6 +34,8 @@ pub struct PlanInput<'a> {
     pub storage: &'a Storage<'a>,
     /// `--force`.
     pub force: bool,
+    /// `--allow-delete N` (SPEC §19): `mass_delete` lifted up to N deletions.
+    pub allow_delete: Option<u64>,
     /// A shared root's rollback (SPEC §15): the source is the owner's records of an
     /// earlier release; the owner's own newer record does not make it
     /// `skip_destination_newer`, and the decision is `rollback`.
@@ -533,6 +535,10 @@ impl<'a, 's> Planner<'a, 's> {
             );
             return self.conflict_or_force(&retained, &moved, &newer);
         }
+        // The deletion guards (SPEC §19), on what this plan deletes.
+        if self.plan.decision.writes() && self.guard(old_owner) {
+            return self.conflict_or_force(&retained, &moved, &newer);
+        }
         self.plan.message = self.reason(replaced);
         if self.plan.decision.writes() {
             self.plan.new_state = Some(self.new_state(&retained, &moved));
@@ -830,6 +836,12 @@ impl<'a, 's> Planner<'a, 's> {
         // 3) instead of skipping the destination with exit 0 while the conflict line says
         // forceable. A forceable conflict elsewhere (an unmanaged file) stays forceable:
         // forcing it gives what the run would give without it, a skip.
+        // A forced run deletes what the plan deletes: guarded as any other (a run that
+        // skips for newer content deletes nothing).
+        if !newer_stays {
+            let old_owner = moved.old_owner;
+            self.guard(old_owner);
+        }
         let mut held = false;
         if newer_stays {
             for c in &mut self.plan.conflicts {
@@ -898,6 +910,80 @@ impl<'a, 's> Planner<'a, 's> {
             )
         };
         self.clear_actions()
+    }
+
+    /// The deletion guards (SPEC §19) on the deletions this plan holds: more of
+    /// `old_owner`'s recorded outputs and links than `guard.max_delete` allows (inclusive)
+    /// is `mass_delete`, unless `--allow-delete N` covers them; a bundle with no outputs
+    /// that deletes recorded content is `empty_source`, unless `guard.allow_empty`. Adds
+    /// each once; true when it added one.
+    fn guard(&mut self, old_owner: Option<&Owner>) -> bool {
+        // A rollback is an operator's explicit step: not guarded (SPEC §19).
+        if self.input.rollback {
+            return false;
+        }
+        let g = self.input.destination.guard;
+        let deletes = (self
+            .plan
+            .files
+            .iter()
+            .filter(|f| f.op == FileOp::Delete)
+            .count()
+            + (self.plan.links.iter())
+                .filter(|l| l.op == FileOp::Delete)
+                .count()) as u64;
+        if deletes == 0 {
+            return false;
+        }
+        let has = |plan: &DestinationPlan, k| plan.conflicts.iter().any(|c| c.kind == k);
+        let mut added = false;
+        if let Some(max) = g.max_delete
+            && !has(&self.plan, ConflictKind::MassDelete)
+        {
+            let recorded = old_owner.map_or(0, |o| {
+                (self.state.outputs.iter().filter(|r| *r.owner == *o).count()
+                    + self.state.links.iter().filter(|r| *r.owner == *o).count())
+                    as u64
+            });
+            let limit = max.limit(recorded);
+            let allowed = self.input.allow_delete.is_some_and(|n| deletes <= n);
+            if deletes > limit && !allowed {
+                let of = match max {
+                    crate::config::MaxDelete::Percent(_) => {
+                        format!(" ({max} of {recorded} recorded outputs and links)")
+                    }
+                    crate::config::MaxDelete::Count(_) => String::new(),
+                };
+                let given = match self.input.allow_delete {
+                    Some(n) => format!("; --allow-delete {n} is fewer"),
+                    None => String::new(),
+                };
+                self.conflict(
+                    ConflictKind::MassDelete,
+                    None,
+                    None,
+                    format!(
+                        "this publication deletes {deletes} recorded path(s), more than guard.max_delete allows: {limit}{of}{given}; if the deletions are meant, publish with --allow-delete {deletes}"
+                    ),
+                );
+                added = true;
+            }
+        }
+        if self.input.source.manifest.outputs.is_empty()
+            && !g.allow_empty
+            && !has(&self.plan, ConflictKind::EmptySource)
+        {
+            self.conflict(
+                ConflictKind::EmptySource,
+                None,
+                None,
+                format!(
+                    "the bundle lists no outputs, and publishing it deletes {deletes} recorded path(s): an empty bundle is most often a broken build; set guard.allow_empty, or --force to publish it anyway"
+                ),
+            );
+            added = true;
+        }
+        added
     }
 
     fn reason(&self, replaced: Option<&OwnerRecord>) -> String {
@@ -1027,7 +1113,8 @@ impl<'a, 's> Planner<'a, 's> {
                 }
             }
         };
-        // Owner records with nothing left are removed.
+        // Owner records with nothing left are removed, but this publication's own: an
+        // empty bundle (SPEC §19) is recorded as published, with no paths.
         let State {
             owners,
             outputs,
@@ -1035,7 +1122,9 @@ impl<'a, 's> Planner<'a, 's> {
             ..
         } = &mut state;
         owners.retain(|r| {
-            outputs.iter().any(|o| *o.owner == r.owner) || links.iter().any(|l| *l.owner == r.owner)
+            r.owner == self.me
+                || outputs.iter().any(|o| *o.owner == r.owner)
+                || links.iter().any(|l| *l.owner == r.owner)
         });
         state.outputs.sort_by(|a, b| a.path.cmp(&b.path));
         state.links.sort_by(|a, b| a.path.cmp(&b.path));

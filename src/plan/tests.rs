@@ -98,6 +98,16 @@ fn plan(
     st: &State,
     force: bool,
 ) -> super::DestinationPlan {
+    plan_lifting(dest, src, st, force, None)
+}
+
+fn plan_lifting(
+    dest: &crate::config::Destination,
+    src: &Source,
+    st: &State,
+    force: bool,
+    allow_delete: Option<u64>,
+) -> super::DestinationPlan {
     plan_destination(&PlanInput {
         pipeline_id: "weather",
         destination: dest,
@@ -106,6 +116,7 @@ fn plan(
         state: &StateFile::Valid(st.clone()),
         storage: &storage_of(st),
         force,
+        allow_delete,
         rollback: false,
     })
 }
@@ -369,4 +380,102 @@ fn a_republication_holds_only_proven_files_reached_through_directories() {
     );
     s.entries.insert(crate::state::STATE_FILE, dir());
     assert!(!Republication::state_file_holds(&s));
+}
+
+/// The deletion guard (SPEC §19): deleting more recorded paths than `guard.max_delete`
+/// is `mass_delete`, inclusive at the limit, a percent of the owner's recorded paths
+/// rounded up; `--force` does not lift it, `--allow-delete N` does up to N.
+#[test]
+fn max_delete_refuses_more_deletions_than_it_allows() {
+    let me = Owner::new("weather", "latest");
+    let old = source("tomorrow", T7, &[]);
+    let recorded: Vec<(String, char)> = (0..10).map(|i| (format!("f{i}.txt"), 'a')).collect();
+    let recorded: Vec<(&str, char)> = recorded.iter().map(|(p, c)| (p.as_str(), *c)).collect();
+    let st = state(&me, &old, &recorded);
+    // The new build keeps 7 of the 10 files: 3 deletions.
+    let new = source("tomorrow", T8, &recorded[..7]);
+
+    let at = |g: &str| destination(&format!("    guard:\n      max_delete: {g}\n"));
+    let p = plan(&at("3"), &new, &st, false);
+    assert_eq!(
+        p.decision,
+        Decision::ReplaceOlder,
+        "the limit is inclusive: {}",
+        p.message
+    );
+    let p = plan(&at("\"30%\""), &new, &st, false);
+    assert_eq!(
+        p.decision,
+        Decision::ReplaceOlder,
+        "30% of 10 is 3: {}",
+        p.message
+    );
+    for g in ["2", "\"20%\"", "\"0%\""] {
+        for force in [false, true] {
+            let p = plan(&at(g), &new, &st, force);
+            assert_eq!(p.decision, Decision::Conflict, "{g}: {}", p.message);
+            let c = &p.conflicts[0];
+            assert_eq!(c.kind, crate::model::ConflictKind::MassDelete);
+            assert!(!c.forceable, "only --allow-delete lifts it");
+            assert!(c.message.contains("deletes 3") && c.message.contains("--allow-delete 3"));
+            assert!(p.files.is_empty() && p.new_state.is_none());
+        }
+    }
+    let p = plan_lifting(&at("2"), &new, &st, false, Some(3));
+    assert_eq!(p.decision, Decision::ReplaceOlder, "{}", p.message);
+    let p = plan_lifting(&at("2"), &new, &st, false, Some(2));
+    assert_eq!(p.decision, Decision::Conflict, "{}", p.message);
+    assert!(p.conflicts[0].message.contains("--allow-delete 2 is fewer"));
+    // No guard: no limit.
+    assert_eq!(
+        plan(&destination(""), &new, &st, false).decision,
+        Decision::ReplaceOlder
+    );
+}
+
+/// An empty bundle that would delete recorded content is `empty_source` (forceable)
+/// unless `guard.allow_empty`; with nothing recorded it publishes an empty state.
+#[test]
+fn an_empty_bundle_deleting_recorded_content_is_empty_source() {
+    let me = Owner::new("weather", "latest");
+    let old = source("tomorrow", T7, &[("a.txt", 'a')]);
+    let st = state(&me, &old, &[("a.txt", 'a'), ("b.txt", 'b')]);
+    let empty = source("tomorrow", T8, &[]);
+    let p = plan(&destination(""), &empty, &st, false);
+    assert_eq!(p.decision, Decision::Conflict, "{}", p.message);
+    assert_eq!(p.conflicts.len(), 1);
+    assert_eq!(p.conflicts[0].kind, crate::model::ConflictKind::EmptySource);
+    assert!(p.conflicts[0].forceable);
+    assert!(
+        p.conflicts[0].message.contains("deletes 2"),
+        "{}",
+        p.conflicts[0].message
+    );
+    let p = plan(&destination(""), &empty, &st, true);
+    assert_eq!(p.decision, Decision::ForceReplace, "{}", p.message);
+    let p = plan(
+        &destination("    guard:\n      allow_empty: true\n"),
+        &empty,
+        &st,
+        false,
+    );
+    assert_eq!(p.decision, Decision::ReplaceOlder, "{}", p.message);
+    // Both guards at once: --force lifts empty_source, not mass_delete.
+    let both = destination("    guard:\n      max_delete: 1\n");
+    let p = plan(&both, &empty, &st, true);
+    assert_eq!(p.decision, Decision::Conflict, "{}", p.message);
+    let kinds: Vec<_> = p.conflicts.iter().map(|c| c.kind).collect();
+    assert!(
+        kinds.contains(&crate::model::ConflictKind::MassDelete),
+        "{kinds:?}"
+    );
+    // Nothing recorded: an empty state.
+    let fresh = State {
+        owners: vec![],
+        outputs: vec![],
+        ..st.clone()
+    };
+    let p = plan(&destination(""), &empty, &fresh, false);
+    assert_eq!(p.decision, Decision::Create, "{}", p.message);
+    assert!(p.new_state.is_some_and(|s| s.outputs.is_empty()));
 }

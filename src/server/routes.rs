@@ -257,6 +257,7 @@ async fn upload_inner(
     let spool = state.spool.request()?;
     let received = spool.receive(body, &state.limits).await?;
     log.upload_bytes = Some(received);
+    let hooked = Arc::clone(&pipeline);
     let job = PublishJob {
         pipeline,
         actor,
@@ -285,7 +286,15 @@ async fn upload_inner(
             operation_id: d.operation_id.clone(),
         })
         .collect();
-    Ok(report_response(&outcome))
+    let response = report_response(&outcome);
+    // Hooks run after the reply (SPEC §19): their results go to the journal.
+    if !outcome.report.dry_run {
+        let mut report = outcome.report;
+        tokio::task::spawn_blocking(move || {
+            crate::hooks::run_for(&hooked.config, &mut report, &hooked.journal);
+        });
+    }
+    Ok(response)
 }
 
 fn serde_plain<T: serde::Serialize>(v: &T) -> String {
@@ -362,6 +371,9 @@ impl PublishJob {
             destinations: self.params.destinations,
             dry_run: self.params.dry_run,
             force: false,
+            allow_delete: None,
+            saved_plan: None,
+            save_plan: false,
             journal: self.pipeline.journal.clone(),
             lock_timeout: self.lock_timeout,
             actor: self.actor,

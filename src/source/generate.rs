@@ -53,12 +53,6 @@ pub fn write_manifest_excluding(
             sha256,
         });
     }
-    if outputs.is_empty() {
-        return Err(Error::Source(format!(
-            "{} holds no regular files to publish",
-            dir.display()
-        )));
-    }
     let mut link_entries = Vec::new();
     for (rel, target) in links {
         let target = resolve_inside(dir, &rel).ok_or_else(|| {

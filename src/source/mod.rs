@@ -83,9 +83,6 @@ impl Manifest {
                 self.created_at
             )
         })?;
-        if self.outputs.is_empty() {
-            return Err("outputs: at least one output is required".into());
-        }
         for (i, o) in self.outputs.iter().enumerate() {
             check_safe_path(&o.path)
                 .map_err(|e| format!("outputs[{i}].path '{}': {e}", o.path.escape_debug()))?;

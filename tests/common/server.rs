@@ -19,7 +19,7 @@ pub const OTHER_SECRET: &str = "traffic-secret-9876543210";
 
 /// A running `distributor serve`.
 pub struct Server {
-    child: Child,
+    pub child: Child,
     pub addr: String,
     pub spool: PathBuf,
     logs: Arc<Mutex<Vec<String>>>,

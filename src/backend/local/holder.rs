@@ -5,20 +5,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Seek, Write};
-use std::sync::Mutex;
-
-/// This process's actor and current operation, as the lock record shows them.
-static WHO: Mutex<(Option<String>, Option<String>)> = Mutex::new((None, None));
-
-/// Sets the actor this process records in the locks it takes.
-pub fn set_actor(actor: &str) {
-    WHO.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(actor.to_string());
-}
-
-/// The actor this process records in its locks, when it was set.
-pub fn actor() -> Option<String> {
-    WHO.lock().unwrap_or_else(|p| p.into_inner()).0.clone()
-}
 
 /// What a lock file says of its holder.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -38,16 +24,15 @@ pub struct Holder {
 }
 
 impl Holder {
-    fn me(operation: Option<String>) -> Holder {
-        let who = WHO.lock().unwrap_or_else(|p| p.into_inner());
+    fn me(operation: Option<String>, actor: &str) -> Holder {
         Holder {
             host: rustix::system::uname()
                 .nodename()
                 .to_string_lossy()
                 .into_owned(),
             pid: std::process::id(),
-            actor: who.0.clone(),
-            operation: operation.or_else(|| who.1.clone()),
+            actor: Some(actor.to_string()),
+            operation,
             since: crate::journal::now(),
         }
     }
@@ -67,8 +52,8 @@ impl Holder {
 
 /// Writes this process's record into the lock file it holds (best effort: the record is
 /// informative, the `flock` is the lock).
-pub fn record(file: &std::fs::File, operation: Option<String>) {
-    let Ok(mut text) = serde_json::to_vec(&Holder::me(operation)) else {
+pub fn record(file: &std::fs::File, operation: Option<String>, actor: &str) {
+    let Ok(mut text) = serde_json::to_vec(&Holder::me(operation, actor)) else {
         return;
     };
     text.push(b'\n');

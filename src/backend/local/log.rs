@@ -37,6 +37,8 @@ pub const MAX_ENTRY_BYTES: usize = 4096;
 /// At most this many removed releases are named by a prune's entry (their count is
 /// always there).
 pub const MAX_REMOVED_NAMED: usize = 50;
+/// The commands whose entries change a destination's state (SPEC §18).
+const STATE_CHANGING: &[&str] = &["publish", "rollback", "adopt", "promote", "recover"];
 /// The prefix of a writer's temporary file in `log/`.
 const TMP_PREFIX: &str = ".tmp-";
 
@@ -163,7 +165,7 @@ impl Entry {
             decision: decision.to_string(),
             pipeline_id: String::new(),
             destination_id: String::new(),
-            actor: super::holder::actor().unwrap_or_else(default_actor),
+            actor: default_actor(),
             host: host(),
             journal_id: None,
             source: None,
@@ -212,6 +214,7 @@ impl Entry {
         e.pre_state_sha256 = op.pre_state_sha256.clone();
         e.post_state_sha256 = Some(op.post_state_sha256.clone());
         e.started_at = o.started_at.clone();
+        e.counts.unchanged = o.outputs_unchanged.unwrap_or(0);
         for a in &op.actions {
             match a.kind {
                 FileCreate | FileOverwrite | LinkCreate | LinkOverwrite => {
@@ -222,6 +225,21 @@ impl Entry {
             }
         }
         e
+    }
+
+    /// Whether it records a change of the destination's state (SPEC §18): publish,
+    /// rollback, adopt, promote and recover entries do; prune and quarantine entries, and
+    /// any command this build does not know, do not.
+    pub fn changes_state(&self) -> bool {
+        STATE_CHANGING.contains(&self.command.as_str())
+    }
+
+    /// The entry in words, for messages: its number, command, who, where and when.
+    pub fn describe(&self) -> String {
+        format!(
+            "entry {} ({} by {} on {}, committed {})",
+            self.seq, self.command, self.actor, self.host, self.committed_at
+        )
     }
 
     /// The owner that made it, `pipeline/destination` (`None` when not recorded).
@@ -307,6 +325,22 @@ impl Log {
     /// Whether an entry of operation `op` exists.
     pub fn names_operation(&self, op: &str) -> bool {
         self.entries.iter().any(|e| e.operation_id == op)
+    }
+
+    /// Its last state-changing entry (SPEC §18), for `verify`'s `log_mismatch`; `None`
+    /// when there is none, or when a bad entry is there (it may be that very entry: the
+    /// bad entry is reported instead).
+    pub fn last_state_change(&self) -> Option<crate::backend::LoggedOperation> {
+        if !self.bad.is_empty() {
+            return None;
+        }
+        let changes = || self.entries.iter().filter(|e| e.changes_state());
+        let last = changes().next_back()?;
+        Some(crate::backend::LoggedOperation {
+            operation_id: last.operation_id.clone(),
+            entry: last.describe(),
+            logged: changes().map(|e| e.operation_id.clone()).collect(),
+        })
     }
 
     /// The bad entries in one sentence, `None` when there are none.
@@ -665,6 +699,43 @@ mod tests {
 
     fn entry(op: &str) -> Entry {
         Entry::new(op, "publish", "create")
+    }
+
+    /// `counts.unchanged` is what the staging record's origin counted; a record written
+    /// before it was kept counts 0.
+    #[test]
+    fn counts_unchanged_come_from_the_record_and_older_records_count_0() {
+        let record = |unchanged: Option<u64>| -> StagedOperation {
+            let mut origin = serde_json::json!({
+                "started_at": "2026-12-02T00:00:00.000Z", "command": "publish",
+                "actor": "cli:t", "pipeline_id": "p", "state_mode": "single_owner",
+                "decision": "replace_older", "takeover_mode": "same_pipeline",
+                "previous_owner": null, "previous_source": null,
+                "source": {"id": "s", "created_at": "2026-12-02T00:00:00Z", "digest": "d"},
+                "takeovers": []
+            });
+            if let Some(n) = unchanged {
+                origin["outputs_unchanged"] = n.into();
+            }
+            serde_json::from_value(serde_json::json!({
+                "operation_id": "op", "destination_id": "d", "bundle_path": "/b",
+                "pre_state_sha256": null, "post_state_sha256": "0", "origin": origin,
+                "actions": [{"kind": "file_overwrite", "path": "a", "size": 3}],
+                "new_dirs": []
+            }))
+            .unwrap()
+        };
+        let e = Entry::of_operation(&record(Some(7)));
+        let want = Counts {
+            written: 1,
+            deleted: 0,
+            unchanged: 7,
+            bytes_written: 3,
+        };
+        assert_eq!(e.counts, want);
+        let e = Entry::of_operation(&record(None));
+        assert_eq!(e.counts.unchanged, 0);
+        assert_eq!(e.counts.written, 1);
     }
 
     #[test]

@@ -20,7 +20,6 @@ use crate::backend::{Backend, BundleStore, Committed};
 use crate::execute::StagedOperation;
 use crate::hash::ContentHash;
 use std::borrow::Cow;
-use std::time::Duration;
 
 /// The local filesystem.
 #[derive(Debug, Clone, Copy)]
@@ -51,11 +50,9 @@ impl Backend for LocalBackend {
         &self,
         base: &Path,
         bundle: &Path,
-        timeout: Duration,
-        create: bool,
+        how: super::LockRequest<'_>,
     ) -> Result<Option<Box<dyn BundleStore>>> {
-        Ok(Bundle::lock(base, bundle, timeout, create)?
-            .map(|b| Box::new(b) as Box<dyn BundleStore>))
+        Ok(Bundle::lock(base, bundle, how)?.map(|b| Box::new(b) as Box<dyn BundleStore>))
     }
 
     fn bundle_paths(&self, base: &Path) -> Result<Vec<PathBuf>> {
@@ -167,6 +164,9 @@ impl BundleStore for Bundle {
     }
     fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
         Bundle::adopt_legacy_staging(self, op)
+    }
+    fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
+        Ok(log::read(self.dir())?.last_state_change())
     }
     fn record_dir(&self, create: bool) -> Result<Option<crate::execute::RecordDir>> {
         Bundle::record_dir(self, create)
@@ -386,10 +386,11 @@ pub fn probe<'a>(
     }
 }
 
-/// The first staging record in `b` distributor does not believe (SPEC §17): the
-/// operator's message.
-pub fn untrusted_staging(b: &Bundle) -> Result<Option<String>> {
-    Ok(b.staging_entries()?.into_iter().find_map(|e| match e {
+/// The first staging record in `store` distributor does not believe (SPEC §17): the
+/// operator's message. The one place it is taken from staging, for the planner's
+/// `untrusted_record` and for `status` and `verify`.
+pub fn untrusted_staging(store: &(impl BundleStore + ?Sized)) -> Result<Option<String>> {
+    Ok(store.staging_entries()?.into_iter().find_map(|e| match e {
         StagingEntry::Untrusted(_, why) => Some(why),
         _ => None,
     }))

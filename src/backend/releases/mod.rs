@@ -34,7 +34,6 @@ use rustix::fs::FileType;
 use serde::{Deserialize, Serialize};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Duration;
 
 /// The prefix of the temporary symlink renamed over `path` at the commit point.
 pub const ACTIVATE_PREFIX: &str = ".distributor-activate-";
@@ -116,13 +115,10 @@ impl Backend for ReleasesBackend {
         &self,
         base: &Path,
         _bundle: &Path,
-        timeout: Duration,
-        create: bool,
+        how: crate::backend::LockRequest<'_>,
     ) -> Result<Option<Box<dyn BundleStore>>> {
-        Ok(
-            ReleaseStore::open(base, &self.settings, Some((timeout, create)))?
-                .map(|s| Box::new(s) as Box<dyn BundleStore>),
-        )
+        Ok(ReleaseStore::open(base, &self.settings, Some(how))?
+            .map(|s| Box::new(s) as Box<dyn BundleStore>))
     }
 
     fn bundle_paths(&self, base: &Path) -> Result<Vec<PathBuf>> {
@@ -139,6 +135,17 @@ enum Link {
     Release(String),
     /// A plain directory: a destination published in place, not adopted yet.
     Plain,
+}
+
+/// Who a prune's log entry names: the actor, the pipeline and the journal that ran it.
+#[derive(Debug, Clone, Copy)]
+pub struct PruneBy<'a> {
+    /// Who ran it.
+    pub actor: &'a str,
+    /// The pipeline.
+    pub pipeline_id: &'a str,
+    /// The journal that recorded it.
+    pub journal_id: Option<&'a str>,
 }
 
 /// A releases destination, opened for reading or locked for an operation.
@@ -205,13 +212,13 @@ impl ReleaseStore {
     pub fn open(
         path: &Path,
         settings: &ReleaseSettings,
-        lock: Option<(Duration, bool)>,
+        lock: Option<crate::backend::LockRequest<'_>>,
     ) -> Result<Option<ReleaseStore>> {
         let (parent_path, name) = parent_and_name(path)?;
         let parent = match Dir::open_path(&parent_path) {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => match lock {
-                Some((_, true)) => {
+                Some(crate::backend::LockRequest { create: true, .. }) => {
                     std::fs::create_dir_all(&parent_path).ctx("create", &parent_path)?;
                     Dir::open_path(&parent_path).ctx("open", &parent_path)?
                 }
@@ -227,7 +234,7 @@ impl ReleaseStore {
         };
         let dir = &settings.dir;
         let root = match lock {
-            Some((timeout, create)) => Bundle::lock(dir, dir, timeout, create)?,
+            Some(how) => Bundle::lock(dir, dir, how)?,
             None => Bundle::open(dir, dir)?,
         }
         .map(|b| b.recording_for(path));
@@ -261,7 +268,14 @@ impl ReleaseStore {
             // as one for an operation (adopt) so no in-place publication runs meanwhile.
             (Link::Plain, _) => Some(
                 match lock {
-                    Some((timeout, _)) => Bundle::lock(path, path, timeout, false)?,
+                    Some(how) => Bundle::lock(
+                        path,
+                        path,
+                        crate::backend::LockRequest {
+                            create: false,
+                            ..how
+                        },
+                    )?,
                     None => Bundle::open(path, path)?,
                 }
                 .ok_or_else(|| Error::Failed(format!("{} vanished", path.display())))?,
@@ -575,14 +589,15 @@ impl ReleaseStore {
     pub fn log_prune(
         &self,
         op: &str,
-        actor: &str,
-        pipeline_id: &str,
+        by: &PruneBy<'_>,
         destination_id: &str,
         removed: &[String],
     ) -> Result<()> {
         use crate::backend::local::log::{self as dlog, Entry, MAX_REMOVED_NAMED};
         let mut e = Entry::new(op, "prune", "prune");
-        e.actor = actor.to_string();
+        e.actor = by.actor.to_string();
+        e.journal_id = by.journal_id.map(str::to_string);
+        let pipeline_id = by.pipeline_id;
         e.pipeline_id = pipeline_id.to_string();
         e.destination_id = destination_id.to_string();
         e.removed_releases = removed.iter().take(MAX_REMOVED_NAMED).cloned().collect();
@@ -599,12 +614,12 @@ impl ReleaseStore {
         let Some(by) = view.log.entries.iter().rfind(|e| e.operation_id == op) else {
             return Ok(());
         };
-        let (actor, pipeline, destination) = (
-            by.actor.clone(),
-            by.pipeline_id.clone(),
-            by.destination_id.clone(),
-        );
-        self.log_prune(op, &actor, &pipeline, &destination, removed)
+        let who = PruneBy {
+            actor: &by.actor,
+            pipeline_id: &by.pipeline_id,
+            journal_id: by.journal_id.as_deref(),
+        };
+        self.log_prune(op, &who, &by.destination_id, removed)
     }
 
     /// What retention would decide now for every release, oldest activation first
@@ -1195,6 +1210,45 @@ impl BundleStore for ReleaseStore {
             Some(r) => r.record_dir(create),
             None => Ok(None),
         }
+    }
+
+    /// The last logged activation: the release it made active. A plain directory not
+    /// adopted yet is a bundle path of its own, with its own log.
+    fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
+        if self.is_plain() {
+            return match &self.active {
+                Some(plain) => plain.last_logged_operation(),
+                None => Ok(None),
+            };
+        }
+        let view = self.log_view()?;
+        if view.untrusted().is_some() {
+            return Ok(None);
+        }
+        let Some(last) = view.activations.last() else {
+            return Ok(None);
+        };
+        let entry = (view.log.entries.iter())
+            .rfind(|e| {
+                e.operation_id == last.operation_id
+                    && e.release_activated.as_deref() == Some(last.release.as_str())
+            })
+            .map_or_else(
+                || {
+                    format!(
+                        "the last line of {} (operation {}, activated {})",
+                        log::LOG_FILE,
+                        last.operation_id,
+                        last.activated_at
+                    )
+                },
+                |e| e.describe(),
+            );
+        Ok(Some(crate::backend::LoggedOperation {
+            operation_id: last.release.clone(),
+            entry,
+            logged: view.activations.iter().map(|a| a.release.clone()).collect(),
+        }))
     }
 }
 

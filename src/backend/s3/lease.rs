@@ -108,13 +108,6 @@ fn host() -> String {
         .into_owned()
 }
 
-/// Who this process is, as its local locks say it (SPEC §16: the CLI's actor), else the
-/// uid: never `unknown`.
-fn actor() -> String {
-    crate::backend::local::holder::actor()
-        .unwrap_or_else(|| format!("uid {}", rustix::process::getuid().as_raw()))
-}
-
 /// How long after it sent its last successful renewal the holder still writes:
 /// `lease_seconds - 10 s`, but at least half the lease (SPEC §14 amendments). Either way
 /// it stops well before another host may judge the lease expired (`lease_seconds + 10 s`
@@ -339,6 +332,7 @@ impl Lease {
         bundle: &Path,
         prefix: &str,
         timeout: Duration,
+        actor: &str,
     ) -> Result<Lease> {
         check_workable(backend.location.lease_seconds)?;
         let key = Key::from(format!("{prefix}/{LOCK_OBJECT}"));
@@ -350,7 +344,7 @@ impl Lease {
         let mut body = LeaseBody {
             host: host(),
             pid,
-            actor: actor(),
+            actor: actor.to_string(),
             operation_id: None,
             epoch: 1,
             lease_seconds: backend.location.lease_seconds,

@@ -24,6 +24,7 @@ mod clock;
 mod lease;
 mod store;
 
+pub use lease::check_workable;
 pub use store::S3Store;
 
 use crate::backend::{Backend, BundleStore};
@@ -383,14 +384,13 @@ impl Backend for S3Backend {
         &self,
         _base: &Path,
         bundle: &Path,
-        timeout: Duration,
-        _create: bool,
+        how: crate::backend::LockRequest<'_>,
     ) -> Result<Option<Box<dyn BundleStore>>> {
         let prefix = self.prefix_of(bundle)?;
         // A lease too short to work is refused before anything is written.
         lease::check_workable(self.location.lease_seconds)?;
         self.check_conditional_writes(&prefix)?;
-        let lease = lease::Lease::acquire(self, bundle, &prefix, timeout)?;
+        let lease = lease::Lease::acquire(self, bundle, &prefix, how.timeout, how.actor)?;
         self.remove_stale_probes(&prefix, &lease)?;
         Ok(Some(Box::new(S3Store::new(
             self.clone(),

@@ -1298,6 +1298,10 @@ impl BundleStore for S3Store {
         self.read_destination_log().map(Some)
     }
 
+    fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
+        Ok(self.read_destination_log()?.last_state_change())
+    }
+
     fn log_cursor(&self) -> Option<&crate::backend::LogCursor> {
         Some(&self.cursor)
     }

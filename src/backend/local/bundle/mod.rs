@@ -324,10 +324,10 @@ impl Bundle {
     pub fn lock(
         base: &Path,
         bundle: &Path,
-        timeout: Duration,
-        create: bool,
+        how: crate::backend::LockRequest<'_>,
     ) -> Result<Option<Bundle>> {
-        let dir = match walk(base, bundle, create)? {
+        let timeout = how.timeout;
+        let dir = match walk(base, bundle, how.create)? {
             Walk::Reached(dir) => dir,
             Walk::Missing => return Ok(None),
             Walk::Unsafe(why) => return Err(Error::Unsafe(why)),
@@ -350,7 +350,7 @@ impl Bundle {
                         // somebody unlinked since still holds the directory, so a new lock
                         // file under the name does not let a second operation in.
                         lock_dir(&dir, bundle, start, timeout)?;
-                        super::holder::record(&file, None);
+                        super::holder::record(&file, None, how.actor);
                         return Ok(Some(Bundle::new(base, bundle, dir, Some(file))?));
                     }
                     // Unlinked or replaced while it was being locked: lock the file the

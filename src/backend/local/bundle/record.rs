@@ -158,7 +158,11 @@ impl Bundle {
     pub fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
         self.locked()?;
         if let Some(lock) = &self.lock {
-            crate::backend::local::holder::record(lock, Some(op.operation_id.clone()));
+            crate::backend::local::holder::record(
+                lock,
+                Some(op.operation_id.clone()),
+                &op.origin.actor,
+            );
         }
         let staging_path = self.path.join(STAGING_DIR);
         let staging = self

@@ -1,0 +1,189 @@
+//! The one lifecycle every operation that changes a destination runs through (SPEC §17
+//! "One lifecycle"): the caller holds the destination lock (the [`BundleStore`] it
+//! passes, which checks what it locked before each step that moves, deletes or
+//! exchanges); then
+//!
+//! 1. [`Transaction::begin`]: the journal's row, with the record directory's identity
+//!    and the journal's id in the staging record it will write;
+//! 2. [`Transaction::act`]: the caller's steps write the staging record, act, and pass
+//!    the commit point; an error before it is undone from what staging holds (the undo
+//!    `recover` uses), one after it is reported with what is live;
+//! 3. [`Passed::finish`] (the commit is `#[must_use]`): the journal records the commit,
+//!    the storage writes the destination log's entry and then removes the staging entry
+//!    (`clean_up`), retention runs where there is one, and the operation completes.
+//!
+//! Publications, rollbacks and adoptions go through here; `recover` finishes an operation
+//! through the same storage step (`roll_forward`: the log entry, then the staging
+//! entry's removal); prune, which removes whole releases and stages nothing, records
+//! itself through [`record_removal`], the same journal row and log entry.
+//!
+//! Must never: report less than what happened (a failure past the commit point names
+//! what is live and what is left for `recover`), or undo an operation whose commit the
+//! storage shows.
+
+use super::journal_records;
+use super::staging_record::StagedOperation;
+use crate::backend::local::Placed;
+use crate::backend::{BundleStore, Committed, Verdict};
+use crate::error::{Error, Result};
+use crate::failpoint;
+use crate::journal::{Journal, event};
+
+/// An operation begun in the journal, not yet past its commit point.
+pub struct Transaction<'a> {
+    journal: &'a mut Journal,
+    store: &'a dyn BundleStore,
+    staged: StagedOperation,
+}
+
+/// An operation past its commit point: the publication stands whatever fails now, and
+/// `recover` finishes what is left. [`Passed::finish`] records and completes it.
+#[must_use = "an operation past its commit point is finished with `finish`, or left to `recover`"]
+pub struct Passed<'a> {
+    tx: Transaction<'a>,
+    committed: Committed,
+}
+
+impl<'a> Transaction<'a> {
+    /// Journals `staged` (its row and actions) as begun in the locked `store`, after
+    /// recording where its staging record goes: the store's location, its releases
+    /// settings, the identity of its record directory, and this journal's id.
+    pub fn begin(
+        journal: &'a mut Journal,
+        store: &'a dyn BundleStore,
+        mut staged: StagedOperation,
+    ) -> Result<Transaction<'a>> {
+        staged.store = store.location();
+        staged.releases = store.releases_record();
+        staged.record_dir = store.record_dir(true)?;
+        staged.origin.journal_id = Some(journal.journal_id()?);
+        let (record, actions) = journal_records(&staged)?;
+        journal.begin_operation(&record, actions)?;
+        failpoint::hit("after_journal_append");
+        Ok(Transaction {
+            journal,
+            store,
+            staged,
+        })
+    }
+
+    /// The operation as its staging record holds it.
+    pub fn staged(&self) -> &StagedOperation {
+        &self.staged
+    }
+
+    /// Runs `steps` (the staging record, the changes, the commit point). An error the
+    /// storage shows to be past the commit point is reported as such; any other is undone
+    /// and journaled `rolled_back` (or, when the undo fails too, left to `recover`).
+    pub fn act<T>(
+        self,
+        steps: impl FnOnce(&StagedOperation, &Journal) -> Result<(Committed, T)>,
+    ) -> Result<(Passed<'a>, T)> {
+        match steps(&self.staged, self.journal) {
+            Ok((committed, t)) => Ok((
+                Passed {
+                    tx: self,
+                    committed,
+                },
+                t,
+            )),
+            Err(e) if self.store.verdict(&self.staged)? == Verdict::Forward => {
+                Err(late(&self.staged, self.store, e))
+            }
+            Err(e) => {
+                let op = &self.staged.operation_id;
+                match self.store.undo(&self.staged) {
+                    Ok(()) => {
+                        self.journal
+                            .event(op, event::ROLLED_BACK, Some(&e.to_string()))?;
+                        Err(e)
+                    }
+                    Err(u) => Err(Error::RecoveryRequired(format!(
+                        "{} {op} failed ({e}) and could not be rolled back ({u}); run `distributor recover`",
+                        self.staged.origin.command
+                    ))),
+                }
+            }
+        }
+    }
+}
+
+impl Passed<'_> {
+    /// The operation's id.
+    pub fn operation_id(&self) -> &str {
+        &self.tx.staged.operation_id
+    }
+
+    /// Records the commit (with the placement fingerprints, and for an activation that
+    /// published nothing the event `activated` with its detail), writes the log entry
+    /// and removes the staging entry, runs `after` (retention) and completes. Any error
+    /// says what is live and what is left for `recover`.
+    pub fn finish(
+        self,
+        placements: &[(usize, Placed)],
+        activated: Option<&str>,
+        after: impl FnOnce(&mut Journal) -> Result<()>,
+    ) -> Result<String> {
+        let Passed { tx, committed } = self;
+        let Transaction {
+            journal,
+            store,
+            staged,
+        } = tx;
+        let op = staged.operation_id.as_str();
+        let bundle = store.path().to_string_lossy();
+        let late = |e| late(&staged, store, e);
+        journal
+            .commit(committed, op, &bundle, placements)
+            .map_err(late)?;
+        failpoint::hit("after_journal_commit");
+        if let Some(detail) = activated {
+            journal
+                .event(op, event::ACTIVATED, Some(detail))
+                .map_err(late)?;
+        }
+        // The destination log's entry, then the staging entry's removal (SPEC §18).
+        (journal.with_log_tail(store, || store.clean_up(&staged))).map_err(late)?;
+        after(journal).map_err(late)?;
+        journal.event(op, event::COMPLETED, None).map_err(late)?;
+        Ok(staged.operation_id)
+    }
+}
+
+/// The error of an operation that passed its commit point and then failed: what is live
+/// now and what is left for `recover` (SPEC §17). A lost race stays one (SPEC §14:
+/// `concurrent_change`, rolled forward by `recover`).
+fn late(staged: &StagedOperation, store: &dyn BundleStore, e: Error) -> Error {
+    let op = &staged.operation_id;
+    let live = match &staged.releases {
+        Some(r) => format!("release {}", r.target(op)),
+        None => "its content".to_string(),
+    };
+    let m = format!(
+        "{} {op} passed its commit point: {live} is live at {}; what is left of it (its cleanup: {e}) is for `distributor recover`",
+        staged.origin.command,
+        store.path().display()
+    );
+    let source = match e.root() {
+        Error::ConcurrentChange(_) => Error::ConcurrentChange(m),
+        _ => Error::Failed(m),
+    };
+    Error::Committed {
+        operation_id: op.clone(),
+        source: Box::new(source),
+    }
+}
+
+/// Records a removal that staged nothing (prune's: whole releases, removed before it is
+/// journaled, since a removal needs no recovery): the journal's finished operation, then
+/// the destination log's entry, both naming this journal (SPEC §18).
+pub fn record_removal(
+    journal: &mut Journal,
+    record: &crate::journal::OperationRecord,
+    events: &[(&str, Option<&str>)],
+    fingerprints: &[(String, crate::backend::local::Fingerprint)],
+    log: impl FnOnce(&str) -> Result<()>,
+) -> Result<()> {
+    journal.finished_operation(record, events, fingerprints)?;
+    log(&journal.journal_id()?)
+}
