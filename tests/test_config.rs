@@ -235,7 +235,7 @@ fn wrong_types() {
     refused(
         &env,
         &cfg,
-        &["pipeline: invalid type: string \"weather\", expected a mapping with key id"],
+        &["pipeline: invalid type: string \"weather\", expected a mapping with keys id, hooks"],
     );
 }
 
