@@ -80,8 +80,14 @@ pub const S3: &[&str] = &["s3_request", "s3_response", "s3_before_log_entry"];
 /// (`tests/test_releases.rs`): while the new release is filled with what it carries over,
 /// and each hard link it makes there (an injected error stands for `EXDEV`: the link
 /// cannot be made, and the file is copied and verified instead); the moment before an
-/// adoption exchanges the plain directory it locked.
-pub const RELEASES: &[&str] = &["during_carry_over", "io_link", "before_adopt_exchange"];
+/// adoption exchanges the plain directory it locked; the moment a stage, logged and its
+/// staging entry gone, is about to be journaled `held_for_promote` (SPEC §19).
+pub const RELEASES: &[&str] = &[
+    "during_carry_over",
+    "io_link",
+    "before_adopt_exchange",
+    "before_held_for_promote",
+];
 
 /// The I/O failpoints of [`ALL`]: the ones an `error` action applies to.
 pub const IO: &[&str] = &[

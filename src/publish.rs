@@ -44,6 +44,9 @@ pub struct PublishOptions {
     pub actor: String,
     /// `publish` or `plan`, for the report.
     pub command: String,
+    /// `publish --stage` (SPEC §19): build and verify each release, hold it for
+    /// `distributor promote` instead of activating it (releases destinations only).
+    pub stage: bool,
 }
 
 /// The exit code of a run from its destinations' codes (SPEC §10): 1 before 2 (a
@@ -83,6 +86,14 @@ pub fn publish_with_progress(
     progress: Option<&dyn Progress>,
 ) -> Result<Outcome> {
     let selected = config.select(&opts.destinations)?;
+    if opts.stage
+        && let Some(d) = selected.iter().find(|d| d.releases.is_none())
+    {
+        return Err(Error::Usage(format!(
+            "--stage: destination '{}' has no releases block; only a destination with releases stages a release for `distributor promote` (select others with --destination)",
+            d.id
+        )));
+    }
     // A dry run reads the journal without writing anything, to say what a real run would
     // (exit 4 while recovery is pending, SPEC §16).
     let (mut journal, view) = if opts.dry_run {
@@ -985,17 +996,39 @@ fn publish_one(
         let (status, code) = (status_of(&plan, Status::Applied), code_of(&plan));
         return Ok((DestinationReport::from_plan(plan, status, op), code));
     }
+    let mut command = "publish";
+    if opts.stage {
+        let releases = store.as_releases().ok_or_else(|| {
+            Error::Usage(format!(
+                "--stage: destination '{}' has no releases block",
+                dest.id
+            ))
+        })?;
+        releases.set_stage();
+        command = "stage";
+    }
     let ctx = ExecContext {
-        command: "publish",
+        command,
         pipeline_id: &config.pipeline_id,
         actor: &opts.actor,
         progress,
     };
+    let done = if opts.stage {
+        Status::Staged
+    } else {
+        Status::Applied
+    };
     match execute(&mut plan, source, journal, store, &ctx) {
-        Ok(op) => Ok((
-            DestinationReport::from_plan(plan, Status::Applied, Some(op)),
-            0,
-        )),
+        Ok(op) => {
+            let mut r = DestinationReport::from_plan(plan, done, Some(op.clone()));
+            if opts.stage {
+                r.message = format!(
+                    "staged as release {op}, not activated: `distributor promote --destination {} {op}` activates it",
+                    dest.id
+                );
+            }
+            Ok((r, 0))
+        }
         Err(e) => Err(Error::Planned {
             plan: Box::new(plan),
             source: Box::new(e),

@@ -221,6 +221,7 @@ impl Location {
                     adopts: false,
                     undoes: None,
                     adopts_dir: None,
+                    stages: false,
                 }),
         };
         (l.s3.is_some() || l.releases.is_some()).then_some(l)
@@ -709,6 +710,29 @@ fn recover_one(
         });
         r.outcome = Outcome::Closed;
         r.message = closed_message(applied, unfinished_record, opts.dry_run);
+        // A stage whose staging entry went after its log entry (SPEC §19): its release is
+        // held for promote; the journal ends it as its own run would have.
+        let held = recorded
+            .as_ref()
+            .filter(|s| s.releases.as_ref().is_some_and(|r| r.stages))
+            .filter(|_| store.is_some_and(|s| logged(s, bundle, op).unwrap_or(false)));
+        if let Some(staged) = held {
+            r.message = format!(
+                "staged: its staging entry is gone and the destination log records its release as staged (its own run stopped before the journal said so); {}",
+                crate::execute::held_detail(staged)
+            );
+            if !opts.dry_run
+                && in_journal
+                && let Some(j) = journal
+            {
+                j.event(
+                    op,
+                    event::HELD_FOR_PROMOTE,
+                    Some(&format!("by {}: {}", opts.actor, r.message)),
+                )?;
+            }
+            return Ok(Some(r));
+        }
         if !applied && status.as_deref() == Some("diverged") {
             r.message.push_str(
                 ". It had diverged and its staging was removed by hand: whatever it placed is still in the destination as it was left; check it with `distributor verify`",
@@ -877,6 +901,14 @@ fn recover_one(
     let repeat = ev == event::DIVERGED && status.as_deref() == Some("diverged");
     if let Some(j) = journal.filter(|_| !repeat) {
         j.event(op, ev, Some(&format!("by {}: {}", opts.actor, r.message)))?;
+        // A stage rolled forward is held for promote, as its own run would have ended it.
+        if ev == event::RECOVERED_FORWARD && staged.releases.as_ref().is_some_and(|r| r.stages) {
+            j.event(
+                op,
+                event::HELD_FOR_PROMOTE,
+                Some(&crate::execute::held_detail(&staged)),
+            )?;
+        }
     }
     Ok(Some(r))
 }

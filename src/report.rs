@@ -59,6 +59,9 @@ pub enum Status {
     Conflict,
     /// Error: nothing written, or rolled back.
     Failed,
+    /// `publish --stage` (SPEC §19): the release is built and verified, held for
+    /// `distributor promote`; readers still see the active release.
+    Staged,
 }
 
 /// One destination in a report.
@@ -236,6 +239,8 @@ pub struct Summary {
     pub conflict: u64,
     pub rollback: u64,
     pub failed: u64,
+    /// Destinations whose release `publish --stage` built and holds for promote.
+    pub staged: u64,
     pub files_written: u64,
     pub files_deleted: u64,
     pub files_unchanged: u64,
@@ -267,6 +272,9 @@ impl Summary {
                 Decision::Conflict => &mut s.conflict,
                 Decision::Rollback => &mut s.rollback,
             } += 1;
+            if d.status == Status::Staged {
+                s.staged += 1;
+            }
             if d.status == Status::Failed {
                 // Nothing of a failed destination stays written: its files are not counted.
                 s.failed += 1;
@@ -536,7 +544,7 @@ fn paint(colour: bool, code: &str, text: &str) -> String {
 
 fn status_colour(s: Status) -> &'static str {
     match s {
-        Status::Applied => GREEN,
+        Status::Applied | Status::Staged => GREEN,
         Status::Planned | Status::Skipped => CYAN,
         Status::Conflict => YELLOW,
         Status::Failed => RED,
@@ -671,6 +679,7 @@ fn status_word(s: Status) -> &'static str {
         Status::Skipped => "skipped",
         Status::Conflict => "conflict",
         Status::Failed => "failed",
+        Status::Staged => "staged",
     }
 }
 

@@ -42,6 +42,7 @@ mod test_server_load;
 mod test_server_slow;
 mod test_server_uploads;
 mod test_smoke;
+mod test_stage;
 mod test_takeover_matrix;
 mod test_transfer;
 mod test_trust;

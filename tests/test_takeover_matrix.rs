@@ -783,6 +783,7 @@ pub(crate) fn check_report_shape(r: &Value, ctx: &str, check: &mut Check) {
         "rollback",
         "conflict",
         "failed",
+        "staged",
         "files_written",
         "files_deleted",
         "files_unchanged",

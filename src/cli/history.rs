@@ -53,7 +53,7 @@ struct ListArgs {
     /// Only this decision (create, repair, replace_older, replace_changed, replace_takeover, force_replace, conflict, rollback, ...; prune, adopt).
     #[arg(long, value_name = "A")]
     action: Option<String>,
-    /// Only this status (in_progress, committed, applied, failed, rolled_forward, rolled_back, diverged, abandoned, closed, refused).
+    /// Only this status (in_progress, committed, applied, failed, rolled_forward, rolled_back, diverged, abandoned, closed, refused, staged).
     #[arg(long, value_name = "S")]
     status: Option<String>,
     /// Started at or after T (RFC 3339, or a date YYYY-MM-DD meaning midnight UTC).

@@ -65,6 +65,10 @@ pub struct PublishArgs {
     /// Refuse any plan file but the one with this sha256 (as `plan --out` printed it).
     #[arg(long, value_name = "H", requires = "plan")]
     pub plan_sha256: Option<String>,
+    /// Build and verify each release but do not activate it (releases destinations
+    /// only): `distributor promote` activates it later.
+    #[arg(long)]
+    pub stage: bool,
 }
 
 /// Show what publish would do, writing nothing anywhere (publish --dry-run).
@@ -87,6 +91,8 @@ pub struct Resolved {
     out: Option<PathBuf>,
     /// `publish --plan FILE [--plan-sha256 H]`.
     plan: Option<(PathBuf, Option<String>)>,
+    /// `publish --stage`.
+    stage: bool,
 }
 
 impl PublishArgs {
@@ -98,6 +104,7 @@ impl PublishArgs {
             command: "publish",
             out: None,
             plan: self.plan.map(|p| (p, self.plan_sha256)),
+            stage: self.stage,
         }
     }
 }
@@ -111,6 +118,7 @@ impl PlanArgs {
             command: "plan",
             out: self.out,
             plan: None,
+            stage: false,
         }
     }
 }
@@ -163,6 +171,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         lock_timeout,
         actor: cli_actor(a.actor.as_deref()),
         command: args.command.to_string(),
+        stage: args.stage,
     };
     let bar = wants_progress(
         a.json,

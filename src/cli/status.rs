@@ -91,11 +91,16 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
             );
         }
         for r in s.releases.iter().flatten() {
+            let when = match (&r.activated_at, &r.staged_at) {
+                (Some(a), _) => format!("activated {a}"),
+                // A staged release (SPEC §19): `distributor promote` activates it.
+                (None, Some(st)) => format!("staged {st}, not promoted"),
+                (None, None) => "activated never".to_string(),
+            };
             let _ = writeln!(
                 out,
-                "  release {}: activated {}; {} ({})",
+                "  release {}: {when}; {} ({})",
                 r.release,
-                r.activated_at.as_deref().unwrap_or("never"),
                 if r.keep { "kept" } else { "would be pruned" },
                 r.reason
             );

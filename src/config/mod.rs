@@ -14,7 +14,9 @@ mod s3;
 pub use guard::{Guard, MaxDelete};
 pub use hooks::{CREDENTIAL_VARS, Hook, Hooks};
 pub use mapping::{PathTemplate, TemplatePart};
-pub use releases::{ReleaseSettings, default_dir as default_releases_dir, parse_age};
+pub use releases::{
+    ReleaseSettings, STAGE_MAX_AGE_DEFAULT, default_dir as default_releases_dir, parse_age,
+};
 pub use s3::{CacheRule, S3Settings};
 
 use crate::error::{Error, Result};
@@ -510,7 +512,7 @@ impl Config {
                 Some(None) => {
                     return Err(err(
                         &format!("{key}.releases"),
-                        "is empty; accepted: a mapping with keys dir, keep, max_age (releases: {keep: 3} for the defaults but keep), or no releases key at all".into(),
+                        "is empty; accepted: a mapping with keys dir, keep, max_age, stage_max_age (releases: {keep: 3} for the defaults but keep), or no releases key at all".into(),
                     ));
                 }
                 Some(_) if d.backend == Backend::S3 => {

@@ -21,19 +21,33 @@ pub struct ReleaseSettings {
     /// `releases.max_age` as written (`30d`), when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_age: Option<String>,
+    /// `releases.stage_max_age` as written, when set (default [`STAGE_MAX_AGE_DEFAULT`]):
+    /// how long a staged, never-promoted release is kept (SPEC §19).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_max_age: Option<String>,
 }
+
+/// `releases.stage_max_age` when the config does not say.
+pub const STAGE_MAX_AGE_DEFAULT: &str = "7d";
 
 impl ReleaseSettings {
     /// `max_age` in seconds.
     pub fn max_age_seconds(&self) -> Option<u64> {
         self.max_age.as_deref().and_then(|t| parse_age(t).ok())
     }
+
+    /// `stage_max_age` in seconds (the default when not set).
+    pub fn stage_max_age_seconds(&self) -> u64 {
+        let default = || parse_age(STAGE_MAX_AGE_DEFAULT).unwrap_or(7 * 86_400);
+        (self.stage_max_age.as_deref())
+            .map_or_else(default, |t| parse_age(t).unwrap_or_else(|_| default()))
+    }
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with keys dir, keep, max_age"
+    expecting = "a mapping with keys dir, keep, max_age, stage_max_age"
 )]
 pub(super) struct RawReleases {
     #[serde(default)]
@@ -42,6 +56,8 @@ pub(super) struct RawReleases {
     keep: Option<i64>,
     #[serde(default)]
     max_age: Option<String>,
+    #[serde(default)]
+    stage_max_age: Option<String>,
 }
 
 /// Validates the block of destination `key` (`destinations[0]`) whose resolved `path` is
@@ -102,10 +118,14 @@ pub(super) fn settings(
     if let Some(text) = &raw.max_age {
         parse_age(text).map_err(|m| (format!("{key}.releases.max_age"), m))?;
     }
+    if let Some(text) = &raw.stage_max_age {
+        parse_age(text).map_err(|m| (format!("{key}.releases.stage_max_age"), m))?;
+    }
     Ok(ReleaseSettings {
         dir,
         keep,
         max_age: raw.max_age,
+        stage_max_age: raw.stage_max_age,
     })
 }
 

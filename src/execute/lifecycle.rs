@@ -150,6 +150,47 @@ impl Passed<'_> {
     }
 }
 
+impl Passed<'_> {
+    /// Finishes a stage (`publish --stage`, SPEC §19) past its commit point (its release
+    /// complete and durable, not activated): records the commit, writes the log entry
+    /// (command `stage`) and removes the staging entry, then ends the operation with the
+    /// terminal event `held_for_promote`. No retention: nothing was activated.
+    pub fn hold(self) -> Result<String> {
+        let Passed { tx, committed } = self;
+        let Transaction {
+            journal,
+            store,
+            staged,
+        } = tx;
+        let op = staged.operation_id.as_str();
+        let bundle = store.path().to_string_lossy();
+        let late = |e| late(&staged, store, e);
+        journal.commit(committed, op, &bundle, &[]).map_err(late)?;
+        failpoint::hit("after_journal_commit");
+        (journal.with_log_tail(store, || store.clean_up(&staged))).map_err(late)?;
+        failpoint::hit("before_held_for_promote");
+        journal
+            .event(op, event::HELD_FOR_PROMOTE, Some(&held_detail(&staged)))
+            .map_err(late)?;
+        Ok(staged.operation_id)
+    }
+}
+
+/// The detail of `held_for_promote`: the release staged and the one it was built against.
+pub fn held_detail(staged: &StagedOperation) -> String {
+    let before = staged
+        .releases
+        .as_ref()
+        .and_then(|r| r.active_before.as_deref());
+    format!(
+        "release {} staged against {}; `distributor promote --destination {} {}` activates it",
+        staged.operation_id,
+        before.map_or("no active release".to_string(), |b| format!("release {b}")),
+        staged.destination_id,
+        staged.operation_id
+    )
+}
+
 /// The error of an operation that passed its commit point and then failed: what is live
 /// now and what is left for `recover` (SPEC §17). A lost race stays one (SPEC §14:
 /// `concurrent_change`, rolled forward by `recover`).

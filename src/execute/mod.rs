@@ -11,7 +11,7 @@ mod lifecycle;
 mod stage;
 mod staging_record;
 
-pub use lifecycle::{Passed, Transaction, record_removal};
+pub use lifecycle::{Passed, Transaction, held_detail, record_removal};
 pub use stage::Progress;
 
 pub use staging_record::{
@@ -79,6 +79,7 @@ pub fn execute(
         &mut |d| store.dir_exists(d),
     )?;
     let tx = Transaction::begin(journal, store, staged)?;
+    let stages = (tx.staged().releases.as_ref()).is_some_and(|r| r.stages);
     let (passed, placements) = tx.act(|staged, journal| {
         run_steps(
             plan,
@@ -91,6 +92,10 @@ pub fn execute(
             ctx.progress,
         )
     })?;
+    if stages {
+        // A stage: built and verified, held for `distributor promote` (SPEC §19).
+        return passed.hold();
+    }
     passed.finish(&placements, None, |journal| {
         match (store.as_releases(), &state) {
             (Some(releases), Some(state)) => {

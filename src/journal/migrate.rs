@@ -46,6 +46,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0010_log_tail",
         include_str!("../../migrations/0010_log_tail.sql"),
     ),
+    (
+        "0011_staged",
+        include_str!("../../migrations/0011_staged.sql"),
+    ),
 ];
 
 /// Schema version this build writes.

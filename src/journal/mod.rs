@@ -62,6 +62,9 @@ pub mod event {
     pub const ACTIVATED: &str = "activated";
     /// A publication refused for its conflicts (SPEC §16): its only event.
     pub const REFUSED: &str = "refused";
+    /// `publish --stage` (SPEC §19): the release is built, verified and logged, not
+    /// activated; `distributor promote` activates it. Terminal: the status `staged`.
+    pub const HELD_FOR_PROMOTE: &str = "held_for_promote";
 }
 
 /// The operation row appended before anything runs.

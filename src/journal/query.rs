@@ -22,6 +22,7 @@ pub const STATUSES: &[&str] = &[
     "abandoned",
     "closed",
     "refused",
+    "staged",
 ];
 
 /// Filters of `history`; `None` means any.

@@ -378,6 +378,7 @@ impl PublishJob {
             lock_timeout: self.lock_timeout,
             actor: self.actor,
             command: "publish".to_string(),
+            stage: false,
         };
         let mut outcome = publish(&self.pipeline.config, &source, &opts)
             .map_err(|e| from_library(&e, hide_spool(&e.to_string(), &spool)))?;

@@ -130,6 +130,13 @@ pub struct Entry {
     /// A rollback: the operation whose activation it undid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undoes: Option<String>,
+    /// A stage (`publish --stage`, SPEC §19): the release built and held for promote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_staged: Option<String>,
+    /// A stage: the release active when it was built (none: no release was active); a
+    /// promote activates the staged release only while this one is still active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged_against: Option<String>,
     /// A rollback's holds: the digests publishing which is the conflict `rolled_back`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held: Vec<Hold>,
@@ -181,6 +188,8 @@ impl Entry {
             release_activated: None,
             release_deactivated: None,
             undoes: None,
+            release_staged: None,
+            staged_against: None,
             held: Vec::new(),
             removed_releases: Vec::new(),
             removed_count: None,

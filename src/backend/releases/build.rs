@@ -197,7 +197,37 @@ impl ReleaseStore {
             .sync_filesystem()
             .ctx("sync filesystem of", &self.settings.dir)?;
         self.check_still_in_place(root)?;
+        if Self::stages(op) {
+            // A stage (SPEC §19): the release is complete and durable, its state file its
+            // commit point; `path` is left as it is for `distributor promote`.
+            return Ok(Committed::passed());
+        }
         self.swap(op, &op.operation_id)
+    }
+
+    /// Whether operation `op` stages its release without activating it.
+    fn stages(op: &StagedOperation) -> bool {
+        op.releases.as_ref().is_some_and(|r| r.stages)
+    }
+
+    /// Where a stage stands (SPEC §19): past its commit point when its release holds its
+    /// post-state (written last, after every file, then made durable), else before it.
+    pub(super) fn stage_verdict(&self, op: &StagedOperation) -> Result<crate::backend::Verdict> {
+        use crate::backend::Verdict;
+        let root = self.root()?;
+        let id = &op.operation_id;
+        let release_path = self.settings.dir.join(id);
+        let release = match root.dir().open_dir(id) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Verdict::Back),
+            Err(e) => return Err(Error::io("open", release_path, e)),
+        };
+        let state = crate::backend::local::Bundle::reading(&release_path, release)?.read_state()?;
+        let sha = state.bytes().map(crate::hash::sha256_hex);
+        Ok(match sha {
+            Some(s) if s == op.post_state_sha256 => Verdict::Forward,
+            _ => Verdict::Back,
+        })
     }
 
     /// Whether operation `op` adopts the plain directory at `path`.
@@ -336,6 +366,7 @@ impl ReleaseStore {
         let logged = (self.log_view()?.log.entries.iter()).any(|e| {
             e.release_activated.as_deref() == Some(id)
                 || e.release_deactivated.as_deref() == Some(id)
+                || e.release_staged.as_deref() == Some(id)
         });
         if rollback.is_none() && !logged {
             root.dir()
@@ -371,6 +402,13 @@ impl ReleaseStore {
         }
         if view.log.names_operation(&op.operation_id) {
             crate::backend::local::log::tidy(root.dir(), &op.operation_id)?;
+        } else if Self::stages(op) {
+            // A stage's entry (command `stage`): the release it holds for promote, and the
+            // release active when it was built, which a promote requires still to be.
+            let mut entry = Entry::of_operation(op);
+            entry.release_staged = Some(op.operation_id.clone());
+            entry.staged_against = op.releases.as_ref().and_then(|r| r.active_before.clone());
+            crate::backend::local::log::append(root.dir(), entry)?;
         } else {
             let owner = format!("{}/{}", op.origin.pipeline_id, op.destination_id);
             let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());

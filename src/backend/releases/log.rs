@@ -39,15 +39,22 @@ pub struct RecordedSettings {
     /// `releases.max_age` as written.
     #[serde(default)]
     pub max_age: Option<String>,
+    /// `releases.stage_max_age` as written, absent when it is the default (so a record
+    /// written before the setting existed matches a config that does not set it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_max_age: Option<String>,
 }
 
 impl RecordedSettings {
     /// What a config's settings for `path` record.
     pub fn of(path: &std::path::Path, s: &ReleaseSettings) -> RecordedSettings {
+        let default = crate::config::parse_age(crate::config::STAGE_MAX_AGE_DEFAULT).ok();
         RecordedSettings {
             path: path.to_path_buf(),
             keep: s.keep,
             max_age: s.max_age.clone(),
+            stage_max_age: (s.stage_max_age.clone())
+                .filter(|t| crate::config::parse_age(t).ok() != default),
         }
     }
 
@@ -55,10 +62,13 @@ impl RecordedSettings {
     pub fn mismatch(&self, config: &RecordedSettings, dir: &std::path::Path) -> Option<String> {
         let show = |s: &RecordedSettings| {
             format!(
-                "path {}, keep {}, max_age {}",
+                "path {}, keep {}, max_age {}, stage_max_age {}",
                 s.path.display(),
                 s.keep,
-                s.max_age.as_deref().unwrap_or("(none)")
+                s.max_age.as_deref().unwrap_or("(none)"),
+                s.stage_max_age
+                    .as_deref()
+                    .unwrap_or(crate::config::STAGE_MAX_AGE_DEFAULT)
             )
         };
         (self != config).then(|| {
@@ -231,6 +241,47 @@ pub struct Verdict {
     pub reason: String,
     /// When it was last activated, if ever.
     pub activated_at: Option<String>,
+    /// A release `publish --stage` built (SPEC §19): when it was staged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub staged_at: Option<String>,
+}
+
+/// Decides the staged releases never activated (SPEC §19), which [`decide`] keeps as
+/// never activated: each one `staged` names (release, staged at, RFC 3339) is removed when
+/// it was staged longer than `stage_max_age` seconds ago, else kept; one an unfinished
+/// operation uses is kept whatever its age. A staged release counts as no activation.
+pub fn judge_staged(
+    verdicts: &mut [Verdict],
+    staged: &BTreeMap<String, String>,
+    in_use: &BTreeSet<String>,
+    stage_max_age: u64,
+    now: i64,
+) {
+    for v in verdicts.iter_mut() {
+        let Some(at) = staged.get(&v.release) else {
+            continue;
+        };
+        v.staged_at = Some(at.clone());
+        if v.activated_at.is_some() || in_use.contains(&v.release) {
+            continue;
+        }
+        let age = chrono::DateTime::parse_from_rfc3339(at)
+            .map(|d| now - d.timestamp())
+            .unwrap_or(0);
+        (v.keep, v.reason) = if age > stage_max_age as i64 {
+            (
+                false,
+                format!(
+                    "staged {age}s ago and never promoted, longer than stage_max_age ({stage_max_age}s)"
+                ),
+            )
+        } else {
+            (
+                true,
+                format!("staged, not promoted yet (for {age}s; stage_max_age {stage_max_age}s)"),
+            )
+        };
+    }
 }
 
 /// Decides, for every release directory present, whether retention keeps it (SPEC §15):
@@ -321,6 +372,7 @@ pub fn decide(
                 keep: keep_it,
                 reason,
                 activated_at: at,
+                staged_at: None,
             }
         })
         .collect()

@@ -65,6 +65,10 @@ pub struct ReleasesRecord {
     /// the only directory it exchanges, and later empties (SPEC §17).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopts_dir: Option<[u64; 2]>,
+    /// `publish --stage` (SPEC §19): the release is built and verified but not activated;
+    /// its commit point is its state file, made durable (`path` is never swapped).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stages: bool,
 }
 
 impl ReleasesRecord {
@@ -169,6 +173,10 @@ pub struct ReleaseStore {
     rollback_to: Mutex<Option<(Option<String>, String)>>,
     /// The operation adopts the plain directory at `path`.
     adopting: std::sync::atomic::AtomicBool,
+    /// The operation stages its release without activating it (`publish --stage`).
+    staging_only: std::sync::atomic::AtomicBool,
+    /// A promote: the staged release it activates.
+    promoting: Mutex<Option<String>>,
     /// Why `path` is not the symlink the last logged activation made (SPEC §17), as read
     /// when opened: `path_changed`.
     path_changed: Option<String>,
@@ -292,6 +300,8 @@ impl ReleaseStore {
             building: Mutex::new(None),
             rollback_to: Mutex::new(None),
             adopting: Default::default(),
+            staging_only: Default::default(),
+            promoting: Mutex::new(None),
             path_changed,
         };
         if lock.is_some() {
@@ -542,6 +552,7 @@ impl ReleaseStore {
                     release: r,
                     keep: true,
                     reason: format!("kept: retention removes nothing while {why}"),
+                    staged_at: None,
                 })
                 .collect());
         }
@@ -555,6 +566,13 @@ impl ReleaseStore {
             chrono::Utc::now().timestamp(),
         );
         let mut verdicts = verdicts;
+        log::judge_staged(
+            &mut verdicts,
+            &staged_releases(&view),
+            &in_use,
+            self.settings.stage_max_age_seconds(),
+            chrono::Utc::now().timestamp(),
+        );
         if !dry_run {
             let mut stopped: Option<String> = None;
             for v in verdicts.iter_mut().filter(|v| !v.keep) {
@@ -684,6 +702,19 @@ impl ReleaseStore {
     pub fn set_adopt(&self) {
         self.adopting
             .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Makes the operation about to run a stage (`publish --stage`, SPEC §19): its release
+    /// is built and verified, not activated.
+    pub fn set_stage(&self) {
+        self.staging_only
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Makes the operation about to run the promote of the staged release `release`
+    /// (SPEC §19): an activation of it, like a rollback's of an earlier release.
+    pub fn set_promote(&self, release: &str) {
+        *self.promoting.lock().unwrap_or_else(|p| p.into_inner()) = Some(release.to_string());
     }
 
     /// Makes the operation about to run a rollback that undoes the activation of release
@@ -850,6 +881,14 @@ fn read_legacy_log(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io("open", path, e)),
     }
+}
+
+/// The releases `publish --stage` built, as the log's `stage` entries name them, with
+/// when each was staged (SPEC §19).
+pub fn staged_releases(view: &LogView) -> std::collections::BTreeMap<String, String> {
+    (view.log.entries.iter())
+        .filter_map(|e| Some((e.release_staged.clone()?, e.committed_at.clone())))
+        .collect()
 }
 
 /// The destination log of `releases.dir` with the activations it records; while the old
@@ -1043,10 +1082,16 @@ impl BundleStore for ReleaseStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let promoting = self
+            .promoting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         Some(ReleasesRecord {
             settings: self.settings.clone(),
             active_before: self.active_release().map(str::to_string),
-            activates: rollback.as_ref().and_then(|r| r.0.clone()),
+            activates: rollback.as_ref().and_then(|r| r.0.clone()).or(promoting),
+            stages: self.staging_only.load(std::sync::atomic::Ordering::Relaxed),
             undoes: rollback.map(|r| r.1),
             adopts: self.adopting.load(std::sync::atomic::Ordering::Relaxed),
             adopts_dir: self
@@ -1063,6 +1108,9 @@ impl BundleStore for ReleaseStore {
     }
 
     fn verdict(&self, op: &StagedOperation) -> Result<Verdict> {
+        if op.releases.as_ref().is_some_and(|r| r.stages) {
+            return self.stage_verdict(op);
+        }
         let before = op.releases.as_ref().and_then(|r| r.active_before.clone());
         let target =
             (op.releases.as_ref()).map_or(op.operation_id.as_str(), |r| r.target(&op.operation_id));
