@@ -41,6 +41,7 @@ pub mod model;
 pub mod ordered;
 pub mod parallel;
 pub mod plan;
+pub mod promote;
 pub mod prune;
 pub mod publish;
 pub mod recover;

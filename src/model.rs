@@ -206,6 +206,8 @@ string_enum!(
         Conflict = "conflict",
         /// An earlier release activated again (`distributor rollback`, SPEC §15).
         Rollback = "rollback",
+        /// A staged release activated (`distributor promote`, SPEC §19).
+        Promote = "promote",
     }
 );
 
@@ -272,6 +274,9 @@ string_enum!(
         /// `publish --plan`: the plan made again under the lock is not the saved one
         /// (SPEC §19).
         StalePlan = "stale_plan",
+        /// `distributor promote`: the active release is no longer the one the staged
+        /// release was built against (SPEC §19); stage again.
+        StaleStage = "stale_stage",
     }
 );
 
@@ -290,6 +295,7 @@ impl ConflictKind {
                 | ConflictKind::PathChanged
                 | ConflictKind::MassDelete
                 | ConflictKind::StalePlan
+                | ConflictKind::StaleStage
         )
     }
 }

@@ -238,6 +238,8 @@ pub struct Summary {
     pub skip_destination_newer: u64,
     pub conflict: u64,
     pub rollback: u64,
+    /// Destinations where `distributor promote` activated a staged release.
+    pub promote: u64,
     pub failed: u64,
     /// Destinations whose release `publish --stage` built and holds for promote.
     pub staged: u64,
@@ -271,6 +273,7 @@ impl Summary {
                 Decision::SkipDestinationNewer => &mut s.skip_destination_newer,
                 Decision::Conflict => &mut s.conflict,
                 Decision::Rollback => &mut s.rollback,
+                Decision::Promote => &mut s.promote,
             } += 1;
             if d.status == Status::Staged {
                 s.staged += 1;
@@ -333,8 +336,12 @@ impl Report {
     pub fn to_text(&self, opts: &TextOptions) -> String {
         let mut out = String::new();
         let paint = |code: &str, text: &str| paint(opts.colour, code, text);
-        let rollback = self.command == "rollback";
+        // A promote, like a rollback, writes no file: it changes which files readers see.
+        let promote = self.command == "promote";
+        let rollback = self.command == "rollback" || promote;
         let verb = match (rollback, self.dry_run) {
+            (true, true) if promote => "promote (dry run)",
+            (true, false) if promote => "promote",
             (true, true) => "rollback (dry run)",
             (true, false) => "rollback",
             (false, true) => "plan",

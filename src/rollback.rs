@@ -526,7 +526,7 @@ fn plan(
 
 /// How an activation without a publication is journaled.
 pub(crate) struct Activation<'a> {
-    /// `rollback` or `adopt`.
+    /// `rollback`, `adopt` or `promote`.
     pub command: &'a str,
     /// The journal's decision.
     pub decision: &'a str,
@@ -556,7 +556,13 @@ pub(crate) fn run_activation(
     let post = state.render();
     let pre = store.read_state()?;
     let pre = pre.bytes();
-    let to_source = state.owners.first().map(|o| o.source.clone());
+    // The source of the owner that runs it (a shared root's promote: not the first owner).
+    let to_source = (state.owners.iter())
+        .find(|o| {
+            o.owner.pipeline_id == how.pipeline_id && o.owner.destination_id == plan.destination_id
+        })
+        .or(state.owners.first())
+        .map(|o| o.source.clone());
     let origin = Origin {
         started_at: now(),
         command: how.command.into(),

@@ -147,7 +147,6 @@ const STAGE_CRASHES: &[(&str, bool)] = &[
     ("after_placement", false),
     // The state file is whole (it was written last): the release is complete.
     ("io_state_fsync", true),
-    ("after_state_write", true),
     ("after_journal_commit", true),
     ("during_cleanup", true),
     ("io_remove_staging", true),
@@ -296,4 +295,291 @@ fn stage_max_age_default_matches_settings_recorded_before_it() {
     let r = env.publish(&cfg, &site(&env, 3), &[]);
     r.expect_code(2);
     assert!(r.stderr.contains("releases.stage_max_age"), "{}", r.stderr);
+}
+
+fn promote(env: &Env, cfg: &Path, dest_op: &[(&str, &str)], extra: &[&str]) -> Run {
+    let mut args = vec!["promote", "--json", "--config", cfg.to_str().unwrap()];
+    for (d, op) in dest_op {
+        args.extend_from_slice(&["--destination", d, op]);
+    }
+    args.extend_from_slice(extra);
+    env.run(&args)
+}
+
+/// Stage, then promote by a unique start of the operation id: the staged release becomes
+/// active in one step, logged and reported as a publication of its source (decision
+/// `promote`); a rollback undoes it; promoting it again is an error.
+#[test]
+fn stage_then_promote_activates_the_staged_release_and_rollback_undoes_it() {
+    let env = Env::new();
+    let cfg = config(&env, "      keep: 3\n");
+    let r = env.publish(&cfg, &site(&env, 1), &[]);
+    r.expect_code(0);
+    let first = op_of(&r);
+    let r = stage(&env, &cfg, &site(&env, 2));
+    r.expect_code(0);
+    let staged = op_of(&r);
+    // A dry run changes nothing.
+    let r = promote(&env, &cfg, &[("latest", &staged[..8])], &["--dry-run"]);
+    r.expect_code(0);
+    assert_eq!(r.dest(0)["status"], "planned", "{}", r.stdout);
+    assert_eq!(active(&env), first);
+    let r = promote(&env, &cfg, &[("latest", &staged[..8])], &[]);
+    r.expect_code(0);
+    let d = r.dest(0);
+    assert_eq!(d["decision"], "promote", "{}", r.stdout);
+    assert_eq!(d["status"], "applied");
+    assert_eq!(r.json()["summary"]["promote"], 1);
+    assert_eq!(r.json()["source"]["id"], "site");
+    assert_eq!(r.json()["source"]["created_at"], "2026-12-02T02:00:00Z");
+    let promoted = op_of(&r);
+    assert_ne!(promoted, staged);
+    assert_eq!(active(&env), staged);
+    assert_eq!(env.read(&format!("{PATH}/index.html")), "version 2");
+    let last = log_entries(&env).last().unwrap().clone();
+    assert_eq!(last["command"], "promote");
+    assert_eq!(last["operation_id"], promoted.as_str());
+    assert_eq!(last["release_activated"], staged.as_str());
+    assert_eq!(last["release_deactivated"], first.as_str());
+    assert_eq!(last["source"]["created_at"], "2026-12-02T02:00:00Z");
+    assert_eq!(status_of(&env, &promoted), "applied");
+    env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+    // Promoted already: a clear error, nothing changes.
+    let r = promote(&env, &cfg, &[("latest", &staged)], &[]);
+    r.expect_code(1);
+    assert!(
+        r.dest(0)["message"]
+            .as_str()
+            .unwrap()
+            .contains("promoted already"),
+        "{}",
+        r.stdout
+    );
+    // A rollback undoes the promote.
+    let r = env.run(&["rollback", "--json", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(0);
+    assert_eq!(active(&env), first);
+    let last = log_entries(&env).last().unwrap().clone();
+    assert_eq!(last["undoes"], promoted.as_str(), "{last}");
+    // The promoted source is held now; a new build publishes normally.
+    let r = env.publish(&cfg, &site(&env, 2), &[]);
+    r.expect_code(3);
+    assert!(r.conflict_kinds().contains(&"rolled_back".to_string()));
+    env.publish(&cfg, &site(&env, 3), &[]).expect_code(0);
+}
+
+/// A promote lifts the owner's `rolled_back` hold, as a publication does.
+#[test]
+fn promote_lifts_a_rolled_back_hold() {
+    let env = Env::new();
+    let cfg = config(&env, "      keep: 3\n");
+    env.publish(&cfg, &site(&env, 1), &[]).expect_code(0);
+    env.publish(&cfg, &site(&env, 2), &[]).expect_code(0);
+    env.run(&["rollback", "--json", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+    let r = stage(&env, &cfg, &site(&env, 3));
+    r.expect_code(0);
+    promote(&env, &cfg, &[("latest", &op_of(&r))], &[]).expect_code(0);
+    // Site 2 was held; the promote by its owner lifted the hold.
+    let r = env.publish(&cfg, &site(&env, 2), &["--force"]);
+    let r2 = env.plan(&cfg, &site(&env, 2), &[]);
+    assert!(
+        !r2.conflict_kinds().contains(&"rolled_back".to_string()),
+        "{}",
+        r2.stdout
+    );
+    drop(r);
+}
+
+/// Another publication in between makes the staged release stale: `stale_stage`, not
+/// forceable, nothing changes.
+#[test]
+fn promote_after_another_publication_is_stale_stage() {
+    let env = Env::new();
+    let cfg = config(&env, "      keep: 3\n");
+    env.publish(&cfg, &site(&env, 1), &[]).expect_code(0);
+    let r = stage(&env, &cfg, &site(&env, 2));
+    r.expect_code(0);
+    let staged = op_of(&r);
+    let r = env.publish(&cfg, &site(&env, 3), &[]);
+    r.expect_code(0);
+    let third = op_of(&r);
+    let r = promote(&env, &cfg, &[("latest", &staged)], &[]);
+    r.expect_code(3);
+    assert_eq!(r.conflict_kinds(), ["stale_stage"], "{}", r.stdout);
+    assert_eq!(r.dest(0)["conflicts"][0]["forceable"], false);
+    assert_eq!(r.dest(0)["status"], "conflict");
+    assert_eq!(active(&env), third);
+    assert!(env.exists(&format!("{DIR}/{staged}")));
+}
+
+/// Unknown, not staged, ambiguous and pruned operations are clear errors; nothing moves.
+#[test]
+fn promote_of_unknown_not_staged_or_pruned_operations_is_refused() {
+    let env = Env::new();
+    let cfg = config(&env, "      keep: 3\n      stage_max_age: 1s\n");
+    let r = env.publish(&cfg, &site(&env, 1), &[]);
+    r.expect_code(0);
+    let first = op_of(&r);
+    let r = promote(&env, &cfg, &[("latest", "0000dead")], &[]);
+    r.expect_code(1);
+    let m = r.dest(0)["message"].as_str().unwrap().to_string();
+    assert!(m.contains("no staged release 0000dead"), "{m}");
+    let r = promote(&env, &cfg, &[("latest", &first)], &[]);
+    r.expect_code(1);
+    let m = r.dest(0)["message"].as_str().unwrap().to_string();
+    assert!(m.contains("is not a staged release"), "{m}");
+    let r = promote(&env, &cfg, &[("latest", "not-an-id!")], &[]);
+    r.expect_code(2);
+    let r = env.run(&["promote", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(2);
+    // Pruned: staged longer ago than stage_max_age, removed by retention.
+    let r = stage(&env, &cfg, &site(&env, 2));
+    r.expect_code(0);
+    let staged = op_of(&r);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let r = env.run(&["prune", "--json", "--config", cfg.to_str().unwrap()]);
+        if !env.exists(&format!("{DIR}/{staged}")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", r.stdout);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let r = promote(&env, &cfg, &[("latest", &staged)], &[]);
+    r.expect_code(1);
+    let m = r.dest(0)["message"].as_str().unwrap().to_string();
+    assert!(m.contains("is gone") && m.contains("pruned"), "{m}");
+    assert_eq!(active(&env), first);
+}
+
+/// A promote's deletion guard is judged when it runs; `--allow-delete N` lifts it.
+#[test]
+fn promote_is_guarded_like_a_publication() {
+    let env = Env::new();
+    let extra = "    guard:\n      max_delete: 0\n    releases:\n      keep: 3\n";
+    let cfg = env.simple_config("c.yaml", "weather", "latest", PATH, extra);
+    env.publish(&cfg, &site(&env, 1), &[]).expect_code(0);
+    // Site 2 drops only-in-1.html: one deletion.
+    let r = stage(&env, &cfg, &site(&env, 2));
+    r.expect_code(3);
+    let r = env.publish(&cfg, &site(&env, 2), &["--stage", "--allow-delete", "1"]);
+    r.expect_code(0);
+    let staged = op_of(&r);
+    let r = promote(&env, &cfg, &[("latest", &staged)], &[]);
+    r.expect_code(3);
+    assert_eq!(r.conflict_kinds(), ["mass_delete"], "{}", r.stdout);
+    promote(&env, &cfg, &[("latest", &staged)], &["--allow-delete", "1"]).expect_code(0);
+    assert_eq!(active(&env), staged);
+}
+
+/// `after_commit` hooks run after a promote (never after a stage: nothing changed for
+/// readers), with the decision `promote`.
+#[test]
+fn hooks_run_after_a_promote() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let out = env.path("hook.out");
+    let hook = env.write(
+        "hook.sh",
+        &format!(
+            "#!/bin/sh\necho \"$DISTRIBUTOR_DECISION $DISTRIBUTOR_OPERATION_ID\" >> {}\n",
+            out.display()
+        ),
+    );
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let extra = format!(
+        "    releases:\n      keep: 3\n    hooks:\n      after_commit: [{{run: [\"{}\"]}}]\n",
+        hook.display()
+    );
+    let cfg = env.simple_config("c.yaml", "weather", "latest", PATH, &extra);
+    env.publish(&cfg, &site(&env, 1), &[]).expect_code(0);
+    let r = stage(&env, &cfg, &site(&env, 2));
+    r.expect_code(0);
+    let staged = op_of(&r);
+    assert_eq!(
+        env.read("hook.out").lines().count(),
+        1,
+        "no hook for a stage"
+    );
+    let r = promote(&env, &cfg, &[("latest", &staged)], &[]);
+    r.expect_code(0);
+    let promoted = op_of(&r);
+    assert_eq!(r.dest(0)["hooks"][0]["ok"], true, "{}", r.stdout);
+    let text = env.read("hook.out");
+    assert_eq!(
+        text.lines().last().unwrap(),
+        format!("promote {promoted}"),
+        "{text}"
+    );
+}
+
+/// A kill at every step of a promote: `path` names the staged release or the one before,
+/// recover finishes or undoes it, the staged release is never removed, and a promote
+/// undone can run again.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn a_crash_at_every_step_of_a_promote_is_recovered() {
+    for (spec, forward) in [
+        ("after_journal_append", false),
+        ("before_staging_record", false),
+        ("after_staging_record", false),
+        ("io_state_rename", false),
+        ("after_journal_commit", true),
+        ("during_cleanup", true),
+        ("io_log_write", true),
+        ("io_remove_staging", true),
+        ("during_prune", true),
+    ] {
+        let env = Env::new();
+        let cfg = config(&env, "      keep: 0\n");
+        let mut first = String::new();
+        for i in 1..=3 {
+            let r = env.publish(&cfg, &site(&env, i), &[]);
+            r.expect_code(0);
+            first = op_of(&r);
+        }
+        let r = stage(&env, &cfg, &site(&env, 4));
+        r.expect_code(0);
+        let staged = op_of(&r);
+        let r = env.run_env(
+            &[
+                "promote",
+                "--json",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--destination",
+                "latest",
+                &staged,
+            ],
+            &[("DISTRIBUTOR_FAILPOINT", spec)],
+        );
+        assert_aborted(&r, spec);
+        let rec = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
+        rec.expect_code(0);
+        let want = if forward { &staged } else { &first };
+        assert_eq!(&active(&env), want, "{spec}: {}", rec.stdout);
+        assert!(!env.staging_left(DIR), "{spec}");
+        assert!(env.exists(&format!("{DIR}/{staged}")), "{spec}");
+        env.run(&["verify", "--json", "--config", cfg.to_str().unwrap()])
+            .expect_code(0);
+        if !forward {
+            let r = promote(&env, &cfg, &[("latest", &staged)], &[]);
+            r.expect_code(0);
+            assert_eq!(active(&env), staged, "{spec}: {}", r.stdout);
+        } else {
+            let log = log_entries(&env);
+            assert!(
+                log.iter().any(|e| e["command"] == "promote"
+                    && e["release_activated"] == staged.as_str()),
+                "{spec}: {log:?}"
+            );
+        }
+        // The destination works again.
+        env.publish(&cfg, &site(&env, 5), &[]).expect_code(0);
+    }
 }

@@ -781,6 +781,7 @@ pub(crate) fn check_report_shape(r: &Value, ctx: &str, check: &mut Check) {
         "force_replace",
         "skip_destination_newer",
         "rollback",
+        "promote",
         "conflict",
         "failed",
         "staged",
@@ -800,7 +801,7 @@ pub(crate) fn check_report_shape(r: &Value, ctx: &str, check: &mut Check) {
         n("destinations"),
         dests.len() as u64,
     );
-    let decisions: u64 = summary_keys[1..11].iter().map(|k| n(k)).sum();
+    let decisions: u64 = summary_keys[1..12].iter().map(|k| n(k)).sum();
     check.eq(
         ctx,
         "decision counters add up to destinations",
@@ -834,7 +835,7 @@ pub(crate) fn check_report_shape(r: &Value, ctx: &str, check: &mut Check) {
         check.truth(
             ctx,
             &format!("decision {decision} has a summary counter"),
-            summary_keys[1..11].contains(&decision),
+            summary_keys[1..12].contains(&decision),
         );
         if !d["previous"].is_null() {
             check.eq(

@@ -8,6 +8,7 @@ mod history;
 mod log;
 mod manifest;
 mod progress;
+mod promote;
 mod prune;
 mod publish;
 mod recover;
@@ -45,6 +46,7 @@ enum Command {
     History(history::HistoryArgs),
     Serve(serve::ServeArgs),
     Rollback(rollback::RollbackArgs),
+    Promote(promote::PromoteArgs),
     Prune(prune::PruneArgs),
     Log(log::LogArgs),
     Releases(releases::ReleasesArgs),
@@ -153,6 +155,7 @@ impl Cli {
             Command::History(a) => history::run(a),
             Command::Serve(a) => serve::run(a),
             Command::Rollback(a) => rollback::run(a),
+            Command::Promote(a) => promote::run(a),
             Command::Prune(a) => prune::run(a),
             Command::Log(a) => log::run(a),
             Command::Releases(a) => releases::run(a),
@@ -212,6 +215,7 @@ impl Cli {
             Command::Recover(a) => a.json,
             Command::History(a) => a.json(),
             Command::Rollback(a) => a.json,
+            Command::Promote(a) => a.json,
             Command::Prune(a) => a.json,
             Command::Releases(a) => a.json(),
             _ => false,

@@ -101,12 +101,16 @@ pub struct Activation {
     /// A rollback: the operation whose activation it undid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undoes: Option<String>,
+    /// A promote (SPEC §19): the activation of a staged release, a publication of its
+    /// source by its owner (its operation is not the release's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub promote: bool,
 }
 
 impl Activation {
-    /// Whether a rollback made it, not a publication.
+    /// Whether a rollback made it, not a publication (a promote is a publication).
     pub fn is_rollback(&self) -> bool {
-        self.undoes.is_some() || self.operation_id != self.release
+        !self.promote && (self.undoes.is_some() || self.operation_id != self.release)
     }
 }
 
@@ -168,6 +172,7 @@ impl Activation {
             owner: e.owner(),
             held: e.held.clone(),
             undoes: e.undoes.clone(),
+            promote: e.command == "promote",
         })
     }
 
@@ -392,6 +397,7 @@ mod tests {
                 owner: None,
                 held: Vec::new(),
                 undoes: None,
+                promote: false,
             })
             .collect()
     }
@@ -458,6 +464,7 @@ mod tests {
                 digest: format!("digest-{undoes}"),
             }],
             undoes: Some(undoes.into()),
+            promote: false,
         }
     }
 

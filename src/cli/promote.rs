@@ -1,0 +1,79 @@
+//! `distributor promote`.
+
+use super::{CommandOutput, cli_actor};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::promote::{PromoteOptions, promote};
+use crate::publish::resolve_journal;
+use clap::Args;
+use std::path::PathBuf;
+
+/// Activate releases `publish --stage` built, each in one atomic step.
+///
+/// Only while the active release is the one the staged release was built against
+/// (otherwise the conflict stale_stage: stage again). Guarded like a publication.
+#[derive(Debug, Args)]
+pub struct PromoteArgs {
+    /// Pipeline config file (YAML).
+    #[arg(long, value_name = "F")]
+    pub config: PathBuf,
+    /// A destination and the staged operation to promote there (its id, or its unique
+    /// start); repeatable.
+    #[arg(long = "destination", num_args = 2, value_names = ["ID", "OP_ID"], required = true)]
+    pub destinations: Vec<String>,
+    /// Allow up to N deletions where guard.max_delete would refuse them (mass_delete).
+    #[arg(long, value_name = "N")]
+    pub allow_delete: Option<u64>,
+    /// Plan only: write nothing anywhere.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub text: super::TextArgs,
+    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
+    #[arg(long, value_name = "P")]
+    pub journal: Option<PathBuf>,
+    /// Seconds to wait for a destination lock.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub lock_timeout: f64,
+    /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
+    #[arg(long, value_name = "NAME")]
+    pub actor: Option<String>,
+}
+
+/// Runs promote.
+pub fn run(a: PromoteArgs) -> Result<CommandOutput> {
+    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
+    let config = Config::load(&a.config)?;
+    let targets: Vec<(String, String)> = a
+        .destinations
+        .chunks(2)
+        .map(|p| match p {
+            [id, op] => Ok((id.clone(), op.clone())),
+            _ => Err(Error::Usage("--destination takes ID OP_ID".into())),
+        })
+        .collect::<Result<_>>()?;
+    let opts = PromoteOptions {
+        targets,
+        dry_run: a.dry_run,
+        allow_delete: a.allow_delete,
+        journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
+        lock_timeout,
+        actor: cli_actor(a.actor.as_deref()),
+    };
+    let mut outcome = promote(&config, &opts)?;
+    // After every destination's lock was released (SPEC §19); never for a dry run.
+    crate::hooks::run_for(&config, &mut outcome.report, &opts.journal);
+    let (stdout, report) = if a.json {
+        (String::new(), Some(outcome.report))
+    } else {
+        (outcome.report.to_text(&a.text.options()), None)
+    };
+    Ok(CommandOutput {
+        report,
+        stdout,
+        code: outcome.exit_code,
+    })
+}

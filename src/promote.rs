@@ -1,0 +1,487 @@
+//! `distributor promote` (SPEC §19): activates a release `publish --stage` built, in one
+//! atomic step, through the one lifecycle (an activation that publishes nothing, as a
+//! rollback's is: [`crate::rollback::run_activation`]). It is journaled and logged as a
+//! publication of the staged source (decision `promote`): it lifts that owner's
+//! `rolled_back` holds, and a later rollback undoes it.
+//!
+//! It promotes only while the active release is the one the staged release was built
+//! against (the stage's log entry, `staged_against`); otherwise the conflict
+//! `stale_stage` (not forceable: stage again). It is guarded like a publication: the
+//! deletions it makes visible are judged against `guard` when it runs, and
+//! `--allow-delete N` lifts `mass_delete`. The staged release is read whole and checked
+//! against its state before `path` moves.
+//!
+//! Must never: activate a release no `stage` entry names, one promoted already, or one
+//! built against another release than the active one.
+
+use crate::backend::BundleStore;
+use crate::backend::local::log::Entry;
+use crate::backend::releases::ReleaseStore;
+use crate::config::{Config, Destination};
+use crate::error::{Error, Result};
+use crate::journal::Journal;
+use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef};
+use crate::plan::{Conflict, DestinationPlan, FileAction, LinkAction, Previous};
+use crate::publish::{Outcome, check_recovery};
+use crate::report::{DestinationReport, Report, Status, Summary};
+use crate::rollback::{Activation, run_activation};
+use crate::state::{State, StateFile};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What to promote and how.
+#[derive(Debug, Clone)]
+pub struct PromoteOptions {
+    /// `(destination id, staged operation id or its unique start)`, in order.
+    pub targets: Vec<(String, String)>,
+    /// Plan only; write nothing anywhere.
+    pub dry_run: bool,
+    /// `--allow-delete N`: the deletion guard (`mass_delete`) lifted up to N deletions.
+    pub allow_delete: Option<u64>,
+    /// Journal file (already resolved).
+    pub journal: PathBuf,
+    /// How long to wait for a destination lock.
+    pub lock_timeout: Duration,
+    /// Who promotes.
+    pub actor: String,
+}
+
+/// Promotes each named staged release.
+pub fn promote(config: &Config, opts: &PromoteOptions) -> Result<Outcome> {
+    let mut selected = Vec::new();
+    for (id, op) in &opts.targets {
+        let dest = config.select(std::slice::from_ref(id))?.remove(0);
+        if dest.releases.is_none() {
+            return Err(Error::Usage(format!(
+                "destination '{id}' has no releases block: only a releases destination stages and promotes releases (SPEC §19)"
+            )));
+        }
+        if op.is_empty() || !op.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Err(Error::Usage(format!(
+                "promote {id} '{op}': accepted is the staged operation's id, or its unique start (as `publish --stage` and `distributor status` show it)"
+            )));
+        }
+        selected.push((dest, op.as_str()));
+    }
+    let (mut journal, view) = if opts.dry_run {
+        (None, crate::journal::JournalView::open(&opts.journal)?)
+    } else {
+        (Some(Journal::open(&opts.journal)?), None)
+    };
+    let mut reports = Vec::new();
+    let mut codes = Vec::new();
+    let mut source = None;
+    for (dest, op) in selected {
+        match promote_one(config, dest, op, opts, journal.as_mut(), view.as_ref()) {
+            Ok((report, s)) => {
+                source.get_or_insert(s);
+                codes.push(if report.status == Status::Conflict {
+                    3
+                } else {
+                    0
+                });
+                reports.push(report);
+            }
+            Err(e) => {
+                codes.push(e.exit_code());
+                let r = DestinationReport::of_error(&e).unwrap_or_else(|| failed(dest, &e));
+                reports.push(r);
+            }
+        }
+    }
+    let summary = Summary::of(&reports);
+    Ok(Outcome {
+        report: Report {
+            report_version: 1,
+            command: "promote".into(),
+            dry_run: opts.dry_run,
+            pipeline_id: config.pipeline_id.clone(),
+            source: source.unwrap_or_else(|| SourceRef {
+                id: String::new(),
+                created_at: String::new(),
+                digest: String::new(),
+            }),
+            destinations: reports,
+            summary,
+            plan_file: None,
+        },
+        exit_code: crate::publish::overall_exit_code(&codes),
+        concurrent_change: false,
+        saved: None,
+    })
+}
+
+fn failed(dest: &Destination, e: &Error) -> DestinationReport {
+    DestinationReport {
+        destination_id: dest.id.clone(),
+        bundle_path: dest.path.to_string_lossy().into_owned(),
+        state_mode: dest.state_mode,
+        takeover_mode: dest.takeover,
+        decision: None,
+        status: Status::Failed,
+        operation_id: None,
+        previous: None,
+        takeovers: vec![],
+        conflicts: vec![],
+        files: Default::default(),
+        links: vec![],
+        message: e.to_string(),
+        hooks: Vec::new(),
+    }
+}
+
+/// The stage entry of the staged release `prefix` names, from the destination log; a
+/// clear error when no staged release matches, several do, it was promoted already, or
+/// retention removed it.
+fn find_stage(store: &ReleaseStore, dest: &Destination, prefix: &str) -> Result<Entry> {
+    let view = store.log_view()?;
+    if let Some(why) = view.untrusted() {
+        return Err(Error::Failed(format!("{why}; nothing promoted")));
+    }
+    let entries = &view.log.entries;
+    let stages: Vec<&Entry> = (entries.iter())
+        .filter(|e| {
+            e.release_staged
+                .as_deref()
+                .is_some_and(|r| r.starts_with(prefix))
+        })
+        .collect();
+    let stage = match stages.as_slice() {
+        [one] => *one,
+        [] => {
+            let other = (entries.iter()).rfind(|e| e.operation_id.starts_with(prefix));
+            return Err(Error::Failed(match other {
+                Some(e) => format!(
+                    "operation {} is not a staged release of destination '{}' (its log entry is {}); `distributor status` lists staged releases",
+                    e.operation_id,
+                    dest.id,
+                    e.describe()
+                ),
+                None => format!(
+                    "no staged release {prefix} in {} (unknown operation); `distributor status` lists staged releases",
+                    store.path().display()
+                ),
+            }));
+        }
+        many => {
+            return Err(Error::Usage(format!(
+                "'{prefix}' is the start of several staged releases ({}); give more of the operation id",
+                many.iter()
+                    .filter_map(|e| e.release_staged.as_deref())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    };
+    let release = stage.operation_id.clone();
+    if let Some(p) = (entries.iter())
+        .find(|e| e.command == "promote" && e.release_activated.as_deref() == Some(&release))
+    {
+        return Err(Error::Failed(format!(
+            "release {release} was promoted already, by operation {} ({}); to activate it again, `distributor rollback --to {release}`",
+            p.operation_id,
+            p.describe()
+        )));
+    }
+    if !store.releases()?.contains(&release) {
+        let pruned = (entries.iter()).find(|e| e.removed_releases.contains(&release));
+        return Err(Error::Failed(format!(
+            "staged release {release} is gone from {}{}; nothing promoted: stage again",
+            store.record_base()?.path().display(),
+            match pruned {
+                Some(e) => format!(
+                    " (pruned: retention removed it, {}; a staged release is kept for releases.stage_max_age)",
+                    e.describe()
+                ),
+                None => " (removed by hand?)".to_string(),
+            }
+        )));
+    }
+    Ok(stage.clone())
+}
+
+/// Plans and (unless a dry run) carries out the promote of one staged release.
+fn promote_one(
+    config: &Config,
+    dest: &Destination,
+    prefix: &str,
+    opts: &PromoteOptions,
+    journal: Option<&mut Journal>,
+    view: Option<&crate::journal::JournalView>,
+) -> Result<(DestinationReport, SourceRef)> {
+    let settings = dest
+        .releases
+        .as_ref()
+        .ok_or_else(|| Error::Usage(format!("destination '{}' has no releases block", dest.id)))?;
+    let lock = (!opts.dry_run).then_some(crate::backend::LockRequest {
+        timeout: opts.lock_timeout,
+        create: false,
+        actor: &opts.actor,
+    });
+    let store = ReleaseStore::open(&dest.path, settings, lock)?.ok_or_else(|| {
+        Error::Failed(format!(
+            "{}: nothing was staged there; nothing to promote",
+            dest.path.display()
+        ))
+    })?;
+    if let Some(why) = store.mismatch()? {
+        return Err(Error::Failed(format!(
+            "releases_mismatch: {why}; nothing promoted"
+        )));
+    }
+    if let Some(j) = journal.as_deref() {
+        check_recovery(j, &store)?;
+    } else if let crate::publish::Pending::Recovery(what) =
+        crate::publish::pending(view, store.path(), Some(&store))?
+    {
+        return Err(Error::RecoveryRequired(what));
+    }
+    let stage = find_stage(&store, dest, prefix)?;
+    let release = stage.operation_id.clone();
+    let to = store.release_state(&release)?;
+    let me = Owner::new(&config.pipeline_id, &dest.id);
+    let active = store.log_view()?.active().map(str::to_string);
+    let from = match store.read_state()?.parse() {
+        StateFile::Valid(s) => Some(s),
+        StateFile::Absent => None,
+        StateFile::Invalid(why) => {
+            return Err(Error::Failed(format!(
+                "the active release holds invalid state ({why}); nothing promoted"
+            )));
+        }
+        StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why)),
+    };
+    let mut plan = plan(dest, &me, from.as_ref(), to, &release)?;
+    let source = (plan.new_state.as_ref())
+        .and_then(|s| s.owner(&me))
+        .map(|o| o.source.clone())
+        .ok_or_else(|| {
+            Error::Failed(format!(
+                "staged release {release} holds no records of {me}; nothing promoted"
+            ))
+        })?;
+    // Judged when it runs (SPEC §19, §22): the path, the stage's base, the guard.
+    if let Some(why) = store.path_changed() {
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::PathChanged,
+            None,
+            None,
+            why.to_string(),
+        ));
+    } else if active != stage.staged_against {
+        let show = |r: &Option<String>| {
+            r.as_deref()
+                .map_or("no release".to_string(), |r| format!("release {r}"))
+        };
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::StaleStage,
+            None,
+            None,
+            format!(
+                "release {release} was staged against {}, but {} is active now (another publication, rollback or promote came in between); promoting it would undo that: stage again",
+                show(&stage.staged_against),
+                show(&active)
+            ),
+        ));
+    }
+    guard(dest, &me, from.as_ref(), opts.allow_delete, &mut plan);
+    if !plan.conflicts.is_empty() {
+        plan.decision = Decision::Conflict;
+        let kinds: Vec<&str> = plan.conflicts.iter().map(|c| c.kind.as_str()).collect();
+        plan.message = format!("not promoted: {}", kinds.join(", "));
+        return Ok((
+            DestinationReport::from_plan(plan, Status::Conflict, None),
+            source,
+        ));
+    }
+    let Some(journal) = journal else {
+        return Ok((
+            DestinationReport::from_plan(plan, Status::Planned, None),
+            source,
+        ));
+    };
+    // Read whole and checked against its state before `path` moves.
+    if let Some(staged_state) = &plan.new_state {
+        store.verify_release(&release, staged_state)?;
+    }
+    store.set_promote(&release);
+    let how = Activation {
+        command: "promote",
+        decision: "promote",
+        actor: &opts.actor,
+        pipeline_id: &config.pipeline_id,
+    };
+    let detail = |staged: &crate::execute::StagedOperation| {
+        format!(
+            "release {release} promoted (staged by operation {release}); release {} deactivated",
+            staged
+                .releases
+                .as_ref()
+                .and_then(|r| r.active_before.as_deref())
+                .unwrap_or("(none)")
+        )
+    };
+    match run_activation(&plan, journal, &store, &how, &detail) {
+        Ok(op) => Ok((
+            DestinationReport::from_plan(plan, Status::Applied, Some(op)),
+            source,
+        )),
+        Err(e) => Err(Error::Planned {
+            plan: Box::new(plan),
+            source: Box::new(e),
+        }),
+    }
+}
+
+/// The deletion guard of a promote (SPEC §19): the deletions it makes visible, judged as
+/// a publication's are.
+fn guard(
+    dest: &Destination,
+    me: &Owner,
+    from: Option<&State>,
+    allow_delete: Option<u64>,
+    plan: &mut DestinationPlan,
+) {
+    let deletes = (plan.files.iter().filter(|f| f.op == FileOp::Delete).count()
+        + plan.links.iter().filter(|l| l.op == FileOp::Delete).count()) as u64;
+    if deletes == 0 {
+        return;
+    }
+    let g = dest.guard;
+    if let Some(max) = g.max_delete {
+        let recorded = from.map_or(0, |s| {
+            (s.outputs.iter().filter(|r| *r.owner == *me).count()
+                + s.links.iter().filter(|r| *r.owner == *me).count()) as u64
+        });
+        let limit = max.limit(recorded);
+        if deletes > limit && allow_delete.is_none_or(|n| deletes > n) {
+            plan.conflicts.push(Conflict::new(
+                ConflictKind::MassDelete,
+                None,
+                None,
+                format!(
+                    "this promote deletes {deletes} recorded path(s), more than guard.max_delete allows: {limit}; if the deletions are meant, promote with --allow-delete {deletes}"
+                ),
+            ));
+        }
+    }
+    let empty =
+        (plan.new_state.as_ref()).is_some_and(|s| !s.outputs.iter().any(|o| *o.owner == *me));
+    if empty && !g.allow_empty {
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::EmptySource,
+            None,
+            None,
+            format!(
+                "the staged release holds no outputs of {me}, and promoting it deletes {deletes} recorded path(s); set guard.allow_empty if that is meant"
+            ),
+        ));
+    }
+}
+
+/// The plan of a promote: what readers of `path` see change among this owner's records
+/// (other owners' are the active release's, since it was built against it), and the
+/// staged release's state.
+fn plan(
+    dest: &Destination,
+    me: &Owner,
+    from: Option<&State>,
+    to: State,
+    release: &str,
+) -> Result<DestinationPlan> {
+    let previous = from.and_then(|s| s.owner(me)).map(|o| Previous {
+        owner: o.owner.clone(),
+        source: o.source.clone(),
+    });
+    let mine_from = |s: &State| -> BTreeMap<String, (crate::hash::ContentHash, u64)> {
+        (s.outputs.iter())
+            .filter(|o| *o.owner == *me)
+            .map(|o| (o.path.clone(), (o.sha256, o.size)))
+            .collect()
+    };
+    let old = from.map(mine_from).unwrap_or_default();
+    let new = mine_from(&to);
+    let mut files: Vec<FileAction> = Vec::new();
+    for (path, (sha, size)) in &new {
+        let op = match old.get(path) {
+            Some((s, _)) if s == sha => FileOp::Unchanged,
+            Some(_) => FileOp::Overwrite,
+            None => FileOp::Create,
+        };
+        files.push(FileAction {
+            path: path.clone(),
+            op,
+            size: *size,
+            sha256: *sha,
+            replaces: None,
+        });
+    }
+    for (path, (sha, size)) in old.iter().filter(|(p, _)| !new.contains_key(*p)) {
+        files.push(FileAction {
+            path: path.clone(),
+            op: FileOp::Delete,
+            size: *size,
+            sha256: *sha,
+            replaces: None,
+        });
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let links_of = |s: &State| -> BTreeMap<String, String> {
+        (s.links.iter())
+            .filter(|l| *l.owner == *me)
+            .map(|l| (l.path.clone(), l.target.clone()))
+            .collect()
+    };
+    let old_links = from.map(links_of).unwrap_or_default();
+    let new_links = links_of(&to);
+    let mut links: Vec<LinkAction> = Vec::new();
+    for (path, target) in &new_links {
+        let op = match old_links.get(path) {
+            Some(t) if t == target => FileOp::Unchanged,
+            Some(_) => FileOp::Overwrite,
+            None => FileOp::Create,
+        };
+        links.push(LinkAction {
+            path: path.clone(),
+            target: target.clone(),
+            op,
+            replaces: None,
+        });
+    }
+    for (path, target) in old_links
+        .iter()
+        .filter(|(p, _)| !new_links.contains_key(*p))
+    {
+        links.push(LinkAction {
+            path: path.clone(),
+            target: target.clone(),
+            op: FileOp::Delete,
+            replaces: None,
+        });
+    }
+    links.sort_by(|a, b| a.path.cmp(&b.path));
+    let source = to.owner(me).map(|o| o.source.clone());
+    let message = format!(
+        "promotes staged release {release} (source {})",
+        source.as_ref().map_or("?".to_string(), |s| format!(
+            "{} created {}",
+            s.id, s.created_at
+        ))
+    );
+    Ok(DestinationPlan {
+        destination_id: dest.id.clone(),
+        bundle_path: dest.path.clone(),
+        state_mode: dest.state_mode,
+        takeover_mode: dest.takeover,
+        decision: Decision::Promote,
+        previous,
+        takeovers: vec![],
+        conflicts: vec![],
+        files,
+        outputs_unchanged: None,
+        links,
+        message,
+        new_state: Some(to),
+    })
+}
