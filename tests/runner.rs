@@ -23,6 +23,7 @@ mod test_layering;
 mod test_limits;
 mod test_log;
 mod test_log_mismatch;
+mod test_metrics;
 mod test_operator;
 mod test_pending;
 mod test_performance;

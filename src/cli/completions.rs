@@ -41,6 +41,7 @@ pub fn run(a: CompletionsArgs) -> Result<CommandOutput> {
         report: None,
         stdout: String::from_utf8(out).map_err(|e| Error::Failed(e.to_string()))?,
         code: 0,
+        metrics: None,
     })
 }
 

@@ -31,6 +31,10 @@ use std::process::ExitCode;
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// After a command that changes or checks destinations, write its gauges to PATH in
+    /// node_exporter's textfile format (SPEC §20).
+    #[arg(long, value_name = "PATH", global = true)]
+    metrics_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -60,6 +64,9 @@ pub struct CommandOutput {
     pub report: Option<crate::report::Report>,
     /// Process exit code.
     pub code: u8,
+    /// What `--metrics-file` records of the run (SPEC §20); `None` for a command that
+    /// neither changes nor checks a destination.
+    pub metrics: Option<crate::metrics::file::Run>,
 }
 
 /// A JSON report of many files is megabytes long; through a pipe of the default 64 KiB the
@@ -133,10 +140,19 @@ pub fn main() -> ExitCode {
         }
     };
     let json = cli.wants_json();
+    let metrics_file = cli.metrics_file.clone();
+    let command = cli.command_name();
+    let started = std::time::Instant::now();
     let result = match crate::limits::check_env() {
         Err(e) => Err(e),
         Ok(()) => cli.run(),
     };
+    if let (Some(path), Ok(out)) = (&metrics_file, &result)
+        && let Some(run) = &out.metrics
+        && let Err(e) = crate::metrics::file::write(path, command, run, started.elapsed(), out.code)
+    {
+        eprintln!("warning: --metrics-file: {e}");
+    }
     finish(result, json)
 }
 
@@ -203,6 +219,27 @@ fn report_error(e: &Error, json: bool) {
 }
 
 impl Cli {
+    /// The command's name, as metrics label it.
+    fn command_name(&self) -> &'static str {
+        match &self.command {
+            Command::Publish(a) if a.dry_run => "plan",
+            Command::Publish(_) => "publish",
+            Command::Plan(_) => "plan",
+            Command::Manifest(_) => "manifest",
+            Command::Validate(_) => "validate",
+            Command::Status(_) => "status",
+            Command::Verify(_) => "verify",
+            Command::Recover(_) => "recover",
+            Command::History(_) => "history",
+            Command::Serve(_) => "serve",
+            Command::Rollback(_) => "rollback",
+            Command::Prune(_) => "prune",
+            Command::Log(_) => "log",
+            Command::Releases(_) => "releases",
+            Command::Completions(_) => "completions",
+        }
+    }
+
     fn wants_json(&self) -> bool {
         match &self.command {
             Command::Publish(a) => a.common.json,

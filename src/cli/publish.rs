@@ -197,6 +197,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
             allow_delete: plan.allow_delete,
         });
     }
+    let metrics = Some(crate::metrics::file::Run::of_report(&outcome.report));
     // A JSON report is written out as it is serialized (`finish`).
     let (stdout, report) = if a.json {
         (String::new(), Some(outcome.report))
@@ -207,5 +208,6 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         report,
         stdout,
         code: outcome.exit_code,
+        metrics,
     })
 }

@@ -75,5 +75,6 @@ pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
             report.to_text()
         },
         code: report.exit_code(),
+        metrics: None,
     })
 }

@@ -56,6 +56,7 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
             report: None,
             stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
             code,
+            metrics: None,
         });
     }
     let mut out = String::new();
@@ -114,5 +115,6 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
         report: None,
         stdout: out,
         code,
+        metrics: None,
     })
 }
