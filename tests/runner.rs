@@ -27,6 +27,7 @@ mod test_metrics;
 mod test_operator;
 mod test_pending;
 mod test_performance;
+mod test_progress;
 mod test_reconciliation;
 mod test_recover;
 mod test_releases;

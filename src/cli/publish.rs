@@ -1,6 +1,6 @@
 //! `distributor publish` and `distributor plan`.
 
-use super::progress::{Bar, wants_progress};
+use super::progress::{Bar, Lines, wants_progress};
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -164,18 +164,18 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         actor: cli_actor(a.actor.as_deref()),
         command: args.command.to_string(),
     };
-    let bar = wants_progress(
-        a.json,
-        std::io::stderr().is_terminal(),
-        std::env::var("TERM").ok().as_deref(),
-    )
-    .then(Bar::new);
-    let outcome = publish_with_progress(
-        &config,
-        &source,
-        &opts,
-        bar.as_ref().map(|b| b as &dyn Progress),
-    )?;
+    // A bar for a person at a terminal; lines at most every 10 s in a log (SPEC §20),
+    // unless --quiet or a dry run (which stages nothing).
+    let terminal = std::io::stderr().is_terminal();
+    let bar =
+        wants_progress(a.json, terminal, std::env::var("TERM").ok().as_deref()).then(Bar::new);
+    let lines = (!terminal && !a.text.quiet && !args.dry_run).then(|| Lines::new("publish"));
+    let progress = match (&bar, &lines) {
+        (Some(b), _) => Some(b as &dyn Progress),
+        (None, Some(l)) => Some(l as &dyn Progress),
+        (None, None) => None,
+    };
+    let outcome = publish_with_progress(&config, &source, &opts, progress)?;
     let mut outcome = outcome;
     outcome.report.plan_file = plan_file;
     // After every destination's lock was released (SPEC §19); never for a dry run.
