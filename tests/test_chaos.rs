@@ -285,7 +285,7 @@ fn run_round(versions: &[Vec<Version>], seed: u64, n: u64, stats: &mut Stats) {
     // with the lock, publishing another version than the one there. So some kill surely
     // interrupts an operation that recovery must undo, however slow the machine (the
     // coverage check at the end), while the other rounds keep their random timing.
-    let paused = cfg!(feature = "failpoints") && n % 4 == 0;
+    let paused = cfg!(feature = "failpoints") && n.is_multiple_of(4);
     if paused {
         let first = &mut pubs[0];
         first.killed = true;
