@@ -273,11 +273,28 @@ fn metrics_file_holds_the_last_run_per_destination() {
         "--metrics-file",
         prom.to_str().unwrap(),
     ]);
-    let third = std::fs::read_to_string(&prom).unwrap();
-    assert!(
-        third.contains("distributor_last_run_timestamp_seconds{command=\"verify\""),
-        "{third}"
-    );
+    // verify, status and recover, each into a file of its own (the documented practice:
+    // a file holds one command's last run, and carries over only last_success).
+    for command in ["verify", "status", "recover"] {
+        let file = env.path(&format!("textfile/{command}.prom"));
+        env.run(&[
+            command,
+            "--config",
+            cfg.to_str().unwrap(),
+            "--metrics-file",
+            file.to_str().unwrap(),
+        ]);
+        let text = std::fs::read_to_string(&file).unwrap();
+        for d in ["latest", "copy"] {
+            let series = format!(
+                "distributor_last_run_timestamp_seconds{{command=\"{command}\",pipeline=\"weather\",destination=\"{d}\"}}"
+            );
+            assert!(text.contains(&series), "{series}: {text}");
+        }
+    }
+    let recover = std::fs::read_to_string(env.path("textfile/recover.prom")).unwrap();
+    let ok = "distributor_last_success_timestamp_seconds{command=\"recover\",pipeline=\"weather\",destination=\"copy\"}";
+    assert!(recover.contains(ok), "{recover}");
 }
 
 /// Processes killed when the test ends, whatever happens.

@@ -45,6 +45,20 @@ pub struct Run {
     pub rows: Vec<Row>,
 }
 
+impl Row {
+    /// The row of a command that writes nothing (`verify`, `status`, `recover`): only
+    /// whether it succeeded at `destination`.
+    pub fn checked(destination: &str, success: bool) -> Row {
+        Row {
+            destination: destination.to_string(),
+            files_written: 0,
+            files_deleted: 0,
+            conflicts: 0,
+            success,
+        }
+    }
+}
+
 impl Run {
     /// The rows of a `publish`, `plan` or `rollback` report.
     pub fn of_report(report: &crate::report::Report) -> Run {
