@@ -21,7 +21,7 @@ mod verify;
 use crate::error::Error;
 pub use actor::cli_actor;
 use clap::{Parser, Subcommand};
-pub use completions::man_page;
+pub use completions::{man_page, man_pages};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -32,7 +32,7 @@ pub struct Cli {
     #[command(subcommand)]
     command: Command,
     /// After a command that changes or checks destinations, write its gauges to PATH in
-    /// node_exporter's textfile format (SPEC §20).
+    /// node_exporter's textfile format.
     #[arg(long, value_name = "PATH", global = true)]
     metrics_file: Option<std::path::PathBuf>,
 }
@@ -53,6 +53,7 @@ enum Command {
     Log(log::LogArgs),
     Releases(releases::ReleasesArgs),
     Completions(completions::CompletionsArgs),
+    Man(completions::ManArgs),
 }
 
 /// What a command produced: text for stdout and the exit code.
@@ -173,6 +174,7 @@ impl Cli {
             Command::Log(a) => log::run(a),
             Command::Releases(a) => releases::run(a),
             Command::Completions(a) => completions::run(a),
+            Command::Man(a) => completions::run_man(a),
         }
     }
 }
@@ -237,6 +239,7 @@ impl Cli {
             Command::Log(_) => "log",
             Command::Releases(_) => "releases",
             Command::Completions(_) => "completions",
+            Command::Man(_) => "man",
         }
     }
 
