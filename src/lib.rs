@@ -37,6 +37,7 @@ pub mod inspect;
 pub mod journal;
 pub mod limits;
 pub mod log_mismatch;
+pub mod metrics;
 pub mod model;
 pub mod ordered;
 pub mod parallel;

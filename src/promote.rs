@@ -128,6 +128,7 @@ fn failed(dest: &Destination, e: &Error) -> DestinationReport {
         links: vec![],
         message: e.to_string(),
         hooks: Vec::new(),
+        lock_wait: None,
     }
 }
 

@@ -194,6 +194,7 @@ fn failed_report(
         links: vec![],
         message,
         hooks: Vec::new(),
+        lock_wait: None,
     }
 }
 
@@ -948,6 +949,7 @@ fn publish_one(
         },
     };
     let backend = backend::for_destination(dest).map_err(&mut planned)?;
+    let waiting = std::time::Instant::now();
     let lock = backend.lock(
         &dest.path,
         &bundle,
@@ -962,6 +964,12 @@ fn publish_one(
             s.ok_or_else(|| Error::Failed(format!("{} could not be created", bundle.display())))
         })
         .map_err(&mut planned)?;
+    // How long the lock took, for `serve`'s metrics.
+    let waited = waiting.elapsed();
+    let stamp = |mut r: DestinationReport| {
+        r.lock_wait = Some(waited);
+        r
+    };
     drop(unlocked);
     // Planned again below under the lock: the look outside it (at a million files, a
     // second plan and post-state: hundreds of megabytes) is not kept through execution.
@@ -982,7 +990,10 @@ fn publish_one(
     }
     let report = |plan: DestinationPlan| {
         let (status, code) = (status_of(&plan, Status::Applied), code_of(&plan));
-        Ok((DestinationReport::from_plan(plan, status, None), code))
+        Ok((
+            stamp(DestinationReport::from_plan(plan, status, None)),
+            code,
+        ))
     };
     if stands_during_recovery(plan.decision) {
         return report(plan);
@@ -994,7 +1005,7 @@ fn publish_one(
     if !plan.decision.writes() {
         let op = journal_refusal(config, &plan, source, opts, journal)?;
         let (status, code) = (status_of(&plan, Status::Applied), code_of(&plan));
-        return Ok((DestinationReport::from_plan(plan, status, op), code));
+        return Ok((stamp(DestinationReport::from_plan(plan, status, op)), code));
     }
     let mut command = "publish";
     if opts.stage {
@@ -1020,7 +1031,7 @@ fn publish_one(
     };
     match execute(&mut plan, source, journal, store, &ctx) {
         Ok(op) => {
-            let mut r = DestinationReport::from_plan(plan, done, Some(op.clone()));
+            let mut r = stamp(DestinationReport::from_plan(plan, done, Some(op.clone())));
             if opts.stage {
                 r.message = format!(
                     "staged as release {op}, not activated: `distributor promote --destination {} {op}` activates it",

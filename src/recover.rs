@@ -184,6 +184,16 @@ impl RecoverReport {
     }
 }
 
+impl RecoveredOperation {
+    /// Whether it was left for a person (what makes `recover` exit 1).
+    pub fn needs_a_person(&self) -> bool {
+        matches!(
+            self.outcome,
+            Outcome::Diverged | Outcome::Failed | Outcome::Untrusted | Outcome::StagingMoved
+        )
+    }
+}
+
 /// An operation to look at, before it is loaded.
 #[derive(Debug, Default)]
 struct Candidate {

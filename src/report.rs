@@ -97,6 +97,9 @@ pub struct DestinationReport {
     /// warning, never the destination's outcome.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<HookOutcome>,
+    /// How long the run waited for the destination's lock (for metrics; not reported).
+    #[serde(skip)]
+    pub lock_wait: Option<std::time::Duration>,
 }
 
 /// How one hook ran (SPEC §19).
@@ -219,6 +222,7 @@ impl DestinationReport {
             links: plan.links,
             message: plan.message,
             hooks: Vec::new(),
+            lock_wait: None,
         }
     }
 }

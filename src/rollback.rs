@@ -140,6 +140,7 @@ fn failed(dest: &Destination) -> DestinationReport {
         links: vec![],
         message: String::new(),
         hooks: Vec::new(),
+        lock_wait: None,
     }
 }
 

@@ -248,8 +248,10 @@ fn run_round(versions: &[Vec<Version>], seed: u64, n: u64, stats: &mut Stats) {
 
     // A history to replace: each pipeline's first or second version.
     let mut initial = Vec::new();
+    let mut initial_version = [0usize; 2];
     for (c, &p) in pipelines.iter().enumerate() {
         let v = rng.below(2) as usize;
+        initial_version[p] = v;
         let j = rng.below(2) as usize;
         initial.push(format!("{}:v{v}:{}", PIPELINES[p], journal_name(j)));
         let r = env.run(
@@ -277,6 +279,19 @@ fn run_round(versions: &[Vec<Version>], seed: u64, n: u64, stats: &mut Stats) {
     let delay = rng.range(0, 40);
     for p in pubs.iter_mut() {
         p.killed = rng.chance(1, 2);
+    }
+    // Every fourth round (with the failpoints feature) kills its first publisher at a
+    // moment it is seen to have reached, not after a delay: paused after staging, alone
+    // with the lock, publishing another version than the one there. So some kill surely
+    // interrupts an operation that recovery must undo, however slow the machine (the
+    // coverage check at the end), while the other rounds keep their random timing.
+    let paused = cfg!(feature = "failpoints") && n.is_multiple_of(4);
+    if paused {
+        let first = &mut pubs[0];
+        first.killed = true;
+        if first.version == initial_version[first.pipeline] {
+            first.version = (first.version + 1) % VERSIONS;
+        }
     }
     let mut order: Vec<(usize, usize)> = (0..cfgs.len())
         .flat_map(|c| (0..2).map(move |j| (c, j)))
@@ -317,26 +332,51 @@ fn run_round(versions: &[Vec<Version>], seed: u64, n: u64, stats: &mut Stats) {
         })
         .unwrap_or_default();
     println!(
-        "round {n} {mode}: initial [{}], publishers [{}], kill after {delay} ms{killed_recover_s}, recover [{}]",
+        "round {n} {mode}: initial [{}], publishers [{}], kill after {delay} ms{}{killed_recover_s}, recover [{}]",
         initial.join(" "),
         describe.join(" "),
+        if paused {
+            " (the first once paused after staging)"
+        } else {
+            ""
+        },
         order_s.join(" ")
     );
 
     // The publishers, all at once; the kills; the rest run to the end.
     let cfg_of = |p: usize| &cfgs[pipelines.iter().position(|&q| q == p).unwrap()];
-    let mut children: Vec<std::process::Child> = pubs
-        .iter()
-        .map(|p| {
-            let args = publish_args(
-                cfg_of(p.pipeline),
-                &versions[p.pipeline][p.version].dir,
-                &journals[p.journal],
+    let pause = env.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let spawn = |p: &Publisher, vars: &[(&str, &str)]| {
+        let args = publish_args(
+            cfg_of(p.pipeline),
+            &versions[p.pipeline][p.version].dir,
+            &journals[p.journal],
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        env.spawn_env(&args, vars)
+    };
+    let mut children: Vec<std::process::Child> = Vec::new();
+    if paused {
+        let vars = [
+            ("DISTRIBUTOR_FAILPOINT", "after_staging=pause"),
+            ("DISTRIBUTOR_FAILPOINT_PAUSE", pause.to_str().unwrap()),
+        ];
+        let mut first = spawn(&pubs[0], &vars);
+        let reached = pause.join("after_staging.paused");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !reached.exists() && first.try_wait().ok().flatten().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "{ctx}: the first publisher never reached staging"
             );
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            env.spawn_env(&args, &[])
-        })
-        .collect();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        children.push(first);
+    }
+    for p in &pubs[children.len()..] {
+        children.push(spawn(p, &[]));
+    }
     std::thread::sleep(Duration::from_millis(delay));
     for (child, p) in children.iter_mut().zip(&pubs) {
         if p.killed {
@@ -719,8 +759,11 @@ fn chaos_concurrent_publishers_killed_at_random_then_recovered() {
         .iter()
         .map(|o| stats.outcomes.get(*o).copied().unwrap_or(0))
         .sum();
-    assert!(
-        recovered > 0,
-        "no kill interrupted an operation that needed rolling back or forward: {stats:?}"
-    );
+    // Sure only where rounds pause a publisher at a seen moment (the failpoints feature).
+    if cfg!(feature = "failpoints") {
+        assert!(
+            recovered > 0,
+            "no kill interrupted an operation that needed rolling back or forward: {stats:?}"
+        );
+    }
 }

@@ -114,23 +114,82 @@ fn completions_cover_every_command() {
     env.run(&["completions", "powershell"]).expect_code(2);
 }
 
-/// The committed man page is what the binary's definitions generate. After changing a
-/// command or flag: `DISTRIBUTOR_UPDATE_MAN=1 cargo test --all-features the_man_page`.
+/// The committed man pages (`docs/man/`: distributor(1) and one per command) are what the
+/// binary's definitions generate, each with exit status and environment, and no other page
+/// lies there. After changing a command or flag: `DISTRIBUTOR_UPDATE_MAN=1 cargo test
+/// --all-features the_man_page`.
 #[test]
-fn the_man_page_is_current() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/man/distributor.1");
-    let now = distributor::cli::man_page().unwrap();
+fn the_man_pages_are_current() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/man");
+    let pages = distributor::cli::man_pages().unwrap();
     if std::env::var_os("DISTRIBUTOR_UPDATE_MAN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &now).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            std::fs::remove_file(e.unwrap().path()).unwrap();
+        }
+        for (name, page) in &pages {
+            std::fs::write(dir.join(name), page).unwrap();
+        }
     }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == now,
-        "{} is not current: run DISTRIBUTOR_UPDATE_MAN=1 cargo test --all-features the_man_page",
-        path.display()
+    let mut committed: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    committed.sort();
+    let mut names: Vec<String> = pages.iter().map(|(n, _)| n.clone()).collect();
+    names.sort();
+    assert_eq!(
+        committed, names,
+        "docs/man/ is not current: run DISTRIBUTOR_UPDATE_MAN=1 cargo test --all-features the_man_page"
     );
-    assert!(now.contains("rollback") && now.contains("publish"));
+    for (name, page) in &pages {
+        let on_disk = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        assert!(
+            on_disk == *page,
+            "docs/man/{name} is not current: run DISTRIBUTOR_UPDATE_MAN=1 cargo test --all-features the_man_page"
+        );
+        assert!(
+            page.contains(".SH EXIT STATUS") && page.contains(".SH ENVIRONMENT"),
+            "{name}"
+        );
+    }
+    for cmd in [
+        "publish",
+        "plan",
+        "rollback",
+        "recover",
+        "serve",
+        "releases-adopt",
+    ] {
+        assert!(
+            names.contains(&format!("distributor-{cmd}.1")),
+            "{cmd}: {names:?}"
+        );
+    }
+    assert!(pages[0].1.contains("distributor\\-publish(1)"));
+}
+
+/// `distributor man [COMMAND]` prints a page, for installs without docs/.
+#[test]
+fn man_prints_a_page() {
+    let env = Env::new();
+    let r = env.run(&["man", "publish"]);
+    r.expect_code(0);
+    assert!(
+        r.stdout.contains(".TH distributor-publish 1") && r.stdout.contains("\\-\\-allow\\-delete"),
+        "{}",
+        &r.stdout[..300.min(r.stdout.len())]
+    );
+    let r = env.run(&["man"]);
+    r.expect_code(0);
+    assert!(r.stdout.contains(".TH distributor 1"));
+    let r = env.run(&["man", "nope"]);
+    r.expect_code(2);
+    assert!(
+        r.stderr.contains("accepted:") && r.stderr.contains("publish"),
+        "{}",
+        r.stderr
+    );
 }
 
 /// SPEC §16 / issue: error messages that say how to fix the mistake.

@@ -41,15 +41,136 @@ pub fn run(a: CompletionsArgs) -> Result<CommandOutput> {
         report: None,
         stdout: String::from_utf8(out).map_err(|e| Error::Failed(e.to_string()))?,
         code: 0,
+        metrics: None,
     })
 }
 
 /// The man page `distributor(1)`, roff, from the same definitions (`docs/man/distributor.1`
 /// is this; a test fails when it is not current).
 pub fn man_page() -> Result<String> {
+    Ok(man_pages()?.remove(0).1)
+}
+
+/// Every man page, from the same definitions: `distributor(1)`, then one per command
+/// (`distributor-publish(1)`, and `distributor-releases-adopt(1)` for the commands under
+/// `releases`), each with the exit status and environment sections. `(file name, roff)`;
+/// `docs/man/` holds them, and a test fails when one is not current.
+pub fn man_pages() -> Result<Vec<(String, String)>> {
+    let mut pages = Vec::new();
+    let top = Cli::command();
+    pages.push(("distributor.1".to_string(), render(top.clone())?));
+    let mut each = |name: String, cmd: clap::Command| -> Result<()> {
+        let cmd = cmd
+            .name(name.clone())
+            .bin_name(name.replace('-', " "))
+            .version(env!("CARGO_PKG_VERSION"));
+        let page = render(cmd)?;
+        pages.push((format!("{name}.1"), page));
+        Ok(())
+    };
+    for sub in top.get_subcommands() {
+        if sub.get_name() == "help" {
+            continue;
+        }
+        let name = format!("distributor-{}", sub.get_name());
+        for nested in sub.get_subcommands().filter(|n| n.get_name() != "help") {
+            each(format!("{name}-{}", nested.get_name()), nested.clone())?;
+        }
+        each(name, sub.clone())?;
+    }
+    Ok(pages)
+}
+
+/// One page, with the sections clap does not write.
+fn render(cmd: clap::Command) -> Result<String> {
     let mut out = Vec::new();
-    clap_mangen::Man::new(Cli::command())
+    clap_mangen::Man::new(cmd)
         .render(&mut out)
         .map_err(|e| Error::Failed(e.to_string()))?;
-    String::from_utf8(out).map_err(|e| Error::Failed(e.to_string()))
+    let mut page = String::from_utf8(out).map_err(|e| Error::Failed(e.to_string()))?;
+    for section in [EXIT_STATUS, ENVIRONMENT, SEE_ALSO] {
+        page.push_str(section);
+    }
+    Ok(page)
+}
+
+/// EXIT STATUS, ENVIRONMENT and SEE ALSO, in roff (SPEC §10, §16).
+const EXIT_STATUS: &str = r".SH EXIT STATUS
+.TP
+0
+Success, including unchanged and skipped destinations and dry runs without conflicts.
+.TP
+1
+An error: I/O, an invalid source, a lock timeout, the journal, a failed execution; for
+recover, an operation that diverged, was untrusted, had its staging moved or could not be
+recovered; a bad entry in a destination log.
+.TP
+2
+A usage error or an invalid config.
+.TP
+3
+A destination had a conflict (untrusted_record, stale_plan, mass_delete included); for
+verify, drift or invalid state.
+.TP
+4
+Recovery required: an unfinished operation blocks the destination, or a failed
+publication could not roll itself back. Run distributor recover.
+";
+
+const ENVIRONMENT: &str = r".SH ENVIRONMENT
+.TP
+DISTRIBUTOR_JOURNAL
+The journal file, when --journal is not given (else journal.path of the config, else
+$XDG_STATE_HOME/distributor/journal.sqlite3, else ~/.local/state/distributor/journal.sqlite3).
+.TP
+DISTRIBUTOR_ACTOR
+Who runs the command, for the journal, the lock record and the destination log, when
+--actor is not given (else the CI's identity, else user@host).
+.TP
+XDG_STATE_HOME, HOME
+Where the default journal lives.
+.TP
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL
+Credentials, region and endpoint of s3 destinations. Hooks never get them.
+.TP
+NO_COLOR, TERM
+No colours in text reports when NO_COLOR is set; no progress bar when TERM is dumb.
+";
+
+const SEE_ALSO: &str = r".SH SEE ALSO
+The operator documentation in docs/ of the distributor sources: config.md, operations.md,
+troubleshooting.md, review-then-apply.md.
+";
+
+/// Print a man page (roff): distributor(1), or one command's (`distributor man publish`,
+/// `distributor man releases-adopt`). Read it with `distributor man publish | man -l -`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The command whose page to print; none: distributor(1).
+    pub command: Option<String>,
+}
+
+/// Runs `distributor man`.
+pub fn run_man(a: ManArgs) -> Result<CommandOutput> {
+    let pages = man_pages()?;
+    let want = match &a.command {
+        None => "distributor.1".to_string(),
+        Some(c) => format!("distributor-{c}.1"),
+    };
+    let Some((_, page)) = pages.iter().find(|(name, _)| *name == want) else {
+        let names: Vec<&str> = (pages.iter().skip(1))
+            .map(|(n, _)| n.trim_start_matches("distributor-").trim_end_matches(".1"))
+            .collect();
+        return Err(Error::Usage(format!(
+            "man {}: no such command; accepted: {}",
+            a.command.as_deref().unwrap_or_default(),
+            names.join(", ")
+        )));
+    };
+    Ok(CommandOutput {
+        report: None,
+        stdout: page.clone(),
+        code: 0,
+        metrics: None,
+    })
 }

@@ -178,6 +178,7 @@ fn list(a: ListArgs) -> Result<CommandOutput> {
         stdout,
         code: 0,
         report: None,
+        metrics: None,
     })
 }
 
@@ -321,6 +322,7 @@ fn show(a: ShowArgs) -> Result<CommandOutput> {
         stdout,
         code: 0,
         report: None,
+        metrics: None,
     })
 }
 

@@ -56,6 +56,7 @@ pub fn run(a: LogArgs) -> Result<CommandOutput> {
                 "destination {dest}: entry {seq} moved to .distributor/quarantine/; entry {at} records the move\n"
             ),
             code: 0,
+            metrics: None,
         });
     }
     let opts = LogOptions {
@@ -74,5 +75,6 @@ pub fn run(a: LogArgs) -> Result<CommandOutput> {
         report: None,
         stdout,
         code,
+        metrics: None,
     })
 }

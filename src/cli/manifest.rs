@@ -42,5 +42,6 @@ pub fn run(a: ManifestArgs) -> Result<CommandOutput> {
             m.digest()
         ),
         code: 0,
+        metrics: None,
     })
 }

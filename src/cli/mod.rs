@@ -22,7 +22,7 @@ mod verify;
 use crate::error::Error;
 pub use actor::cli_actor;
 use clap::{Parser, Subcommand};
-pub use completions::man_page;
+pub use completions::{man_page, man_pages};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -32,6 +32,10 @@ use std::process::ExitCode;
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// After a command that changes or checks destinations, write its gauges to PATH in
+    /// node_exporter's textfile format.
+    #[arg(long, value_name = "PATH", global = true)]
+    metrics_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -51,6 +55,7 @@ enum Command {
     Log(log::LogArgs),
     Releases(releases::ReleasesArgs),
     Completions(completions::CompletionsArgs),
+    Man(completions::ManArgs),
 }
 
 /// What a command produced: text for stdout and the exit code.
@@ -62,6 +67,9 @@ pub struct CommandOutput {
     pub report: Option<crate::report::Report>,
     /// Process exit code.
     pub code: u8,
+    /// What `--metrics-file` records of the run (SPEC §20); `None` for a command that
+    /// neither changes nor checks a destination.
+    pub metrics: Option<crate::metrics::file::Run>,
 }
 
 /// A JSON report of many files is megabytes long; through a pipe of the default 64 KiB the
@@ -135,10 +143,19 @@ pub fn main() -> ExitCode {
         }
     };
     let json = cli.wants_json();
+    let metrics_file = cli.metrics_file.clone();
+    let command = cli.command_name();
+    let started = std::time::Instant::now();
     let result = match crate::limits::check_env() {
         Err(e) => Err(e),
         Ok(()) => cli.run(),
     };
+    if let (Some(path), Ok(out)) = (&metrics_file, &result)
+        && let Some(run) = &out.metrics
+        && let Err(e) = crate::metrics::file::write(path, command, run, started.elapsed(), out.code)
+    {
+        eprintln!("warning: --metrics-file: {e}");
+    }
     finish(result, json)
 }
 
@@ -160,6 +177,7 @@ impl Cli {
             Command::Log(a) => log::run(a),
             Command::Releases(a) => releases::run(a),
             Command::Completions(a) => completions::run(a),
+            Command::Man(a) => completions::run_man(a),
         }
     }
 }
@@ -206,6 +224,29 @@ fn report_error(e: &Error, json: bool) {
 }
 
 impl Cli {
+    /// The command's name, as metrics label it.
+    fn command_name(&self) -> &'static str {
+        match &self.command {
+            Command::Publish(a) if a.dry_run => "plan",
+            Command::Publish(_) => "publish",
+            Command::Plan(_) => "plan",
+            Command::Promote(_) => "promote",
+            Command::Manifest(_) => "manifest",
+            Command::Validate(_) => "validate",
+            Command::Status(_) => "status",
+            Command::Verify(_) => "verify",
+            Command::Recover(_) => "recover",
+            Command::History(_) => "history",
+            Command::Serve(_) => "serve",
+            Command::Rollback(_) => "rollback",
+            Command::Prune(_) => "prune",
+            Command::Log(_) => "log",
+            Command::Releases(_) => "releases",
+            Command::Completions(_) => "completions",
+            Command::Man(_) => "man",
+        }
+    }
+
     fn wants_json(&self) -> bool {
         match &self.command {
             Command::Publish(a) => a.common.json,

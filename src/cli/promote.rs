@@ -66,6 +66,7 @@ pub fn run(a: PromoteArgs) -> Result<CommandOutput> {
     let mut outcome = promote(&config, &opts)?;
     // After every destination's lock was released (SPEC §19); never for a dry run.
     crate::hooks::run_for(&config, &mut outcome.report, &opts.journal);
+    let metrics = Some(crate::metrics::file::Run::of_report(&outcome.report));
     let (stdout, report) = if a.json {
         (String::new(), Some(outcome.report))
     } else {
@@ -75,5 +76,6 @@ pub fn run(a: PromoteArgs) -> Result<CommandOutput> {
         report,
         stdout,
         code: outcome.exit_code,
+        metrics,
     })
 }

@@ -52,9 +52,22 @@ pub fn run(a: PruneArgs) -> Result<CommandOutput> {
     };
     let (report, code) = prune(&config, &opts)?;
     let stdout = super::render(a.json, &report, |r| r.to_text())?;
+    let metrics = Some(crate::metrics::file::Run {
+        pipeline: report.pipeline_id.clone(),
+        rows: (report.destinations.iter())
+            .map(|d| crate::metrics::file::Row {
+                destination: d.destination_id.clone(),
+                files_written: 0,
+                files_deleted: 0,
+                conflicts: u64::from(d.path_changed.is_some()),
+                success: code == 0,
+            })
+            .collect(),
+    });
     Ok(CommandOutput {
         report: None,
         stdout,
         code,
+        metrics,
     })
 }

@@ -1,6 +1,6 @@
 //! `distributor publish` and `distributor plan`.
 
-use super::progress::{Bar, wants_progress};
+use super::progress::{Bar, Lines, wants_progress};
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -173,18 +173,18 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         command: args.command.to_string(),
         stage: args.stage,
     };
-    let bar = wants_progress(
-        a.json,
-        std::io::stderr().is_terminal(),
-        std::env::var("TERM").ok().as_deref(),
-    )
-    .then(Bar::new);
-    let outcome = publish_with_progress(
-        &config,
-        &source,
-        &opts,
-        bar.as_ref().map(|b| b as &dyn Progress),
-    )?;
+    // A bar for a person at a terminal; lines at most every 10 s in a log (SPEC §20),
+    // unless --quiet or a dry run (which stages nothing).
+    let terminal = std::io::stderr().is_terminal();
+    let bar =
+        wants_progress(a.json, terminal, std::env::var("TERM").ok().as_deref()).then(Bar::new);
+    let lines = (!terminal && !a.text.quiet && !args.dry_run).then(|| Lines::new("publish"));
+    let progress = match (&bar, &lines) {
+        (Some(b), _) => Some(b as &dyn Progress),
+        (None, Some(l)) => Some(l as &dyn Progress),
+        (None, None) => None,
+    };
+    let outcome = publish_with_progress(&config, &source, &opts, progress)?;
     let mut outcome = outcome;
     outcome.report.plan_file = plan_file;
     // After every destination's lock was released (SPEC §19); never for a dry run.
@@ -206,6 +206,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
             allow_delete: plan.allow_delete,
         });
     }
+    let metrics = Some(crate::metrics::file::Run::of_report(&outcome.report));
     // A JSON report is written out as it is serialized (`finish`).
     let (stdout, report) = if a.json {
         (String::new(), Some(outcome.report))
@@ -216,5 +217,6 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         report,
         stdout,
         code: outcome.exit_code,
+        metrics,
     })
 }

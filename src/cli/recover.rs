@@ -67,6 +67,21 @@ pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
         Some(op) => abandon(op, &opts)?,
         None => recover(config.as_ref(), &opts)?,
     };
+    let code = report.exit_code();
+    // With a config, one series per destination: recovery succeeded there unless one of
+    // its operations was left for a person.
+    let metrics = config.as_ref().map(|c| crate::metrics::file::Run {
+        pipeline: c.pipeline_id.clone(),
+        rows: (c.destinations.iter())
+            .map(|d| {
+                let left = (report.operations.iter())
+                    .filter(|o| o.destination_id.as_deref() == Some(d.id.as_str()))
+                    .any(|o| o.needs_a_person())
+                    || report.errors.iter().any(|e| e.destination_id == d.id);
+                crate::metrics::file::Row::checked(&d.id, !left)
+            })
+            .collect(),
+    });
     Ok(CommandOutput {
         report: None,
         stdout: if a.json {
@@ -74,6 +89,7 @@ pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
         } else {
             report.to_text()
         },
-        code: report.exit_code(),
+        code,
+        metrics,
     })
 }

@@ -74,5 +74,6 @@ pub fn run(a: ReleasesArgs) -> Result<CommandOutput> {
         report: None,
         stdout,
         code,
+        metrics: None,
     })
 }

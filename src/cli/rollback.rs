@@ -57,6 +57,7 @@ pub fn run(a: RollbackArgs) -> Result<CommandOutput> {
     };
     let mut outcome = rollback(&config, &opts)?;
     crate::hooks::run_for(&config, &mut outcome.report, &opts.journal);
+    let metrics = Some(crate::metrics::file::Run::of_report(&outcome.report));
     // A JSON report is written out as it is serialized (`finish`).
     let (stdout, report) = if a.json {
         (String::new(), Some(outcome.report))
@@ -67,5 +68,6 @@ pub fn run(a: RollbackArgs) -> Result<CommandOutput> {
         report,
         stdout,
         code: outcome.exit_code,
+        metrics,
     })
 }

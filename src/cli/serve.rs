@@ -68,6 +68,12 @@ pub struct ServeArgs {
     /// Seconds a publication waits for a destination lock.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub lock_timeout: f64,
+    /// Address of the metrics listener (GET /metrics, Prometheus text format).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
+    pub metrics_listen: String,
+    /// No metrics listener.
+    #[arg(long, conflicts_with = "metrics_listen")]
+    pub no_metrics: bool,
 }
 
 /// Runs the server; returns when it has stopped.
@@ -112,10 +118,12 @@ pub fn run(a: ServeArgs) -> Result<CommandOutput> {
         max_concurrent_uploads: usize::try_from(a.max_concurrent_uploads)
             .unwrap_or(usize::MAX)
             .min(tokio::sync::Semaphore::MAX_PERMITS),
+        metrics_listen: (!a.no_metrics).then_some(a.metrics_listen),
     })?;
     Ok(CommandOutput {
         report: None,
         stdout: String::new(),
         code: 0,
+        metrics: None,
     })
 }

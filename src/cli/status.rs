@@ -50,12 +50,19 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
         })
         .collect();
     let code = overall_exit_code(&codes);
+    let metrics = Some(crate::metrics::file::Run {
+        pipeline: config.pipeline_id.clone(),
+        rows: (st.iter().zip(&codes))
+            .map(|(s, c)| crate::metrics::file::Row::checked(&s.destination_id, *c == 0))
+            .collect(),
+    });
     if a.json {
         let v = serde_json::json!({"pipeline_id": config.pipeline_id, "destinations": st});
         return Ok(CommandOutput {
             report: None,
             stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
             code,
+            metrics,
         });
     }
     let mut out = String::new();
@@ -119,5 +126,6 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
         report: None,
         stdout: out,
         code,
+        metrics,
     })
 }

@@ -81,5 +81,6 @@ pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
         report: None,
         stdout: out,
         code: 0,
+        metrics: None,
     })
 }

@@ -58,6 +58,18 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
         })
         .collect();
     let code = overall_exit_code(&codes);
+    let metrics = Some(crate::metrics::file::Run {
+        pipeline: config.pipeline_id.clone(),
+        rows: (drift.iter().zip(&codes))
+            .map(|(d, c)| crate::metrics::file::Row {
+                destination: d.destination_id.clone(),
+                files_written: 0,
+                files_deleted: 0,
+                conflicts: 0,
+                success: *c == 0,
+            })
+            .collect(),
+    });
     if a.json {
         let any_drift = drift.iter().any(|d| d.drifted());
         let v = serde_json::json!({"pipeline_id": config.pipeline_id, "drift": any_drift, "destinations": drift});
@@ -65,6 +77,7 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
             report: None,
             stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
             code,
+            metrics,
         });
     }
     let mut out = String::new();
@@ -146,5 +159,6 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
         report: None,
         stdout: out,
         code,
+        metrics,
     })
 }

@@ -23,8 +23,8 @@ use super::StagedOperation;
 /// Observes a publication's staging; the CLI draws a progress bar from it. Called from
 /// the staging threads, so implementations are `Sync` and their calls cheap.
 pub trait Progress: Sync + std::fmt::Debug {
-    /// Staging starts: `files` files of `bytes` bytes in all.
-    fn start(&self, files: u64, bytes: u64);
+    /// Staging starts at destination `destination`: `files` files of `bytes` bytes in all.
+    fn start(&self, destination: &str, files: u64, bytes: u64);
     /// `n` more bytes were copied.
     fn bytes(&self, n: u64);
     /// One more file is staged.
@@ -47,7 +47,7 @@ pub(super) fn stage(
 ) -> Result<()> {
     if let Some(p) = progress {
         let bytes = writes.iter().filter_map(|&i| op.actions[i].size).sum();
-        p.start(writes.len() as u64, bytes);
+        p.start(&op.destination_id, writes.len() as u64, bytes);
     }
     // Every file is worth a thread: creating it alone costs more than starting one.
     let result = parallel::try_map_on(

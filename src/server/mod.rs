@@ -65,6 +65,8 @@ pub struct ServeOptions {
     pub lock_timeout: Duration,
     /// Uploads handled at once; more wait for a slot before their body is read.
     pub max_concurrent_uploads: usize,
+    /// Where `/metrics` listens (SPEC §20); `None`: `--no-metrics`.
+    pub metrics_listen: Option<String>,
 }
 
 /// Shared by every request.
@@ -87,12 +89,20 @@ pub struct AppState {
     pub upload_slots: Arc<tokio::sync::Semaphore>,
     /// How many permits `upload_slots` holds in all.
     pub max_concurrent_uploads: usize,
+    /// What `/metrics` serves (SPEC §20).
+    pub metrics: crate::metrics::ServeMetrics,
 }
 
 /// Runs the server until SIGTERM or SIGINT; returns once in-flight publications finished.
 pub fn serve(opts: ServeOptions) -> Result<()> {
     let (pipelines, tokens) = load_pipelines(&opts)?;
     let addr = resolve_listen(&opts.listen)?;
+    let metrics_addr = match &opts.metrics_listen {
+        Some(m) => Some(resolve_listen(m).map_err(|e| {
+            Error::Usage(e.to_string().replacen("--listen", "--metrics-listen", 1))
+        })?),
+        None => None,
+    };
     if opts.allow_unauthenticated && !addr.ip().is_loopback() {
         return Err(Error::Usage(format!(
             "--allow-unauthenticated listens only on a loopback address (127.0.0.1, ::1); {} is not",
@@ -109,12 +119,13 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         lock_timeout: opts.lock_timeout,
         upload_slots: Arc::new(tokio::sync::Semaphore::new(opts.max_concurrent_uploads)),
         max_concurrent_uploads: opts.max_concurrent_uploads,
+        metrics: crate::metrics::ServeMetrics::new(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .ctx("start the async runtime", &opts.listen)?;
-    let result = runtime.block_on(run(Arc::clone(&state), addr));
+    let result = runtime.block_on(run(Arc::clone(&state), addr, metrics_addr));
     // Dropping the runtime waits for blocking tasks: a publication whose client went away
     // still finishes (and removes its spool) before the process exits.
     drop(runtime);
@@ -211,7 +222,26 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn run(state: Arc<AppState>, addr: SocketAddr) -> Result<()> {
+/// `GET /metrics` on the metrics listener: the Prometheus text format.
+async fn metrics(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn run(
+    state: Arc<AppState>,
+    addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+) -> Result<()> {
     // Signal handlers go in before the address is announced, so a signal sent right
     // after start-up is a graceful shutdown, never the default kill.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -222,12 +252,30 @@ async fn run(state: Arc<AppState>, addr: SocketAddr) -> Result<()> {
         .await
         .ctx("listen on", addr.to_string())?;
     let bound = listener.local_addr().ctx("listen on", addr.to_string())?;
+    // The metrics listener, its own (SPEC §20): only `/metrics`.
+    let metrics_bound = match metrics_addr {
+        Some(m) => {
+            let l = tokio::net::TcpListener::bind(m)
+                .await
+                .ctx("listen for metrics on", m.to_string())?;
+            let at = l.local_addr().ctx("listen for metrics on", m.to_string())?;
+            let app = Router::new()
+                .route("/metrics", get(metrics))
+                .with_state(Arc::clone(&state));
+            tokio::spawn(async move {
+                let _ = axum::serve(l, app).await;
+            });
+            Some(at)
+        }
+        None => None,
+    };
     let mut ids: Vec<&String> = state.pipelines.keys().collect();
     ids.sort();
     logging::event(
         "listening",
         json!({
             "address": bound.to_string(),
+            "metrics_address": metrics_bound.map(|a| a.to_string()),
             "pipelines": ids,
             "spool": state.spool.root(),
             "max_upload_bytes": state.limits.max_upload_bytes,

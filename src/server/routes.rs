@@ -219,6 +219,9 @@ pub async fn upload(
         &mut log,
     )
     .await;
+    if let Err(e) = &result {
+        state.metrics.rejected(e.kind);
+    }
     finish(result, log)
 }
 
@@ -268,6 +271,7 @@ async fn upload_inner(
     // The spool moves into the blocking task: if the client goes away, the publication
     // still finishes and the spool is still removed after it.
     // The slot goes with it, and is given back once the spool is removed.
+    let started = std::time::Instant::now();
     let outcome = tokio::task::spawn_blocking(move || {
         let outcome = job.run(spool);
         drop(slot);
@@ -286,6 +290,11 @@ async fn upload_inner(
             operation_id: d.operation_id.clone(),
         })
         .collect();
+    if !outcome.report.dry_run {
+        state
+            .metrics
+            .publication(&outcome.report, started.elapsed());
+    }
     let response = report_response(&outcome);
     // Hooks run after the reply (SPEC §19): their results go to the journal.
     if !outcome.report.dry_run {

@@ -21,6 +21,9 @@ pub const OTHER_SECRET: &str = "traffic-secret-9876543210";
 pub struct Server {
     pub child: Child,
     pub addr: String,
+    /// The metrics listener's address (`--metrics-listen`, 127.0.0.1:0 unless the test
+    /// says otherwise); `None` with `--no-metrics`.
+    pub metrics_addr: Option<String>,
     pub spool: PathBuf,
     logs: Arc<Mutex<Vec<String>>>,
     /// The thread reading the server's stderr into `logs`; joined once the server exits,
@@ -132,6 +135,10 @@ impl Server {
         if !extra.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }
+        // Tests run servers side by side: no fixed metrics port.
+        if !extra.contains(&"--metrics-listen") && !extra.contains(&"--no-metrics") {
+            cmd.args(["--metrics-listen", "127.0.0.1:0"]);
+        }
         cmd.arg("--spool").arg(&spool).args(extra);
         cmd.env_clear()
             .env("HOME", env.path("home"))
@@ -157,12 +164,15 @@ impl Server {
                 if let Ok(v) = serde_json::from_str::<Value>(&line)
                     && v["event"] == "listening"
                 {
-                    let _ = tx.send(v["address"].as_str().unwrap_or_default().to_string());
+                    let _ = tx.send((
+                        v["address"].as_str().unwrap_or_default().to_string(),
+                        v["metrics_address"].as_str().map(str::to_string),
+                    ));
                 }
                 sink.lock().unwrap().push(line);
             }
         });
-        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+        let (addr, metrics_addr) = match rx.recv_timeout(Duration::from_secs(30)) {
             Ok(a) => a,
             Err(_) => {
                 let _ = child.kill();
@@ -176,6 +186,7 @@ impl Server {
         Server {
             child,
             addr,
+            metrics_addr,
             spool,
             logs,
             reader: Some(reader),
