@@ -287,12 +287,25 @@ fn promote_one(
         ));
     }
     guard(dest, &me, from.as_ref(), opts.allow_delete, &mut plan);
+    let mut journal = journal;
     if !plan.conflicts.is_empty() {
         plan.decision = Decision::Conflict;
         let kinds: Vec<&str> = plan.conflicts.iter().map(|c| c.kind.as_str()).collect();
         plan.message = format!("not promoted: {}", kinds.join(", "));
+        // A refusal is journaled (SPEC §16), as a publication's is.
+        let op = match journal.as_deref_mut() {
+            Some(j) => Some(crate::publish::journal_refused(
+                j,
+                "promote",
+                &opts.actor,
+                &config.pipeline_id,
+                &plan,
+                source.clone(),
+            )?),
+            None => None,
+        };
         return Ok((
-            DestinationReport::from_plan(plan, Status::Conflict, None),
+            DestinationReport::from_plan(plan, Status::Conflict, op),
             source,
         ));
     }

@@ -1109,13 +1109,34 @@ fn journal_refusal(
     if plan.decision != Decision::Conflict {
         return Ok(None);
     }
-    let src = source.source_ref();
+    let op = journal_refused(
+        journal,
+        &opts.command,
+        &opts.actor,
+        &config.pipeline_id,
+        plan,
+        source.source_ref(),
+    )?;
+    Ok(Some(op))
+}
+
+/// Journals `plan`, refused for its conflicts, as a finished operation of `command` (SPEC
+/// §16): its conflicts, no actions, the terminal `refused` event, in one transaction.
+/// Returns its operation id.
+pub(crate) fn journal_refused(
+    journal: &mut Journal,
+    command: &str,
+    actor: &str,
+    pipeline_id: &str,
+    plan: &DestinationPlan,
+    src: crate::model::SourceRef,
+) -> Result<String> {
     let record = crate::journal::OperationRecord {
         operation_id: uuid::Uuid::new_v4().to_string(),
         started_at: crate::journal::now(),
-        command: opts.command.clone(),
-        actor: opts.actor.clone(),
-        pipeline_id: config.pipeline_id.clone(),
+        command: command.to_string(),
+        actor: actor.to_string(),
+        pipeline_id: pipeline_id.to_string(),
         destination_id: plan.destination_id.clone(),
         bundle_path: plan.bundle_path.to_string_lossy().into_owned(),
         state_mode: plan.state_mode.to_string(),
@@ -1137,7 +1158,7 @@ fn journal_refusal(
         plan_json: serde_json::json!({ "conflicts": plan.conflicts }).to_string(),
     };
     journal.refused_operation(&record, &plan.message)?;
-    Ok(Some(record.operation_id))
+    Ok(record.operation_id)
 }
 
 /// Whether the plan refuses for a record distributor does not believe (SPEC §17): that

@@ -412,6 +412,16 @@ fn promote_after_another_publication_is_stale_stage() {
     assert_eq!(r.dest(0)["status"], "conflict");
     assert_eq!(active(&env), third);
     assert!(env.exists(&format!("{DIR}/{staged}")));
+    // Journaled as a refusal (SPEC §16), as a refused publication is.
+    let op = r.dest(0)["operation_id"]
+        .as_str()
+        .expect("a refused promote's operation")
+        .to_string();
+    let h = env.run(&["history", "show", &op, "--json"]);
+    h.expect_code(0);
+    let show = h.json();
+    assert_eq!(show["status"], "refused", "{show}");
+    assert_eq!(show["command"], "promote", "{show}");
 }
 
 /// Unknown, not staged, ambiguous and pruned operations are clear errors; nothing moves.
