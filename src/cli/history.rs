@@ -217,7 +217,7 @@ fn check_filters(journal: Option<&Journal>, f: &Filter, pipeline_flag: bool) -> 
         }
     }
     if let Some(act) = &f.action {
-        let mut accepted: Vec<String> = Decision::ALL.iter().map(|d| d.to_string()).collect();
+        let mut accepted: Vec<String> = query::actions().iter().map(|d| d.to_string()).collect();
         for d in known("decision")? {
             if !accepted.contains(&d) {
                 accepted.push(d);

@@ -218,6 +218,19 @@ pub fn list(j: &Journal, f: &Filter) -> Result<Vec<OperationSummary>> {
         .map_err(|e| jerr(j.path(), e))
 }
 
+/// The `--action` values besides the decisions: the journal's own operations that are not
+/// publications (`distributor prune` and retention, `distributor releases adopt`).
+pub const OPERATIONS: &[&str] = &["prune", "adopt"];
+
+/// Every accepted `--action` value: the decisions, then [`OPERATIONS`].
+pub fn actions() -> Vec<&'static str> {
+    crate::model::Decision::ALL
+        .iter()
+        .chain(OPERATIONS)
+        .copied()
+        .collect()
+}
+
 /// Refuses (usage error) text that cannot be an operation id or the start of one.
 pub fn check_operation_id(id: &str) -> Result<()> {
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {

@@ -1,0 +1,76 @@
+//! Issue 27, the operator frictions a newcomer hit (SPEC §16, §20): each test here failed
+//! before its fix.
+
+use crate::common::{Env, Run};
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// A releases destination at `www/latest` with `keep`.
+fn releases_config(env: &Env, keep: u32) -> PathBuf {
+    env.simple_config(
+        "c.yaml",
+        "weather",
+        "latest",
+        "www/latest",
+        &format!("    releases:\n      keep: {keep}\n"),
+    )
+}
+
+/// Publishes `n` versions; returns their operation ids.
+fn publish_versions(env: &Env, cfg: &std::path::Path, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let b = env.bundle(
+                &format!("b{i}"),
+                "tomorrow",
+                &format!("2026-12-02T0{i}:00:00Z"),
+                &[("v.txt", &format!("version {i}"))],
+                &[],
+            );
+            let r = env.publish(cfg, &b, &[]);
+            r.expect_code(0);
+            r.dest(0)["operation_id"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+fn history(env: &Env, args: &[&str]) -> Run {
+    let mut all = vec!["history"];
+    all.extend_from_slice(args);
+    env.run(&all)
+}
+
+/// Item 5: `history --action prune` and `--action adopt`, listed by `--help` and printed in
+/// history's rows, are accepted.
+#[test]
+fn history_accepts_the_prune_and_adopt_actions() {
+    let env = Env::new();
+    // An in-place destination, adopted as a first release.
+    let plain = env.simple_config("plain.yaml", "weather", "latest", "www/latest", "");
+    let b = env.bundle("b", "tomorrow", "2026-12-02T00:00:00Z", &[("v.txt", "0")], &[]);
+    env.publish(&plain, &b, &[]).expect_code(0);
+    // Before any adoption or prune: an empty list, not an error.
+    for action in ["adopt", "prune"] {
+        let r = history(&env, &["--action", action]);
+        r.expect_code(0);
+        assert!(r.stdout.starts_with("no operations"), "{}", r.stdout);
+    }
+    let cfg = releases_config(&env, 3);
+    let c = cfg.to_str().unwrap();
+    env.run(&["releases", "adopt", "--config", c]).expect_code(0);
+    let r = history(&env, &["--action", "adopt", "--json"]);
+    r.expect_code(0);
+    let ops = r.json()["operations"].as_array().unwrap().clone();
+    assert_eq!(ops.len(), 1, "{}", r.stdout);
+    assert_eq!(ops[0]["decision"], "adopt");
+    // prune: accepted, and the text rows say `prune` as the list prints it.
+    env.run(&["prune", "--config", c]).expect_code(0);
+    history(&env, &["--action", "prune"]).expect_code(0);
+    let r = history(&env, &["--action", "adopted"]);
+    r.expect_code(2);
+    assert!(
+        r.stderr.contains("accepted:") && r.stderr.contains("prune, adopt"),
+        "{}",
+        r.stderr
+    );
+}
