@@ -74,3 +74,44 @@ fn history_accepts_the_prune_and_adopt_actions() {
         r.stderr
     );
 }
+
+/// Item 7: `--exclude '.git/'` means, as in gitignore, everything below a directory
+/// `.git`; it no longer silently excludes nothing.
+#[test]
+fn manifest_exclude_with_a_trailing_slash_leaves_out_the_directory() {
+    let env = Env::new();
+    env.write("b/index.html", "site");
+    env.write("b/.git/HEAD", "ref");
+    env.write("b/.git/objects/ab", "obj");
+    env.write("b/sub/.git", "a file named .git stays");
+    env.write("b/a/node_modules/x.js", "x");
+    let r = env.run(&[
+        "manifest",
+        env.path("b").to_str().unwrap(),
+        "--id",
+        "site",
+        "--exclude",
+        ".git/",
+        "--exclude",
+        "**/node_modules/",
+    ]);
+    r.expect_code(0);
+    let m: Value = serde_json::from_str(&env.read("b/distributor-manifest.json")).unwrap();
+    let paths: Vec<&str> = m["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["index.html", "sub/.git"]);
+    let r = env.run(&[
+        "manifest",
+        env.path("b").to_str().unwrap(),
+        "--id",
+        "site",
+        "--exclude",
+        "//",
+    ]);
+    r.expect_code(2);
+    assert!(r.stderr.contains("--exclude"), "{}", r.stderr);
+}
