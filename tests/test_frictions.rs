@@ -115,3 +115,36 @@ fn manifest_exclude_with_a_trailing_slash_leaves_out_the_directory() {
     r.expect_code(2);
     assert!(r.stderr.contains("--exclude"), "{}", r.stderr);
 }
+
+/// Item 11: `rollback --to` takes a unique start of the operation id, as `history show`
+/// and `recover --abandon` do; an unknown or ambiguous start is a clear usage error.
+#[test]
+fn rollback_to_accepts_a_unique_prefix() {
+    let env = Env::new();
+    let cfg = releases_config(&env, 3);
+    let ops = publish_versions(&env, &cfg, 3);
+    let c = cfg.to_str().unwrap();
+    let rollback = |to: &str| env.run(&["rollback", "--json", "--config", c, "--to", to]);
+    let r = rollback(&ops[0][..8]);
+    r.expect_code(0);
+    let target = std::fs::read_link(env.path("www/latest")).unwrap();
+    assert!(
+        target.to_string_lossy().ends_with(&ops[0]),
+        "{}",
+        target.display()
+    );
+    // No release starts so: the error lists what is there.
+    let unknown = if ops.iter().any(|o| o.starts_with("ffff")) { "0000" } else { "ffff" };
+    let r = rollback(unknown);
+    r.expect_code(2);
+    assert!(
+        r.stdout.contains("no release") && r.stdout.contains(&ops[1]),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    // Not an id at all.
+    let r = rollback("latest");
+    r.expect_code(2);
+    assert!(r.stderr.contains("--to latest"), "{}", r.stderr);
+}

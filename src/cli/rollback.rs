@@ -21,7 +21,7 @@ pub struct RollbackArgs {
     /// Only these destinations (repeatable); default: every destination with releases.
     #[arg(long = "destination", value_name = "ID")]
     pub destinations: Vec<String>,
-    /// The release to activate: the operation id that built it.
+    /// The release to activate: the operation id that built it, or its unique start.
     #[arg(long, value_name = "OP_ID")]
     pub to: Option<String>,
     /// Plan only: write nothing anywhere.
