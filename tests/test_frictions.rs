@@ -148,3 +148,47 @@ fn rollback_to_accepts_a_unique_prefix() {
     r.expect_code(2);
     assert!(r.stderr.contains("--to latest"), "{}", r.stderr);
 }
+
+/// Item 10: completions know the closed sets of `history --action` and `--status`, and
+/// `--destination` no longer completes to file names; parsing and its errors are as
+/// before.
+#[test]
+fn completions_offer_actions_and_statuses_not_file_names() {
+    let env = Env::new();
+    let bash = env.run(&["completions", "bash"]);
+    bash.expect_code(0);
+    let case = |flag: &str| -> String {
+        let at = bash
+            .stdout
+            .find(&format!("                {flag})\n"))
+            .unwrap_or_else(|| panic!("no case for {flag}"));
+        bash.stdout[at..].lines().nth(1).unwrap().to_string()
+    };
+    let action = case("--action");
+    for v in ["replace_takeover", "rollback", "prune", "adopt"] {
+        assert!(action.contains(v), "{action}");
+    }
+    let status = case("--status");
+    for v in ["refused", "diverged", "applied"] {
+        assert!(status.contains(v), "{status}");
+    }
+    let destination = case("--destination");
+    assert!(!destination.contains("compgen -f"), "{destination}");
+    let fish = env.run(&["completions", "fish"]);
+    assert!(
+        fish.stdout
+            .lines()
+            .filter(|l| l.contains("-l destination"))
+            .all(|l| l.contains(" -f")),
+        "{}",
+        fish.stdout
+    );
+    // The command still checks the value, with its own message.
+    let r = env.run(&["history", "--status", "bogus"]);
+    r.expect_code(2);
+    assert!(
+        r.stderr.contains("--status bogus: unknown value, accepted: in_progress"),
+        "{}",
+        r.stderr
+    );
+}

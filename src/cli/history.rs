@@ -45,16 +45,18 @@ struct ListArgs {
     #[command(flatten)]
     journal: JournalArgs,
     /// Only this pipeline.
-    #[arg(long, value_name = "P")]
+    #[arg(long, value_name = "P", value_hint = clap::ValueHint::Other)]
     pipeline: Option<String>,
     /// Only this destination id.
-    #[arg(long, value_name = "D")]
+    #[arg(long, value_name = "D", value_hint = clap::ValueHint::Other)]
     destination: Option<String>,
     /// Only this decision (create, repair, replace_older, replace_changed, replace_takeover, force_replace, conflict, rollback, ...; prune, adopt).
-    #[arg(long, value_name = "A")]
+    #[arg(long, value_name = "A", hide_possible_values = true,
+          value_parser = super::completions::Hinted(query::actions))]
     action: Option<String>,
     /// Only this status (in_progress, committed, applied, failed, rolled_forward, rolled_back, diverged, abandoned, closed, refused).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", hide_possible_values = true,
+          value_parser = super::completions::Hinted(|| STATUSES.to_vec()))]
     status: Option<String>,
     /// Started at or after T (RFC 3339, or a date YYYY-MM-DD meaning midnight UTC).
     #[arg(long, value_name = "T")]
