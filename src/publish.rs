@@ -99,6 +99,7 @@ pub fn publish_with_progress(
         if let Some(why) = &invalid_source {
             let mut r = failed_report(config, dest, source, why.clone());
             r.message = format!("not attempted: {why}");
+            r.error_kind = Some("invalid_source");
             reports.push(r);
             continue;
         }
@@ -121,8 +122,11 @@ pub fn publish_with_progress(
                 }
                 concurrent_change |= matches!(e.root(), Error::ConcurrentChange(_));
                 let code = e.exit_code();
-                let r = DestinationReport::of_error(&e)
+                let mut r = DestinationReport::of_error(&e)
                     .unwrap_or_else(|| failed_report(config, dest, source, e.to_string()));
+                if r.status == Status::Failed {
+                    r.error_kind = Some(e.kind());
+                }
                 (r, code)
             }
         };
@@ -183,6 +187,7 @@ fn failed_report(
         links: vec![],
         message,
         hooks: Vec::new(),
+        error_kind: None,
     }
 }
 

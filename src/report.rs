@@ -94,6 +94,10 @@ pub struct DestinationReport {
     /// warning, never the destination's outcome.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<HookOutcome>,
+    /// The kind of the error a failed destination ended with (`recovery_required`,
+    /// `lock_timeout`, `failed`, ...; the HTTP API's kinds); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<&'static str>,
 }
 
 /// How one hook ran (SPEC §19).
@@ -193,6 +197,7 @@ impl DestinationReport {
             None => Self::from_plan(plan, Status::Failed, None),
         };
         r.message = e.to_string();
+        r.error_kind = (r.status == Status::Failed).then(|| e.kind());
         Some(r)
     }
 
@@ -216,6 +221,7 @@ impl DestinationReport {
             links: plan.links,
             message: plan.message,
             hooks: Vec::new(),
+            error_kind: None,
         }
     }
 }
@@ -354,6 +360,11 @@ impl Report {
                 "{verb} {} source {} (created {}, {})",
                 self.pipeline_id, self.source.id, self.source.created_at, self.source.digest
             );
+        }
+        if opts.quiet {
+            for d in &self.destinations {
+                quiet_line(&mut out, d, opts);
+            }
         }
         for d in self.destinations.iter().filter(|_| !opts.quiet) {
             let _ = writeln!(
@@ -595,6 +606,54 @@ fn counts_line(
 /// Conflicts grouped by kind (and forceability), in the order each kind first appears:
 /// one alone as `! kind at path: message (forceable)`; several as a count, the first
 /// message and the first [`CONFLICT_PATHS`] paths (all with `--files`).
+/// `--quiet`'s one line for a destination that failed or conflicted (SPEC §20 amends
+/// §16): why, so a quiet run in CI still says what to fix. A pending recovery (exit 4)
+/// reads as such, not as a failure.
+fn quiet_line(out: &mut String, d: &DestinationReport, opts: &TextOptions) {
+    let first_line = |m: &str| m.lines().next().unwrap_or_default().to_string();
+    let why = match d.status {
+        Status::Failed if d.error_kind == Some("recovery_required") => {
+            format!("recovery pending: {}", first_line(&d.message))
+        }
+        Status::Failed => format!(
+            "{}: {}",
+            paint(opts.colour, RED, "failed"),
+            first_line(&d.message)
+        ),
+        Status::Conflict => {
+            let mut kinds: Vec<(&str, bool, usize)> = Vec::new();
+            for c in &d.conflicts {
+                match kinds
+                    .iter_mut()
+                    .find(|(k, f, _)| *k == c.kind.as_str() && *f == c.forceable)
+                {
+                    Some((_, _, n)) => *n += 1,
+                    None => kinds.push((c.kind.as_str(), c.forceable, 1)),
+                }
+            }
+            let list: Vec<String> = (kinds.iter())
+                .map(|(k, f, n)| {
+                    let force = if *f { "forceable" } else { "not forceable" };
+                    match n {
+                        1 => format!("{k} ({force})"),
+                        n => format!("{k} x{n} ({force})"),
+                    }
+                })
+                .collect();
+            let first = (d.conflicts.first())
+                .map(|c| format!(": {}", first_line(&c.message)))
+                .unwrap_or_default();
+            format!(
+                "{}: {}{first}",
+                paint(opts.colour, YELLOW, "conflict"),
+                list.join(", ")
+            )
+        }
+        _ => return,
+    };
+    let _ = writeln!(out, "destination {}: {why}", d.destination_id);
+}
+
 fn write_conflicts(out: &mut String, conflicts: &[Conflict], opts: &TextOptions) {
     let mut groups: Vec<(&Conflict, Vec<&Conflict>)> = Vec::new();
     for c in conflicts {

@@ -92,11 +92,14 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
             }
             Err(e) => {
                 codes.push(e.exit_code());
-                let r = DestinationReport::of_error(&e).unwrap_or_else(|| {
+                let mut r = DestinationReport::of_error(&e).unwrap_or_else(|| {
                     let mut r = failed(dest);
                     r.message = e.to_string();
                     r
                 });
+                if r.status == Status::Failed {
+                    r.error_kind = Some(e.kind());
+                }
                 reports.push(r);
             }
         }
@@ -140,6 +143,7 @@ fn failed(dest: &Destination) -> DestinationReport {
         links: vec![],
         message: String::new(),
         hooks: Vec::new(),
+        error_kind: None,
     }
 }
 

@@ -192,3 +192,73 @@ fn completions_offer_actions_and_statuses_not_file_names() {
         r.stderr
     );
 }
+
+/// Three destinations: `ok`, `blocked` (its path lies under a regular file) and
+/// `taken` (unmanaged content where the bundle's file goes).
+fn three_destinations(env: &Env) -> PathBuf {
+    env.write("plain-file", "not a directory");
+    env.write("taken/a.txt", "someone else's");
+    env.config(
+        "c.yaml",
+        &format!(
+            "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: ok\n    path: {}\n  - id: blocked\n    path: {}\n  - id: taken\n    path: {}\n",
+            env.path("ok").display(),
+            env.path("plain-file/below").display(),
+            env.path("taken").display(),
+        ),
+    )
+}
+
+/// Item 1 (SPEC §20 amends §16): `--quiet` prints the summary and, for every destination
+/// that failed or conflicted, one line saying why; a pending recovery (exit 4) reads as
+/// such, not as a failure.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn quiet_still_says_why_a_destination_failed_or_waits_for_recovery() {
+    let env = Env::new();
+    let cfg = three_destinations(&env);
+    let c = cfg.to_str().unwrap();
+    let b1 = env.bundle("b1", "one", "2026-12-01T06:00:00Z", &[("a.txt", "1")], &[]);
+    let s1 = b1.to_str().unwrap();
+    let r = env.run(&["publish", "--quiet", "--config", c, "--source", s1]);
+    r.expect_code(3);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", r.stdout);
+    assert!(
+        lines[0].starts_with("destination blocked: conflict: unsafe_storage (not forceable): ")
+            && lines[0].contains("plain-file is a file"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        lines[1].starts_with("destination taken: conflict: unmanaged_content (forceable): "),
+        "{}",
+        r.stdout
+    );
+    assert!(lines[2].starts_with("summary: 3 destination(s)"), "{}", r.stdout);
+
+    // An operation killed after its journal entry: `ok` waits for recovery (exit 4).
+    let b2 = env.bundle("b2", "one", "2026-12-02T06:00:00Z", &[("a.txt", "2")], &[]);
+    let s2 = b2.to_str().unwrap();
+    let killed = env.run_env(
+        &["publish", "--config", c, "--source", s2, "--destination", "ok"],
+        &[("DISTRIBUTOR_FAILPOINT", "after_journal_append")],
+    );
+    crate::common::faults::assert_aborted(&killed, "after_journal_append");
+    let r = env.run(&[
+        "publish", "--quiet", "--config", c, "--source", s2, "--destination", "ok",
+    ]);
+    r.expect_code(4);
+    let first = r.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("destination ok: recovery pending: ") && first.contains("recover"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("failed:"), "{}", r.stdout);
+    let r = env.publish(&cfg, &b2, &["--destination", "ok"]);
+    assert_eq!(r.dest(0)["error_kind"], "recovery_required", "{}", r.stdout);
+}
