@@ -925,8 +925,11 @@ fn publish_one(
         }
     }
     // A failure to lock or a pending recovery is reported with the planned decision; with
-    // no preview, it is planned now.
+    // no preview, it is planned now. Not a lock timeout: the lock-free look saw the
+    // holder's half-placed files, which are no conflicts (issue 27), so the lock error,
+    // naming the holder, is all that is reported.
     let mut planned = |e: Error| match &preview {
+        _ if matches!(e, Error::Lock(_)) => e,
         Some(p) => with_plan(p, e),
         None => match plan_with(
             config,

@@ -262,3 +262,62 @@ fn quiet_still_says_why_a_destination_failed_or_waits_for_recovery() {
     let r = env.publish(&cfg, &b2, &["--destination", "ok"]);
     assert_eq!(r.dest(0)["error_kind"], "recovery_required", "{}", r.stdout);
 }
+
+/// Item 2: when the lock cannot be taken, the report is the lock timeout naming the
+/// holder, never the lock-free look's view of the holder's half-placed files as
+/// (forceable) conflicts. With `--quiet`, that is the destination's one line (item 1).
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn a_lock_timeout_reports_the_holder_not_its_in_flight_files() {
+    use crate::common::hostile::PausedRun;
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let files: Vec<(String, String)> = (0..8)
+        .map(|i| (format!("f{i}.txt"), format!("{i}")))
+        .collect();
+    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let b1 = env.bundle("b1", "tomorrow", "2026-12-02T06:00:00Z", &files, &[]);
+    let b2 = env.bundle("b2", "tomorrow", "2026-12-02T07:00:00Z", &[("f0.txt", "new")], &[]);
+    let c = cfg.to_str().unwrap();
+    // The holder stands with its files placed and its state not yet written.
+    let holder = PausedRun::start(
+        &env,
+        &["publish", "--config", c, "--source", b1.to_str().unwrap()],
+        "after_placement",
+        &[],
+    );
+    let pid = holder.pid();
+    let second = |extra: &[&str]| {
+        let mut args = vec!["publish", "--config", c, "--source", b2.to_str().unwrap()];
+        args.extend_from_slice(&["--lock-timeout", "0.2"]);
+        args.extend_from_slice(extra);
+        env.run(&args)
+    };
+    let r = second(&["--json"]);
+    r.expect_code(1);
+    let d = r.dest(0);
+    assert_eq!(d["status"], "failed", "{}", r.stdout);
+    assert_eq!(d["conflicts"], serde_json::json!([]), "{}", r.stdout);
+    assert_eq!(d["error_kind"], "lock_timeout", "{}", r.stdout);
+    assert!(
+        d["message"].as_str().unwrap().contains(&format!("pid {pid}")),
+        "{}",
+        r.stdout
+    );
+    let r = second(&[]);
+    r.expect_code(1);
+    assert!(!r.stdout.contains("unmanaged_content"), "{}", r.stdout);
+    assert!(!r.stdout.contains("forceable"), "{}", r.stdout);
+    let r = second(&["--quiet"]);
+    r.expect_code(1);
+    let first = r.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("destination latest: failed: ") && first.contains(&format!("pid {pid}")),
+        "{}",
+        r.stdout
+    );
+    holder.resume().expect_code(0);
+}
