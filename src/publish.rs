@@ -188,6 +188,8 @@ fn failed_report(
         message,
         hooks: Vec::new(),
         error_kind: None,
+        release_activated: None,
+        releases_removed: Vec::new(),
     }
 }
 
@@ -1000,10 +1002,14 @@ fn publish_one(
         progress,
     };
     match execute(&mut plan, source, journal, store, &ctx) {
-        Ok(op) => Ok((
-            DestinationReport::from_plan(plan, Status::Applied, Some(op)),
-            0,
-        )),
+        Ok(op) => {
+            let mut r = DestinationReport::from_plan(plan, Status::Applied, Some(op.clone()));
+            if store.as_releases().is_some() {
+                r.releases_removed = crate::journal::query::releases_removed(journal, &op)?;
+                r.release_activated = Some(op);
+            }
+            Ok((r, 0))
+        }
         Err(e) => Err(Error::Planned {
             plan: Box::new(plan),
             source: Box::new(e),

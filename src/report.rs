@@ -98,6 +98,13 @@ pub struct DestinationReport {
     /// `lock_timeout`, `failed`, ...; the HTTP API's kinds); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<&'static str>,
+    /// A releases destination (SPEC §15): the release the run activated (its directory in
+    /// `releases.dir`); absent otherwise and in a dry run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_activated: Option<String>,
+    /// The releases retention removed after the activation; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub releases_removed: Vec<String>,
 }
 
 /// How one hook ran (SPEC §19).
@@ -222,6 +229,8 @@ impl DestinationReport {
             message: plan.message,
             hooks: Vec::new(),
             error_kind: None,
+            release_activated: None,
+            releases_removed: Vec::new(),
         }
     }
 }
@@ -432,6 +441,16 @@ impl Report {
             }
             if let Some(op) = &d.operation_id {
                 let _ = writeln!(out, "  operation: {op}");
+            }
+            if let Some(release) = &d.release_activated {
+                let _ = writeln!(out, "  release activated: {release}");
+            }
+            if !d.releases_removed.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  retention removed: {}",
+                    d.releases_removed.join(", ")
+                );
             }
             for h in &d.hooks {
                 let last = h.stderr.trim_end().lines().last().unwrap_or_default();

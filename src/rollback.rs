@@ -144,6 +144,8 @@ fn failed(dest: &Destination) -> DestinationReport {
         message: String::new(),
         hooks: Vec::new(),
         error_kind: None,
+        release_activated: None,
+        releases_removed: Vec::new(),
     }
 }
 
@@ -322,10 +324,12 @@ fn rollback_one(
         )
     };
     match run_activation(&plan, journal, &store, &how, &detail) {
-        Ok(op) => Ok((
-            DestinationReport::from_plan(plan, Status::Applied, Some(op)),
-            source,
-        )),
+        Ok(op) => {
+            let mut r = DestinationReport::from_plan(plan, Status::Applied, Some(op.clone()));
+            r.releases_removed = query::releases_removed(journal, &op)?;
+            r.release_activated = Some(target.clone());
+            Ok((r, source))
+        }
         Err(e) => Err(Error::Planned {
             plan: Box::new(plan),
             source: Box::new(e),
@@ -434,10 +438,12 @@ fn rollback_owner(
         command: "rollback",
     };
     match execute(&mut plan, &source, journal, store, &ctx) {
-        Ok(op) => Ok((
-            DestinationReport::from_plan(plan, Status::Applied, Some(op)),
-            source_ref,
-        )),
+        Ok(op) => {
+            let mut r = DestinationReport::from_plan(plan, Status::Applied, Some(op.clone()));
+            r.releases_removed = query::releases_removed(journal, &op)?;
+            r.release_activated = Some(op);
+            Ok((r, source_ref))
+        }
         Err(e) => Err(Error::Planned {
             plan: Box::new(plan),
             source: Box::new(e),

@@ -321,3 +321,47 @@ fn a_lock_timeout_reports_the_holder_not_its_in_flight_files() {
     );
     holder.resume().expect_code(0);
 }
+
+/// Item 9: a releases publication reports the release it activated and the ones
+/// retention removed, in text and JSON, and `history` shows the removal (a row under the
+/// publication, and `--action prune` lists it).
+#[test]
+fn a_releases_publication_reports_what_it_activated_and_removed() {
+    let env = Env::new();
+    let cfg = releases_config(&env, 0);
+    let ops = publish_versions(&env, &cfg, 2);
+    let b = env.bundle("b2", "tomorrow", "2026-12-02T02:00:00Z", &[("v.txt", "2")], &[]);
+    let r = env.publish(&cfg, &b, &[]);
+    r.expect_code(0);
+    let d = r.dest(0);
+    let op = d["operation_id"].as_str().unwrap();
+    assert_eq!(d["release_activated"], op, "{}", r.stdout);
+    assert_eq!(d["releases_removed"], serde_json::json!([ops[0]]), "{}", r.stdout);
+    assert_eq!(r.json()["report_version"], 1);
+    let b = env.bundle("b3", "tomorrow", "2026-12-02T03:00:00Z", &[("v.txt", "3")], &[]);
+    let c = cfg.to_str().unwrap();
+    let r = env.run(&["publish", "--config", c, "--source", b.to_str().unwrap()]);
+    r.expect_code(0);
+    assert!(r.stdout.contains("  release activated: "), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(&format!("  retention removed: {}", ops[1])),
+        "{}",
+        r.stdout
+    );
+    // history: the removal under the publication's row, and --action prune finds it.
+    let h = history(&env, &[]);
+    assert!(
+        h.stdout.contains(&format!("    retention removed releases {}", ops[0])),
+        "{}",
+        h.stdout
+    );
+    let h = history(&env, &["--action", "prune", "--json"]);
+    h.expect_code(0);
+    let listed: Vec<String> = h.json()["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["releases_removed"][0].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, [ops[1].clone(), ops[0].clone()], "{}", h.stdout);
+}

@@ -251,6 +251,14 @@ fn list_line(out: &mut String, op: &OperationSummary) {
     if op.decision == Decision::ReplaceTakeover.as_str() || has_takeovers(op) {
         takeover_lines(out, op, "    ");
     }
+    if !op.releases_removed.is_empty() {
+        let by = if op.decision == "prune" {
+            "removed"
+        } else {
+            "retention removed"
+        };
+        let _ = writeln!(out, "    {by} releases {}", op.releases_removed.join(", "));
+    }
 }
 
 fn has_takeovers(op: &OperationSummary) -> bool {
