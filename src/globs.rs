@@ -112,10 +112,21 @@ mod tests {
     #[test]
     fn a_trailing_slash_means_everything_below_a_directory() {
         let g = globs(&[".git/", "**/node_modules/"]);
-        for yes in [".git/HEAD", ".git/objects/ab", "node_modules/x", "a/b/node_modules/c/d"] {
+        for yes in [
+            ".git/HEAD",
+            ".git/objects/ab",
+            "node_modules/x",
+            "a/b/node_modules/c/d",
+        ] {
             assert!(g.is_match(yes), "{yes}");
         }
-        for no in [".git", "node_modules", "a/.git", ".gitignore", "x/.git/HEAD"] {
+        for no in [
+            ".git",
+            "node_modules",
+            "a/.git",
+            ".gitignore",
+            "x/.git/HEAD",
+        ] {
             assert!(!g.is_match(no), "{no}");
         }
     }

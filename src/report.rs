@@ -381,14 +381,26 @@ impl Report {
                 "\ndestination {} -> {}",
                 d.destination_id, d.bundle_path
             );
-            let _ = writeln!(
-                out,
-                "  decision: {} [{}]",
-                d.decision.map_or("none", |x| x.as_str()),
-                paint(status_colour(d.status), status_word(d.status))
-            );
-            if !d.message.is_empty() {
-                let _ = writeln!(out, "  reason: {}", d.message);
+            match d.decision {
+                Some(decision) => {
+                    let _ = writeln!(
+                        out,
+                        "  decision: {decision} [{}]",
+                        paint(status_colour(d.status), status_word(d.status))
+                    );
+                    if !d.message.is_empty() {
+                        let _ = writeln!(out, "  reason: {}", d.message);
+                    }
+                }
+                // Failed before anything was decided: the error is the whole story.
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "  {}: {}",
+                        paint(status_colour(d.status), status_word(d.status)),
+                        d.message
+                    );
+                }
             }
             if let Some(counts) = counts_line(
                 d.files.iter().map(|f| (f.op, f.size)),

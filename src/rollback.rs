@@ -173,7 +173,10 @@ fn release_named(store: &ReleaseStore, to: &str) -> Result<String> {
         ))),
         many => Err(Error::Usage(format!(
             "--to {to}: operation id start is ambiguous ({}); give more of it",
-            many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            many.iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }

@@ -47,7 +47,13 @@ fn history_accepts_the_prune_and_adopt_actions() {
     let env = Env::new();
     // An in-place destination, adopted as a first release.
     let plain = env.simple_config("plain.yaml", "weather", "latest", "www/latest", "");
-    let b = env.bundle("b", "tomorrow", "2026-12-02T00:00:00Z", &[("v.txt", "0")], &[]);
+    let b = env.bundle(
+        "b",
+        "tomorrow",
+        "2026-12-02T00:00:00Z",
+        &[("v.txt", "0")],
+        &[],
+    );
     env.publish(&plain, &b, &[]).expect_code(0);
     // Before any adoption or prune: an empty list, not an error.
     for action in ["adopt", "prune"] {
@@ -57,7 +63,8 @@ fn history_accepts_the_prune_and_adopt_actions() {
     }
     let cfg = releases_config(&env, 3);
     let c = cfg.to_str().unwrap();
-    env.run(&["releases", "adopt", "--config", c]).expect_code(0);
+    env.run(&["releases", "adopt", "--config", c])
+        .expect_code(0);
     let r = history(&env, &["--action", "adopt", "--json"]);
     r.expect_code(0);
     let ops = r.json()["operations"].as_array().unwrap().clone();
@@ -134,7 +141,11 @@ fn rollback_to_accepts_a_unique_prefix() {
         target.display()
     );
     // No release starts so: the error lists what is there.
-    let unknown = if ops.iter().any(|o| o.starts_with("ffff")) { "0000" } else { "ffff" };
+    let unknown = if ops.iter().any(|o| o.starts_with("ffff")) {
+        "0000"
+    } else {
+        "ffff"
+    };
     let r = rollback(unknown);
     r.expect_code(2);
     assert!(
@@ -187,7 +198,8 @@ fn completions_offer_actions_and_statuses_not_file_names() {
     let r = env.run(&["history", "--status", "bogus"]);
     r.expect_code(2);
     assert!(
-        r.stderr.contains("--status bogus: unknown value, accepted: in_progress"),
+        r.stderr
+            .contains("--status bogus: unknown value, accepted: in_progress"),
         "{}",
         r.stderr
     );
@@ -238,18 +250,37 @@ fn quiet_still_says_why_a_destination_failed_or_waits_for_recovery() {
         "{}",
         r.stdout
     );
-    assert!(lines[2].starts_with("summary: 3 destination(s)"), "{}", r.stdout);
+    assert!(
+        lines[2].starts_with("summary: 3 destination(s)"),
+        "{}",
+        r.stdout
+    );
 
     // An operation killed after its journal entry: `ok` waits for recovery (exit 4).
     let b2 = env.bundle("b2", "one", "2026-12-02T06:00:00Z", &[("a.txt", "2")], &[]);
     let s2 = b2.to_str().unwrap();
     let killed = env.run_env(
-        &["publish", "--config", c, "--source", s2, "--destination", "ok"],
+        &[
+            "publish",
+            "--config",
+            c,
+            "--source",
+            s2,
+            "--destination",
+            "ok",
+        ],
         &[("DISTRIBUTOR_FAILPOINT", "after_journal_append")],
     );
     crate::common::faults::assert_aborted(&killed, "after_journal_append");
     let r = env.run(&[
-        "publish", "--quiet", "--config", c, "--source", s2, "--destination", "ok",
+        "publish",
+        "--quiet",
+        "--config",
+        c,
+        "--source",
+        s2,
+        "--destination",
+        "ok",
     ]);
     r.expect_code(4);
     let first = r.stdout.lines().next().unwrap_or_default();
@@ -278,9 +309,18 @@ fn a_lock_timeout_reports_the_holder_not_its_in_flight_files() {
     let files: Vec<(String, String)> = (0..8)
         .map(|i| (format!("f{i}.txt"), format!("{i}")))
         .collect();
-    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
     let b1 = env.bundle("b1", "tomorrow", "2026-12-02T06:00:00Z", &files, &[]);
-    let b2 = env.bundle("b2", "tomorrow", "2026-12-02T07:00:00Z", &[("f0.txt", "new")], &[]);
+    let b2 = env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T07:00:00Z",
+        &[("f0.txt", "new")],
+        &[],
+    );
     let c = cfg.to_str().unwrap();
     // The holder stands with its files placed and its state not yet written.
     let holder = PausedRun::start(
@@ -303,7 +343,10 @@ fn a_lock_timeout_reports_the_holder_not_its_in_flight_files() {
     assert_eq!(d["conflicts"], serde_json::json!([]), "{}", r.stdout);
     assert_eq!(d["error_kind"], "lock_timeout", "{}", r.stdout);
     assert!(
-        d["message"].as_str().unwrap().contains(&format!("pid {pid}")),
+        d["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("pid {pid}")),
         "{}",
         r.stdout
     );
@@ -330,28 +373,47 @@ fn a_releases_publication_reports_what_it_activated_and_removed() {
     let env = Env::new();
     let cfg = releases_config(&env, 0);
     let ops = publish_versions(&env, &cfg, 2);
-    let b = env.bundle("b2", "tomorrow", "2026-12-02T02:00:00Z", &[("v.txt", "2")], &[]);
+    let b = env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T02:00:00Z",
+        &[("v.txt", "2")],
+        &[],
+    );
     let r = env.publish(&cfg, &b, &[]);
     r.expect_code(0);
     let d = r.dest(0);
     let op = d["operation_id"].as_str().unwrap();
     assert_eq!(d["release_activated"], op, "{}", r.stdout);
-    assert_eq!(d["releases_removed"], serde_json::json!([ops[0]]), "{}", r.stdout);
+    assert_eq!(
+        d["releases_removed"],
+        serde_json::json!([ops[0]]),
+        "{}",
+        r.stdout
+    );
     assert_eq!(r.json()["report_version"], 1);
-    let b = env.bundle("b3", "tomorrow", "2026-12-02T03:00:00Z", &[("v.txt", "3")], &[]);
+    let b = env.bundle(
+        "b3",
+        "tomorrow",
+        "2026-12-02T03:00:00Z",
+        &[("v.txt", "3")],
+        &[],
+    );
     let c = cfg.to_str().unwrap();
     let r = env.run(&["publish", "--config", c, "--source", b.to_str().unwrap()]);
     r.expect_code(0);
     assert!(r.stdout.contains("  release activated: "), "{}", r.stdout);
     assert!(
-        r.stdout.contains(&format!("  retention removed: {}", ops[1])),
+        r.stdout
+            .contains(&format!("  retention removed: {}", ops[1])),
         "{}",
         r.stdout
     );
     // history: the removal under the publication's row, and --action prune finds it.
     let h = history(&env, &[]);
     assert!(
-        h.stdout.contains(&format!("    retention removed releases {}", ops[0])),
+        h.stdout
+            .contains(&format!("    retention removed releases {}", ops[0])),
         "{}",
         h.stdout
     );
@@ -364,4 +426,89 @@ fn a_releases_publication_reports_what_it_activated_and_removed() {
         .map(|o| o["releases_removed"][0].as_str().unwrap().to_string())
         .collect();
     assert_eq!(listed, [ops[1].clone(), ops[0].clone()], "{}", h.stdout);
+}
+
+/// A config with one s3 destination `site` at `s3://<bucket>/site` on moto.
+fn s3_config(env: &Env, endpoint: &str, bucket: &str) -> PathBuf {
+    env.config(
+        "s3.yaml",
+        &format!(
+            "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: site\n    backend: s3\n    path: s3://{bucket}/site\n    s3:\n      endpoint: {endpoint}\n      allow_http: true\n"
+        ),
+    )
+}
+
+/// Item 4, first contact with S3: with no credentials, an error naming what is missing
+/// and where distributor looks (never the metadata endpoint's raw error; with
+/// AWS_EC2_METADATA_DISABLED=true it is not asked, so this is deterministic); a bucket
+/// that does not exist is named, without the store's XML.
+#[test]
+fn s3_first_contact_errors_say_what_is_missing() {
+    let moto = crate::common::s3::require_moto!();
+    let env = Env::new();
+    let bucket = moto.fresh_bucket();
+    let b = env.bundle(
+        "b",
+        "site",
+        "2026-12-02T06:00:00Z",
+        &[("index.html", "hi")],
+        &[],
+    );
+    let vars = crate::common::s3::s3_env(moto);
+    let with = |keep_keys: bool, extra: &[(&'static str, &'static str)]| {
+        let mut v: Vec<(&str, &str)> = (vars.iter())
+            .filter(|(k, _)| keep_keys || !k.starts_with("AWS_") || *k == "AWS_REGION")
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect();
+        v.extend_from_slice(extra);
+        v
+    };
+    let cfg = s3_config(&env, &moto.endpoint, &bucket);
+    let args = [
+        "publish",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        b.to_str().unwrap(),
+    ];
+    // No credentials anywhere, the metadata service disabled.
+    let r = env.run_env(
+        &args,
+        &with(false, &[("AWS_EC2_METADATA_DISABLED", "true")]),
+    );
+    r.expect_code(1);
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        !all.contains("api/token") && !all.contains("Generic S3 error"),
+        "{all}"
+    );
+    for needle in [
+        "no AWS credentials",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+    ] {
+        assert!(all.contains(needle), "{needle}: {all}");
+    }
+    assert!(!all.contains("decision: none"), "{all}");
+    // A bucket that does not exist.
+    let missing = format!("{bucket}-missing");
+    let cfg = s3_config(&env, &moto.endpoint, &missing);
+    let args = [
+        "publish",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        b.to_str().unwrap(),
+    ];
+    let r = env.run_env(&args, &with(true, &[]));
+    r.expect_code(1);
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(!all.contains("<Error>") && !all.contains("<Code>"), "{all}");
+    assert!(
+        all.contains(&format!("bucket {missing} does not exist"))
+            && all.contains("create it first"),
+        "{all}"
+    );
+    assert!(!all.contains("decision: none"), "{all}");
 }

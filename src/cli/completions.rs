@@ -67,7 +67,9 @@ impl clap::builder::TypedValueParser for Hinted {
         &self,
     ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
         Some(Box::new(
-            (self.0)().into_iter().map(clap::builder::PossibleValue::new),
+            (self.0)()
+                .into_iter()
+                .map(clap::builder::PossibleValue::new),
         ))
     }
 }
