@@ -44,6 +44,7 @@ pub mod plan;
 pub mod prune;
 pub mod publish;
 pub mod recover;
+pub mod release_settings;
 pub mod report;
 pub mod rollback;
 pub mod server;

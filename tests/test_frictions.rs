@@ -512,3 +512,80 @@ fn s3_first_contact_errors_say_what_is_missing() {
     );
     assert!(!all.contains("decision: none"), "{all}");
 }
+
+/// Item 8: changing `releases.keep` is `distributor releases settings` (under the lock,
+/// journaled), and `releases_mismatch` names that command.
+#[test]
+fn releases_settings_records_a_changed_keep() {
+    let env = Env::new();
+    let cfg = releases_config(&env, 3);
+    let ops = publish_versions(&env, &cfg, 3);
+    // keep: 0 now.
+    let cfg = releases_config(&env, 0);
+    let c = cfg.to_str().unwrap();
+    let b = env.bundle(
+        "b9",
+        "tomorrow",
+        "2026-12-02T09:00:00Z",
+        &[("v.txt", "9")],
+        &[],
+    );
+    let r = env.publish(&cfg, &b, &[]);
+    assert_eq!(r.conflict_kinds(), ["releases_mismatch"], "{}", r.stdout);
+    let msg = r.dest(0)["conflicts"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("distributor releases settings --config"),
+        "{msg}"
+    );
+    // A dry run says what it would record and writes nothing.
+    let before = env.snapshot("www");
+    let r = env.run(&["releases", "settings", "--dry-run", "--config", c]);
+    r.expect_code(0);
+    assert!(
+        r.stdout.contains("would record") && r.stdout.contains("keep 0"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("before: ") && r.stdout.contains("keep 3"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(env.snapshot("www"), before);
+    let r = env.run(&["releases", "settings", "--json", "--config", c]);
+    r.expect_code(0);
+    let d = &r.json()["destinations"][0];
+    assert_eq!(d["status"], "changed", "{}", r.stdout);
+    let op = d["operation_id"].as_str().unwrap().to_string();
+    // Journaled, with what changed.
+    let h = env.run(&["history", "show", &op]);
+    h.expect_code(0);
+    assert!(
+        h.stdout.contains("settings_changed: ") && h.stdout.contains("keep 3 -> "),
+        "{}",
+        h.stdout
+    );
+    let h = history(&env, &["--action", "settings", "--json"]);
+    assert_eq!(
+        h.json()["operations"].as_array().unwrap().len(),
+        1,
+        "{}",
+        h.stdout
+    );
+    // Recorded: again is a no-op, and the publication applies keep: 0.
+    let r = env.run(&["releases", "settings", "--config", c]);
+    r.expect_code(0);
+    assert!(r.stdout.contains("already recorded"), "{}", r.stdout);
+    let r = env.publish(&cfg, &b, &[]);
+    r.expect_code(0);
+    let removed: Vec<String> = r.dest(0)["releases_removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(removed, [ops[0].clone(), ops[1].clone()], "{}", r.stdout);
+}

@@ -50,7 +50,7 @@ struct ListArgs {
     /// Only this destination id.
     #[arg(long, value_name = "D", value_hint = clap::ValueHint::Other)]
     destination: Option<String>,
-    /// Only this decision (create, repair, replace_older, replace_changed, replace_takeover, force_replace, conflict, rollback, ...; prune, adopt).
+    /// Only this decision (create, repair, replace_older, replace_changed, replace_takeover, force_replace, conflict, rollback, ...; prune, adopt, settings).
     #[arg(long, value_name = "A", hide_possible_values = true,
           value_parser = super::completions::Hinted(query::actions))]
     action: Option<String>,

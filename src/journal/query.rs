@@ -262,7 +262,7 @@ pub fn list(j: &Journal, f: &Filter) -> Result<Vec<OperationSummary>> {
 
 /// The `--action` values besides the decisions: the journal's own operations that are not
 /// publications (`distributor prune` and retention, `distributor releases adopt`).
-pub const OPERATIONS: &[&str] = &["prune", "adopt"];
+pub const OPERATIONS: &[&str] = &["prune", "adopt", "settings"];
 
 /// Every accepted `--action` value: the decisions, then [`OPERATIONS`].
 pub fn actions() -> Vec<&'static str> {
