@@ -589,3 +589,55 @@ fn releases_settings_records_a_changed_keep() {
         .collect();
     assert_eq!(removed, [ops[0].clone(), ops[1].clone()], "{}", r.stdout);
 }
+
+/// Item 12: `history --config F show ID` works as `history show ID --config F` does; a
+/// list filter before `show` is a usage error saying so.
+#[test]
+fn history_config_before_show_is_accepted() {
+    let env = Env::new();
+    let cfg = env.simple_config(
+        "c.yaml",
+        "weather",
+        "latest",
+        "dest",
+        // A top-level key (not indented): the journal is found through the config only.
+        &format!("journal:\n  path: {}\n", env.path("j.sqlite3").display()),
+    );
+    let b = env.bundle(
+        "b",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a.txt", "1")],
+        &[],
+    );
+    let c = cfg.to_str().unwrap();
+    let r = env.run_env_without_journal(
+        &[
+            "publish",
+            "--json",
+            "--config",
+            c,
+            "--source",
+            b.to_str().unwrap(),
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    let op = r.dest(0)["operation_id"].as_str().unwrap().to_string();
+    let before = env.run_env_without_journal(&["history", "--config", c, "show", &op[..8]], &[]);
+    before.expect_code(0);
+    let after = env.run_env_without_journal(&["history", "show", &op[..8], "--config", c], &[]);
+    after.expect_code(0);
+    assert_eq!(before.stdout, after.stdout);
+    assert!(before.stdout.contains(&op), "{}", before.stdout);
+    let r = env.run_env_without_journal(&["history", "--config", c, "--json", "show", &op], &[]);
+    r.expect_code(0);
+    assert_eq!(r.json()["operation_id"], op.as_str());
+    let r = env.run_env_without_journal(&["history", "--action", "create", "show", &op], &[]);
+    r.expect_code(2);
+    assert!(
+        r.stderr.contains("--action filters the list"),
+        "{}",
+        r.stderr
+    );
+}

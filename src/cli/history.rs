@@ -26,7 +26,6 @@ pub struct JournalArgs {
 /// List journaled operations, newest first; `--action replace_takeover` is the audit of
 /// past takeovers.
 #[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct HistoryArgs {
     #[command(subcommand)]
     show: Option<HistoryCommand>,
@@ -89,10 +88,38 @@ impl HistoryArgs {
     /// Whether the output is JSON.
     pub fn json(&self) -> bool {
         match &self.show {
-            Some(HistoryCommand::Show(s)) => s.json,
+            Some(HistoryCommand::Show(s)) => s.json || self.list.json,
             None => self.list.json,
         }
     }
+}
+
+/// `history --config F show ID` is `history show ID --config F`: where the journal is and
+/// `--json` may come before `show`; the list's filters may not.
+fn merged(mut s: ShowArgs, list: ListArgs) -> Result<ShowArgs> {
+    let filters = [
+        ("--pipeline", list.pipeline.is_some()),
+        ("--destination", list.destination.is_some()),
+        ("--action", list.action.is_some()),
+        ("--status", list.status.is_some()),
+        ("--since", list.since.is_some()),
+        ("--until", list.until.is_some()),
+        ("--limit", list.limit.is_some()),
+    ];
+    if let Some((flag, _)) = filters.iter().find(|(_, given)| *given) {
+        return Err(Error::Usage(format!(
+            "{flag} filters the list; `history show OP_ID` shows one operation (it takes --config, --journal and --json)"
+        )));
+    }
+    s.journal.config = s.journal.config.or(list.journal.config);
+    s.journal.journal = s.journal.journal.or(list.journal.journal);
+    if s.journal.config.is_some() && s.journal.journal.is_some() {
+        return Err(Error::Usage(
+            "--config and --journal both name the journal; give one".into(),
+        ));
+    }
+    s.json |= list.json;
+    Ok(s)
 }
 
 fn open(a: &JournalArgs) -> Result<(PathBuf, Option<Journal>)> {
@@ -105,7 +132,7 @@ fn open(a: &JournalArgs) -> Result<(PathBuf, Option<Journal>)> {
 /// Runs the command.
 pub fn run(a: HistoryArgs) -> Result<CommandOutput> {
     match a.show {
-        Some(HistoryCommand::Show(s)) => show(s),
+        Some(HistoryCommand::Show(s)) => show(merged(s, a.list)?),
         None => list(a.list),
     }
 }
