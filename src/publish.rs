@@ -927,11 +927,12 @@ fn publish_one(
         }
     }
     // A failure to lock or a pending recovery is reported with the planned decision; with
-    // no preview, it is planned now. Not a lock timeout: the lock-free look saw the
-    // holder's half-placed files, which are no conflicts (issue 27), so the lock error,
-    // naming the holder, is all that is reported.
+    // no preview, it is planned now. A lock timeout keeps the decision it would have made,
+    // but never the lock-free look's conflicts: what that look saw may be the holder's
+    // half-placed files, which are no conflicts (issue 27), so the lock error, naming the
+    // holder, is all that is reported then.
     let mut planned = |e: Error| match &preview {
-        _ if matches!(e, Error::Lock(_)) => e,
+        Some(p) if matches!(e, Error::Lock(_)) && !p.conflicts.is_empty() => e,
         Some(p) => with_plan(p, e),
         None => match plan_with(
             config,
@@ -942,6 +943,7 @@ fn publish_one(
             &mut memo,
             &unlocked.view(),
         ) {
+            Ok(p) if matches!(e, Error::Lock(_)) && !p.conflicts.is_empty() => e,
             Ok(p) => with_plan(&p, e),
             Err(_) => e,
         },

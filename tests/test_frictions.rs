@@ -342,6 +342,7 @@ fn a_lock_timeout_reports_the_holder_not_its_in_flight_files() {
     assert_eq!(d["status"], "failed", "{}", r.stdout);
     assert_eq!(d["conflicts"], serde_json::json!([]), "{}", r.stdout);
     assert_eq!(d["error_kind"], "lock_timeout", "{}", r.stdout);
+    assert_eq!(d["decision"], serde_json::Value::Null, "{}", r.stdout);
     assert!(
         d["message"]
             .as_str()
@@ -587,7 +588,11 @@ fn releases_settings_records_a_changed_keep() {
         .iter()
         .map(|v| v.as_str().unwrap().to_string())
         .collect();
-    assert_eq!(removed, [ops[0].clone(), ops[1].clone()], "{}", r.stdout);
+    let mut expected = [ops[0].clone(), ops[1].clone()];
+    expected.sort();
+    let mut removed = removed;
+    removed.sort();
+    assert_eq!(removed, expected, "{}", r.stdout);
 }
 
 /// Item 12: `history --config F show ID` works as `history show ID --config F` does; a
