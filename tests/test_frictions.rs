@@ -646,3 +646,25 @@ fn history_config_before_show_is_accepted() {
         r.stderr
     );
 }
+
+/// Item 14: `validate` refuses a local destination whose path lies under a regular file
+/// (publish would refuse it as `unsafe_storage`), naming the key and the file.
+#[test]
+fn validate_refuses_a_destination_under_a_regular_file() {
+    let env = Env::new();
+    env.write("plain-file", "not a directory");
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "plain-file/below/latest", "");
+    let r = env.run(&["validate", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(2);
+    assert!(
+        r.stderr
+            .contains("destinations[0].path (destination latest)")
+            && r.stderr.contains("plain-file is a regular file"),
+        "{}",
+        r.stderr
+    );
+    // A path that does not exist yet below a directory is fine.
+    let cfg = env.simple_config("ok.yaml", "weather", "latest", "new/dir/latest", "");
+    env.run(&["validate", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+}

@@ -2,11 +2,11 @@
 
 use super::CommandOutput;
 use crate::config::Config;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::source::Source;
 use clap::Args;
 use std::fmt::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Check a config (and optionally a source bundle) without publishing.
 #[derive(Debug, Args)]
@@ -19,9 +19,57 @@ pub struct ValidateArgs {
     pub source: Option<PathBuf>,
 }
 
+/// Where a local destination's path cannot be a directory: its nearest existing ancestor
+/// (or the path itself) is something else, a regular file say. `publish` would refuse it
+/// (`unsafe_storage`), so `validate` says so first.
+fn blocked(path: &Path) -> Option<String> {
+    let mut at = Some(path);
+    while let Some(p) = at {
+        match std::fs::metadata(p) {
+            Ok(m) if m.is_dir() => return None,
+            Ok(m) => {
+                let what = if m.is_file() {
+                    "a regular file"
+                } else {
+                    "not a directory"
+                };
+                return Some(if p == path {
+                    format!("{} is {what}, not a directory", p.display())
+                } else {
+                    format!(
+                        "{} is {what}, so {} cannot be created below it",
+                        p.display(),
+                        path.display()
+                    )
+                });
+            }
+            Err(_) => at = p.parent(),
+        }
+    }
+    None
+}
+
 /// Runs the command.
 pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
+    for (i, d) in config.destinations.iter().enumerate() {
+        if d.s3.is_some() {
+            continue;
+        }
+        let releases_dir = d.releases.as_ref().map(|r| r.dir.as_path());
+        for (key, path) in [
+            ("path", Some(d.path.as_path())),
+            ("releases.dir", releases_dir),
+        ] {
+            if let Some(why) = path.and_then(blocked) {
+                return Err(Error::Config(format!(
+                    "config {}: destinations[{i}].{key} (destination {}): {why}; nothing can be published there (accepted: a directory, or a path whose existing ancestors are directories)",
+                    config.file.display(),
+                    d.id
+                )));
+            }
+        }
+    }
     let mut out = format!(
         "config {}: valid, pipeline {}\n",
         config.file.display(),
