@@ -668,3 +668,18 @@ fn validate_refuses_a_destination_under_a_regular_file() {
     env.run(&["validate", "--config", cfg.to_str().unwrap()])
         .expect_code(0);
 }
+
+/// Item 15: `history` where no journal exists says so, rather than reading like a
+/// journal that recorded nothing.
+#[test]
+fn history_says_when_the_journal_does_not_exist() {
+    let env = Env::new();
+    let r = env.run(&["history"]);
+    r.expect_code(0);
+    assert!(
+        r.stdout.starts_with("no operations: journal ") && r.stdout.contains("does not exist yet"),
+        "{}",
+        r.stdout
+    );
+    assert!(!env.journal().exists());
+}

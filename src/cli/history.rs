@@ -194,6 +194,13 @@ fn list(a: ListArgs) -> Result<CommandOutput> {
             "operations": ops,
         });
         format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+    } else if ops.is_empty() && journal.is_none() {
+        // Not an error (a fresh host has no history yet), but not to be mistaken for a
+        // journal that recorded nothing matching.
+        format!(
+            "no operations: journal {} does not exist yet (nothing was journaled there; is this the journal your runs use? --journal, DISTRIBUTOR_JOURNAL or journal.path name another)\n",
+            path.display()
+        )
     } else if ops.is_empty() {
         format!("no operations (journal {})\n", path.display())
     } else {
