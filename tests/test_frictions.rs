@@ -659,7 +659,7 @@ fn validate_refuses_a_destination_under_a_regular_file() {
     assert!(
         r.stderr
             .contains("destinations[0].path (destination latest)")
-            && r.stderr.contains("plain-file is a regular file"),
+            && r.stderr.contains("plain-file is a file, not a directory: "),
         "{}",
         r.stderr
     );

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::source::Source;
 use clap::Args;
 use std::fmt::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Check a config (and optionally a source bundle) without publishing.
 #[derive(Debug, Args)]
@@ -17,36 +17,6 @@ pub struct ValidateArgs {
     /// Also verify this source bundle: its manifest, and every output's size and sha256.
     #[arg(long, value_name = "DIR")]
     pub source: Option<PathBuf>,
-}
-
-/// Where a local destination's path cannot be a directory: its nearest existing ancestor
-/// (or the path itself) is something else, a regular file say. `publish` would refuse it
-/// (`unsafe_storage`), so `validate` says so first.
-fn blocked(path: &Path) -> Option<String> {
-    let mut at = Some(path);
-    while let Some(p) = at {
-        match std::fs::metadata(p) {
-            Ok(m) if m.is_dir() => return None,
-            Ok(m) => {
-                let what = if m.is_file() {
-                    "a regular file"
-                } else {
-                    "not a directory"
-                };
-                return Some(if p == path {
-                    format!("{} is {what}, not a directory", p.display())
-                } else {
-                    format!(
-                        "{} is {what}, so {} cannot be created below it",
-                        p.display(),
-                        path.display()
-                    )
-                });
-            }
-            Err(_) => at = p.parent(),
-        }
-    }
-    None
 }
 
 /// Runs the command.
@@ -61,7 +31,7 @@ pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
             ("path", Some(d.path.as_path())),
             ("releases.dir", releases_dir),
         ] {
-            if let Some(why) = path.and_then(blocked) {
+            if let Some(why) = path.and_then(crate::backend::local::blocked_by_file) {
                 return Err(Error::Config(format!(
                     "config {}: destinations[{i}].{key} (destination {}): {why}; nothing can be published there (accepted: a directory, or a path whose existing ancestors are directories)",
                     config.file.display(),
