@@ -1,24 +1,30 @@
 //! Path globs for `verify.ignore` and `distributor manifest --exclude` (SPEC §16): each
 //! glob matches a whole bundle-relative path; `*` and `?` do not cross `/`, `**` does
 //! (`*.tmp` is a top-level file, `**/*.tmp` one anywhere, `.git/**` everything below
-//! `.git`). Built on `globset`.
+//! `.git`). A glob ending in `/` means, as in gitignore, a directory: it matches every
+//! path below a directory it matches (`.git/` is `.git/config` and `.git/objects/ab`,
+//! never a file named `.git`). Built on `globset`.
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 /// What a glob may be, for messages.
-pub const ACCEPTED: &str = "accepted: a glob matching whole bundle-relative paths, where * and ? stay within one path segment and ** crosses them (\"robots.txt\", \"*.tmp\", \"**/.DS_Store\", \".git/**\")";
+pub const ACCEPTED: &str = "accepted: a glob matching whole bundle-relative paths, where * and ? stay within one path segment and ** crosses them, and a trailing / means everything below a directory (\"robots.txt\", \"*.tmp\", \"**/.DS_Store\", \".git/\", \".git/**\")";
 
 /// A set of path globs.
 #[derive(Debug, Clone, Default)]
 pub struct PathGlobs {
     patterns: Vec<String>,
     set: GlobSet,
+    /// The globs written with a trailing `/`, without it: they match directories, and a
+    /// path matches when one of its ancestors does.
+    dirs: GlobSet,
 }
 
 impl PathGlobs {
     /// Compiles `patterns`; an error names the first bad one and what is accepted.
     pub fn new(patterns: &[String]) -> Result<PathGlobs, String> {
         let mut b = GlobSetBuilder::new();
+        let mut dirs = GlobSetBuilder::new();
         for p in patterns {
             if p.is_empty() {
                 return Err(format!("an empty glob; {ACCEPTED}"));
@@ -28,25 +34,40 @@ impl PathGlobs {
                     "glob '{p}' starts with '/': paths are bundle-relative; {ACCEPTED}"
                 ));
             }
-            let g = GlobBuilder::new(p)
+            let dir = p.trim_end_matches('/');
+            if dir.is_empty() {
+                return Err(format!("glob '{p}' names no directory; {ACCEPTED}"));
+            }
+            let g = GlobBuilder::new(dir)
                 .literal_separator(true)
                 .backslash_escape(true)
                 .build()
                 .map_err(|e| format!("invalid glob '{p}': {}; {ACCEPTED}", e.kind()))?;
-            b.add(g);
+            if dir.len() < p.len() {
+                dirs.add(g);
+            } else {
+                b.add(g);
+            }
         }
-        let set = b
-            .build()
-            .map_err(|e| format!("invalid globs: {}; {ACCEPTED}", e.kind()))?;
+        let built = |b: GlobSetBuilder| {
+            b.build()
+                .map_err(|e| format!("invalid globs: {}; {ACCEPTED}", e.kind()))
+        };
         Ok(PathGlobs {
             patterns: patterns.to_vec(),
-            set,
+            set: built(b)?,
+            dirs: built(dirs)?,
         })
     }
 
     /// Whether some glob matches the whole relative path `rel`.
     pub fn is_match(&self, rel: &str) -> bool {
-        !self.patterns.is_empty() && self.set.is_match(rel)
+        !self.patterns.is_empty()
+            && (self.set.is_match(rel)
+                || (!self.dirs.is_empty()
+                    && rel
+                        .match_indices('/')
+                        .any(|(i, _)| self.dirs.is_match(&rel[..i]))))
     }
 
     /// The globs as written.
@@ -89,8 +110,30 @@ mod tests {
     }
 
     #[test]
+    fn a_trailing_slash_means_everything_below_a_directory() {
+        let g = globs(&[".git/", "**/node_modules/"]);
+        for yes in [
+            ".git/HEAD",
+            ".git/objects/ab",
+            "node_modules/x",
+            "a/b/node_modules/c/d",
+        ] {
+            assert!(g.is_match(yes), "{yes}");
+        }
+        for no in [
+            ".git",
+            "node_modules",
+            "a/.git",
+            ".gitignore",
+            "x/.git/HEAD",
+        ] {
+            assert!(!g.is_match(no), "{no}");
+        }
+    }
+
+    #[test]
     fn bad_globs_are_named() {
-        for bad in ["", "/abs", "a[", "{a"] {
+        for bad in ["", "/abs", "a[", "{a", "/", "a[/"] {
             let e = PathGlobs::new(&[bad.to_string()]).unwrap_err();
             assert!(e.contains("accepted: a glob"), "{bad}: {e}");
         }

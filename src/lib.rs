@@ -46,6 +46,7 @@ pub mod promote;
 pub mod prune;
 pub mod publish;
 pub mod recover;
+pub mod release_settings;
 pub mod report;
 pub mod rollback;
 pub mod server;

@@ -129,6 +129,9 @@ fn failed(dest: &Destination, e: &Error) -> DestinationReport {
         message: e.to_string(),
         hooks: Vec::new(),
         lock_wait: None,
+        error_kind: Some(e.kind()),
+        release_activated: None,
+        releases_removed: Vec::new(),
     }
 }
 

@@ -110,6 +110,7 @@ pub fn publish_with_progress(
         if let Some(why) = &invalid_source {
             let mut r = failed_report(config, dest, source, why.clone());
             r.message = format!("not attempted: {why}");
+            r.error_kind = Some("invalid_source");
             reports.push(r);
             continue;
         }
@@ -132,8 +133,11 @@ pub fn publish_with_progress(
                 }
                 concurrent_change |= matches!(e.root(), Error::ConcurrentChange(_));
                 let code = e.exit_code();
-                let r = DestinationReport::of_error(&e)
+                let mut r = DestinationReport::of_error(&e)
                     .unwrap_or_else(|| failed_report(config, dest, source, e.to_string()));
+                if r.status == Status::Failed {
+                    r.error_kind = Some(e.kind());
+                }
                 (r, code)
             }
         };
@@ -195,6 +199,9 @@ fn failed_report(
         message,
         hooks: Vec::new(),
         lock_wait: None,
+        error_kind: None,
+        release_activated: None,
+        releases_removed: Vec::new(),
     }
 }
 
@@ -932,8 +939,12 @@ fn publish_one(
         }
     }
     // A failure to lock or a pending recovery is reported with the planned decision; with
-    // no preview, it is planned now.
+    // no preview, it is planned now. A lock timeout keeps the decision it would have made,
+    // but never the lock-free look's conflicts: what that look saw may be the holder's
+    // half-placed files, which are no conflicts (issue 27), so the lock error, naming the
+    // holder, is all that is reported then.
     let mut planned = |e: Error| match &preview {
+        Some(p) if matches!(e, Error::Lock(_)) && !p.conflicts.is_empty() => e,
         Some(p) => with_plan(p, e),
         None => match plan_with(
             config,
@@ -944,6 +955,7 @@ fn publish_one(
             &mut memo,
             &unlocked.view(),
         ) {
+            Ok(p) if matches!(e, Error::Lock(_)) && !p.conflicts.is_empty() => e,
             Ok(p) => with_plan(&p, e),
             Err(_) => e,
         },
@@ -1037,6 +1049,9 @@ fn publish_one(
                     "staged as release {op}, not activated: `distributor promote --destination {} {op}` activates it",
                     dest.id
                 );
+            } else if store.as_releases().is_some() {
+                r.releases_removed = crate::journal::query::releases_removed(journal, &op)?;
+                r.release_activated = Some(op);
             }
             Ok((r, 0))
         }

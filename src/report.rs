@@ -100,6 +100,17 @@ pub struct DestinationReport {
     /// How long the run waited for the destination's lock (for metrics; not reported).
     #[serde(skip)]
     pub lock_wait: Option<std::time::Duration>,
+    /// The kind of the error a failed destination ended with (`recovery_required`,
+    /// `lock_timeout`, `failed`, ...; the HTTP API's kinds); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<&'static str>,
+    /// A releases destination (SPEC §15): the release the run activated (its directory in
+    /// `releases.dir`); absent otherwise and in a dry run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_activated: Option<String>,
+    /// The releases retention removed after the activation; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub releases_removed: Vec<String>,
 }
 
 /// How one hook ran (SPEC §19).
@@ -199,6 +210,7 @@ impl DestinationReport {
             None => Self::from_plan(plan, Status::Failed, None),
         };
         r.message = e.to_string();
+        r.error_kind = (r.status == Status::Failed).then(|| e.kind());
         Some(r)
     }
 
@@ -223,6 +235,9 @@ impl DestinationReport {
             message: plan.message,
             hooks: Vec::new(),
             lock_wait: None,
+            error_kind: None,
+            release_activated: None,
+            releases_removed: Vec::new(),
         }
     }
 }
@@ -374,20 +389,37 @@ impl Report {
                 self.pipeline_id, self.source.id, self.source.created_at, self.source.digest
             );
         }
+        if opts.quiet {
+            for d in &self.destinations {
+                quiet_line(&mut out, d, opts);
+            }
+        }
         for d in self.destinations.iter().filter(|_| !opts.quiet) {
             let _ = writeln!(
                 out,
                 "\ndestination {} -> {}",
                 d.destination_id, d.bundle_path
             );
-            let _ = writeln!(
-                out,
-                "  decision: {} [{}]",
-                d.decision.map_or("none", |x| x.as_str()),
-                paint(status_colour(d.status), status_word(d.status))
-            );
-            if !d.message.is_empty() {
-                let _ = writeln!(out, "  reason: {}", d.message);
+            match d.decision {
+                Some(decision) => {
+                    let _ = writeln!(
+                        out,
+                        "  decision: {decision} [{}]",
+                        paint(status_colour(d.status), status_word(d.status))
+                    );
+                    if !d.message.is_empty() {
+                        let _ = writeln!(out, "  reason: {}", d.message);
+                    }
+                }
+                // Failed before anything was decided: the error is the whole story.
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "  {}: {}",
+                        paint(status_colour(d.status), status_word(d.status)),
+                        d.message
+                    );
+                }
             }
             if let Some(counts) = counts_line(
                 d.files.iter().map(|f| (f.op, f.size)),
@@ -440,6 +472,16 @@ impl Report {
             }
             if let Some(op) = &d.operation_id {
                 let _ = writeln!(out, "  operation: {op}");
+            }
+            if let Some(release) = &d.release_activated {
+                let _ = writeln!(out, "  release activated: {release}");
+            }
+            if !d.releases_removed.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  retention removed: {}",
+                    d.releases_removed.join(", ")
+                );
             }
             for h in &d.hooks {
                 let last = h.stderr.trim_end().lines().last().unwrap_or_default();
@@ -614,6 +656,54 @@ fn counts_line(
 /// Conflicts grouped by kind (and forceability), in the order each kind first appears:
 /// one alone as `! kind at path: message (forceable)`; several as a count, the first
 /// message and the first [`CONFLICT_PATHS`] paths (all with `--files`).
+/// `--quiet`'s one line for a destination that failed or conflicted (SPEC §20 amends
+/// §16): why, so a quiet run in CI still says what to fix. A pending recovery (exit 4)
+/// reads as such, not as a failure.
+fn quiet_line(out: &mut String, d: &DestinationReport, opts: &TextOptions) {
+    let first_line = |m: &str| m.lines().next().unwrap_or_default().to_string();
+    let why = match d.status {
+        Status::Failed if d.error_kind == Some("recovery_required") => {
+            format!("recovery pending: {}", first_line(&d.message))
+        }
+        Status::Failed => format!(
+            "{}: {}",
+            paint(opts.colour, RED, "failed"),
+            first_line(&d.message)
+        ),
+        Status::Conflict => {
+            let mut kinds: Vec<(&str, bool, usize)> = Vec::new();
+            for c in &d.conflicts {
+                match kinds
+                    .iter_mut()
+                    .find(|(k, f, _)| *k == c.kind.as_str() && *f == c.forceable)
+                {
+                    Some((_, _, n)) => *n += 1,
+                    None => kinds.push((c.kind.as_str(), c.forceable, 1)),
+                }
+            }
+            let list: Vec<String> = (kinds.iter())
+                .map(|(k, f, n)| {
+                    let force = if *f { "forceable" } else { "not forceable" };
+                    match n {
+                        1 => format!("{k} ({force})"),
+                        n => format!("{k} x{n} ({force})"),
+                    }
+                })
+                .collect();
+            let first = (d.conflicts.first())
+                .map(|c| format!(": {}", first_line(&c.message)))
+                .unwrap_or_default();
+            format!(
+                "{}: {}{first}",
+                paint(opts.colour, YELLOW, "conflict"),
+                list.join(", ")
+            )
+        }
+        _ => return,
+    };
+    let _ = writeln!(out, "destination {}: {why}", d.destination_id);
+}
+
 fn write_conflicts(out: &mut String, conflicts: &[Conflict], opts: &TextOptions) {
     let mut groups: Vec<(&Conflict, Vec<&Conflict>)> = Vec::new();
     for c in conflicts {

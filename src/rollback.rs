@@ -17,7 +17,7 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::execute::{ExecContext, Origin, StagedOperation, Transaction, execute, retain};
 use crate::hash::sha256_hex;
-use crate::journal::{Journal, now};
+use crate::journal::{Journal, now, query};
 use crate::model::{Decision, FileOp, Owner, SourceRef, StateMode};
 use crate::plan::{DestinationPlan, FileAction, LinkAction, Previous};
 use crate::publish::{Outcome, check_recovery, plan_rollback};
@@ -63,10 +63,10 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
         config.select(&opts.destinations)?
     };
     if let Some(to) = &opts.to
-        && uuid::Uuid::parse_str(to).is_err()
+        && query::check_operation_id(to).is_err()
     {
         return Err(Error::Usage(format!(
-            "--to {to}: accepted is the operation id that built a release (a UUID, as `distributor history` shows it)"
+            "--to {to}: accepted is the operation id that built a release (a UUID as `distributor history` shows it, or its unique start)"
         )));
     }
     // A dry run reads the journal without writing anything, to refuse (exit 4) where the
@@ -92,11 +92,14 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
             }
             Err(e) => {
                 codes.push(e.exit_code());
-                let r = DestinationReport::of_error(&e).unwrap_or_else(|| {
+                let mut r = DestinationReport::of_error(&e).unwrap_or_else(|| {
                     let mut r = failed(dest);
                     r.message = e.to_string();
                     r
                 });
+                if r.status == Status::Failed {
+                    r.error_kind = Some(e.kind());
+                }
                 reports.push(r);
             }
         }
@@ -141,6 +144,41 @@ fn failed(dest: &Destination) -> DestinationReport {
         message: String::new(),
         hooks: Vec::new(),
         lock_wait: None,
+        error_kind: None,
+        release_activated: None,
+        releases_removed: Vec::new(),
+    }
+}
+
+/// The release `--to` names: a whole operation id as it is (a release that is gone is
+/// refused later, saying so), else the one release, present or logged, whose id starts
+/// with it, as `history show` and `recover --abandon` take ids.
+fn release_named(store: &ReleaseStore, to: &str) -> Result<String> {
+    if uuid::Uuid::parse_str(to).is_ok() {
+        return Ok(to.to_string());
+    }
+    let mut known = store.releases()?;
+    known.extend(store.activations()?.into_iter().map(|a| a.release));
+    let start = to.to_ascii_lowercase();
+    let matching: Vec<&String> = known.iter().filter(|r| r.starts_with(&start)).collect();
+    match matching.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(Error::Usage(format!(
+            "--to {to}: no release of {} has an operation id starting so; releases there: {}",
+            store.path().display(),
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.iter().cloned().collect::<Vec<_>>().join(", ")
+            }
+        ))),
+        many => Err(Error::Usage(format!(
+            "--to {to}: operation id start is ambiguous ({}); give more of it",
+            many.iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
     }
 }
 
@@ -215,7 +253,7 @@ fn rollback_one(
     let who = shared.then_some(owner.as_str());
     let (target, undoes) = match &opts.to {
         Some(t) => (
-            t.clone(),
+            release_named(&store, t)?,
             store
                 .latest_activation(who)?
                 .unwrap_or_else(|| current.clone()),
@@ -290,10 +328,12 @@ fn rollback_one(
         )
     };
     match run_activation(&plan, journal, &store, &how, &detail) {
-        Ok(op) => Ok((
-            DestinationReport::from_plan(plan, Status::Applied, Some(op)),
-            source,
-        )),
+        Ok(op) => {
+            let mut r = DestinationReport::from_plan(plan, Status::Applied, Some(op.clone()));
+            r.releases_removed = query::releases_removed(journal, &op)?;
+            r.release_activated = Some(target.clone());
+            Ok((r, source))
+        }
         Err(e) => Err(Error::Planned {
             plan: Box::new(plan),
             source: Box::new(e),
@@ -402,10 +442,12 @@ fn rollback_owner(
         command: "rollback",
     };
     match execute(&mut plan, &source, journal, store, &ctx) {
-        Ok(op) => Ok((
-            DestinationReport::from_plan(plan, Status::Applied, Some(op)),
-            source_ref,
-        )),
+        Ok(op) => {
+            let mut r = DestinationReport::from_plan(plan, Status::Applied, Some(op.clone()));
+            r.releases_removed = query::releases_removed(journal, &op)?;
+            r.release_activated = Some(op);
+            Ok((r, source_ref))
+        }
         Err(e) => Err(Error::Planned {
             plan: Box::new(plan),
             source: Box::new(e),

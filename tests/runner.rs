@@ -11,6 +11,7 @@ mod test_docs;
 mod test_dry_run;
 mod test_faults;
 mod test_forged_staging;
+mod test_frictions;
 mod test_guard;
 mod test_hints;
 mod test_history;

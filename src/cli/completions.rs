@@ -45,6 +45,36 @@ pub fn run(a: CompletionsArgs) -> Result<CommandOutput> {
     })
 }
 
+/// A value parser that takes any text and tells the completion scripts the closed set of
+/// values (`history --action`, `--status`): the command itself checks the value and its
+/// error lists what is accepted, so parsing and messages stay as they are, while
+/// `--action <TAB>` offers the set instead of file names.
+#[derive(Clone)]
+pub struct Hinted(pub fn() -> Vec<&'static str>);
+
+impl clap::builder::TypedValueParser for Hinted {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            (self.0)()
+                .into_iter()
+                .map(clap::builder::PossibleValue::new),
+        ))
+    }
+}
+
 /// The man page `distributor(1)`, roff, from the same definitions (`docs/man/distributor.1`
 /// is this; a test fails when it is not current).
 pub fn man_page() -> Result<String> {

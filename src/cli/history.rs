@@ -26,7 +26,6 @@ pub struct JournalArgs {
 /// List journaled operations, newest first; `--action replace_takeover` is the audit of
 /// past takeovers.
 #[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct HistoryArgs {
     #[command(subcommand)]
     show: Option<HistoryCommand>,
@@ -45,16 +44,18 @@ struct ListArgs {
     #[command(flatten)]
     journal: JournalArgs,
     /// Only this pipeline.
-    #[arg(long, value_name = "P")]
+    #[arg(long, value_name = "P", value_hint = clap::ValueHint::Other)]
     pipeline: Option<String>,
     /// Only this destination id.
-    #[arg(long, value_name = "D")]
+    #[arg(long, value_name = "D", value_hint = clap::ValueHint::Other)]
     destination: Option<String>,
-    /// Only this decision (create, repair, replace_older, replace_changed, replace_takeover, force_replace, conflict, rollback, ...; prune, adopt).
-    #[arg(long, value_name = "A")]
+    /// Only this decision (create, repair, replace_older, replace_changed, replace_takeover, force_replace, conflict, rollback, ...; prune, adopt, settings).
+    #[arg(long, value_name = "A", hide_possible_values = true,
+          value_parser = super::completions::Hinted(query::actions))]
     action: Option<String>,
     /// Only this status (in_progress, committed, applied, failed, rolled_forward, rolled_back, diverged, abandoned, closed, refused, staged).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", hide_possible_values = true,
+          value_parser = super::completions::Hinted(|| STATUSES.to_vec()))]
     status: Option<String>,
     /// Started at or after T (RFC 3339, or a date YYYY-MM-DD meaning midnight UTC).
     #[arg(long, value_name = "T")]
@@ -87,10 +88,38 @@ impl HistoryArgs {
     /// Whether the output is JSON.
     pub fn json(&self) -> bool {
         match &self.show {
-            Some(HistoryCommand::Show(s)) => s.json,
+            Some(HistoryCommand::Show(s)) => s.json || self.list.json,
             None => self.list.json,
         }
     }
+}
+
+/// `history --config F show ID` is `history show ID --config F`: where the journal is and
+/// `--json` may come before `show`; the list's filters may not.
+fn merged(mut s: ShowArgs, list: ListArgs) -> Result<ShowArgs> {
+    let filters = [
+        ("--pipeline", list.pipeline.is_some()),
+        ("--destination", list.destination.is_some()),
+        ("--action", list.action.is_some()),
+        ("--status", list.status.is_some()),
+        ("--since", list.since.is_some()),
+        ("--until", list.until.is_some()),
+        ("--limit", list.limit.is_some()),
+    ];
+    if let Some((flag, _)) = filters.iter().find(|(_, given)| *given) {
+        return Err(Error::Usage(format!(
+            "{flag} filters the list; `history show OP_ID` shows one operation (it takes --config, --journal and --json)"
+        )));
+    }
+    s.journal.config = s.journal.config.or(list.journal.config);
+    s.journal.journal = s.journal.journal.or(list.journal.journal);
+    if s.journal.config.is_some() && s.journal.journal.is_some() {
+        return Err(Error::Usage(
+            "--config and --journal both name the journal; give one".into(),
+        ));
+    }
+    s.json |= list.json;
+    Ok(s)
 }
 
 fn open(a: &JournalArgs) -> Result<(PathBuf, Option<Journal>)> {
@@ -103,7 +132,7 @@ fn open(a: &JournalArgs) -> Result<(PathBuf, Option<Journal>)> {
 /// Runs the command.
 pub fn run(a: HistoryArgs) -> Result<CommandOutput> {
     match a.show {
-        Some(HistoryCommand::Show(s)) => show(s),
+        Some(HistoryCommand::Show(s)) => show(merged(s, a.list)?),
         None => list(a.list),
     }
 }
@@ -165,6 +194,13 @@ fn list(a: ListArgs) -> Result<CommandOutput> {
             "operations": ops,
         });
         format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+    } else if ops.is_empty() && journal.is_none() {
+        // Not an error (a fresh host has no history yet), but not to be mistaken for a
+        // journal that recorded nothing matching.
+        format!(
+            "no operations: journal {} does not exist yet (nothing was journaled there; is this the journal your runs use? --journal, DISTRIBUTOR_JOURNAL or journal.path name another)\n",
+            path.display()
+        )
     } else if ops.is_empty() {
         format!("no operations (journal {})\n", path.display())
     } else {
@@ -218,7 +254,7 @@ fn check_filters(journal: Option<&Journal>, f: &Filter, pipeline_flag: bool) -> 
         }
     }
     if let Some(act) = &f.action {
-        let mut accepted: Vec<String> = Decision::ALL.iter().map(|d| d.to_string()).collect();
+        let mut accepted: Vec<String> = query::actions().iter().map(|d| d.to_string()).collect();
         for d in known("decision")? {
             if !accepted.contains(&d) {
                 accepted.push(d);
@@ -249,6 +285,14 @@ fn list_line(out: &mut String, op: &OperationSummary) {
     );
     if op.decision == Decision::ReplaceTakeover.as_str() || has_takeovers(op) {
         takeover_lines(out, op, "    ");
+    }
+    if !op.releases_removed.is_empty() {
+        let by = if op.decision == "prune" {
+            "removed"
+        } else {
+            "retention removed"
+        };
+        let _ = writeln!(out, "    {by} releases {}", op.releases_removed.join(", "));
     }
 }
 

@@ -20,7 +20,7 @@ pub struct LogArgs {
     #[arg(long, value_name = "F")]
     pub config: PathBuf,
     /// Only these destinations (repeatable); default: every destination.
-    #[arg(long = "destination", value_name = "ID")]
+    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
     pub destinations: Vec<String>,
     /// Only entries committed at or after TIME (RFC 3339, or a date YYYY-MM-DD, UTC).
     #[arg(long, value_name = "TIME")]

@@ -19,7 +19,8 @@ pub struct ManifestArgs {
     pub created_at: Option<String>,
     /// Leave out paths this glob matches (repeatable): whole bundle-relative paths, `*`
     /// within one segment, `**` across them; a matched directory goes with everything
-    /// below it (`--exclude .git --exclude '**/.DS_Store'`).
+    /// below it, and a glob ending in `/` matches directories only, as in gitignore
+    /// (`--exclude .git/ --exclude '**/.DS_Store'`).
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
 }

@@ -20,7 +20,7 @@ pub struct PruneArgs {
     #[arg(long, value_name = "F")]
     pub config: PathBuf,
     /// Only these destinations (repeatable); default: every destination with releases.
-    #[arg(long = "destination", value_name = "ID")]
+    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
     pub destinations: Vec<String>,
     /// Say what would be removed; remove nothing.
     #[arg(long)]

@@ -26,7 +26,7 @@ pub struct CommonArgs {
     #[arg(long, value_name = "FILE")]
     pub manifest: Option<PathBuf>,
     /// Only these destinations (repeatable); default: all.
-    #[arg(long = "destination", value_name = "ID")]
+    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
     pub destinations: Vec<String>,
     /// Replace forceable conflicts when transfer.on_conflict is replace.
     #[arg(long)]

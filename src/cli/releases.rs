@@ -1,4 +1,4 @@
-//! `distributor releases adopt`.
+//! `distributor releases adopt` and `distributor releases settings`.
 
 use super::{CommandOutput, cli_actor};
 use crate::adopt::{AdoptOptions, adopt};
@@ -18,6 +18,35 @@ pub struct ReleasesArgs {
 #[derive(Debug, Subcommand)]
 enum ReleasesCommand {
     Adopt(AdoptArgs),
+    Settings(SettingsArgs),
+}
+
+/// Record this config's releases settings (keep, max_age) in releases.dir in place of the
+/// recorded ones, under the lock, journaled: how releases.keep is changed. Retention applies
+/// them at the next publication or prune; nothing is removed now.
+#[derive(Debug, Args)]
+pub struct SettingsArgs {
+    /// Pipeline config file (YAML).
+    #[arg(long, value_name = "F")]
+    pub config: PathBuf,
+    /// Only these destinations (repeatable); default: every destination with releases.
+    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
+    pub destinations: Vec<String>,
+    /// Say what would change; write nothing anywhere.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
+    #[arg(long, value_name = "P")]
+    pub journal: Option<PathBuf>,
+    /// Seconds to wait for a destination lock.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub lock_timeout: f64,
+    /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
+    #[arg(long, value_name = "NAME")]
+    pub actor: Option<String>,
 }
 
 /// Turn the plain managed directory at path into a first release; refused, with the
@@ -28,7 +57,7 @@ pub struct AdoptArgs {
     #[arg(long, value_name = "F")]
     pub config: PathBuf,
     /// Only these destinations (repeatable); default: every destination with releases.
-    #[arg(long = "destination", value_name = "ID")]
+    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
     pub destinations: Vec<String>,
     /// Say what would happen; write nothing anywhere.
     #[arg(long)]
@@ -52,13 +81,17 @@ impl ReleasesArgs {
     pub fn json(&self) -> bool {
         match &self.command {
             ReleasesCommand::Adopt(a) => a.json,
+            ReleasesCommand::Settings(a) => a.json,
         }
     }
 }
 
 /// Runs `releases <command>`.
 pub fn run(a: ReleasesArgs) -> Result<CommandOutput> {
-    let ReleasesCommand::Adopt(a) = a.command;
+    let a = match a.command {
+        ReleasesCommand::Adopt(a) => a,
+        ReleasesCommand::Settings(s) => return settings(s),
+    };
     let lock_timeout = super::lock_timeout(a.lock_timeout)?;
     let config = Config::load(&a.config)?;
     let opts = AdoptOptions {
@@ -69,6 +102,26 @@ pub fn run(a: ReleasesArgs) -> Result<CommandOutput> {
         actor: cli_actor(a.actor.as_deref()),
     };
     let (report, code) = adopt(&config, &opts)?;
+    let stdout = super::render(a.json, &report, |r| r.to_text())?;
+    Ok(CommandOutput {
+        report: None,
+        stdout,
+        code,
+        metrics: None,
+    })
+}
+
+fn settings(a: SettingsArgs) -> Result<CommandOutput> {
+    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
+    let config = Config::load(&a.config)?;
+    let opts = crate::release_settings::SettingsOptions {
+        destinations: a.destinations,
+        dry_run: a.dry_run,
+        journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
+        lock_timeout,
+        actor: cli_actor(a.actor.as_deref()),
+    };
+    let (report, code) = crate::release_settings::record_settings(&config, &opts)?;
     let stdout = super::render(a.json, &report, |r| r.to_text())?;
     Ok(CommandOutput {
         report: None,

@@ -19,9 +19,9 @@ pub struct RollbackArgs {
     #[arg(long, value_name = "F")]
     pub config: PathBuf,
     /// Only these destinations (repeatable); default: every destination with releases.
-    #[arg(long = "destination", value_name = "ID")]
+    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
     pub destinations: Vec<String>,
-    /// The release to activate: the operation id that built it.
+    /// The release to activate: the operation id that built it, or its unique start.
     #[arg(long, value_name = "OP_ID")]
     pub to: Option<String>,
     /// Plan only: write nothing anywhere.

@@ -17,7 +17,7 @@ pub struct StatusArgs {
     #[arg(long, value_name = "F")]
     pub config: PathBuf,
     /// Only these destinations (repeatable).
-    #[arg(long = "destination", value_name = "ID")]
+    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
     pub destinations: Vec<String>,
     /// Print JSON.
     #[arg(long)]

@@ -2,7 +2,7 @@
 
 use super::CommandOutput;
 use crate::config::Config;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::source::Source;
 use clap::Args;
 use std::fmt::Write;
@@ -22,6 +22,24 @@ pub struct ValidateArgs {
 /// Runs the command.
 pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
+    for (i, d) in config.destinations.iter().enumerate() {
+        if d.s3.is_some() {
+            continue;
+        }
+        let releases_dir = d.releases.as_ref().map(|r| r.dir.as_path());
+        for (key, path) in [
+            ("path", Some(d.path.as_path())),
+            ("releases.dir", releases_dir),
+        ] {
+            if let Some(why) = path.and_then(crate::backend::local::blocked_by_file) {
+                return Err(Error::Config(format!(
+                    "config {}: destinations[{i}].{key} (destination {}): {why}; nothing can be published there (accepted: a directory, or a path whose existing ancestors are directories)",
+                    config.file.display(),
+                    d.id
+                )));
+            }
+        }
+    }
     let mut out = format!(
         "config {}: valid, pipeline {}\n",
         config.file.display(),

@@ -18,7 +18,7 @@ pub struct VerifyArgs {
     #[arg(long, value_name = "F")]
     pub config: PathBuf,
     /// Only these destinations (repeatable).
-    #[arg(long = "destination", value_name = "ID")]
+    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
     pub destinations: Vec<String>,
     /// s3 destinations: download and hash every recorded object instead of trusting the
     /// listing's size and ETag (local destinations always hash every recorded file).

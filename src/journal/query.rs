@@ -90,6 +90,10 @@ pub struct OperationSummary {
     pub pre_state_sha256: Option<String>,
     /// sha256 of the state file the operation commits.
     pub post_state_sha256: String,
+    /// The releases retention removed after it (a releases publication or rollback) or
+    /// that it removed (`prune`); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub releases_removed: Vec<String>,
 }
 
 /// One journal event.
@@ -140,7 +144,9 @@ const SELECT: &str =
         o.destination_id, o.bundle_path, o.state_mode, o.decision, o.takeover_mode, o.status,
         o.source_id, o.source_created_at, o.source_digest, o.previous_owner, o.previous_source_id,
         o.previous_source_created_at, jo.previous_source_digest, jo.takeovers_json,
-        o.pre_state_sha256, o.post_state_sha256
+        o.pre_state_sha256, o.post_state_sha256,
+        (SELECT e.detail FROM journal_events e
+          WHERE e.operation_id = o.operation_id AND e.event = 'pruned' ORDER BY e.id DESC LIMIT 1)
    FROM operations o JOIN journal_operations jo ON jo.operation_id = o.operation_id";
 
 fn summary(r: &Row<'_>) -> rusqlite::Result<OperationSummary> {
@@ -181,18 +187,54 @@ fn summary(r: &Row<'_>) -> rusqlite::Result<OperationSummary> {
         takeovers: serde_json::from_str(&takeovers).unwrap_or(serde_json::Value::String(takeovers)),
         pre_state_sha256: r.get(20)?,
         post_state_sha256: r.get(21)?,
+        releases_removed: removed_in(r.get::<_, Option<String>>(22)?.as_deref()),
     })
+}
+
+/// What the detail of a `pruned` event says was removed: `removed releases A, B`.
+const REMOVED: &str = "removed releases ";
+
+fn removed_in(detail: Option<&str>) -> Vec<String> {
+    match detail.and_then(|d| d.strip_prefix(REMOVED)) {
+        Some(list) => list
+            .split(", ")
+            .filter(|r| !r.is_empty())
+            .map(str::to_string)
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+/// The releases that retention removed after the operation `op_id`, as its `pruned`
+/// event records them (empty when it removed none, or when it failed).
+pub fn releases_removed(j: &Journal, op_id: &str) -> Result<Vec<String>> {
+    let detail: Option<String> = j
+        .connection()
+        .query_row(
+            "SELECT detail FROM journal_events WHERE operation_id = ?1 AND event = 'pruned'
+             ORDER BY id DESC LIMIT 1",
+            [op_id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| jerr(j.path(), e))?
+        .flatten();
+    Ok(removed_in(detail.as_deref()))
 }
 
 /// Operations matching `f`, newest first. `replace_takeover` is the takeover audit
 /// (SPEC §9): it also matches a `force_replace` that took paths from another owner, since
-/// content changed hands there too.
+/// content changed hands there too. Likewise `prune` also matches a publication or
+/// rollback after which retention removed releases.
 pub fn list(j: &Journal, f: &Filter) -> Result<Vec<OperationSummary>> {
     let sql = format!(
         "{SELECT}
          WHERE (?1 IS NULL OR o.pipeline_id = ?1) AND (?2 IS NULL OR o.destination_id = ?2)
            AND (?3 IS NULL OR o.decision = ?3
-                OR (?3 = 'replace_takeover' AND jo.takeovers_json NOT IN ('', '[]')))
+                OR (?3 = 'replace_takeover' AND jo.takeovers_json NOT IN ('', '[]'))
+                OR (?3 = 'prune' AND EXISTS (SELECT 1 FROM journal_events e
+                     WHERE e.operation_id = o.operation_id AND e.event = 'pruned'
+                       AND e.detail LIKE 'removed releases %')))
            AND (?4 IS NULL OR o.status = ?4)
            AND (?5 IS NULL OR o.started_at >= ?5) AND (?6 IS NULL OR o.started_at < ?6)
          ORDER BY o.started_at DESC, jo.rowid DESC
@@ -217,6 +259,19 @@ pub fn list(j: &Journal, f: &Filter) -> Result<Vec<OperationSummary>> {
         .map_err(|e| jerr(j.path(), e))?;
     rows.collect::<rusqlite::Result<Vec<_>>>()
         .map_err(|e| jerr(j.path(), e))
+}
+
+/// The `--action` values besides the decisions: the journal's own operations that are not
+/// publications (`distributor prune` and retention, `distributor releases adopt`).
+pub const OPERATIONS: &[&str] = &["prune", "adopt", "settings"];
+
+/// Every accepted `--action` value: the decisions, then [`OPERATIONS`].
+pub fn actions() -> Vec<&'static str> {
+    crate::model::Decision::ALL
+        .iter()
+        .chain(OPERATIONS)
+        .copied()
+        .collect()
 }
 
 /// Refuses (usage error) text that cannot be an operation id or the start of one.

@@ -312,6 +312,35 @@ impl<'a> Fingerprints<'a> {
     }
 }
 
+/// Why `path` cannot be a directory, read without writing (`distributor validate`): it
+/// is, or its nearest existing ancestor is, something else (a regular file, say), in the
+/// words of the `unsafe_storage` a publication would report. `None` when it is a
+/// directory or can be created as one.
+pub fn blocked_by_file(path: &Path) -> Option<String> {
+    let found = path
+        .ancestors()
+        .find_map(|p| std::fs::metadata(p).ok().map(|m| (p, m)))?;
+    match found {
+        (_, m) if m.is_dir() => None,
+        (p, m) => {
+            let what = if m.is_file() {
+                "a file, not a directory"
+            } else {
+                "not a directory"
+            };
+            Some(if p == path {
+                format!("{} is {what}", p.display())
+            } else {
+                format!(
+                    "{} is {what}: {} cannot be created below it",
+                    p.display(),
+                    path.display()
+                )
+            })
+        }
+    }
+}
+
 /// Outputs of size 1 at the given paths and hashes, for tests (leaked: they live as long as
 /// the fingerprints asked of them).
 #[cfg(test)]

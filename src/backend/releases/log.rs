@@ -73,7 +73,7 @@ impl RecordedSettings {
         };
         (self != config).then(|| {
             format!(
-                "{} records releases settings ({}) that differ from this config's ({}); every config publishing there must give the same releases settings",
+                "{} records releases settings ({}) that differ from this config's ({}); every config publishing there must give the same releases settings; to record this config's instead, run `distributor releases settings --config <this config>`",
                 dir.join(crate::backend::local::records::RELEASES_SETTINGS).display(),
                 show(self),
                 show(config)

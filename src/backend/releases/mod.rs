@@ -405,9 +405,28 @@ impl ReleaseStore {
         self.write_settings(&legacy)
     }
 
+    /// Records this config's settings over the recorded ones (`distributor releases
+    /// settings`); needs the lock. Returns the settings it replaced.
+    pub fn replace_settings(&self) -> Result<Option<log::RecordedSettings>> {
+        let before = self.recorded_settings()?;
+        let record = log::RecordedSettings::of(&self.path, &self.settings);
+        self.write_settings_as(&record, true)?;
+        Ok(before)
+    }
+
+    /// The settings recorded in `releases.dir`, if any.
+    pub fn settings_recorded(&self) -> Result<Option<log::RecordedSettings>> {
+        self.recorded_settings()
+    }
+
     /// Writes `.distributor/releases.json` (when it is missing) and replaces the old
     /// settings record with `{"moved_to": ".distributor/"}`.
     fn write_settings(&self, record: &log::RecordedSettings) -> Result<()> {
+        self.write_settings_as(record, false)
+    }
+
+    /// [`Self::write_settings`]; with `replace`, over a `releases.json` already there.
+    fn write_settings_as(&self, record: &log::RecordedSettings, replace: bool) -> Result<()> {
         use crate::backend::local::records::{RECORD_DIR, RELEASES_SETTINGS};
         use std::io::Write;
         let root = self.root()?;
@@ -417,7 +436,7 @@ impl ReleaseStore {
             .make_record_dir(RECORD_DIR)
             .map_err(|e| record_error(e, base))?;
         let path = base.join(RELEASES_SETTINGS);
-        if rec.stat_opt("releases.json").ctx("stat", &path)?.is_none() {
+        if replace || rec.stat_opt("releases.json").ctx("stat", &path)?.is_none() {
             let bytes =
                 serde_json::to_vec_pretty(record).map_err(|e| Error::Failed(e.to_string()))?;
             let tmp = "releases.json.tmp";
@@ -425,8 +444,12 @@ impl ReleaseStore {
             let mut f = rec.create_record_file(tmp).ctx("create", &path)?;
             f.write_all(&bytes).ctx("write", &path)?;
             rec.sync_file(&f, tmp).ctx("fsync", &path)?;
-            rec.rename_new(tmp, &rec, "releases.json")
-                .ctx("write", &path)?;
+            if replace {
+                rec.rename_over(tmp, &rec, "releases.json")
+            } else {
+                rec.rename_new(tmp, &rec, "releases.json")
+            }
+            .ctx("write", &path)?;
             rec.sync().ctx("fsync", rec.path())?;
         }
         let old = base.join(log::SETTINGS_FILE);

@@ -179,6 +179,9 @@ impl S3Backend {
                 "s3 endpoint {ep}{named} is plain http: set s3.allow_http: true to use it (accepted otherwise: an https:// endpoint)"
             )));
         }
+        if let Some(why) = no_credentials(|k| std::env::var(k).ok()) {
+            return Err(Error::Failed(why));
+        }
         let clock = clock::StoreClock::default();
         // Only the credential variables are read from the environment: the rest is the
         // destination's own configuration.
@@ -448,9 +451,67 @@ pub(crate) fn list(
     .map_err(|e| store_error("list", &format!("s3://{}/{prefix}", backend.bucket), e))
 }
 
+/// Where distributor looks for credentials, for the errors that say none was found.
+const CREDENTIAL_CHAIN: &str = "distributor reads credentials only from the environment, in this order: AWS_ACCESS_KEY_ID with AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones); AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN; AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or AWS_CONTAINER_CREDENTIALS_FULL_URI; else the instance metadata service (169.254.169.254), unless AWS_EC2_METADATA_DISABLED=true. It never reads ~/.aws or a profile";
+
+/// Why there can be no credentials at all, when there can be none: no credential
+/// variable is set and the instance metadata service is turned off
+/// (`AWS_EC2_METADATA_DISABLED=true`), so failing now is certain and needs no request.
+/// With the metadata service allowed, its failure is explained by [`store_error`].
+fn no_credentials(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let set = |k: &str| var(k).is_some_and(|v| !v.is_empty());
+    let sources = [
+        set("AWS_ACCESS_KEY_ID") && set("AWS_SECRET_ACCESS_KEY"),
+        set("AWS_WEB_IDENTITY_TOKEN_FILE") && set("AWS_ROLE_ARN"),
+        set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"),
+        set("AWS_CONTAINER_CREDENTIALS_FULL_URI"),
+    ];
+    let metadata_off =
+        var("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let half = match (set("AWS_ACCESS_KEY_ID"), set("AWS_SECRET_ACCESS_KEY")) {
+        (true, false) => " (AWS_ACCESS_KEY_ID is set without AWS_SECRET_ACCESS_KEY)",
+        (false, true) => " (AWS_SECRET_ACCESS_KEY is set without AWS_ACCESS_KEY_ID)",
+        _ => "",
+    };
+    (!sources.contains(&true) && metadata_off).then(|| {
+        format!(
+            "s3: no AWS credentials: none is set in the environment{half} and AWS_EC2_METADATA_DISABLED=true turns off the instance metadata service; {CREDENTIAL_CHAIN}"
+        )
+    })
+}
+
+/// The text of an error and all its sources.
+fn chain_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// An object_store error as distributor reports it: what it was doing, on which key. A
-/// failed condition is the error kind `concurrent_change`.
+/// failed condition is the error kind `concurrent_change`. Two first-contact errors are
+/// said plainly instead of as the store's raw text: no credentials (the metadata
+/// endpoint, the chain's last resort, failed) and a bucket that does not exist.
 pub(crate) fn store_error(action: &str, what: &str, e: object_store::Error) -> Error {
+    let text = chain_text(&e);
+    if text.contains("169.254.169.254") || text.contains("169.254.170.2") {
+        return Error::Failed(format!(
+            "s3: {action} {what}: no AWS credentials: none is set in the environment, and the instance metadata service gave none (it is not there or refused: {}); {CREDENTIAL_CHAIN}",
+            last_cause(&e)
+        ));
+    }
+    if text.contains("NoSuchBucket") {
+        let bucket = (what.strip_prefix("s3://"))
+            .and_then(|w| w.split('/').next())
+            .unwrap_or(what);
+        return Error::Failed(format!(
+            "s3: bucket {bucket} does not exist (the store says NoSuchBucket; or it is not visible to these credentials at this endpoint): create it first (e.g. `aws s3 mb s3://{bucket}`); distributor never creates buckets"
+        ));
+    }
     match e {
         object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {
             Error::ConcurrentChange(format!(
@@ -458,5 +519,68 @@ pub(crate) fn store_error(action: &str, what: &str, e: object_store::Error) -> E
             ))
         }
         e => Error::Failed(format!("s3: {action} {what}: {e}")),
+    }
+}
+
+/// The innermost cause of `e`, for a short parenthesis.
+fn last_cause(e: &dyn std::error::Error) -> String {
+    let mut last = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        last = s.to_string();
+        source = s.source();
+    }
+    last.lines().next().unwrap_or_default().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(set: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let set: Vec<(String, String)> = (set.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| set.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn no_credentials_is_certain_only_with_the_metadata_service_off() {
+        let off = ("AWS_EC2_METADATA_DISABLED", "true");
+        assert!(no_credentials(vars(&[off])).is_some());
+        assert!(
+            no_credentials(vars(&[])).is_none(),
+            "the metadata service may answer"
+        );
+        let half = no_credentials(vars(&[off, ("AWS_ACCESS_KEY_ID", "AKIA")])).unwrap();
+        assert!(half.contains("without AWS_SECRET_ACCESS_KEY"), "{half}");
+        for source in [
+            &[("AWS_ACCESS_KEY_ID", "a"), ("AWS_SECRET_ACCESS_KEY", "b")][..],
+            &[
+                ("AWS_WEB_IDENTITY_TOKEN_FILE", "/t"),
+                ("AWS_ROLE_ARN", "arn"),
+            ][..],
+            &[("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://x")][..],
+        ] {
+            let mut all = source.to_vec();
+            all.push(off);
+            assert!(no_credentials(vars(&all)).is_none(), "{source:?}");
+        }
+    }
+
+    #[test]
+    fn a_failed_metadata_request_reads_as_no_credentials() {
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(std::io::Error::other(
+                "Error performing PUT http://169.254.169.254/latest/api/token in 2ms - Server returned non-2xx status code: 403 Forbidden",
+            )),
+        };
+        let m = store_error("read", "s3://b/site/.distributor.json", e).to_string();
+        assert!(m.contains("no AWS credentials"), "{m}");
+        assert!(
+            m.contains("AWS_ACCESS_KEY_ID with AWS_SECRET_ACCESS_KEY"),
+            "{m}"
+        );
     }
 }
