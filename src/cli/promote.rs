@@ -19,7 +19,13 @@ pub struct PromoteArgs {
     pub config: PathBuf,
     /// A destination and the staged operation to promote there (its id, or its unique
     /// start); repeatable.
-    #[arg(long = "destination", num_args = 2, value_names = ["ID", "OP_ID"], required = true)]
+    #[arg(
+        long = "destination",
+        num_args = 2,
+        value_names = ["ID", "OP_ID"],
+        required = true,
+        value_hint = clap::ValueHint::Other
+    )]
     pub destinations: Vec<String>,
     /// Allow up to N deletions where guard.max_delete would refuse them (mass_delete).
     #[arg(long, value_name = "N")]
