@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef};
 use crate::plan::{Conflict, DestinationPlan, FileAction, LinkAction, Previous};
-use crate::publish::{Outcome, check_recovery};
+use crate::publish::Outcome;
 use crate::report::{DestinationReport, Report, Status, Summary};
 use crate::rollback::{Activation, run_activation};
 use crate::state::{State, StateFile};
@@ -218,29 +218,17 @@ fn promote_one(
         .releases
         .as_ref()
         .ok_or_else(|| Error::Usage(format!("destination '{}' has no releases block", dest.id)))?;
-    let lock = (!opts.dry_run).then_some(crate::backend::LockRequest {
+    let how = crate::backend::LockRequest {
         timeout: opts.lock_timeout,
         create: false,
         actor: &opts.actor,
-    });
-    let store = ReleaseStore::open(&dest.path, settings, lock)?.ok_or_else(|| {
-        Error::Failed(format!(
-            "{}: nothing was staged there; nothing to promote",
-            dest.path.display()
-        ))
-    })?;
-    if let Some(why) = store.mismatch()? {
-        return Err(Error::Failed(format!(
-            "releases_mismatch: {why}; nothing promoted"
-        )));
-    }
-    if let Some(j) = journal.as_deref() {
-        check_recovery(j, &store)?;
-    } else if let crate::publish::Pending::Recovery(what) =
-        crate::publish::pending(view, store.path(), Some(&store))?
-    {
-        return Err(Error::RecoveryRequired(what));
-    }
+    };
+    let open = crate::rollback::Opening {
+        lock: (!opts.dry_run).then_some(how),
+        nothing_there: "nothing was staged there; nothing to promote",
+        nothing_done: "nothing promoted",
+    };
+    let store = crate::rollback::open_releases(dest, settings, &open, journal.as_deref(), view)?;
     let stage = find_stage(&store, dest, prefix)?;
     let release = stage.operation_id.clone();
     let to = store.release_state(&release)?;
@@ -360,28 +348,21 @@ fn guard(
     allow_delete: Option<u64>,
     plan: &mut DestinationPlan,
 ) {
-    let deletes = (plan.files.iter().filter(|f| f.op == FileOp::Delete).count()
-        + plan.links.iter().filter(|l| l.op == FileOp::Delete).count()) as u64;
+    let deletes = plan.deletes();
     if deletes == 0 {
         return;
     }
     let g = dest.guard;
-    if let Some(max) = g.max_delete {
-        let recorded = from.map_or(0, |s| {
-            (s.outputs.iter().filter(|r| *r.owner == *me).count()
-                + s.links.iter().filter(|r| *r.owner == *me).count()) as u64
-        });
-        let limit = max.limit(recorded);
-        if deletes > limit && allow_delete.is_none_or(|n| deletes > n) {
-            plan.conflicts.push(Conflict::new(
-                ConflictKind::MassDelete,
-                None,
-                None,
-                format!(
-                    "this promote deletes {deletes} recorded path(s), more than guard.max_delete allows: {limit}; if the deletions are meant, promote with --allow-delete {deletes}"
-                ),
-            ));
-        }
+    let recorded = from.map_or(0, |s| s.recorded_of(me));
+    if let Some(limit) = g.exceeded(deletes, recorded, allow_delete) {
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::MassDelete,
+            None,
+            None,
+            format!(
+                "this promote deletes {deletes} recorded path(s), more than guard.max_delete allows: {limit}; if the deletions are meant, promote with --allow-delete {deletes}"
+            ),
+        ));
     }
     let empty =
         (plan.new_state.as_ref()).is_some_and(|s| !s.outputs.iter().any(|o| *o.owner == *me));

@@ -182,6 +182,45 @@ fn release_named(store: &ReleaseStore, to: &str) -> Result<String> {
     }
 }
 
+/// How an activation that publishes nothing (a rollback, a promote) opens its
+/// destination, and what its errors say.
+pub(crate) struct Opening<'a> {
+    /// The lock, unless a dry run.
+    pub lock: Option<crate::backend::LockRequest<'a>>,
+    /// After the path, when nothing is there.
+    pub nothing_there: &'a str,
+    /// After a `releases_mismatch`.
+    pub nothing_done: &'a str,
+}
+
+/// Opens (and, unless a dry run, locks) a releases destination for an activation: refused
+/// when nothing is there, when its recorded settings differ (`releases_mismatch`), and
+/// while recovery is pending (the journal's, or for a dry run the one read only).
+pub(crate) fn open_releases(
+    dest: &Destination,
+    settings: &crate::config::ReleaseSettings,
+    open: &Opening<'_>,
+    journal: Option<&Journal>,
+    view: Option<&crate::journal::JournalView>,
+) -> Result<ReleaseStore> {
+    let store = ReleaseStore::open(&dest.path, settings, open.lock)?
+        .ok_or_else(|| Error::Failed(format!("{}: {}", dest.path.display(), open.nothing_there)))?;
+    if let Some(why) = store.mismatch()? {
+        return Err(Error::Failed(format!(
+            "releases_mismatch: {why}; {}",
+            open.nothing_done
+        )));
+    }
+    if let Some(j) = journal {
+        check_recovery(j, &store)?;
+    } else if let crate::publish::Pending::Recovery(what) =
+        crate::publish::pending(view, store.path(), Some(&store))?
+    {
+        return Err(Error::RecoveryRequired(what));
+    }
+    Ok(store)
+}
+
 /// Plans and (unless a dry run) carries out the rollback of one destination; returns its
 /// report and the source of the release activated.
 fn rollback_one(
@@ -197,29 +236,17 @@ fn rollback_one(
             dest.id
         ))
     })?;
-    let lock = (!opts.dry_run).then_some(crate::backend::LockRequest {
+    let how = crate::backend::LockRequest {
         timeout: opts.lock_timeout,
         create: false,
         actor: &opts.actor,
-    });
-    let store = ReleaseStore::open(&dest.path, settings, lock)?.ok_or_else(|| {
-        Error::Failed(format!(
-            "{}: nothing was published there; nothing to roll back",
-            dest.path.display()
-        ))
-    })?;
-    if let Some(why) = store.mismatch()? {
-        return Err(Error::Failed(format!(
-            "releases_mismatch: {why}; nothing rolled back"
-        )));
-    }
-    if let Some(j) = journal.as_deref() {
-        check_recovery(j, &store)?;
-    } else if let crate::publish::Pending::Recovery(what) =
-        crate::publish::pending(view, store.path(), Some(&store))?
-    {
-        return Err(Error::RecoveryRequired(what));
-    }
+    };
+    let open = Opening {
+        lock: (!opts.dry_run).then_some(how),
+        nothing_there: "nothing was published there; nothing to roll back",
+        nothing_done: "nothing rolled back",
+    };
+    let store = open_releases(dest, settings, &open, journal.as_deref(), view)?;
     let shared = dest.state_mode == StateMode::SharedRoot;
     // While `path` is not what the last logged activation made (SPEC §17), the active
     // release is the logged one, and only a rollback to a named release may run.

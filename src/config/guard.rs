@@ -43,6 +43,15 @@ pub struct Guard {
     pub allow_empty: bool,
 }
 
+impl Guard {
+    /// The limit `deletes` deletions of an owner with `recorded` outputs and links exceed
+    /// (inclusive) unless `--allow-delete N` covers them; `None` when they pass.
+    pub fn exceeded(&self, deletes: u64, recorded: u64, allow_delete: Option<u64>) -> Option<u64> {
+        let limit = self.max_delete?.limit(recorded);
+        (deletes > limit && allow_delete.is_none_or(|n| deletes > n)).then_some(limit)
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,

@@ -314,6 +314,14 @@ impl DestinationPlan {
         self.files.iter().map(Cow::Borrowed).chain(unchanged)
     }
 
+    /// How many recorded files and links the plan deletes.
+    pub fn deletes(&self) -> u64 {
+        (self.files.iter().filter(|f| f.op == FileOp::Delete).count()
+            + (self.links.iter())
+                .filter(|l| l.op == FileOp::Delete)
+                .count()) as u64
+    }
+
     /// Files the plan writes (create or overwrite).
     pub fn writes(&self) -> impl Iterator<Item = &FileAction> {
         self.files

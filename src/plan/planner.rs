@@ -923,15 +923,7 @@ impl<'a, 's> Planner<'a, 's> {
             return false;
         }
         let g = self.input.destination.guard;
-        let deletes = (self
-            .plan
-            .files
-            .iter()
-            .filter(|f| f.op == FileOp::Delete)
-            .count()
-            + (self.plan.links.iter())
-                .filter(|l| l.op == FileOp::Delete)
-                .count()) as u64;
+        let deletes = self.plan.deletes();
         if deletes == 0 {
             return false;
         }
@@ -940,14 +932,8 @@ impl<'a, 's> Planner<'a, 's> {
         if let Some(max) = g.max_delete
             && !has(&self.plan, ConflictKind::MassDelete)
         {
-            let recorded = old_owner.map_or(0, |o| {
-                (self.state.outputs.iter().filter(|r| *r.owner == *o).count()
-                    + self.state.links.iter().filter(|r| *r.owner == *o).count())
-                    as u64
-            });
-            let limit = max.limit(recorded);
-            let allowed = self.input.allow_delete.is_some_and(|n| deletes <= n);
-            if deletes > limit && !allowed {
+            let recorded = old_owner.map_or(0, |o| self.state.recorded_of(o));
+            if let Some(limit) = g.exceeded(deletes, recorded, self.input.allow_delete) {
                 let of = match max {
                     crate::config::MaxDelete::Percent(_) => {
                         format!(" ({max} of {recorded} recorded outputs and links)")

@@ -600,6 +600,12 @@ fn validate(s: &State) -> Result<(), String> {
 }
 
 impl State {
+    /// How many outputs and links `owner` has recorded.
+    pub fn recorded_of(&self, owner: &Owner) -> u64 {
+        (self.outputs.iter().filter(|r| *r.owner == *owner).count()
+            + self.links.iter().filter(|r| *r.owner == *owner).count()) as u64
+    }
+
     /// The record of `owner`, if any.
     pub fn owner(&self, owner: &Owner) -> Option<&OwnerRecord> {
         self.owners.iter().find(|r| &r.owner == owner)
