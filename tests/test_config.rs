@@ -308,9 +308,237 @@ fn missing_or_empty_destinations() {
 
 #[test]
 fn duplicate_destination_ids() {
+    // Issue 27 item 13: the duplicate's line and column, and the first's.
     refused_body(
         "destinations:\n  - id: a\n    path: {D}/a\n  - id: b\n    path: {D}/b\n  - id: a\n    path: {D}/c\n",
-        &["destinations[2].id: duplicate destination id 'a'"],
+        &[
+            "destinations[2].id: duplicate destination id 'a' at line 9 column 9",
+            "destinations[0].id at line 5 column 9 has it already",
+        ],
+    );
+    // Flow style counts its columns as written.
+    refused_body(
+        "destinations: [{id: a, path: {D}/a}, {path: {D}/b, id: a}]\n",
+        &[
+            "destinations[1].id: duplicate destination id 'a' at line 4 column ",
+            "destinations[0].id at line 4 column 21 has it already",
+        ],
+    );
+}
+
+/// Issue 27 item 13: a misspelt key, in any map of the config, or a misspelt enum value,
+/// is answered with the accepted name it is closest to, beside the list of them all.
+#[test]
+fn misspelt_keys_get_a_suggestion_in_every_map() {
+    let env = Env::new();
+    let dest = env.path("dest").display().to_string();
+    let top = env.config(
+        "conf/c.yaml",
+        &format!(
+            "version: 1\npipline:\n  id: weather\ndestinations:\n  - id: a\n    path: {dest}\n"
+        ),
+    );
+    refused(
+        &env,
+        &top,
+        &[
+            "pipline: unknown field `pipline`, expected one of `version`, `pipeline`",
+            "at line 2 column 1; did you mean `pipeline`?",
+        ],
+    );
+    let env = Env::new();
+    let nested = env.config(
+        "conf/c.yaml",
+        &format!("version: 1\npipeline:\n  id: weather\n  hoks: {{}}\ndestinations:\n  - id: a\n    path: {dest}\n"),
+    );
+    refused(
+        &env,
+        &nested,
+        &["pipeline.hoks: unknown field", "did you mean `hooks`?"],
+    );
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "    pth_mapping: {mode: fixed}\n",
+            "destinations[0].pth_mapping",
+            "path_mapping",
+        ),
+        (
+            "    takeover:\n      mdoe: never\n",
+            "destinations[0].takeover.mdoe",
+            "mode",
+        ),
+        (
+            "    transfer:\n      on_conflicts: refuse\n",
+            "destinations[0].transfer.on_conflicts",
+            "on_conflict",
+        ),
+        (
+            "    releases:\n      kep: 3\n",
+            "destinations[0].releases.kep",
+            "keep",
+        ),
+        (
+            "    guard:\n      max_delet: 5\n",
+            "destinations[0].guard.max_delet",
+            "max_delete",
+        ),
+        (
+            "    hooks:\n      after_comit: []\n",
+            "destinations[0].hooks.after_comit",
+            "after_commit",
+        ),
+        (
+            "    hooks:\n      after_commit:\n        - run: [/bin/true]\n          timout: 5s\n",
+            "destinations[0].hooks.after_commit[0].timout",
+            "timeout",
+        ),
+        (
+            "    verify:\n      ignores: []\n",
+            "destinations[0].verify.ignores",
+            "ignore",
+        ),
+        (
+            "    state:\n      Mode: shared_root\n",
+            "destinations[0].state.Mode",
+            "mode",
+        ),
+        (
+            "    takeover:\n      mode: same_pipline\n",
+            "destinations[0].takeover.mode: unknown variant",
+            "same_pipeline",
+        ),
+        (
+            "    backend: lcoal\n",
+            "destinations[0].backend: unknown variant",
+            "local",
+        ),
+    ];
+    for (extra, key, meant) in cases {
+        refused_body(
+            &format!("destinations:\n  - id: a\n    path: {{D}}/a\n{extra}"),
+            &[key, "at line ", &format!("; did you mean `{meant}`?")],
+        );
+    }
+    refused_body(
+        &s3_body("s3://reports-bucket/site", "concurency: 4"),
+        &[
+            "destinations[0].s3.concurency: unknown field",
+            "did you mean `concurrency`?",
+        ],
+    );
+    refused_body(
+        "server:\n  upload_token: []\ndestinations:\n  - id: a\n    path: {D}/a\n",
+        &[
+            "server.upload_token: unknown field",
+            "did you mean `upload_tokens`?",
+        ],
+    );
+    // Nothing close: the accepted keys, and no guess.
+    let r = refused_body(
+        "destinations:\n  - id: a\n    path: {D}/a\n    owner: me\n",
+        &["destinations[0].owner: unknown field `owner`, expected one of `id`"],
+    );
+    assert!(!r.stderr.contains("did you mean"), "{}", r.stderr);
+}
+
+/// Issue 27 item 13: a numeric setting names its key path, where it is, and its range
+/// (never a Rust type like `i64`).
+#[test]
+fn numbers_name_their_range() {
+    for (value, says) in [
+        (
+            "three",
+            "invalid type: string \"three\", expected an integer from 0 to 1000",
+        ),
+        (
+            "1001",
+            "invalid value: integer `1001`, expected an integer from 0 to 1000",
+        ),
+        (
+            "-1",
+            "invalid value: integer `-1`, expected an integer from 0 to 1000",
+        ),
+        ("2.5", "expected an integer from 0 to 1000"),
+    ] {
+        let r = refused_body(
+            &format!(
+                "destinations:\n  - id: a\n    path: {{D}}/a\n    releases:\n      keep: {value}\n"
+            ),
+            &[
+                "destinations[0].releases.keep: ",
+                says,
+                "at line 8 column 13",
+            ],
+        );
+        assert!(!r.stderr.contains("i64"), "{}", r.stderr);
+    }
+    refused_body(
+        &s3_body("s3://reports-bucket/site", "concurrency: many"),
+        &[
+            "destinations[0].s3.concurrency: ",
+            "expected an integer from 1 to 64",
+            "line 9",
+        ],
+    );
+}
+
+/// Issue 27 item 13: a map or a string where a list belongs says which key, and what a
+/// list looks like there.
+#[test]
+fn a_list_where_a_map_was_written_shows_what_a_list_looks_like() {
+    refused_body(
+        "destinations:\n  id: a\n  path: {D}/a\n",
+        &[
+            "destinations: invalid type: map, expected a sequence at line 5 column 3",
+            "accepted at destinations: a list with one item per destination, each starting with `- `",
+            "destinations: [{id: latest, path: /srv/latest}]",
+        ],
+    );
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "    verify:\n      ignore: \"*.tmp\"\n",
+            "destinations[0].verify.ignore: invalid type: string",
+            "accepted at destinations[0].verify.ignore: a list of globs: ignore: [\"robots.txt\", \"*.tmp\"]",
+        ),
+        (
+            "    hooks:\n      after_commit:\n        run: [/bin/true]\n",
+            "destinations[0].hooks.after_commit: invalid type: map",
+            "accepted at destinations[0].hooks.after_commit: a list with one item per hook",
+        ),
+        (
+            "    hooks:\n      after_failure:\n        - run: /bin/true\n",
+            "destinations[0].hooks.after_failure[0].run: invalid type: string",
+            "the program's absolute path first: run: [/usr/local/bin/notify, --ok]",
+        ),
+    ];
+    for (extra, key, example) in cases {
+        refused_body(
+            &format!("destinations:\n  - id: a\n    path: {{D}}/a\n{extra}"),
+            &[key, "expected a sequence at line ", example],
+        );
+    }
+    refused_body(
+        "server:\n  upload_tokens:\n    name: ci\ndestinations:\n  - id: a\n    path: {D}/a\n",
+        &[
+            "server.upload_tokens: invalid type: map, expected a sequence",
+            "accepted at server.upload_tokens: a list with one item per token",
+        ],
+    );
+}
+
+/// Mistakes found after the file is read name where the value is written, as YAML errors
+/// do.
+#[test]
+fn checks_after_reading_give_the_line_and_column() {
+    refused_body(
+        "destinations:\n  - id: a\n    path: \"\"\n",
+        &["destinations[0].path: must not be empty at line 6 column 11"],
+    );
+    refused_body(
+        "destinations:\n  - id: a\n    path: {D}/a\n    path_mapping:\n      template: \"{source_id}\"\n",
+        &[
+            "destinations[0].path_mapping.template: only allowed when path_mapping.mode is template at line 8 column 17",
+        ],
     );
 }
 

@@ -5,6 +5,8 @@
 //! column where serde_yaml knows them, and what is accepted. Nothing here touches the
 //! filesystem beyond reading the config file itself.
 
+mod bounded;
+mod diagnose;
 mod guard;
 mod hooks;
 mod mapping;
@@ -371,8 +373,19 @@ impl Config {
     /// Parses and validates config text as if read from `file` (relative paths resolve
     /// against `file`'s directory).
     pub fn parse(text: &str, file: &Path) -> Result<Config> {
+        // Where the value at a key path is written: ` at line L column C`, as serde_yaml
+        // says it, for the errors found after deserialization too.
+        let at = |key: &str| {
+            diagnose::locate(text, key)
+                .map(|(line, column)| format!(" at line {line} column {column}"))
+                .unwrap_or_default()
+        };
         let err = |key: &str, msg: String| {
-            Error::Config(format!("config {}: {key}: {msg}", file.display()))
+            Error::Config(format!(
+                "config {}: {key}: {msg}{}",
+                file.display(),
+                at(key)
+            ))
         };
         let de = serde_yaml::Deserializer::from_str(text);
         let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
@@ -382,8 +395,12 @@ impl Config {
             } else {
                 path
             };
-            let msg = strip_yaml_path(&key, e.into_inner().to_string());
-            err(&key, hint(&key, msg, text))
+            // Already located by serde_yaml: not looked up again.
+            Error::Config(format!(
+                "config {}: {key}: {}",
+                file.display(),
+                diagnose::explain(&key, e.into_inner().to_string(), text)
+            ))
         })?;
         if raw.version != 1 {
             return Err(err(
@@ -448,15 +465,19 @@ impl Config {
         let pipeline_hooks =
             hooks::settings("pipeline.hooks", raw.pipeline.hooks.unwrap_or_default())
                 .map_err(|(k, m)| err(&k, m))?;
-        let mut ids = BTreeSet::new();
+        let mut ids = std::collections::BTreeMap::new();
         let mut destinations = Vec::with_capacity(raw.destinations.len());
         for (i, d) in raw.destinations.into_iter().enumerate() {
             let key = format!("destinations[{i}]");
-            if !ids.insert(d.id.0.clone()) {
-                return Err(err(
-                    &format!("{key}.id"),
-                    format!("duplicate destination id '{}'", d.id.0),
-                ));
+            if let Some(first) = ids.insert(d.id.0.clone(), i) {
+                let (this, first) = (format!("{key}.id"), format!("destinations[{first}].id"));
+                return Err(Error::Config(format!(
+                    "config {}: {this}: duplicate destination id '{}'{}; {first}{} has it already; each destination needs its own id",
+                    file.display(),
+                    d.id.0,
+                    at(&this),
+                    at(&first)
+                )));
             }
             let mut path_origin = None;
             let (path, s3) = match d.backend {
@@ -731,41 +752,6 @@ fn check_path_text(p: &str) -> std::result::Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// A hint for the YAML mistakes operators make most: a tab used for indentation (YAML
-/// allows spaces only) and a quoted version (`version: "1"` is a string).
-fn hint(key: &str, msg: String, text: &str) -> String {
-    if msg.contains("tab") || (text.contains('\t') && msg.contains("found character")) {
-        let line = text
-            .lines()
-            .position(|l| l.trim_start_matches(' ').starts_with('\t'))
-            .map(|n| format!(" (line {})", n + 1))
-            .unwrap_or_default();
-        return format!(
-            "{msg}; tabs are not allowed for indentation in YAML{line}: indent with spaces"
-        );
-    }
-    if key == "version" && msg.contains("expected u32") {
-        return format!("{msg}; expected the number 1 (write `version: 1`, without quotes)");
-    }
-    msg
-}
-
-/// serde_yaml prefixes its messages with its own idea of the path (`destinations[0]:`),
-/// which is at best a repetition of `key` and at worst a shorter, misleading one (`pipeline:`
-/// for an error in `pipeline.id`): drop it so the message names the key path once.
-fn strip_yaml_path(key: &str, msg: String) -> String {
-    if let Some((prefix, rest)) = msg.split_once(": ") {
-        let within = key == prefix
-            || key
-                .strip_prefix(prefix)
-                .is_some_and(|r| r.starts_with('.') || r.starts_with('['));
-        if within && !prefix.contains(' ') {
-            return rest.to_string();
-        }
-    }
-    msg
 }
 
 fn absolute_dir_of(file: &Path) -> Result<PathBuf> {

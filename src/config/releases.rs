@@ -2,6 +2,7 @@
 //! many inactive ones are kept, and for how long. Validated here with key paths; nothing
 //! touches the filesystem.
 
+use super::bounded::Bounded;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -53,7 +54,7 @@ pub(super) struct RawReleases {
     #[serde(default)]
     dir: Option<String>,
     #[serde(default)]
-    keep: Option<i64>,
+    keep: Option<Bounded<0, { KEEP_MAX as u64 }>>,
     #[serde(default)]
     max_age: Option<String>,
     #[serde(default)]
@@ -105,16 +106,8 @@ pub(super) fn settings(
             "resolves to '/', accepted: a directory below the root".into(),
         ));
     }
-    let keep = match raw.keep {
-        None => KEEP_DEFAULT,
-        Some(k) if (0..=KEEP_MAX as i64).contains(&k) => k as u32,
-        Some(k) => {
-            return Err((
-                format!("{key}.releases.keep"),
-                format!("{k} is out of range; accepted: 0 to {KEEP_MAX}"),
-            ));
-        }
-    };
+    // In range: Bounded refused anything else where it was written.
+    let keep = raw.keep.map_or(KEEP_DEFAULT, |k| k.0 as u32);
     if let Some(text) = &raw.max_age {
         parse_age(text).map_err(|m| (format!("{key}.releases.max_age"), m))?;
     }

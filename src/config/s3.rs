@@ -11,9 +11,10 @@
 //! an error saying where they come from, and no error here ever echoes a value that could
 //! be a secret (an endpoint with `user:password@` is refused without repeating it).
 
+use super::bounded::Bounded;
 use globset::{GlobBuilder, GlobMatcher};
 use serde::Deserialize;
-use serde::de::{self, Deserializer, MapAccess, Unexpected, Visitor};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -393,36 +394,6 @@ impl<'de> Deserialize<'de> for RawS3 {
             }
         }
         d.deserialize_map(S3Visitor)
-    }
-}
-
-/// An integer in `LO..=HI`; out of range is a deserialization error, so it has a location.
-#[derive(Debug)]
-struct Bounded<const LO: u64, const HI: u64>(u64);
-
-impl<'de, const LO: u64, const HI: u64> Deserialize<'de> for Bounded<LO, HI> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<const LO: u64, const HI: u64>;
-        impl<const LO: u64, const HI: u64> Visitor<'_> for V<LO, HI> {
-            type Value = Bounded<LO, HI>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                write!(f, "an integer from {LO} to {HI}")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                if (LO..=HI).contains(&v) {
-                    Ok(Bounded(v))
-                } else {
-                    Err(E::invalid_value(Unexpected::Unsigned(v), &self))
-                }
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                match u64::try_from(v) {
-                    Ok(u) => self.visit_u64(u),
-                    Err(_) => Err(E::invalid_value(Unexpected::Signed(v), &self)),
-                }
-            }
-        }
-        d.deserialize_any(V::<LO, HI>)
     }
 }
 

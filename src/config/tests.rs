@@ -1,6 +1,7 @@
 //! Unit tests of config parsing: defaults for every key, path resolution, the rules of
 //! SPEC §2 that need no binary, and the shape of error messages.
 
+use super::diagnose::strip_yaml_path;
 use super::*;
 use chrono::DateTime;
 
