@@ -277,6 +277,9 @@ pub struct BundleDrift {
     pub modified: Vec<String>,
     /// Paths in storage no state records.
     pub unrecorded: Vec<String>,
+    /// How many more unrecorded paths `verify.ignore` hid (SPEC §16): not drift, counted
+    /// so that a glob hiding more than meant shows.
+    pub ignored: u64,
     /// A record distributor does not believe (SPEC §17: `untrusted_record`): the path to
     /// remove and its owner. Exit 3.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -324,6 +327,7 @@ impl Reported for BundleDrift {
             missing: vec![],
             modified: vec![],
             unrecorded: vec![],
+            ignored: 0,
             untrusted_record: None,
             recovery_pending: false,
             recovery: None,
@@ -345,6 +349,7 @@ impl Reported for BundleDrift {
             missing: vec![],
             modified: vec![],
             unrecorded: vec![],
+            ignored: 0,
             untrusted_record: None,
             recovery_pending: false,
             recovery: None,
@@ -541,8 +546,11 @@ fn compare(
             || top == RECORD_DIR
             || top == LEGACY_STAGING_DIR
             || recorded.contains(p.as_str())
-            || ignore.is_match(&p)
         {
+            continue;
+        }
+        if ignore.is_match(&p) {
+            v.ignored += 1;
             continue;
         }
         v.unrecorded.push(p);

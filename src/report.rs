@@ -401,6 +401,17 @@ impl Report {
                 d.destination_id, d.bundle_path
             );
             match d.decision {
+                // A failed destination: the error first, and the decision only as what
+                // was planned, since it was not carried out.
+                Some(decision) if d.status == Status::Failed => {
+                    let _ = writeln!(
+                        out,
+                        "  {}: {}",
+                        paint(status_colour(d.status), status_word(d.status)),
+                        d.message
+                    );
+                    let _ = writeln!(out, "  planned: {decision}, not carried out");
+                }
                 Some(decision) => {
                     let _ = writeln!(
                         out,
@@ -457,13 +468,21 @@ impl Report {
             let total = d.files.len() + d.links.len();
             let shown = if opts.files {
                 total
+            } else if d.status == Status::Failed {
+                // Nothing of a failed destination was written (its counts line says so):
+                // its planned lines would read as what happened. --files and --json
+                // still list them.
+                0
             } else {
                 total.min(FILE_LINES)
             };
+            if d.status == Status::Failed && shown > 0 {
+                let _ = writeln!(out, "  planned, not written:");
+            }
             for line in group(false).chain(group(true)).take(shown) {
                 let _ = writeln!(out, "  {line}");
             }
-            if shown < total {
+            if shown < total && d.status != Status::Failed {
                 let _ = writeln!(
                     out,
                     "  ... and {} more (--files lists every one, --json has them all)",
@@ -505,7 +524,18 @@ impl Report {
             }
         }
         let s = &self.summary;
-        let conflicts = format!("{} conflict(s)", s.conflict);
+        // Conflicts, as the grouped lines count them (`x20000`), and the destinations
+        // they refused.
+        let conflicts = match s.conflict {
+            0 => "0 conflict(s)".to_string(),
+            n => format!(
+                "{} conflict(s) in {n} destination(s)",
+                (self.destinations.iter())
+                    .filter(|d| d.decision == Some(Decision::Conflict))
+                    .map(|d| d.conflicts.len())
+                    .sum::<usize>()
+            ),
+        };
         let failed = format!("{} failed", s.failed);
         let _ = writeln!(
             out,

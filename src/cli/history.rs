@@ -270,18 +270,19 @@ fn check_filters(journal: Option<&Journal>, f: &Filter, pipeline_flag: bool) -> 
     Ok(())
 }
 
-/// One line per operation; takeovers get the audit lines below it.
+/// One line per operation, ending with who ran it; takeovers get the audit lines below it.
 fn list_line(out: &mut String, op: &OperationSummary) {
     let _ = writeln!(
         out,
-        "{}  {}  {}/{}  {}  {}  source {}",
+        "{}  {}  {}/{}  {}  {}  source {}  by {}",
         op.started_at,
         op.operation_id,
         op.pipeline_id,
         op.destination_id,
         op.decision,
         op.status,
-        op.source.id
+        op.source.id,
+        op.actor
     );
     if op.decision == Decision::ReplaceTakeover.as_str() || has_takeovers(op) {
         takeover_lines(out, op, "    ");

@@ -22,6 +22,10 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Print only a summary line and, before it, one line for each destination that
+    /// failed, waits for recovery or holds an invalid or untrusted record, saying why.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Journal file, read to tell pending recovery (else DISTRIBUTOR_JOURNAL, journal.path,
     /// $XDG_STATE_HOME/distributor/journal.sqlite3). Nothing is written to it.
     #[arg(long, value_name = "P")]
@@ -61,6 +65,14 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
         return Ok(CommandOutput {
             report: None,
             stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
+            code,
+            metrics,
+        });
+    }
+    if a.quiet {
+        return Ok(CommandOutput {
+            report: None,
+            stdout: quiet_text(&st),
             code,
             metrics,
         });
@@ -128,4 +140,46 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
         code,
         metrics,
     })
+}
+
+/// `status --quiet` (SPEC §16, as §20 amends it): a line for every bundle path that could
+/// not be read, waits for recovery, or holds an untrusted record or an invalid state,
+/// saying why, then the summary.
+fn quiet_text(st: &[inspect::BundleStatus]) -> String {
+    let mut out = String::new();
+    let (mut valid, mut absent, mut invalid) = (0, 0, 0);
+    let (mut pending, mut busy, mut errors) = (0, 0, 0);
+    for s in st {
+        match s.state {
+            "valid" => valid += 1,
+            "absent" => absent += 1,
+            "invalid" => invalid += 1,
+            _ => {}
+        }
+        busy += usize::from(s.busy.is_some());
+        let why = if let Some(e) = s.error.as_ref().or(s.log_error.as_ref()) {
+            errors += 1;
+            format!("error: {e}")
+        } else if let Some(u) = &s.untrusted_record {
+            format!("untrusted_record: {u}")
+        } else if let Some(what) = &s.recovery {
+            pending += 1;
+            format!("recovery pending: {what}")
+        } else if let Some(r) = &s.invalid_reason {
+            format!("invalid: {r}")
+        } else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "destination {} -> {}: {why}",
+            s.destination_id, s.bundle_path
+        );
+    }
+    let _ = writeln!(
+        out,
+        "summary: {} bundle path(s); {valid} valid, {absent} absent, {invalid} invalid, {pending} recovery pending, {busy} busy, {errors} error(s)",
+        st.len()
+    );
+    out
 }

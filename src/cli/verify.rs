@@ -28,8 +28,12 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub json: bool,
     /// List every drifted path (the text lists at most 20 per destination).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "quiet")]
     pub files: bool,
+    /// Print only a summary line and, before it, one line for each destination that
+    /// drifted, failed or waits for recovery, saying why.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Journal file, read to tell pending recovery (else DISTRIBUTOR_JOURNAL, journal.path,
     /// $XDG_STATE_HOME/distributor/journal.sqlite3). Nothing is written to it.
     #[arg(long, value_name = "P")]
@@ -76,6 +80,14 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
         return Ok(CommandOutput {
             report: None,
             stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
+            code,
+            metrics,
+        });
+    }
+    if a.quiet {
+        return Ok(CommandOutput {
+            report: None,
+            stdout: quiet_text(&drift),
             code,
             metrics,
         });
@@ -127,11 +139,14 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
             ("modified", &d.modified),
             ("unrecorded", &d.unrecorded),
         ];
-        let counts: Vec<String> = lists
+        let mut counts: Vec<String> = lists
             .iter()
             .filter(|(_, l)| !l.is_empty())
             .map(|(what, l)| format!("{} {what}", l.len()))
             .collect();
+        if d.ignored > 0 {
+            counts.push(format!("{} unrecorded ignored (verify.ignore)", d.ignored));
+        }
         if !counts.is_empty() {
             let _ = writeln!(out, "  {}", counts.join(", "));
         }
@@ -161,4 +176,67 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
         code,
         metrics,
     })
+}
+
+/// `verify --quiet` (SPEC §16, as §20 amends it): a line for every bundle path that could
+/// not be verified, drifted or waits for recovery, saying why, then the summary.
+fn quiet_text(drift: &[inspect::BundleDrift]) -> String {
+    let mut out = String::new();
+    let (mut ok, mut drifted, mut pending, mut busy, mut errors) = (0, 0, 0, 0, 0);
+    for d in drift {
+        let why = if let Some(e) = d.error.as_ref().or(d.log_error.as_ref()) {
+            errors += 1;
+            format!("error: {e}")
+        } else if let Some(u) = &d.untrusted_record {
+            drifted += 1;
+            format!("untrusted_record: {u}")
+        } else if let Some(what) = &d.recovery {
+            pending += 1;
+            format!("recovery pending: {what}")
+        } else if d.busy.is_some() {
+            busy += 1;
+            continue;
+        } else if d.drifted() {
+            drifted += 1;
+            format!("drift: {}", drift_reason(d))
+        } else {
+            ok += 1;
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "destination {} -> {}: {why}",
+            d.destination_id, d.bundle_path
+        );
+    }
+    let _ = writeln!(
+        out,
+        "summary: {} bundle path(s); {ok} ok, {drifted} drift, {pending} recovery pending, {busy} busy, {errors} error(s)",
+        drift.len()
+    );
+    out
+}
+
+/// Why a bundle path drifted, in one line: the counts and the first path of each list, an
+/// invalid state's reason, a log mismatch.
+fn drift_reason(d: &inspect::BundleDrift) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(r) = &d.invalid_reason {
+        parts.push(format!("invalid state: {r}"));
+    }
+    for (what, l) in [
+        ("missing", &d.missing),
+        ("modified", &d.modified),
+        ("unrecorded", &d.unrecorded),
+    ] {
+        match l.as_slice() {
+            [] => {}
+            [one] => parts.push(format!("1 {what} ({one})")),
+            [first, ..] => parts.push(format!("{} {what} (first {first})", l.len())),
+        }
+    }
+    if let Some(m) = &d.log_mismatch {
+        parts.push(format!("log_mismatch: {m}"));
+    }
+    parts.join(", ")
 }
