@@ -41,7 +41,7 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
     let dests = config.select(&a.destinations)?;
     let view = JournalView::open(&resolve_journal(a.journal.as_deref(), Some(&config))?)?;
-    let drift = inspect::verify(&dests, a.deep, view.as_ref());
+    let drift = inspect::verify(&dests, a.deep, view.as_ref(), crate::progress::Ticker::NONE);
     // An unverifiable bundle path is 1, pending recovery 4, drift 3 (SPEC §10 precedence).
     let codes: Vec<u8> = drift
         .iter()

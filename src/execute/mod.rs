@@ -12,7 +12,7 @@ mod stage;
 mod staging_record;
 
 pub use lifecycle::{Passed, Transaction, held_detail, record_removal};
-pub use stage::Progress;
+pub use crate::progress::Progress;
 
 pub use staging_record::{
     ActionKind, NEW, OLD, Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, RecordDir,
@@ -199,7 +199,13 @@ fn run_steps(
             .map(|f| &f.path)
             .eq(writes.iter().map(|&i| &staged.actions[i].path))
     );
-    stage::stage(store, staged, &writes, source, progress)?;
+    stage::stage(
+        store,
+        staged,
+        &writes,
+        source,
+        crate::progress::Ticker::to(progress),
+    )?;
     store.make_staged_durable()?;
     journal.event(&staged.operation_id, event::STAGED, None)?;
     failpoint::hit("after_staging");

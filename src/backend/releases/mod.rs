@@ -1149,10 +1149,14 @@ impl BundleStore for ReleaseStore {
         &self,
         paths: &[(&'a str, Option<Proof<'a>>)],
         dirs_wanted: &foldhash::HashSet<&str>,
+        progress: crate::progress::Ticker<'_>,
     ) -> Result<Storage<'a>> {
         let mut storage = match &self.active {
-            Some(a) => crate::backend::local::probe_in(a, paths, dirs_wanted)?,
-            None => Storage::default(),
+            Some(a) => crate::backend::local::probe_in(a, paths, dirs_wanted, progress)?,
+            None => {
+                progress.done(paths.len() as u64);
+                Storage::default()
+            }
         };
         storage.releases_mismatch = self.mismatch()?;
         storage.rolled_back = log::holds(&self.activations()?);
