@@ -60,7 +60,10 @@ pub struct Ticker<'a> {
 
 impl<'a> Ticker<'a> {
     /// Nobody watches.
-    pub const NONE: Ticker<'static> = Ticker { to: None, label: "" };
+    pub const NONE: Ticker<'static> = Ticker {
+        to: None,
+        label: "",
+    };
 
     /// Reports to `p`, if any.
     pub fn to(p: Option<&'a dyn Progress>) -> Ticker<'a> {

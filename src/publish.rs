@@ -781,35 +781,30 @@ fn read_destination<'m>(
     };
     let mut fingerprints = local::Fingerprints::wanting_all(outputs);
     journal.fingerprints(&key, &mut fingerprints)?;
-    let republished = match probe_republication(
-        republication,
-        store,
-        &fingerprints,
-        &bundle,
-        Ticker::NONE,
-    )? {
-        Some(plan) => {
-            check_republication(&plan, store, || {
-                let state = memo.read(&unlocked.view())?;
-                plan_general(
-                    config,
-                    dest,
-                    source,
-                    Overrides::default(),
-                    &fingerprints,
-                    &bundle,
-                    &state,
-                    &unlocked.view(),
-                    Ticker::NONE,
-                )
-            })?;
-            Republished::Held(Box::new(plan))
-        }
-        None => {
-            state = Some(memo.read(&unlocked.view())?);
-            Republished::NotHeld
-        }
-    };
+    let republished =
+        match probe_republication(republication, store, &fingerprints, &bundle, Ticker::NONE)? {
+            Some(plan) => {
+                check_republication(&plan, store, || {
+                    let state = memo.read(&unlocked.view())?;
+                    plan_general(
+                        config,
+                        dest,
+                        source,
+                        Overrides::default(),
+                        &fingerprints,
+                        &bundle,
+                        &state,
+                        &unlocked.view(),
+                        Ticker::NONE,
+                    )
+                })?;
+                Republished::Held(Box::new(plan))
+            }
+            None => {
+                state = Some(memo.read(&unlocked.view())?);
+                Republished::NotHeld
+            }
+        };
     Ok(DestinationRead {
         bundle,
         unlocked,

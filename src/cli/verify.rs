@@ -1,6 +1,7 @@
 //! `distributor verify --config F [--destination ID]... [--deep] [--json]`.
 
 use super::CommandOutput;
+use super::progress::Shown;
 use crate::config::Config;
 use crate::error::Result;
 use crate::inspect;
@@ -30,6 +31,9 @@ pub struct VerifyArgs {
     /// List every drifted path (the text lists at most 20 per destination).
     #[arg(long)]
     pub files: bool,
+    /// Show no progress on stderr.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Journal file, read to tell pending recovery (else DISTRIBUTOR_JOURNAL, journal.path,
     /// $XDG_STATE_HOME/distributor/journal.sqlite3). Nothing is written to it.
     #[arg(long, value_name = "P")]
@@ -41,7 +45,10 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
     let dests = config.select(&a.destinations)?;
     let view = JournalView::open(&resolve_journal(a.journal.as_deref(), Some(&config))?)?;
-    let drift = inspect::verify(&dests, a.deep, view.as_ref(), crate::progress::Ticker::NONE);
+    // How checking each recorded file goes (SPEC §20).
+    let shown = Shown::on_stderr("verify", a.json, a.quiet);
+    let drift = inspect::verify(&dests, a.deep, view.as_ref(), shown.ticker());
+    shown.finish();
     // An unverifiable bundle path is 1, pending recovery 4, drift 3 (SPEC §10 precedence).
     let codes: Vec<u8> = drift
         .iter()

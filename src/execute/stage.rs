@@ -35,7 +35,11 @@ pub(super) fn stage(
 ) -> Result<()> {
     if progress.is_on() {
         let bytes = writes.iter().filter_map(|&i| op.actions[i].size).sum();
-        (progress.on(&op.destination_id)).start("files", Some(writes.len() as u64), Bytes::Of(bytes));
+        (progress.on(&op.destination_id)).start(
+            "files",
+            Some(writes.len() as u64),
+            Bytes::Of(bytes),
+        );
     }
     // Every file is worth a thread: creating it alone costs more than starting one.
     let result = parallel::try_map_on(
