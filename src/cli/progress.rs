@@ -372,8 +372,7 @@ mod tests {
         );
     }
 
-    fn state(task: &Task<'_>, done: u64, bytes: u64) -> LinesState {
-        let now = Instant::now();
+    fn state(task: &Task<'_>, done: u64, bytes: u64, now: Instant) -> LinesState {
         LinesState {
             shape: Shape::of(task),
             done,
@@ -392,7 +391,7 @@ mod tests {
             total: Some(100_000),
             bytes: Bytes::Of(2 << 30),
         };
-        let s = state(&staging, 12_000, 1288490189);
+        let s = state(&staging, 12_000, 1288490189, now);
         let got = line("publish", &s, now);
         assert_eq!(got, "publish latest: 12,000/100,000 files, 1.2 GiB, 41 s");
         let checking = Task {
@@ -401,7 +400,7 @@ mod tests {
             total: Some(20_000),
             bytes: Bytes::Uncounted,
         };
-        let got = line("verify", &state(&checking, 3_000, 0), now);
+        let got = line("verify", &state(&checking, 3_000, 0, now), now);
         assert_eq!(got, "verify latest: 3,000/20,000 files, 41 s");
         let walking = Task {
             label: "",
@@ -409,7 +408,7 @@ mod tests {
             total: None,
             bytes: Bytes::Uncounted,
         };
-        let got = line("manifest", &state(&walking, 8_000, 0), now);
+        let got = line("manifest", &state(&walking, 8_000, 0, now), now);
         assert_eq!(got, "manifest: 8,000 files found, 41 s");
     }
 
