@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::journal::JournalView;
 use crate::model::{Owner, SourceRef, StateMode};
 use crate::plan::Entry;
+use crate::progress::{Bytes, Ticker};
 use crate::publish::{Pending, pending};
 use crate::source::relative_link_target;
 use crate::state::{STATE_FILE, StateFile};
@@ -363,10 +364,16 @@ impl Reported for BundleDrift {
 /// Compares storage with state for every bundle path of the selected destinations. A
 /// bundle path where recovery is pending, or another process is publishing, is not
 /// compared (it says which); an error at one is reported on its entry, with state
-/// `error`, and the others are still verified.
-pub fn verify(dests: &[&Destination], deep: bool, view: Option<&JournalView>) -> Vec<BundleDrift> {
+/// `error`, and the others are still verified. `progress` hears of each recorded path
+/// checked and each byte hashed.
+pub fn verify(
+    dests: &[&Destination],
+    deep: bool,
+    view: Option<&JournalView>,
+    progress: Ticker<'_>,
+) -> Vec<BundleDrift> {
     each_bundle(dests, view, |d, bundle, v| {
-        verify_one(d, bundle, deep, view, v)
+        verify_one(d, bundle, deep, view, v, progress.on(&d.id))
     })
 }
 
@@ -409,6 +416,7 @@ fn verify_one(
     deep: bool,
     view: Option<&JournalView>,
     v: &mut BundleDrift,
+    progress: Ticker<'_>,
 ) -> Result<()> {
     let store = open(d, bundle)?;
     let (state, untrusted) = read_state(store.as_deref(), bundle, view)?;
@@ -443,7 +451,7 @@ fn verify_one(
         (StateFile::Valid(st), Some(store)) => {
             v.state = "valid";
             if compare_it {
-                compare(store.as_ref(), &st, deep, &d.verify_ignore, v)?;
+                compare(store.as_ref(), &st, deep, &d.verify_ignore, v, progress)?;
             }
         }
         (StateFile::Valid(_), None) => unreachable!("a state was read from it"),
@@ -500,6 +508,7 @@ fn compare(
     deep: bool,
     ignore: &crate::globs::PathGlobs,
     v: &mut BundleDrift,
+    progress: Ticker<'_>,
 ) -> Result<()> {
     let mut paths: Vec<(&str, Option<Proof>)> = Vec::new();
     paths.extend(st.outputs.iter().map(|o| {
@@ -511,7 +520,17 @@ fn compare(
         (o.path.as_str(), Some(proof))
     }));
     paths.extend(st.links.iter().map(|l| (l.path.as_str(), None)));
-    let storage = store.probe(&paths, &Default::default())?;
+    progress.start("files", Some(paths.len() as u64), Bytes::Counted);
+    let storage = store.probe(&paths, &Default::default(), progress)?;
+    // --deep on storage whose probe proves content by metadata alone (an object store's
+    // ETag): every file it holds at the recorded size is read and hashed, a second pass.
+    let downloads = deep && store.location().is_some();
+    if downloads && progress.is_on() {
+        let (files, bytes) = (st.outputs.iter())
+            .filter(|o| matches!(storage.get(&o.path), Entry::File { size, .. } if *size == o.size))
+            .fold((0, 0), |(n, b), o| (n + 1, b + o.size));
+        progress.start("files hashed", Some(files), Bytes::Of(bytes));
+    }
     let mut recorded: HashSet<&str> = HashSet::new();
     for o in &st.outputs {
         recorded.insert(&o.path);
@@ -523,6 +542,10 @@ fn compare(
                     true => store.content_sha256(&o.path)?,
                     false => None,
                 };
+                if downloads {
+                    progress.bytes(o.size);
+                    progress.done(1);
+                }
                 let sha = deep_sha.as_ref().or(sha256.as_deref());
                 if sha != Some(&o.sha256) {
                     v.modified.push(o.path.clone());

@@ -16,7 +16,7 @@
 //! holds the read-only `status` and `verify` ([`log_mismatch`] judges a state against the
 //! destination log); [`dest_log`] prints each destination's own log (`backend::local::log`).
 //! [`recover`] finishes or undoes interrupted operations from the journal and staging;
-//! [`journal::query`] serves `history`.
+//! [`journal::query`] serves `history`. Long work counts what it did through [`progress`].
 
 #![forbid(unsafe_code)]
 #![deny(unused_must_use)]
@@ -42,6 +42,7 @@ pub mod model;
 pub mod ordered;
 pub mod parallel;
 pub mod plan;
+pub mod progress;
 pub mod promote;
 pub mod prune;
 pub mod publish;

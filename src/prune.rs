@@ -11,6 +11,7 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::execute::record_removal;
 use crate::journal::{Journal, OperationRecord, event, now};
+use crate::progress::Ticker;
 use crate::publish::check_recovery;
 use crate::state::StateFile;
 use serde::Serialize;
@@ -118,8 +119,12 @@ impl PruneReport {
 }
 
 /// Prunes the selected destinations; returns the report and the exit code (0, or the
-/// worst error's).
-pub fn prune(config: &Config, opts: &PruneOptions) -> Result<(PruneReport, u8)> {
+/// worst error's); `progress` hears of each release removed.
+pub fn prune(
+    config: &Config,
+    opts: &PruneOptions,
+    progress: Ticker<'_>,
+) -> Result<(PruneReport, u8)> {
     let selected: Vec<&Destination> = if opts.destinations.is_empty() {
         config
             .destinations
@@ -162,7 +167,7 @@ pub fn prune(config: &Config, opts: &PruneOptions) -> Result<(PruneReport, u8)> 
             log_error: None,
             error: None,
         };
-        if let Err(e) = prune_one(config, dest, opts, journal.as_mut(), &mut d) {
+        if let Err(e) = prune_one(config, dest, opts, journal.as_mut(), &mut d, progress) {
             code = code.max(e.exit_code());
             d.error = Some(e.to_string());
         }
@@ -183,6 +188,7 @@ fn prune_one(
     opts: &PruneOptions,
     journal: Option<&mut Journal>,
     d: &mut DestinationPrune,
+    progress: Ticker<'_>,
 ) -> Result<()> {
     let settings = dest.releases.as_ref().ok_or_else(|| {
         Error::Usage(format!(
@@ -208,16 +214,16 @@ fn prune_one(
     d.path_changed = store.path_changed().map(str::to_string);
     d.log_error = store.log_view()?.untrusted();
     if d.path_changed.is_some() || d.log_error.is_some() {
-        d.releases = ordered(&store, store.prune(true)?)?;
+        d.releases = ordered(&store, store.prune(true, Ticker::NONE)?)?;
         return Ok(());
     }
     let Some(journal) = journal else {
-        d.releases = ordered(&store, store.prune(true)?)?;
+        d.releases = ordered(&store, store.prune(true, Ticker::NONE)?)?;
         d.removed = d.releases.iter().filter(|v| !v.keep).count();
         return Ok(());
     };
     check_recovery(journal, &store)?;
-    let verdicts = store.prune(true)?;
+    let verdicts = store.prune(true, Ticker::NONE)?;
     if verdicts.iter().all(|v| v.keep) {
         d.releases = ordered(&store, verdicts)?;
         return Ok(());
@@ -229,7 +235,7 @@ fn prune_one(
     // Removed first, journaled after in one transaction (with what was removed, or why
     // it stopped): a removal needs no recovery, and the operation never reads as
     // unfinished.
-    let pruned = store.prune(false);
+    let pruned = store.prune(false, progress.on(&dest.id));
     // `path` changed while retention ran (checked before each removal): it stopped, and
     // the active release's files are not looked at through `path` again.
     let stopped = (pruned.as_ref().ok()).and_then(|v| crate::backend::releases::stopped(v));

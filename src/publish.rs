@@ -12,6 +12,7 @@ use crate::model::{Decision, Owner};
 use crate::plan::Overrides;
 use crate::plan::saved::{PlanFile, SavedDestination, refuse_stale};
 use crate::plan::{DestinationPlan, PlanInput, Republication, Storage, plan_destination};
+use crate::progress::{Bytes, Ticker};
 use crate::report::{DestinationReport, Report, Status, Summary};
 use crate::source::Source;
 use crate::state::{RecordedOutput, StateFile};
@@ -280,7 +281,8 @@ impl PublishOptions {
     }
 }
 
-/// Plans one destination: probes storage and reads state (no writes).
+/// Plans one destination: probes storage and reads state (no writes); `progress` hears of
+/// the paths probed.
 pub fn plan_one(
     config: &Config,
     dest: &Destination,
@@ -288,6 +290,7 @@ pub fn plan_one(
     lift: Overrides,
     fingerprints: &local::Fingerprints,
     journal: Option<&JournalView>,
+    progress: Ticker<'_>,
 ) -> Result<DestinationPlan> {
     let bundle = bundle_path(config, dest, source)?;
     let opened = Unlocked::open(dest, &bundle)?;
@@ -305,6 +308,7 @@ pub fn plan_one(
         fingerprints,
         &mut memo,
         &opened.view(),
+        progress.on(&dest.id),
     )
 }
 
@@ -393,6 +397,7 @@ impl StateMemo {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn plan_with(
     config: &Config,
     dest: &Destination,
@@ -401,6 +406,7 @@ fn plan_with(
     fingerprints: &local::Fingerprints,
     memo: &mut StateMemo,
     view: &View,
+    progress: Ticker<'_>,
 ) -> Result<DestinationPlan> {
     let bundle = bundle_path(config, dest, source)?;
     let state = memo.read(view)?;
@@ -413,6 +419,7 @@ fn plan_with(
         &bundle,
         &state,
         view,
+        progress,
     )
 }
 
@@ -429,7 +436,7 @@ pub fn plan_rollback(
     let view = View::Store(store);
     let state = StateMemo::new(source).read(&view)?;
     let fingerprints = local::Fingerprints::default();
-    let storage = probe_for_plan(&view, source, &state, &fingerprints)?;
+    let storage = probe_for_plan(&view, source, &state, &fingerprints, Ticker::NONE)?;
     Ok(plan_destination(&PlanInput {
         pipeline_id: &config.pipeline_id,
         destination: dest,
@@ -454,8 +461,9 @@ fn plan_state(
     bundle: &Path,
     state: &StateFile,
     view: &View,
+    progress: Ticker<'_>,
 ) -> Result<DestinationPlan> {
-    let general = || {
+    let general = |progress| {
         plan_general(
             config,
             dest,
@@ -465,16 +473,19 @@ fn plan_state(
             bundle,
             state,
             view,
+            progress,
         )
     };
     if let View::Store(store) = view
         && let Some(republication) = Republication::of(&config.pipeline_id, dest, source, state)
-        && let Some(plan) = probe_republication(republication, *store, fingerprints, bundle)?
+        && let Some(plan) =
+            probe_republication(republication, *store, fingerprints, bundle, progress)?
     {
-        check_republication(&plan, *store, general)?;
+        // The cross-check is no progress of the run's own.
+        check_republication(&plan, *store, || general(Ticker::NONE))?;
         return Ok(plan);
     }
-    general()
+    general(progress)
 }
 
 /// [`plan_state`] by the general probe and planner.
@@ -488,8 +499,9 @@ fn plan_general(
     bundle: &Path,
     state: &StateFile,
     view: &View,
+    progress: Ticker<'_>,
 ) -> Result<DestinationPlan> {
-    let storage = probe_for_plan(view, source, state, fingerprints)?;
+    let storage = probe_for_plan(view, source, state, fingerprints, progress)?;
     Ok(plan_destination(&PlanInput {
         pipeline_id: &config.pipeline_id,
         destination: dest,
@@ -543,14 +555,17 @@ fn probe_republication(
     store: &dyn BundleStore,
     fingerprints: &local::Fingerprints,
     bundle: &Path,
+    progress: Ticker<'_>,
 ) -> Result<Option<DestinationPlan>> {
     let source = republication.source();
+    let m = &source.manifest;
+    let total = 1 + m.outputs.len() + m.links.len();
+    progress.start("paths probed", Some(total as u64), Bytes::Uncounted);
     let list_none = foldhash::HashSet::default();
     let state_file = [(crate::state::STATE_FILE, None)];
-    if !Republication::state_file_holds(&store.probe(&state_file, &list_none)?) {
+    if !Republication::state_file_holds(&store.probe(&state_file, &list_none, progress)?) {
         return Ok(None);
     }
-    let m = &source.manifest;
     let mut paths = Vec::with_capacity(REPUBLICATION_CHUNK.min(m.outputs.len() + m.links.len()));
     for chunk in m.outputs.chunks(REPUBLICATION_CHUNK) {
         paths.clear();
@@ -567,14 +582,14 @@ fn probe_republication(
             };
             paths.push((o.path.as_str(), Some(proof)));
         }
-        if !Republication::outputs_hold(&store.probe(&paths, &list_none)?, chunk) {
+        if !Republication::outputs_hold(&store.probe(&paths, &list_none, progress)?, chunk) {
             return Ok(None);
         }
     }
     for chunk in m.links.chunks(REPUBLICATION_CHUNK) {
         paths.clear();
         paths.extend(chunk.iter().map(|l| (l.path.as_str(), None)));
-        if !Republication::links_hold(&store.probe(&paths, &list_none)?, chunk) {
+        if !Republication::links_hold(&store.probe(&paths, &list_none, progress)?, chunk) {
             return Ok(None);
         }
     }
@@ -640,6 +655,7 @@ fn probe_for_plan<'a>(
     source: &'a Source,
     state: &'a StateFile,
     fingerprints: &'a local::Fingerprints<'_>,
+    progress: Ticker<'_>,
 ) -> Result<Storage<'a>> {
     let m = &source.manifest;
     // Each path once: the manifest's and the state's paths are distinct within each (both
@@ -677,7 +693,10 @@ fn probe_for_plan<'a>(
     // writing plan replaces it.
     paths.push((crate::state::STATE_FILE, None));
     match view {
-        View::Store(s) => s.probe(&paths, &dirs_wanted),
+        View::Store(s) => {
+            progress.start("paths probed", Some(paths.len() as u64), Bytes::Counted);
+            s.probe(&paths, &dirs_wanted, progress)
+        }
         // Nothing there yet: every path is missing.
         View::Missing => Ok(Storage::default()),
         View::Unsafe(why) => Ok(Storage::new(
@@ -762,28 +781,30 @@ fn read_destination<'m>(
     };
     let mut fingerprints = local::Fingerprints::wanting_all(outputs);
     journal.fingerprints(&key, &mut fingerprints)?;
-    let republished = match probe_republication(republication, store, &fingerprints, &bundle)? {
-        Some(plan) => {
-            check_republication(&plan, store, || {
-                let state = memo.read(&unlocked.view())?;
-                plan_general(
-                    config,
-                    dest,
-                    source,
-                    Overrides::default(),
-                    &fingerprints,
-                    &bundle,
-                    &state,
-                    &unlocked.view(),
-                )
-            })?;
-            Republished::Held(Box::new(plan))
-        }
-        None => {
-            state = Some(memo.read(&unlocked.view())?);
-            Republished::NotHeld
-        }
-    };
+    let republished =
+        match probe_republication(republication, store, &fingerprints, &bundle, Ticker::NONE)? {
+            Some(plan) => {
+                check_republication(&plan, store, || {
+                    let state = memo.read(&unlocked.view())?;
+                    plan_general(
+                        config,
+                        dest,
+                        source,
+                        Overrides::default(),
+                        &fingerprints,
+                        &bundle,
+                        &state,
+                        &unlocked.view(),
+                        Ticker::NONE,
+                    )
+                })?;
+                Republished::Held(Box::new(plan))
+            }
+            None => {
+                state = Some(memo.read(&unlocked.view())?);
+                Republished::NotHeld
+            }
+        };
     Ok(DestinationRead {
         bundle,
         unlocked,
@@ -823,15 +844,31 @@ fn publish_one(
             fingerprints = local::Fingerprints::wanting_all(&source.manifest.outputs);
             v.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
         }
-        let mut plan = plan_one(config, dest, source, opts.overrides(), &fingerprints, view)?;
+        // `plan` shows how probing and hashing go (SPEC §20).
+        let progress = Ticker::to(progress).on(&dest.id);
+        let mut plan = plan_one(
+            config,
+            dest,
+            source,
+            opts.overrides(),
+            &fingerprints,
+            view,
+            progress,
+        )?;
         if opts.save_plan || opts.saved_plan.is_some() {
             let store = Unlocked::open(dest, &plan.bundle_path)?.store;
             let entry = saved_entry(config, dest, &plan, store.as_deref())?;
             judge_saved(opts, source, &entry, &mut plan);
             saved.push(entry);
         }
+        if progress.is_on() {
+            let (files, bytes) = (plan.writes()).fold((0, 0), |(n, b), f| (n + 1, b + f.size));
+            progress.start("files hashed", Some(files), Bytes::Of(bytes));
+        }
         for f in plan.writes() {
             let (size, sha) = hash_file(&source.file(&f.path))?;
+            progress.bytes(size);
+            progress.done(1);
             if size != f.size || sha != f.sha256 {
                 let e = crate::source::content_mismatch(&f.path, size, &sha, f.size, &f.sha256);
                 return Err(Error::Planned {
@@ -908,10 +945,26 @@ fn publish_one(
         Republished::Held(plan) => Some(*plan),
         _ if locked_before && rules_out_unchanged => None,
         Republished::NotHeld => Some(plan_general(
-            config, dest, source, lift, prints, &bundle, read, &look,
+            config,
+            dest,
+            source,
+            lift,
+            prints,
+            &bundle,
+            read,
+            &look,
+            Ticker::NONE,
         )?),
         Republished::No => Some(plan_state(
-            config, dest, source, lift, prints, &bundle, read, &look,
+            config,
+            dest,
+            source,
+            lift,
+            prints,
+            &bundle,
+            read,
+            &look,
+            Ticker::NONE,
         )?),
     };
     if let Some(p) = &preview {
@@ -962,6 +1015,7 @@ fn publish_one(
             &fingerprints,
             &mut memo,
             &unlocked.view(),
+            Ticker::NONE,
         ) {
             Ok(p) if matches!(e, Error::Lock(_)) && !p.conflicts.is_empty() => e,
             Ok(p) => with_plan(&p, e),
@@ -1003,6 +1057,7 @@ fn publish_one(
         &fingerprints,
         &mut memo,
         &View::Store(store),
+        Ticker::NONE,
     )?;
     if opts.saved_plan.is_some() {
         let entry = saved_entry(config, dest, &plan, Some(store))?;

@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::execute::{POST_STATE_FILE, PRE_STATE_FILE, StagedOperation, journal_records};
 use crate::failpoint;
 use crate::journal::{Journal, event, query};
+use crate::progress::{Bytes, Ticker};
 use crate::state::STATE_FILE;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -246,8 +247,13 @@ impl Location {
     }
 }
 
-/// Finds and recovers every unfinished operation (SPEC §8).
-pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<RecoverReport> {
+/// Finds and recovers every unfinished operation (SPEC §8); `progress` hears of each
+/// operation dealt with.
+pub fn recover(
+    config: Option<&Config>,
+    opts: &RecoverOptions,
+    progress: Ticker<'_>,
+) -> Result<RecoverReport> {
     let mut journal = Journal::open_existing(&opts.journal)?;
     // bundle path -> operation id -> candidate
     let mut found: BTreeMap<PathBuf, BTreeMap<String, Candidate>> = BTreeMap::new();
@@ -285,11 +291,13 @@ pub fn recover(config: Option<&Config>, opts: &RecoverOptions) -> Result<Recover
     if journal.is_none() && !opts.dry_run && found.values().any(|ops| !ops.is_empty()) {
         journal = Some(Journal::open(&opts.journal)?);
     }
+    let total = found.values().map(|ops| ops.len() as u64).sum();
+    progress.start("operations", Some(total), Bytes::Uncounted);
     for (bundle, ops) in found {
         if ops.is_empty() {
             continue;
         }
-        recover_bundle(&bundle, ops, journal.as_mut(), opts, &mut report);
+        recover_bundle(&bundle, ops, journal.as_mut(), opts, &mut report, progress);
     }
     let s = &mut report.summary;
     for o in &report.operations {
@@ -488,6 +496,7 @@ fn recover_bundle(
     mut journal: Option<&mut Journal>,
     opts: &RecoverOptions,
     report: &mut RecoverReport,
+    progress: Ticker<'_>,
 ) {
     // The lock: taken only when something may be written, and only on a bundle path that
     // exists (recovery never creates one). An operation known only to the journal has no
@@ -520,6 +529,7 @@ fn recover_bundle(
                 r.message = format!("not recovered: {e}");
                 report.operations.push(r);
             }
+            progress.done(ops.len() as u64);
             return;
         }
     };
@@ -536,7 +546,10 @@ fn recover_bundle(
             opts,
         ) {
             Ok(Some(r)) => r,
-            Ok(None) => continue,
+            Ok(None) => {
+                progress.done(1);
+                continue;
+            }
             Err(Error::Untrusted(why)) => {
                 let mut r = blank(&op, bundle, &c);
                 r.outcome = Outcome::Untrusted;
@@ -550,6 +563,7 @@ fn recover_bundle(
             }
         };
         report.operations.push(r);
+        progress.done(1);
     }
 }
 

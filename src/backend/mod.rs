@@ -133,11 +133,13 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     }
 
     /// The planner's view of the given paths and their ancestors (see
-    /// [`local::probe`]).
+    /// [`local::probe`]); `progress` hears of each of `paths` looked up (and the bytes
+    /// hashed for a proof).
     fn probe<'a>(
         &self,
         paths: &[(&'a str, Option<Proof<'a>>)],
         dirs_wanted: &foldhash::HashSet<&str>,
+        progress: crate::progress::Ticker<'_>,
     ) -> Result<Storage<'a>>;
 
     /// The sha256 of the file at `rel`, read whole, where the probe proves content by

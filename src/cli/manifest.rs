@@ -1,6 +1,7 @@
 //! `distributor manifest DIR --id ID [--created-at T]`.
 
 use super::CommandOutput;
+use super::progress::Shown;
 use crate::error::Result;
 use crate::source::{MANIFEST_FILE, write_manifest_excluding};
 use clap::Args;
@@ -23,6 +24,9 @@ pub struct ManifestArgs {
     /// (`--exclude .git/ --exclude '**/.DS_Store'`).
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
+    /// Show no progress on stderr.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 }
 
 /// Runs the command.
@@ -32,7 +36,11 @@ pub fn run(a: ManifestArgs) -> Result<CommandOutput> {
         .unwrap_or_else(|| chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
     let exclude = crate::globs::PathGlobs::new(&a.exclude)
         .map_err(|m| crate::error::Error::Usage(format!("--exclude: {m}")))?;
-    let m = write_manifest_excluding(&a.dir, &a.id, &created, &exclude)?;
+    // How walking and hashing the bundle go (SPEC §20).
+    let shown = Shown::on_stderr("manifest", false, a.quiet);
+    let m = write_manifest_excluding(&a.dir, &a.id, &created, &exclude, shown.ticker());
+    shown.finish();
+    let m = m?;
     Ok(CommandOutput {
         report: None,
         stdout: format!(

@@ -1,46 +1,130 @@
-//! The progress bar `publish` draws on stderr while it stages files: bytes and files done,
-//! rate and time left. Drawn only for a person watching a terminal, and only once staging
-//! has run for a moment; with `--json`, or when stderr is a pipe or a file, nothing at
-//! all, so scripts and logs never see it.
+//! Progress on stderr (SPEC §20) for `publish`, `plan`, `verify`, `recover`, `prune` and
+//! `manifest`: a bar for a person watching a terminal, drawn only once the work has run
+//! for a moment; when stderr is a pipe or a file (a CI log), a line at most every 10 s
+//! (`publish latest: 12,000/100,000 files, 1.2 GiB, 41 s`). Nothing with `--quiet`. Never
+//! a byte on stdout, so `--json` output is the same with or without it.
+//!
+//! The library counts through [`crate::progress`]; this module only shows the counts.
 
-use crate::execute::Progress;
+use crate::progress::{Bytes, Progress, Task, Ticker};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Staging shorter than this draws nothing: a bar that flashes by helps nobody.
+/// Work shorter than this draws nothing: a bar that flashes by helps nobody.
 const DELAY: Duration = Duration::from_millis(500);
 
-/// Whether `publish` draws a progress bar: not when its output is JSON for a program, and
-/// only when stderr is a terminal that can redraw a line (`TERM=dumb` cannot).
+/// How often a bar's text (its counts beside the bar) is formatted again at most.
+const REWORD: Duration = Duration::from_millis(100);
+
+/// Whether a bar is drawn: not when the output is JSON for a program, and only when
+/// stderr is a terminal that can redraw a line (`TERM=dumb` cannot).
 pub fn wants_progress(json: bool, stderr_is_terminal: bool, term: Option<&str>) -> bool {
     !json && stderr_is_terminal && term != Some("dumb")
 }
 
-/// A progress bar fed by the staging threads.
+/// What a command shows of its progress: a bar, lines, or nothing.
+#[derive(Debug)]
+pub enum Shown {
+    /// A bar on a terminal.
+    Bar(Bar),
+    /// Lines in a log.
+    Lines(Lines),
+    /// Nothing (`--quiet`, or nothing worth showing).
+    Off,
+}
+
+impl Shown {
+    /// What `command` shows on this process's stderr: a bar on a terminal (not with
+    /// `--json`), lines when stderr is not one; nothing with `--quiet`.
+    pub fn on_stderr(command: &'static str, json: bool, quiet: bool) -> Shown {
+        let terminal = std::io::stderr().is_terminal();
+        let term = std::env::var("TERM").ok();
+        if quiet {
+            Shown::Off
+        } else if wants_progress(json, terminal, term.as_deref()) {
+            Shown::Bar(Bar::new(command))
+        } else if !terminal {
+            Shown::Lines(Lines::new(command))
+        } else {
+            Shown::Off
+        }
+    }
+
+    /// Where the library reports to.
+    pub fn ticker(&self) -> Ticker<'_> {
+        Ticker::to(self.progress())
+    }
+
+    /// The [`Progress`] shown, if any.
+    pub fn progress(&self) -> Option<&dyn Progress> {
+        match self {
+            Shown::Bar(b) => Some(b),
+            Shown::Lines(l) => Some(l),
+            Shown::Off => None,
+        }
+    }
+
+    /// The command is done: clear the bar before its report is printed.
+    pub fn finish(&self) {
+        self.ticker().finish();
+    }
+}
+
+/// A progress bar on stderr, fed from the working threads.
 #[derive(Debug)]
 pub struct Bar {
+    command: &'static str,
     bar: ProgressBar,
     shown: AtomicBool,
-    files_total: AtomicU64,
-    files_done: AtomicU64,
+    /// The bar's length is bytes (staging), not items.
+    by_bytes: AtomicBool,
+    /// The task's shape, read when the counts beside the bar are formatted again.
+    task: Mutex<Shape>,
+    done: AtomicU64,
+    bytes: AtomicU64,
+    /// Milliseconds since the bar's start when its text was last formatted.
+    worded_ms: AtomicU64,
+}
+
+/// What a bar or a line says besides its counts.
+#[derive(Debug, Clone, Default)]
+struct Shape {
+    label: String,
+    unit: &'static str,
+    total: Option<u64>,
+    bytes: Option<Bytes>,
+}
+
+impl Shape {
+    fn of(task: &Task<'_>) -> Shape {
+        Shape {
+            label: task.label.to_string(),
+            unit: task.unit,
+            total: task.total,
+            bytes: Some(task.bytes),
+        }
+    }
+
+    fn counts_bytes(&self) -> bool {
+        !matches!(self.bytes, None | Some(Bytes::Uncounted))
+    }
 }
 
 impl Bar {
-    /// A bar that stays hidden until staging has run for a moment.
-    pub fn new() -> Bar {
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
-        let style = ProgressStyle::with_template(
-            "[{wide_bar}] {bytes}/{total_bytes}, {msg}, {binary_bytes_per_sec}, ETA {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> ");
-        bar.set_style(style);
+    /// A bar for `command` that stays hidden until work has run for a moment.
+    pub fn new(command: &'static str) -> Bar {
         Bar {
-            bar,
+            command,
+            bar: ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden()),
             shown: AtomicBool::new(false),
-            files_total: AtomicU64::new(0),
-            files_done: AtomicU64::new(0),
+            by_bytes: AtomicBool::new(false),
+            task: Mutex::new(Shape::default()),
+            done: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            worded_ms: AtomicU64::new(0),
         }
     }
 
@@ -52,32 +136,82 @@ impl Bar {
             self.bar.set_draw_target(ProgressDrawTarget::stderr());
         }
     }
-}
 
-impl Default for Bar {
-    fn default() -> Self {
-        Bar::new()
+    /// Formats the counts beside the bar again, at most every [`REWORD`].
+    fn reword(&self, force: bool) {
+        let now = self.bar.elapsed().as_millis() as u64;
+        let last = self.worded_ms.load(Ordering::Relaxed);
+        if !force
+            && (now < last + REWORD.as_millis() as u64
+                || self
+                    .worded_ms
+                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err())
+        {
+            return;
+        }
+        let shape = self.task.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let done = self.done.load(Ordering::Relaxed);
+        let msg = match shape.bytes {
+            // The bar counts bytes; the items beside it.
+            Some(Bytes::Of(_)) => counted(done, shape.total, shape.unit),
+            _ if shape.counts_bytes() => format!(
+                "{}, {}",
+                shape.unit,
+                crate::report::human_size(self.bytes.load(Ordering::Relaxed))
+            ),
+            _ => shape.unit.to_string(),
+        };
+        self.bar.set_message(msg);
     }
 }
 
 impl Progress for Bar {
-    fn start(&self, _destination: &str, files: u64, bytes: u64) {
+    fn start(&self, task: &Task<'_>) {
         // Rate, time left and the delay count from here, not from when the command began.
         self.bar.reset();
-        self.files_total.store(files, Ordering::Relaxed);
-        self.bar.set_length(bytes);
-        self.bar.set_message(format!("0/{files} files"));
+        self.done.store(0, Ordering::Relaxed);
+        self.bytes.store(0, Ordering::Relaxed);
+        self.worded_ms.store(0, Ordering::Relaxed);
+        let (template, length) = match (task.bytes, task.total) {
+            (Bytes::Of(bytes), _) => (
+                "{prefix}: [{wide_bar}] {bytes}/{total_bytes}, {msg}, {binary_bytes_per_sec}, ETA {eta}",
+                Some(bytes),
+            ),
+            (_, Some(total)) => (
+                "{prefix}: [{wide_bar}] {human_pos}/{human_len} {msg}, ETA {eta}",
+                Some(total),
+            ),
+            (_, None) => ("{prefix}: {spinner} {human_pos} {msg}, {elapsed}", None),
+        };
+        let style = ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+        self.bar.set_style(style);
+        match length {
+            Some(n) => self.bar.set_length(n),
+            None => self.bar.unset_length(),
+        }
+        self.bar.set_prefix(labelled(self.command, task.label));
+        (self.by_bytes).store(matches!(task.bytes, Bytes::Of(_)), Ordering::Relaxed);
+        *self.task.lock().unwrap_or_else(|p| p.into_inner()) = Shape::of(task);
+        self.reword(true);
     }
 
     fn bytes(&self, n: u64) {
-        self.bar.inc(n);
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+        if self.by_bytes.load(Ordering::Relaxed) {
+            self.bar.inc(n);
+        }
         self.show_when_due();
     }
 
-    fn file_done(&self) {
-        let done = self.files_done.fetch_add(1, Ordering::Relaxed) + 1;
-        let total = self.files_total.load(Ordering::Relaxed);
-        self.bar.set_message(format!("{done}/{total} files"));
+    fn done(&self, n: u64) {
+        self.done.fetch_add(n, Ordering::Relaxed);
+        if !self.by_bytes.load(Ordering::Relaxed) {
+            self.bar.inc(n);
+        }
+        self.reword(false);
         self.show_when_due();
     }
 
@@ -86,69 +220,92 @@ impl Progress for Bar {
     }
 }
 
+/// `verify latest`, or `manifest` for work on no destination.
+fn labelled(command: &str, label: &str) -> String {
+    if label.is_empty() {
+        command.to_string()
+    } else {
+        format!("{command} {label}")
+    }
+}
+
+/// `12,000/100,000 files`, or `8,000 files` when the total is not known.
+fn counted(done: u64, total: Option<u64>, unit: &str) -> String {
+    match total {
+        Some(t) => format!("{}/{} {unit}", thousands(done), thousands(t)),
+        None => format!("{} {unit}", thousands(done)),
+    }
+}
+
 /// Progress as lines on a stderr that is not a terminal (a CI log, a file), at most one
-/// every [`Lines::EVERY`]: `publish latest: 12,000/100,000 files, 1.2 GiB, 41 s`.
+/// every [`Lines::EVERY`]: `publish latest: 12,000/100,000 files, 1.2 GiB, 41 s`,
+/// `verify latest: 3,000/20,000 files, 12 s`, `manifest: 8,000/20,000 files, 1.1 GiB, 10 s`.
 #[derive(Debug)]
 pub struct Lines {
     command: &'static str,
     every: Duration,
-    state: std::sync::Mutex<LinesState>,
+    state: Mutex<LinesState>,
 }
 
 #[derive(Debug)]
 struct LinesState {
-    destination: String,
-    files_total: u64,
-    files_done: u64,
-    bytes_done: u64,
-    started: std::time::Instant,
-    last: std::time::Instant,
+    shape: Shape,
+    done: u64,
+    bytes: u64,
+    started: Instant,
+    last: Instant,
 }
 
 impl Lines {
     /// How often a line is printed at most (SPEC §20).
     pub const EVERY: Duration = Duration::from_secs(10);
 
-    /// Lines for `command`; `DISTRIBUTOR_PROGRESS_EVERY_MS` shortens the interval (tests).
+    /// Lines for `command`; `DISTRIBUTOR_PROGRESS_EVERY_MS` shortens the interval (tests:
+    /// at 0, every count prints a line).
     pub fn new(command: &'static str) -> Lines {
         let every = std::env::var("DISTRIBUTOR_PROGRESS_EVERY_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(Self::EVERY, Duration::from_millis);
-        let now = std::time::Instant::now();
+        let now = Instant::now();
         Lines {
             command,
             every,
-            state: std::sync::Mutex::new(LinesState {
-                destination: String::new(),
-                files_total: 0,
-                files_done: 0,
-                bytes_done: 0,
+            state: Mutex::new(LinesState {
+                shape: Shape::default(),
+                done: 0,
+                bytes: 0,
                 started: now,
                 last: now,
             }),
         }
     }
 
-    fn tick(&self, files: u64, bytes: u64) {
+    fn tick(&self, done: u64, bytes: u64) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.files_done += files;
-        s.bytes_done += bytes;
-        let now = std::time::Instant::now();
+        s.done += done;
+        s.bytes += bytes;
+        let now = Instant::now();
         if now.duration_since(s.last) < self.every {
             return;
         }
         s.last = now;
-        eprintln!(
-            "{} {}: {}/{} files, {}, {} s",
-            self.command,
-            s.destination,
-            thousands(s.files_done),
-            thousands(s.files_total),
-            crate::report::human_size(s.bytes_done),
-            now.duration_since(s.started).as_secs()
-        );
+        eprintln!("{}", line(self.command, &s, now));
     }
+}
+
+/// One progress line.
+fn line(command: &str, s: &LinesState, now: Instant) -> String {
+    let bytes = match s.shape.counts_bytes() {
+        true => format!(", {}", crate::report::human_size(s.bytes)),
+        false => String::new(),
+    };
+    format!(
+        "{}: {}{bytes}, {} s",
+        labelled(command, &s.shape.label),
+        counted(s.done, s.shape.total, s.shape.unit),
+        now.duration_since(s.started).as_secs()
+    )
 }
 
 /// `12000` as `12,000`.
@@ -165,14 +322,13 @@ fn thousands(n: u64) -> String {
 }
 
 impl Progress for Lines {
-    fn start(&self, destination: &str, files: u64, _bytes: u64) {
-        let now = std::time::Instant::now();
+    fn start(&self, task: &Task<'_>) {
+        let now = Instant::now();
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         *s = LinesState {
-            destination: destination.to_string(),
-            files_total: files,
-            files_done: 0,
-            bytes_done: 0,
+            shape: Shape::of(task),
+            done: 0,
+            bytes: 0,
             started: now,
             last: now,
         };
@@ -182,8 +338,8 @@ impl Progress for Lines {
         self.tick(0, n);
     }
 
-    fn file_done(&self) {
-        self.tick(1, 0);
+    fn done(&self, n: u64) {
+        self.tick(n, 0);
     }
 
     fn finish(&self) {}
@@ -216,14 +372,68 @@ mod tests {
         );
     }
 
+    fn state(task: &Task<'_>, done: u64, bytes: u64, now: Instant) -> LinesState {
+        LinesState {
+            shape: Shape::of(task),
+            done,
+            bytes,
+            started: now - Duration::from_secs(41),
+            last: now,
+        }
+    }
+
     #[test]
-    fn a_bar_counts_files_and_bytes_without_drawing_before_its_delay() {
-        let b = Bar::new();
-        b.start("latest", 2, 10);
+    fn lines_take_the_spec_form_for_each_kind_of_work() {
+        let now = Instant::now();
+        let staging = Task {
+            label: "latest",
+            unit: "files",
+            total: Some(100_000),
+            bytes: Bytes::Of(2 << 30),
+        };
+        let s = state(&staging, 12_000, 1288490189, now);
+        let got = line("publish", &s, now);
+        assert_eq!(got, "publish latest: 12,000/100,000 files, 1.2 GiB, 41 s");
+        let checking = Task {
+            label: "latest",
+            unit: "files",
+            total: Some(20_000),
+            bytes: Bytes::Uncounted,
+        };
+        let got = line("verify", &state(&checking, 3_000, 0, now), now);
+        assert_eq!(got, "verify latest: 3,000/20,000 files, 41 s");
+        let walking = Task {
+            label: "",
+            unit: "files found",
+            total: None,
+            bytes: Bytes::Uncounted,
+        };
+        let got = line("manifest", &state(&walking, 8_000, 0, now), now);
+        assert_eq!(got, "manifest: 8,000 files found, 41 s");
+    }
+
+    #[test]
+    fn a_bar_counts_without_drawing_before_its_delay() {
+        let b = Bar::new("publish");
+        b.start(&Task {
+            label: "latest",
+            unit: "files",
+            total: Some(2),
+            bytes: Bytes::Of(10),
+        });
         b.bytes(4);
-        b.file_done();
-        assert_eq!(b.bar.position(), 4);
-        assert_eq!(b.files_done.load(Ordering::Relaxed), 1);
+        b.done(1);
+        assert_eq!(b.bar.position(), 4, "a bar of bytes");
+        assert_eq!(b.done.load(Ordering::Relaxed), 1);
+        b.start(&Task {
+            label: "latest",
+            unit: "files",
+            total: Some(3),
+            bytes: Bytes::Counted,
+        });
+        b.bytes(4);
+        b.done(2);
+        assert_eq!(b.bar.position(), 2, "a bar of files, started again");
         assert!(!b.shown.load(Ordering::Relaxed));
         b.finish();
     }

@@ -1,5 +1,6 @@
 //! `distributor prune`.
 
+use super::progress::Shown;
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::Result;
@@ -28,6 +29,9 @@ pub struct PruneArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Show no progress on stderr.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
     #[arg(long, value_name = "P")]
     pub journal: Option<PathBuf>,
@@ -50,7 +54,11 @@ pub fn run(a: PruneArgs) -> Result<CommandOutput> {
         lock_timeout,
         actor: cli_actor(a.actor.as_deref()),
     };
-    let (report, code) = prune(&config, &opts)?;
+    // How removing releases goes (SPEC §20).
+    let shown = Shown::on_stderr("prune", a.json, a.quiet);
+    let pruned = prune(&config, &opts, shown.ticker());
+    shown.finish();
+    let (report, code) = pruned?;
     let stdout = super::render(a.json, &report, |r| r.to_text())?;
     let metrics = Some(crate::metrics::file::Run {
         pipeline: report.pipeline_id.clone(),

@@ -1,16 +1,14 @@
 //! `distributor publish` and `distributor plan`.
 
-use super::progress::{Bar, Lines, wants_progress};
+use super::progress::Shown;
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::execute::Progress;
 use crate::plan::saved;
 use crate::publish::{PublishOptions, publish_with_progress, resolve_journal};
 use crate::report::PlanFileUse;
 use crate::source::Source;
 use clap::Args;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 /// Options shared by publish and plan.
@@ -174,17 +172,15 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         stage: args.stage,
     };
     // A bar for a person at a terminal; lines at most every 10 s in a log (SPEC §20),
-    // unless --quiet or a dry run (which stages nothing).
-    let terminal = std::io::stderr().is_terminal();
-    let bar =
-        wants_progress(a.json, terminal, std::env::var("TERM").ok().as_deref()).then(Bar::new);
-    let lines = (!terminal && !a.text.quiet && !args.dry_run).then(|| Lines::new("publish"));
-    let progress = match (&bar, &lines) {
-        (Some(b), _) => Some(b as &dyn Progress),
-        (None, Some(l)) => Some(l as &dyn Progress),
-        (None, None) => None,
+    // unless --quiet: staging for `publish`, probing and hashing for `plan`. `publish
+    // --dry-run` stages nothing and shows nothing.
+    let shown = match (args.command, args.dry_run) {
+        ("publish", true) => Shown::Off,
+        (command, _) => Shown::on_stderr(command, a.json, a.text.quiet),
     };
-    let outcome = publish_with_progress(&config, &source, &opts, progress)?;
+    let outcome = publish_with_progress(&config, &source, &opts, shown.progress());
+    shown.finish();
+    let outcome = outcome?;
     let mut outcome = outcome;
     outcome.report.plan_file = plan_file;
     // After every destination's lock was released (SPEC §19); never for a dry run.

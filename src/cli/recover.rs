@@ -1,5 +1,6 @@
 //! `distributor recover [--config F] [--journal P] [--dry-run] [--json] [--lock-timeout SECS]`.
 
+use super::progress::Shown;
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::Result;
@@ -25,6 +26,9 @@ pub struct RecoverArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Show no progress on stderr.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// End this diverged operation without recovering it: the journal stops asking for its
     /// recovery; the destination is not touched (its staging, if any, is left for you).
     #[arg(long, value_name = "OP_ID")]
@@ -65,7 +69,13 @@ pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
     };
     let report = match &a.abandon {
         Some(op) => abandon(op, &opts)?,
-        None => recover(config.as_ref(), &opts)?,
+        None => {
+            // How recovering each operation goes (SPEC §20).
+            let shown = Shown::on_stderr("recover", a.json, a.quiet);
+            let recovered = recover(config.as_ref(), &opts, shown.ticker());
+            shown.finish();
+            recovered?
+        }
     };
     let code = report.exit_code();
     // With a config, one series per destination: recovery succeeded there unless one of

@@ -1,6 +1,7 @@
 //! `distributor verify --config F [--destination ID]... [--deep] [--json]`.
 
 use super::CommandOutput;
+use super::progress::Shown;
 use crate::config::Config;
 use crate::error::Result;
 use crate::inspect;
@@ -31,7 +32,7 @@ pub struct VerifyArgs {
     #[arg(long, conflicts_with = "quiet")]
     pub files: bool,
     /// Print only a summary line and, before it, one line for each destination that
-    /// drifted, failed or waits for recovery, saying why.
+    /// drifted, failed or waits for recovery, saying why; no progress on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
     /// Journal file, read to tell pending recovery (else DISTRIBUTOR_JOURNAL, journal.path,
@@ -45,7 +46,10 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
     let dests = config.select(&a.destinations)?;
     let view = JournalView::open(&resolve_journal(a.journal.as_deref(), Some(&config))?)?;
-    let drift = inspect::verify(&dests, a.deep, view.as_ref());
+    // How checking each recorded file goes (SPEC §20).
+    let shown = Shown::on_stderr("verify", a.json, a.quiet);
+    let drift = inspect::verify(&dests, a.deep, view.as_ref(), shown.ticker());
+    shown.finish();
     // An unverifiable bundle path is 1, pending recovery 4, drift 3 (SPEC §10 precedence).
     let codes: Vec<u8> = drift
         .iter()

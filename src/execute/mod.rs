@@ -11,8 +11,8 @@ mod lifecycle;
 mod stage;
 mod staging_record;
 
+pub use crate::progress::Progress;
 pub use lifecycle::{Passed, Transaction, held_detail, record_removal};
-pub use stage::Progress;
 
 pub use staging_record::{
     ActionKind, NEW, OLD, Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, RecordDir,
@@ -145,7 +145,7 @@ fn prune_and_settle(
     bundle: &str,
     journal: &mut Journal,
 ) -> Result<Result<Vec<crate::backend::releases::log::Verdict>>> {
-    let pruned = releases.prune(false);
+    let pruned = releases.prune(false, crate::progress::Ticker::NONE);
     let detail = match &pruned {
         Ok(verdicts) => {
             let removed: Vec<&str> = verdicts
@@ -199,7 +199,13 @@ fn run_steps(
             .map(|f| &f.path)
             .eq(writes.iter().map(|&i| &staged.actions[i].path))
     );
-    stage::stage(store, staged, &writes, source, progress)?;
+    stage::stage(
+        store,
+        staged,
+        &writes,
+        source,
+        crate::progress::Ticker::to(progress),
+    )?;
     store.make_staged_durable()?;
     journal.event(&staged.operation_id, event::STAGED, None)?;
     failpoint::hit("after_staging");

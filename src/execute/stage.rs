@@ -16,22 +16,10 @@ use crate::backend::BundleStore;
 use crate::error::Result;
 use crate::failpoint;
 use crate::parallel;
+use crate::progress::{Bytes, Ticker};
 use crate::source::Source;
 
 use super::StagedOperation;
-
-/// Observes a publication's staging; the CLI draws a progress bar from it. Called from
-/// the staging threads, so implementations are `Sync` and their calls cheap.
-pub trait Progress: Sync + std::fmt::Debug {
-    /// Staging starts at destination `destination`: `files` files of `bytes` bytes in all.
-    fn start(&self, destination: &str, files: u64, bytes: u64);
-    /// `n` more bytes were copied.
-    fn bytes(&self, n: u64);
-    /// One more file is staged.
-    fn file_done(&self);
-    /// Staging ended, done or failed: clear whatever was drawn.
-    fn finish(&self);
-}
 
 /// Copy buffer per thread: large enough that big files take few system calls.
 const BUF_SIZE: usize = 1 << 20;
@@ -43,11 +31,15 @@ pub(super) fn stage(
     op: &StagedOperation,
     writes: &[usize],
     source: &Source,
-    progress: Option<&dyn Progress>,
+    progress: Ticker<'_>,
 ) -> Result<()> {
-    if let Some(p) = progress {
+    if progress.is_on() {
         let bytes = writes.iter().filter_map(|&i| op.actions[i].size).sum();
-        p.start(&op.destination_id, writes.len() as u64, bytes);
+        (progress.on(&op.destination_id)).start(
+            "files",
+            Some(writes.len() as u64),
+            Bytes::Of(bytes),
+        );
     }
     // Every file is worth a thread: creating it alone costs more than starting one.
     let result = parallel::try_map_on(
@@ -56,9 +48,7 @@ pub(super) fn stage(
         || vec![0u8; BUF_SIZE],
         |&i, buf| stage_one(store, op, i, source, buf, progress),
     );
-    if let Some(p) = progress {
-        p.finish();
-    }
+    progress.finish();
     result.map(|_| ())
 }
 
@@ -68,14 +58,10 @@ fn stage_one(
     i: usize,
     source: &Source,
     buf: &mut [u8],
-    progress: Option<&dyn Progress>,
+    progress: Ticker<'_>,
 ) -> Result<()> {
     failpoint::hit("during_staging");
-    let mut on_bytes = |n: u64| {
-        if let Some(p) = progress {
-            p.bytes(n);
-        }
-    };
+    let mut on_bytes = |n: u64| progress.bytes(n);
     let a = &op.actions[i];
     let (size, sha256) = store.stage(op, i, &source.file(&a.path), buf, &mut on_bytes)?;
     let (want_size, want_sha) = (a.size.unwrap_or_default(), a.sha256.unwrap_or_default());
@@ -84,8 +70,6 @@ fn stage_one(
             &a.path, size, &sha256, want_size, &want_sha,
         ));
     }
-    if let Some(p) = progress {
-        p.file_done();
-    }
+    progress.done(1);
     Ok(())
 }

@@ -8,21 +8,23 @@ use crate::error::{Error, IoContext, Result};
 use crate::globs::PathGlobs;
 use crate::hash::hash_file;
 use crate::model::{is_valid_source_id, parse_time};
+use crate::progress::{Bytes, Ticker};
 use std::path::{Path, PathBuf};
 
 /// Builds and writes `<dir>/distributor-manifest.json`; returns the manifest.
 pub fn write_manifest(dir: &Path, id: &str, created_at: &str) -> Result<Manifest> {
-    write_manifest_excluding(dir, id, created_at, &PathGlobs::default())
+    write_manifest_excluding(dir, id, created_at, &PathGlobs::default(), Ticker::NONE)
 }
 
 /// [`write_manifest`], leaving out every file, link and directory whose bundle-relative
 /// path `exclude` matches (a matched directory with everything below it: `--exclude
-/// .git`).
+/// .git`); `progress` hears of the files found, then of the files and bytes hashed.
 pub fn write_manifest_excluding(
     dir: &Path,
     id: &str,
     created_at: &str,
     exclude: &PathGlobs,
+    progress: Ticker<'_>,
 ) -> Result<Manifest> {
     if !is_valid_source_id(id) {
         return Err(Error::Usage(format!(
@@ -43,10 +45,14 @@ pub fn write_manifest_excluding(
     }
     let mut files = Vec::new();
     let mut links = Vec::new();
-    walk(dir, "", exclude, &mut files, &mut links)?;
+    progress.start("files found", None, Bytes::Uncounted);
+    walk(dir, "", exclude, &mut files, &mut links, progress)?;
+    progress.start("files", Some(files.len() as u64), Bytes::Counted);
     let mut outputs = Vec::with_capacity(files.len());
     for rel in files {
         let (size, sha256) = hash_file(&dir.join(&rel))?;
+        progress.bytes(size);
+        progress.done(1);
         outputs.push(OutputEntry {
             path: rel,
             size,
@@ -95,6 +101,7 @@ fn walk(
     exclude: &PathGlobs,
     files: &mut Vec<String>,
     links: &mut Vec<(String, PathBuf)>,
+    progress: Ticker<'_>,
 ) -> Result<()> {
     let dir = if rel.is_empty() {
         root.to_path_buf()
@@ -133,9 +140,10 @@ fn walk(
             let target = std::fs::read_link(entry.path()).ctx("read link", entry.path())?;
             links.push((child, target));
         } else if ft.is_dir() {
-            walk(root, &child, exclude, files, links)?;
+            walk(root, &child, exclude, files, links, progress)?;
         } else if ft.is_file() {
             files.push(child);
+            progress.done(1);
         } else {
             return Err(Error::Source(format!(
                 "{} is neither a regular file, a directory nor a symlink",

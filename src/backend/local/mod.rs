@@ -19,6 +19,7 @@ pub use bundle::{Bundle, StagingEntry, StateBytes, TMP_PREFIX, bundle_unsafe, op
 use crate::backend::{Backend, BundleStore, Committed};
 use crate::execute::StagedOperation;
 use crate::hash::ContentHash;
+use crate::progress::Ticker;
 use std::borrow::Cow;
 
 /// The local filesystem.
@@ -83,8 +84,9 @@ impl BundleStore for Bundle {
         &self,
         paths: &[(&'a str, Option<Proof<'a>>)],
         dirs_wanted: &foldhash::HashSet<&str>,
+        progress: Ticker<'_>,
     ) -> Result<Storage<'a>> {
-        probe_in(self, paths, dirs_wanted)
+        probe_in(self, paths, dirs_wanted, progress)
     }
     fn list_files(&self) -> Result<Vec<String>> {
         Bundle::list_files(self)
@@ -404,12 +406,13 @@ pub fn probe<'a>(
     bundle: &Path,
     paths: &[(&'a str, Option<Proof<'a>>)],
     dirs_wanted: &foldhash::HashSet<&str>,
+    progress: Ticker<'_>,
 ) -> Result<Storage<'a>> {
     if let Some(reason) = bundle_unsafe(base, bundle) {
         return Ok(Storage::new(Some(reason), Default::default(), Vec::new()));
     }
     match Bundle::open(base, bundle)? {
-        Some(b) => probe_in(&b, paths, dirs_wanted),
+        Some(b) => probe_in(&b, paths, dirs_wanted, progress),
         // Nothing there yet: every path is missing.
         None => Ok(Storage::default()),
     }
@@ -425,13 +428,15 @@ pub fn untrusted_staging(store: &(impl BundleStore + ?Sized)) -> Result<Option<S
     }))
 }
 
-/// [`probe`] in a bundle path already open.
+/// [`probe`] in a bundle path already open; `progress` hears of each path looked up and
+/// each byte hashed.
 pub fn probe_in<'a>(
     b: &Bundle,
     paths: &[(&'a str, Option<Proof<'a>>)],
     dirs_wanted: &foldhash::HashSet<&str>,
+    progress: Ticker<'_>,
 ) -> Result<Storage<'a>> {
-    let mut storage = probe_paths(b, paths, dirs_wanted)?;
+    let mut storage = probe_paths(b, paths, dirs_wanted, progress)?;
     storage.untrusted_record = untrusted_staging(b)?;
     Ok(storage)
 }
@@ -440,6 +445,7 @@ fn probe_paths<'a>(
     b: &Bundle,
     paths: &[(&'a str, Option<Proof<'a>>)],
     dirs_wanted: &foldhash::HashSet<&str>,
+    progress: Ticker<'_>,
 ) -> Result<Storage<'a>> {
     let bundle = b.path();
     let mut tree = Tree::from_dir(b.dir()).ctx("open", bundle)?;
@@ -481,12 +487,23 @@ fn probe_paths<'a>(
     let leaves: Vec<usize> = (0..paths.len())
         .filter(|&i| !dirs.contains_key(paths[i].0) && reachable(&dirs, paths[i].0))
         .collect();
+    // Directories and paths below something else than a directory are looked up already.
+    progress.done((paths.len() - leaves.len()) as u64);
     let probed = crate::parallel::try_map(
         &leaves,
         || (),
         |&i, _| {
             let (rel, proof) = paths[i];
-            Ok((rel, probe_one(&tree, b, rel, proof, dirs_wanted)?))
+            let entry = probe_one(&tree, b, rel, proof, dirs_wanted)?;
+            if let Entry::File {
+                size,
+                sha256: Some(Cow::Owned(_)),
+            } = &entry
+            {
+                progress.bytes(*size);
+            }
+            progress.done(1);
+            Ok((rel, entry))
         },
     )?;
     drop(leaves);

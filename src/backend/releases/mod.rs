@@ -543,8 +543,13 @@ impl ReleaseStore {
     /// Decides retention (SPEC §15) for every release, and unless `dry_run` removes the
     /// ones it does not keep. Needs the lock unless `dry_run`. The active release and the
     /// one before it come from the log; while `path` is not what the last logged
-    /// activation made, or the log has bad entries, every release is kept.
-    pub fn prune(&self, dry_run: bool) -> Result<Vec<log::Verdict>> {
+    /// activation made, or the log has bad entries, every release is kept. `progress`
+    /// hears of each release removed.
+    pub fn prune(
+        &self,
+        dry_run: bool,
+        progress: crate::progress::Ticker<'_>,
+    ) -> Result<Vec<log::Verdict>> {
         let root = self.root()?;
         let view = self.log_view()?;
         let mut in_use = std::collections::BTreeSet::new();
@@ -597,6 +602,12 @@ impl ReleaseStore {
             chrono::Utc::now().timestamp(),
         );
         if !dry_run {
+            let doomed = verdicts.iter().filter(|v| !v.keep).count() as u64;
+            progress.start(
+                "releases removed",
+                Some(doomed),
+                crate::progress::Bytes::Uncounted,
+            );
             let mut stopped: Option<String> = None;
             for v in verdicts.iter_mut().filter(|v| !v.keep) {
                 crate::failpoint::hit("during_prune");
@@ -614,6 +625,7 @@ impl ReleaseStore {
                     continue;
                 }
                 build::remove_release(root.dir(), &v.release)?;
+                progress.done(1);
             }
             if let Some(why) = stopped {
                 eprintln!(
@@ -669,7 +681,7 @@ impl ReleaseStore {
         if self.root.is_none() {
             return Ok(Vec::new());
         }
-        let verdicts = self.prune(true)?;
+        let verdicts = self.prune(true, crate::progress::Ticker::NONE)?;
         self.in_activation_order(verdicts)
     }
 
@@ -1149,10 +1161,14 @@ impl BundleStore for ReleaseStore {
         &self,
         paths: &[(&'a str, Option<Proof<'a>>)],
         dirs_wanted: &foldhash::HashSet<&str>,
+        progress: crate::progress::Ticker<'_>,
     ) -> Result<Storage<'a>> {
         let mut storage = match &self.active {
-            Some(a) => crate::backend::local::probe_in(a, paths, dirs_wanted)?,
-            None => Storage::default(),
+            Some(a) => crate::backend::local::probe_in(a, paths, dirs_wanted, progress)?,
+            None => {
+                progress.done(paths.len() as u64);
+                Storage::default()
+            }
         };
         storage.releases_mismatch = self.mismatch()?;
         storage.rolled_back = log::holds(&self.activations()?);

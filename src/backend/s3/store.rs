@@ -787,6 +787,7 @@ impl BundleStore for S3Store {
         &self,
         paths: &[(&'a str, Option<Proof<'a>>)],
         dirs_wanted: &foldhash::HashSet<&str>,
+        progress: crate::progress::Ticker<'_>,
     ) -> Result<Storage<'a>> {
         let listed: HashMap<String, Listed> = self
             .list_under("")?
@@ -857,6 +858,8 @@ impl BundleStore for S3Store {
             .map(|&(p, proof)| (p, entry(p, proof)))
             .collect();
         *lock(&self.listing) = Some(listed);
+        // One listing answers every path at once.
+        progress.done(paths.len() as u64);
         Ok(Storage::new(None, ancestors, probed))
     }
 
