@@ -124,6 +124,46 @@ fn stage_builds_a_release_without_activating_it() {
     assert!(r.stdout.contains("distributor promote"), "{}", r.stdout);
 }
 
+/// A stage hard-links the active release's files into its own, which changes their
+/// ctimes (SPEC §13): their fingerprints are taken again when the stage is held, so the
+/// next publication of the same files proves each one by its fingerprint, hashing none.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
+fn after_a_stage_the_active_files_are_still_proven_by_their_fingerprints() {
+    let env = Env::new();
+    let cfg = config(&env, "      keep: 3\n");
+    let files = |at: &str, name: &str| {
+        env.bundle(
+            name,
+            "site",
+            at,
+            &[("index.html", "version 1"), ("same.css", "same")],
+            &[],
+        )
+    };
+    env.publish(&cfg, &files("2026-12-02T01:00:00Z", "a"), &[])
+        .expect_code(0);
+    stage(&env, &cfg, &site(&env, 2)).expect_code(0);
+    // Any hash of a destination file reaches the probe_hash failpoint, which aborts.
+    let b = files("2026-12-02T03:00:00Z", "b");
+    let r = env.run_env(
+        &[
+            "publish",
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            b.to_str().unwrap(),
+        ],
+        &[("DISTRIBUTOR_FAILPOINT", "probe_hash")],
+    );
+    r.expect_code(0);
+    assert_eq!(r.dest(0)["decision"], "replace_older", "{}", r.stdout);
+}
+
 #[test]
 fn stage_on_a_destination_without_releases_is_a_usage_error() {
     let env = Env::new();

@@ -154,8 +154,11 @@ impl Passed<'_> {
     /// Finishes a stage (`publish --stage`, SPEC §19) past its commit point (its release
     /// complete and durable, not activated): records the commit, writes the log entry
     /// (command `stage`) and removes the staging entry, then ends the operation with the
-    /// terminal event `held_for_promote`. No retention: nothing was activated.
-    pub fn hold(self) -> Result<String> {
+    /// terminal event `held_for_promote`, in one transaction with `active`: the
+    /// fingerprints of the active release's files, taken after the stage linked them into
+    /// its release (which changed their ctimes, SPEC §13). No retention: nothing was
+    /// activated.
+    pub fn hold(self, active: &[(String, crate::backend::local::Fingerprint)]) -> Result<String> {
         let Passed { tx, committed } = self;
         let Transaction {
             journal,
@@ -170,7 +173,13 @@ impl Passed<'_> {
         (journal.with_log_tail(store, || store.clean_up(&staged))).map_err(late)?;
         failpoint::hit("before_held_for_promote");
         journal
-            .event(op, event::HELD_FOR_PROMOTE, Some(&held_detail(&staged)))
+            .settle(
+                op,
+                &bundle,
+                event::HELD_FOR_PROMOTE,
+                Some(&held_detail(&staged)),
+                active,
+            )
             .map_err(late)?;
         Ok(staged.operation_id)
     }

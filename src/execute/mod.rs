@@ -93,8 +93,14 @@ pub fn execute(
         )
     })?;
     if stages {
-        // A stage: built and verified, held for `distributor promote` (SPEC §19).
-        return passed.hold();
+        // A stage: built and verified, held for `distributor promote` (SPEC §19). Its
+        // links changed the ctimes of the active release's files: their fingerprints are
+        // taken again, or the next publication would hash every one of them.
+        let active = match store.as_releases() {
+            Some(releases) => active_fingerprints(releases)?,
+            None => Vec::new(),
+        };
+        return passed.hold(&active);
     }
     passed.finish(&placements, None, |journal| {
         match (store.as_releases(), &state) {
@@ -104,6 +110,20 @@ pub fn execute(
             _ => Ok(()),
         }
     })
+}
+
+/// The placement fingerprints of the active release's recorded files (per its state), as
+/// they are now.
+fn active_fingerprints(
+    releases: &crate::backend::releases::ReleaseStore,
+) -> Result<Vec<(String, crate::backend::local::Fingerprint)>> {
+    let crate::state::StateFile::Valid(active) = releases.read_state()?.parse() else {
+        return Ok(Vec::new());
+    };
+    let outputs: Vec<(&str, ContentHash)> = (active.outputs.iter())
+        .map(|o| (o.path.as_str(), o.sha256))
+        .collect();
+    releases.fingerprints(&outputs)
 }
 
 /// After a release's activation (SPEC §15): retention, journaled as `pruned` (a failure
