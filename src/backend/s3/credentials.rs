@@ -42,7 +42,7 @@ const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(5 * 60);
 const CHAIN_FALLBACK_REGION: &str = "us-east-1";
 
 /// Where distributor looks for credentials, for the errors that say none was found.
-pub(crate) const CREDENTIAL_CHAIN: &str = "distributor looks for AWS credentials as the AWS CLI does, in this order: AWS_ACCESS_KEY_ID with AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) in the environment; the profile AWS_PROFILE names (else `default`) in ~/.aws/credentials and ~/.aws/config (static keys, credential_process, sso_session, role_arn with source_profile); AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN; AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or AWS_CONTAINER_CREDENTIALS_FULL_URI; else the instance metadata service, unless AWS_EC2_METADATA_DISABLED=true. Set one of them (see docs/operations.md, \"S3 credentials\")";
+pub(crate) const CREDENTIAL_CHAIN: &str = "distributor looks for AWS credentials as the AWS CLI does, in this order: AWS_ACCESS_KEY_ID with AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) in the environment; the profile AWS_PROFILE names (else `default`) in ~/.aws/credentials and ~/.aws/config (static keys, credential_process, sso_session, role_arn with source_profile); AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN; AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or AWS_CONTAINER_CREDENTIALS_FULL_URI; else the instance metadata service, unless AWS_EC2_METADATA_DISABLED=true. Set one of them (docs/operations.md#credentials)";
 
 /// The process's credential provider for s3 destinations: every [`super::S3Backend`]
 /// gets this one, so the chain runs once per process, not once per destination.
@@ -163,13 +163,32 @@ fn describe(e: CredentialsError) -> CredentialError {
     }
 }
 
-/// A pair of variables set by half, which the chain passes over in silence.
+/// What the environment half says, which the chain passes over in silence: a key pair
+/// set by half, a profile named that gave nothing.
 fn half_set(var: impl Fn(&str) -> Option<String>) -> String {
-    let set = |k: &str| var(k).is_some_and(|v| !v.trim().is_empty());
-    match (set("AWS_ACCESS_KEY_ID"), set("AWS_SECRET_ACCESS_KEY")) {
-        (true, false) => " (AWS_ACCESS_KEY_ID is set without AWS_SECRET_ACCESS_KEY)".into(),
-        (false, true) => " (AWS_SECRET_ACCESS_KEY is set without AWS_ACCESS_KEY_ID)".into(),
-        _ => String::new(),
+    let value = |k: &str| var(k).filter(|v| !v.trim().is_empty());
+    let mut said = Vec::new();
+    match (value("AWS_ACCESS_KEY_ID"), value("AWS_SECRET_ACCESS_KEY")) {
+        (Some(_), None) => {
+            said.push("AWS_ACCESS_KEY_ID is set without AWS_SECRET_ACCESS_KEY".to_string())
+        }
+        (None, Some(_)) => {
+            said.push("AWS_SECRET_ACCESS_KEY is set without AWS_ACCESS_KEY_ID".to_string())
+        }
+        _ => {}
+    }
+    if let Some(p) = value("AWS_PROFILE") {
+        let config = value("AWS_CONFIG_FILE").unwrap_or_else(|| "~/.aws/config".into());
+        let creds =
+            value("AWS_SHARED_CREDENTIALS_FILE").unwrap_or_else(|| "~/.aws/credentials".into());
+        said.push(format!(
+            "AWS_PROFILE is `{p}`, and neither {config} nor {creds} defines that profile"
+        ));
+    }
+    if said.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", said.join("; "))
     }
 }
 
@@ -263,6 +282,7 @@ mod tests {
     fn a_half_set_key_pair_is_named() {
         let only = |k: &'static str| move |v: &str| (v == k).then(|| "x".to_string());
         assert!(half_set(only("AWS_ACCESS_KEY_ID")).contains("without AWS_SECRET_ACCESS_KEY"));
+        assert!(half_set(only("AWS_PROFILE")).contains("AWS_PROFILE is `x`"));
         assert!(half_set(only("AWS_SECRET_ACCESS_KEY")).contains("without AWS_ACCESS_KEY_ID"));
         assert_eq!(half_set(|_| None), "");
     }
