@@ -1,7 +1,7 @@
 //! The AWS credential chain of s3 destinations (SPEC §21), with real files in a temporary
 //! HOME: `[default]` in `~/.aws/credentials`, a named profile through `AWS_PROFILE`,
-//! `credential_process`, a role assumed from a `source_profile`, web identity and
-//! container credentials; and that only credentials come from a profile, never the region
+//! `credential_process`, a role assumed from a `source_profile`, an SSO profile with its
+//! cached token, web identity and container credentials; and that only credentials come from a profile, never the region
 //! or endpoint distributor writes to.
 //!
 //! moto accepts any key, so each test puts `tests/fixtures/s3_ignoring_proxy.py` in front
@@ -15,8 +15,7 @@ use crate::common::{Env, F, Run};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 const FILES: &[F] = &[
     ("index.html", "<h1>hi</h1>"),
@@ -337,30 +336,25 @@ fn web_identity_exchanges_its_token_at_sts() {
     }
 }
 
-/// A loopback HTTP server answering every request with container credentials; counts
-/// the requests.
-fn container_credentials_server() -> (String, Arc<AtomicUsize>) {
+/// A loopback HTTP server answering every request with `body` (JSON); keeps each
+/// request's head (request line and headers). Its base URL, `http://127.0.0.1:PORT`.
+fn json_server(body: String) -> (String, Arc<Mutex<Vec<String>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!(
-        "http://127.0.0.1:{}/v2/credentials/test",
-        listener.local_addr().unwrap().port()
-    );
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&hits);
-    let body = format!(
-        "{{\"AccessKeyId\": \"AKIDFROMCONTAINER\", \"SecretAccessKey\": \"secret\", \"Token\": \"token\", \"Expiration\": \"{}\"}}",
-        in_an_hour()
-    );
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&heads);
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
             let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
             let mut line = String::new();
             // The request head, up to its empty line.
             while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                head.push_str(&line);
                 line.clear();
             }
-            counted.fetch_add(1, Ordering::SeqCst);
+            seen.lock().unwrap().push(head);
             let _ = write!(
                 stream,
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -368,17 +362,68 @@ fn container_credentials_server() -> (String, Arc<AtomicUsize>) {
             );
         }
     });
-    (url, hits)
+    (url, heads)
 }
 
 #[test]
 fn container_credentials_are_fetched_once_per_run() {
     let moto = require_moto!();
     let w = World::new(moto);
-    let (url, hits) = container_credentials_server();
-    let r = w.publish(&[("AWS_CONTAINER_CREDENTIALS_FULL_URI", &url)]);
+    let (url, heads) = json_server(format!(
+        "{{\"AccessKeyId\": \"AKIDFROMCONTAINER\", \"SecretAccessKey\": \"secret\", \"Token\": \"token\", \"Expiration\": \"{}\"}}",
+        in_an_hour()
+    ));
+    let r = w.publish(&[(
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        &format!("{url}/v2/credentials/test"),
+    )]);
     w.expect_signed_by(&r, "AKIDFROMCONTAINER");
-    assert_eq!(hits.load(Ordering::SeqCst), 1, "fetched more than once");
+    let heads = heads.lock().unwrap();
+    assert_eq!(heads.len(), 1, "fetched more than once: {heads:?}");
+    assert!(
+        heads[0].starts_with("GET /v2/credentials/test "),
+        "{heads:?}"
+    );
+}
+
+/// An SSO profile (`sso_session`), logged in: the token `aws sso login` cached under
+/// `~/.aws/sso/cache/` is exchanged at the SSO portal (AWS_ENDPOINT_URL_SSO points it at a
+/// loopback server) for the role's credentials, once per run.
+#[test]
+fn an_sso_profile_exchanges_its_cached_token_once() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let expires = (chrono::Utc::now() + chrono::Duration::hours(1)).timestamp_millis();
+    let (url, heads) = json_server(format!(
+        "{{\"roleCredentials\": {{\"accessKeyId\": \"AKIDFROMSSO\", \"secretAccessKey\": \"secret\", \"sessionToken\": \"token\", \"expiration\": {expires}}}}}"
+    ));
+    w.aws_file(
+        "config",
+        "[profile sso]\nsso_session = corp\nsso_account_id = 123456789012\nsso_role_name = publisher\n\n[sso-session corp]\nsso_start_url = https://corp.awsapps.com/start\nsso_region = us-east-1\n",
+    );
+    // The cache file of the session `corp`: the SHA-1 of its name.
+    w.aws_file(
+        "sso/cache/ee0bfd2552fbd840c02cc48b6e823320543c450f.json",
+        &format!(
+            "{{\"accessToken\": \"cached-sso-token\", \"expiresAt\": \"{}\", \"region\": \"us-east-1\", \"startUrl\": \"https://corp.awsapps.com/start\"}}",
+            in_an_hour()
+        ),
+    );
+    let r = w.publish(&[("AWS_PROFILE", "sso"), ("AWS_ENDPOINT_URL_SSO", &url)]);
+    w.expect_signed_by(&r, "AKIDFROMSSO");
+    let heads = heads.lock().unwrap();
+    assert_eq!(
+        heads.len(),
+        1,
+        "the portal was asked more than once: {heads:?}"
+    );
+    let head = heads[0].to_ascii_lowercase();
+    assert!(
+        head.starts_with("get /federation/credentials?")
+            && head.contains("role_name=publisher")
+            && head.contains("x-amz-sso_bearer_token: cached-sso-token"),
+        "{head}"
+    );
 }
 
 /// `recover --journal` with no config builds its store from the journal's record, with
