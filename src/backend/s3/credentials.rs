@@ -105,6 +105,14 @@ impl ChainCredentials {
     /// Credentials from the cache, or fresh ones from the chain when there are none or
     /// they expire within [`REFRESH_BEFORE_EXPIRY`].
     async fn credential(&self) -> Result<Arc<AwsCredential>, CredentialError> {
+        self.cached(self.chain().await).await
+    }
+
+    /// Credentials from the cache, or fresh ones from `source`.
+    async fn cached(
+        &self,
+        source: &impl ProvideCredentials,
+    ) -> Result<Arc<AwsCredential>, CredentialError> {
         let mut cache = self.cache.lock().await;
         let now = SystemTime::now();
         if let Some(c) = cache.as_ref()
@@ -112,12 +120,7 @@ impl ChainCredentials {
         {
             return Ok(Arc::clone(&c.credential));
         }
-        let fresh = self
-            .chain()
-            .await
-            .provide_credentials()
-            .await
-            .map_err(describe)?;
+        let fresh = source.provide_credentials().await.map_err(describe)?;
         let credential = Arc::new(AwsCredential {
             key_id: fresh.access_key_id().to_string(),
             secret_key: fresh.secret_access_key().to_string(),
@@ -256,6 +259,57 @@ mod tests {
             refresh_at(now, now - Duration::from_secs(1)),
             now - Duration::from_secs(1)
         );
+    }
+
+    /// A source that counts its calls and gives keys expiring `life` after each call.
+    #[derive(Debug)]
+    struct Counting {
+        calls: std::sync::atomic::AtomicUsize,
+        life: Option<Duration>,
+    }
+
+    impl ProvideCredentials for Counting {
+        fn provide_credentials<'a>(
+            &'a self,
+        ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            let n = 1 + self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let creds = aws_credential_types::Credentials::new(
+                format!("AKID{n}"),
+                "secret",
+                None,
+                self.life.map(|l| SystemTime::now() + l),
+                "test",
+            );
+            aws_credential_types::provider::future::ProvideCredentials::ready(Ok(creds))
+        }
+    }
+
+    fn fetch_twice(life: Option<Duration>) -> (String, String, usize) {
+        let source = Counting {
+            calls: Default::default(),
+            life,
+        };
+        let cache = ChainCredentials::default();
+        let (a, b) = crate::backend::s3::block_on(async {
+            let a = cache.cached(&source).await.unwrap();
+            let b = cache.cached(&source).await.unwrap();
+            (a.key_id.clone(), b.key_id.clone())
+        });
+        (a, b, source.calls.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    #[test]
+    fn credentials_are_fetched_once_and_again_only_near_their_expiry() {
+        // Static keys and keys with an hour left: fetched once.
+        assert_eq!(fetch_twice(None), ("AKID1".into(), "AKID1".into(), 1));
+        let hour = Some(Duration::from_secs(3600));
+        assert_eq!(fetch_twice(hour), ("AKID1".into(), "AKID1".into(), 1));
+        // Keys already expired when fetched: the next request fetches again.
+        let gone = Some(Duration::ZERO);
+        assert_eq!(fetch_twice(gone), ("AKID1".into(), "AKID2".into(), 2));
     }
 
     #[test]
