@@ -34,6 +34,7 @@ mod test_recover;
 mod test_releases;
 mod test_report_text;
 mod test_s3;
+mod test_s3_credentials;
 mod test_s3_harness;
 mod test_s3_hosts;
 mod test_s3_log;

@@ -439,10 +439,11 @@ fn s3_config(env: &Env, endpoint: &str, bucket: &str) -> PathBuf {
     )
 }
 
-/// Item 4, first contact with S3: with no credentials, an error naming what is missing
-/// and where distributor looks (never the metadata endpoint's raw error; with
-/// AWS_EC2_METADATA_DISABLED=true it is not asked, so this is deterministic); a bucket
-/// that does not exist is named, without the store's XML.
+/// Item 4, first contact with S3 (SPEC §21): missing credentials, a store that cannot be
+/// reached and a bucket that does not exist each get an error that names the destination,
+/// what is missing and how to fix it; never the store's XML, object_store's raw wording or
+/// the instance-metadata address. The metadata service is either disabled or pointed at a
+/// closed loopback port, so nothing waits for a timeout.
 #[test]
 fn s3_first_contact_errors_say_what_is_missing() {
     let moto = crate::common::s3::require_moto!();
@@ -456,62 +457,125 @@ fn s3_first_contact_errors_say_what_is_missing() {
         &[],
     );
     let vars = crate::common::s3::s3_env(moto);
-    let with = |keep_keys: bool, extra: &[(&'static str, &'static str)]| {
-        let mut v: Vec<(&str, &str)> = (vars.iter())
+    let with = |keep_keys: bool, extra: &[(&'static str, &str)]| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = (vars.iter())
             .filter(|(k, _)| keep_keys || !k.starts_with("AWS_") || *k == "AWS_REGION")
-            .map(|(k, v)| (*k, v.as_str()))
+            .map(|(k, v)| (k.to_string(), v.clone()))
             .collect();
-        v.extend_from_slice(extra);
+        v.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         v
     };
-    let cfg = s3_config(&env, &moto.endpoint, &bucket);
-    let args = [
-        "publish",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--source",
-        b.to_str().unwrap(),
-    ];
-    // No credentials anywhere, the metadata service disabled.
-    let r = env.run_env(
-        &args,
-        &with(false, &[("AWS_EC2_METADATA_DISABLED", "true")]),
+    let publish = |bucket: &str, endpoint: &str, vars: &[(String, String)]| -> String {
+        let cfg = s3_config(&env, endpoint, bucket);
+        let args = [
+            "publish",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            b.to_str().unwrap(),
+        ];
+        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (&**k, &**v)).collect();
+        let r = env.run_env(&args, &vars);
+        r.expect_code(1);
+        let all = format!("{}{}", r.stdout, r.stderr);
+        for never in [
+            "api/token",
+            "Generic S3 error",
+            "169.254",
+            "<Error>",
+            "<Code>",
+            "decision: none",
+        ] {
+            assert!(!all.contains(never), "{never}: {all}");
+        }
+        // The destination, by id and by where it is.
+        assert!(all.contains("site"), "{all}");
+        assert!(all.contains(&format!("s3://{bucket}/site")), "{all}");
+        all
+    };
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+
+    // No credentials anywhere (empty HOME), the metadata service disabled; then asked at
+    // a closed port.
+    for extra in [
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+        ("AWS_EC2_METADATA_SERVICE_ENDPOINT", closed.as_str()),
+    ] {
+        let all = publish(&bucket, &moto.endpoint, &with(false, &[extra]));
+        for needle in [
+            "no AWS credentials",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_PROFILE",
+            "~/.aws/credentials",
+            "credential_process",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_EC2_METADATA_DISABLED",
+        ] {
+            assert!(all.contains(needle), "{extra:?} {needle}: {all}");
+        }
+    }
+    // Half a key pair is named.
+    let all = publish(
+        &bucket,
+        &moto.endpoint,
+        &with(
+            false,
+            &[
+                ("AWS_EC2_METADATA_DISABLED", "true"),
+                ("AWS_ACCESS_KEY_ID", "AKIDHALF"),
+            ],
+        ),
     );
-    r.expect_code(1);
-    let all = format!("{}{}", r.stdout, r.stderr);
     assert!(
-        !all.contains("api/token") && !all.contains("Generic S3 error"),
+        all.contains("AWS_ACCESS_KEY_ID is set without AWS_SECRET_ACCESS_KEY"),
         "{all}"
     );
-    for needle in [
-        "no AWS credentials",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-    ] {
-        assert!(all.contains(needle), "{needle}: {all}");
+    // A profile that is not defined: named, with no files and with files that define
+    // other profiles.
+    for files in [false, true] {
+        if files {
+            env.write(
+                "home/.aws/config",
+                "[profile other]\naws_access_key_id = AKIDOTHER\naws_secret_access_key = x\n",
+            );
+        }
+        let all = publish(
+            &bucket,
+            &moto.endpoint,
+            &with(
+                false,
+                &[
+                    ("AWS_EC2_METADATA_DISABLED", "true"),
+                    ("AWS_PROFILE", "reports"),
+                ],
+            ),
+        );
+        assert!(all.contains("reports"), "{all}");
+        assert!(all.contains("~/.aws/config"), "{all}");
     }
-    assert!(!all.contains("decision: none"), "{all}");
+    std::fs::remove_dir_all(env.path("home/.aws")).unwrap();
+
+    // A store that cannot be reached: nothing listens at the endpoint.
+    let all = publish(&bucket, &closed, &with(true, &[]));
+    assert!(
+        all.contains(&format!("cannot reach the store at {closed}"))
+            && all.contains("s3.endpoint")
+            && all.contains("nothing was written"),
+        "{all}"
+    );
+
     // A bucket that does not exist.
     let missing = format!("{bucket}-missing");
-    let cfg = s3_config(&env, &moto.endpoint, &missing);
-    let args = [
-        "publish",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--source",
-        b.to_str().unwrap(),
-    ];
-    let r = env.run_env(&args, &with(true, &[]));
-    r.expect_code(1);
-    let all = format!("{}{}", r.stdout, r.stderr);
-    assert!(!all.contains("<Error>") && !all.contains("<Code>"), "{all}");
+    let all = publish(&missing, &moto.endpoint, &with(true, &[]));
     assert!(
         all.contains(&format!("bucket {missing} does not exist"))
             && all.contains("create it first"),
         "{all}"
     );
-    assert!(!all.contains("decision: none"), "{all}");
 }
 
 /// Item 8: changing `releases.keep` is `distributor releases settings` (under the lock,

@@ -312,7 +312,7 @@ fn is_credential_key(k: &str) -> bool {
         || matches!(k.as_str(), "token" | "profile" | "aws_profile" | "role_arn")
 }
 
-const CREDENTIALS: &str = "credentials are never read from the config file; they come only from the environment and the standard AWS credential chain (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, web identity, container or instance metadata)";
+const CREDENTIALS: &str = "credentials are never read from the config file; they come only from the environment and the standard AWS credential chain (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN; the profile AWS_PROFILE names, else `default`, in ~/.aws/config and ~/.aws/credentials, with credential_process, SSO or role_arn; web identity; container or instance metadata)";
 
 enum S3Key {
     Endpoint,

@@ -811,7 +811,7 @@ pub struct IgnoringProxy {
     child: std::process::Child,
     /// `http://127.0.0.1:PORT`, no trailing slash.
     pub endpoint: String,
-    /// One line per request: `METHOD PATH dropped=<header names or ->`.
+    /// One line per request: `METHOD PATH key=<signer or -> dropped=<header names or ->`.
     pub log: PathBuf,
 }
 
@@ -829,6 +829,17 @@ impl Moto {
 impl IgnoringProxy {
     /// Starts a proxy in front of `moto`; its request log is `log`.
     pub fn start(moto: &Moto, log: &Path) -> IgnoringProxy {
+        IgnoringProxy::launch(moto, log, &[])
+    }
+
+    /// The same proxy, dropping nothing: it only records each request's signer
+    /// (`key=<access key id>/<region>/<service>` in its log), to see which credentials
+    /// and region a run used.
+    pub fn recording(moto: &Moto, log: &Path) -> IgnoringProxy {
+        IgnoringProxy::launch(moto, log, &["--keep-conditions"])
+    }
+
+    fn launch(moto: &Moto, log: &Path, extra: &[&str]) -> IgnoringProxy {
         use std::io::BufRead;
         let script =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/s3_ignoring_proxy.py");
@@ -837,6 +848,7 @@ impl IgnoringProxy {
             .arg(&script)
             .arg(&moto.endpoint)
             .arg(log)
+            .args(extra)
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

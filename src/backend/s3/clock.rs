@@ -4,11 +4,18 @@
 //! elapsed since. The same wrapper refuses each attempt of a request made under a lease
 //! with less than 5 s left ([`super::lease::refusal`]), so object_store retries nothing
 //! then.
+//!
+//! It also says when a store cannot be reached at all: before any response has come from
+//! it, a request that could not connect is tried [`FIRST_CONTACT_ATTEMPTS`] times, then
+//! fails with [`Unreachable`] instead of going through object_store's whole retry budget
+//! (minutes). Once the store has answered, a failed connection is retried as usual: that
+//! is a hiccup, not a wrong endpoint.
 
 use object_store::client::{
     ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
     HttpService, ReqwestConnector,
 };
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -34,16 +41,51 @@ impl StoreClock {
     }
 }
 
+/// How many times a request that cannot connect is tried before the store has ever
+/// answered (object_store waits about 0.1, then 0.2 s between them).
+const FIRST_CONTACT_ATTEMPTS: u32 = 3;
+
+/// A store distributor could not connect to at all: no response ever came from it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot reach the store at {url} ({cause}); nothing was written. Check {fix}, that the service is running, and that this host can connect to it (firewall, proxy: HTTPS_PROXY, NO_PROXY)"
+)]
+pub struct Unreachable {
+    /// Where the requests went: scheme, host and port.
+    url: String,
+    /// Why the connection failed, in the HTTP client's words.
+    cause: String,
+    /// What names that address.
+    fix: &'static str,
+}
+
 /// Makes object_store's usual HTTP client, wrapped to read the `Date` of each response.
 #[derive(Debug)]
-pub struct DateConnector(pub StoreClock);
+pub struct DateConnector {
+    clock: StoreClock,
+    /// The endpoint is configured (else it is AWS's), for [`Unreachable`]'s advice.
+    configured_endpoint: bool,
+}
+
+impl DateConnector {
+    /// The connector of one s3 client.
+    pub fn new(clock: StoreClock, configured_endpoint: bool) -> DateConnector {
+        DateConnector {
+            clock,
+            configured_endpoint,
+        }
+    }
+}
 
 impl HttpConnector for DateConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
         let inner = ReqwestConnector::default().connect(options)?;
         Ok(HttpClient::new(DateService {
             inner,
-            clock: self.0.clone(),
+            clock: self.clock.clone(),
+            configured_endpoint: self.configured_endpoint,
+            answered: AtomicBool::new(false),
+            failed_connects: AtomicU32::new(0),
         }))
     }
 }
@@ -52,6 +94,50 @@ impl HttpConnector for DateConnector {
 struct DateService {
     inner: HttpClient,
     clock: StoreClock,
+    configured_endpoint: bool,
+    /// Some response has come from the store.
+    answered: AtomicBool,
+    /// Requests that could not connect before any response came.
+    failed_connects: AtomicU32,
+}
+
+impl DateService {
+    /// A connection failure before the store ever answered: after
+    /// [`FIRST_CONTACT_ATTEMPTS`], [`Unreachable`], which object_store does not retry.
+    fn first_contact_failure(&self, url: String, e: HttpError) -> HttpError {
+        if self.answered.load(Ordering::Relaxed) || e.kind() != HttpErrorKind::Connect {
+            return e;
+        }
+        if self.failed_connects.fetch_add(1, Ordering::Relaxed) + 1 < FIRST_CONTACT_ATTEMPTS {
+            return e;
+        }
+        let cause = innermost(&e);
+        let fix = if self.configured_endpoint {
+            "s3.endpoint (AWS_ENDPOINT_URL overrides it when set)"
+        } else {
+            "the destination's s3.region and bucket name (this is AWS S3: no s3.endpoint is set)"
+        };
+        HttpError::new(
+            HttpErrorKind::Unknown,
+            Unreachable {
+                url,
+                cause: super::credentials::without_metadata_address(&cause),
+                fix,
+            },
+        )
+    }
+}
+
+/// The innermost cause of `e` (for reqwest: "Connection refused (os error 111)" rather
+/// than "error sending request"), on one line.
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        last = s.to_string();
+        source = s.source();
+    }
+    last.lines().next().unwrap_or_default().to_string()
 }
 
 #[async_trait::async_trait]
@@ -65,7 +151,17 @@ impl HttpService for DateService {
                 std::io::Error::other(why),
             ));
         }
-        let response = self.inner.execute(req).await?;
+        let uri = req.uri();
+        let url = format!(
+            "{}://{}",
+            uri.scheme_str().unwrap_or("https"),
+            uri.authority().map(|a| a.as_str()).unwrap_or_default()
+        );
+        let response = match self.inner.execute(req).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.first_contact_failure(url, e)),
+        };
+        self.answered.store(true, Ordering::Relaxed);
         crate::failpoint::hit("s3_response");
         if let Some(date) = response
             .headers()

@@ -21,6 +21,7 @@
 //! and `docs/operations.md`.
 
 mod clock;
+mod credentials;
 mod lease;
 mod store;
 
@@ -151,9 +152,10 @@ pub fn is_s3_path(bundle: &Path) -> bool {
 }
 
 impl S3Backend {
-    /// The backend of an s3 destination, from its location and upload settings.
-    /// Credentials come from the environment (the AWS credential chain object_store
-    /// reads); `AWS_ENDPOINT_URL` overrides the configured endpoint.
+    /// The backend of an s3 destination, from its location and upload settings: the one
+    /// place an s3 client is built (publish, `serve`, `recover --journal` all come here).
+    /// Credentials come from the AWS credential chain ([`credentials`]), resolved on the
+    /// first request; `AWS_ENDPOINT_URL` overrides the configured endpoint.
     pub fn new(
         bucket: &str,
         mut location: S3Location,
@@ -179,36 +181,21 @@ impl S3Backend {
                 "s3 endpoint {ep}{named} is plain http: set s3.allow_http: true to use it (accepted otherwise: an https:// endpoint)"
             )));
         }
-        if let Some(why) = no_credentials(|k| std::env::var(k).ok()) {
-            return Err(Error::Failed(why));
-        }
         let clock = clock::StoreClock::default();
-        // Only the credential variables are read from the environment: the rest is the
-        // destination's own configuration.
-        let mut builder = AmazonS3Builder::new();
-        for (k, v) in std::env::vars() {
-            if matches!(
-                k.as_str(),
-                "AWS_ACCESS_KEY_ID"
-                    | "AWS_SECRET_ACCESS_KEY"
-                    | "AWS_SESSION_TOKEN"
-                    | "AWS_WEB_IDENTITY_TOKEN_FILE"
-                    | "AWS_ROLE_ARN"
-                    | "AWS_ROLE_SESSION_NAME"
-                    | "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"
-                    | "AWS_CONTAINER_CREDENTIALS_FULL_URI"
-            ) && let Ok(key) = k.to_ascii_lowercase().parse()
-            {
-                builder = builder.with_config(key, v);
-            }
-        }
+        // Credentials come from the AWS chain (profiles included), shared by the process;
+        // nothing else is read from the environment: the rest is the destination's own
+        // configuration (§14, §21).
+        let mut builder = AmazonS3Builder::new().with_credentials(credentials::shared());
         builder = builder
             .with_bucket_name(bucket)
             .with_region(&location.region)
             .with_allow_http(location.allow_http)
             .with_virtual_hosted_style_request(location.virtual_hosted_style)
             .with_checksum_algorithm(Checksum::SHA256)
-            .with_http_connector(clock::DateConnector(clock.clone()));
+            .with_http_connector(clock::DateConnector::new(
+                clock.clone(),
+                location.endpoint.is_some(),
+            ));
         if let Some(ep) = &location.endpoint {
             // Virtual-hosted style names the bucket in the host.
             let ep = match (location.virtual_hosted_style, ep.split_once("://")) {
@@ -451,35 +438,6 @@ pub(crate) fn list(
     .map_err(|e| store_error("list", &format!("s3://{}/{prefix}", backend.bucket), e))
 }
 
-/// Where distributor looks for credentials, for the errors that say none was found.
-const CREDENTIAL_CHAIN: &str = "distributor reads credentials only from the environment, in this order: AWS_ACCESS_KEY_ID with AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones); AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN; AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or AWS_CONTAINER_CREDENTIALS_FULL_URI; else the instance metadata service (169.254.169.254), unless AWS_EC2_METADATA_DISABLED=true. It never reads ~/.aws or a profile";
-
-/// Why there can be no credentials at all, when there can be none: no credential
-/// variable is set and the instance metadata service is turned off
-/// (`AWS_EC2_METADATA_DISABLED=true`), so failing now is certain and needs no request.
-/// With the metadata service allowed, its failure is explained by [`store_error`].
-fn no_credentials(var: impl Fn(&str) -> Option<String>) -> Option<String> {
-    let set = |k: &str| var(k).is_some_and(|v| !v.is_empty());
-    let sources = [
-        set("AWS_ACCESS_KEY_ID") && set("AWS_SECRET_ACCESS_KEY"),
-        set("AWS_WEB_IDENTITY_TOKEN_FILE") && set("AWS_ROLE_ARN"),
-        set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"),
-        set("AWS_CONTAINER_CREDENTIALS_FULL_URI"),
-    ];
-    let metadata_off =
-        var("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    let half = match (set("AWS_ACCESS_KEY_ID"), set("AWS_SECRET_ACCESS_KEY")) {
-        (true, false) => " (AWS_ACCESS_KEY_ID is set without AWS_SECRET_ACCESS_KEY)",
-        (false, true) => " (AWS_SECRET_ACCESS_KEY is set without AWS_ACCESS_KEY_ID)",
-        _ => "",
-    };
-    (!sources.contains(&true) && metadata_off).then(|| {
-        format!(
-            "s3: no AWS credentials: none is set in the environment{half} and AWS_EC2_METADATA_DISABLED=true turns off the instance metadata service; {CREDENTIAL_CHAIN}"
-        )
-    })
-}
-
 /// The text of an error and all its sources.
 fn chain_text(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
@@ -493,23 +451,24 @@ fn chain_text(e: &dyn std::error::Error) -> String {
 }
 
 /// An object_store error as distributor reports it: what it was doing, on which key. A
-/// failed condition is the error kind `concurrent_change`. Two first-contact errors are
-/// said plainly instead of as the store's raw text: no credentials (the metadata
-/// endpoint, the chain's last resort, failed) and a bucket that does not exist.
+/// failed condition is the error kind `concurrent_change`. The first-contact errors are
+/// said plainly, each with what is missing and how to fix it, instead of as the store's
+/// raw text: no credentials ([`credentials::CredentialError`]), a store that cannot be
+/// reached ([`clock::Unreachable`]) and a bucket that does not exist.
 pub(crate) fn store_error(action: &str, what: &str, e: object_store::Error) -> Error {
-    let text = chain_text(&e);
-    if text.contains("169.254.169.254") || text.contains("169.254.170.2") {
-        return Error::Failed(format!(
-            "s3: {action} {what}: no AWS credentials: none is set in the environment, and the instance metadata service gave none (it is not there or refused: {}); {CREDENTIAL_CHAIN}",
-            last_cause(&e)
-        ));
+    if let Some(c) = find_source::<credentials::CredentialError>(&e) {
+        return Error::Failed(format!("s3: {action} {what}: {c}"));
     }
+    if let Some(u) = find_source::<clock::Unreachable>(&e) {
+        return Error::Failed(format!("s3: {action} {what}: {u}"));
+    }
+    let text = chain_text(&e);
     if text.contains("NoSuchBucket") {
         let bucket = (what.strip_prefix("s3://"))
             .and_then(|w| w.split('/').next())
             .unwrap_or(what);
         return Error::Failed(format!(
-            "s3: bucket {bucket} does not exist (the store says NoSuchBucket; or it is not visible to these credentials at this endpoint): create it first (e.g. `aws s3 mb s3://{bucket}`); distributor never creates buckets"
+            "s3: {action} {what}: bucket {bucket} does not exist (the store says NoSuchBucket; or it is not visible to these credentials at this endpoint): create it first (e.g. `aws s3 mb s3://{bucket}`), or correct the bucket in the destination's path; distributor never creates buckets"
         ));
     }
     match e {
@@ -518,69 +477,68 @@ pub(crate) fn store_error(action: &str, what: &str, e: object_store::Error) -> E
                 "{action} {what}: changed by someone else since it was planned (the store refused a conditional write)"
             ))
         }
-        e => Error::Failed(format!("s3: {action} {what}: {e}")),
+        e => Error::Failed(format!(
+            "s3: {action} {what}: {}",
+            credentials::without_metadata_address(&e.to_string())
+        )),
     }
 }
 
-/// The innermost cause of `e`, for a short parenthesis.
-fn last_cause(e: &dyn std::error::Error) -> String {
-    let mut last = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        last = s.to_string();
-        source = s.source();
+/// The first error of type `T` in `e`'s chain of sources.
+fn find_source<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(t) = e.downcast_ref::<T>() {
+            return Some(t);
+        }
+        next = e.source();
     }
-    last.lines().next().unwrap_or_default().to_string()
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn vars(set: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let set: Vec<(String, String)> = (set.iter())
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| set.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
-    }
-
-    #[test]
-    fn no_credentials_is_certain_only_with_the_metadata_service_off() {
-        let off = ("AWS_EC2_METADATA_DISABLED", "true");
-        assert!(no_credentials(vars(&[off])).is_some());
-        assert!(
-            no_credentials(vars(&[])).is_none(),
-            "the metadata service may answer"
-        );
-        let half = no_credentials(vars(&[off, ("AWS_ACCESS_KEY_ID", "AKIA")])).unwrap();
-        assert!(half.contains("without AWS_SECRET_ACCESS_KEY"), "{half}");
-        for source in [
-            &[("AWS_ACCESS_KEY_ID", "a"), ("AWS_SECRET_ACCESS_KEY", "b")][..],
-            &[
-                ("AWS_WEB_IDENTITY_TOKEN_FILE", "/t"),
-                ("AWS_ROLE_ARN", "arn"),
-            ][..],
-            &[("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://x")][..],
-        ] {
-            let mut all = source.to_vec();
-            all.push(off);
-            assert!(no_credentials(vars(&all)).is_none(), "{source:?}");
+    fn generic(source: impl std::error::Error + Send + Sync + 'static) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(source),
         }
     }
 
     #[test]
-    fn a_failed_metadata_request_reads_as_no_credentials() {
-        let e = object_store::Error::Generic {
-            store: "S3",
-            source: Box::new(std::io::Error::other(
-                "Error performing PUT http://169.254.169.254/latest/api/token in 2ms - Server returned non-2xx status code: 403 Forbidden",
-            )),
-        };
+    fn missing_credentials_read_as_such_with_the_chain() {
+        let e = generic(credentials::CredentialError::NotFound(String::new()));
         let m = store_error("read", "s3://b/site/.distributor.json", e).to_string();
+        assert!(m.contains("s3://b/site/.distributor.json"), "{m}");
         assert!(m.contains("no AWS credentials"), "{m}");
-        assert!(
-            m.contains("AWS_ACCESS_KEY_ID with AWS_SECRET_ACCESS_KEY"),
-            "{m}"
-        );
+        for needle in ["AWS_ACCESS_KEY_ID", "AWS_PROFILE", "credential_process"] {
+            assert!(m.contains(needle), "{needle}: {m}");
+        }
+        assert!(!m.contains("169.254"), "{m}");
+    }
+
+    #[test]
+    fn raw_store_errors_never_show_the_metadata_address() {
+        let e = generic(std::io::Error::other(
+            "Error performing PUT http://169.254.169.254/latest/api/token in 2ms - Server returned non-2xx status code: 403 Forbidden",
+        ));
+        let m = store_error("read", "s3://b/site/.distributor.json", e).to_string();
+        assert!(!m.contains("169.254"), "{m}");
+        assert!(m.contains("the instance metadata service"), "{m}");
+    }
+
+    #[test]
+    fn a_missing_bucket_is_said_without_xml() {
+        let e = generic(std::io::Error::other(
+            "Client error with status 404 Not Found: <?xml version=\"1.0\"?><Error><Code>NoSuchBucket</Code></Error>",
+        ));
+        let m = store_error("read", "s3://nope/site/.distributor.json", e).to_string();
+        assert!(m.contains("bucket nope does not exist"), "{m}");
+        assert!(m.contains("create it first"), "{m}");
+        assert!(!m.contains('<'), "{m}");
     }
 }
