@@ -250,6 +250,11 @@ fn a_newer_bundle_replaces_changed_objects_and_deletes_dropped_ones() {
     assert_eq!(moto.get(&w.bucket, &key("new.txt")).unwrap(), b"new in v2");
 }
 
+// Stays on moto: SeaweedFS 4.48 keeps an empty implicit folder `maps/temp.png/` after the
+// last key under it is deleted, and refuses the later `PUT maps/temp.png` with
+// `If-None-Match: *` (412, though no such key exists): this publication then ends in
+// `concurrent_change` there (see
+// `test_s3_harness::seaweedfs_refuses_a_create_where_a_deleted_folder_was`).
 #[test]
 fn unmanaged_objects_are_refused_unless_forced() {
     let moto = require_moto!();

@@ -441,3 +441,28 @@ fn seaweedfs_checks_distributors_credentials() {
         Some(&b"<h1>hi</h1>"[..])
     );
 }
+
+/// Not something to rely on, but to know: SeaweedFS (4.48) keeps a folder `p/x/` after the
+/// last key under it is deleted (listings no longer show it), and a `PUT p/x` with
+/// `If-None-Match: *` is refused there (412) though no key `p/x` exists; a plain PUT
+/// succeeds. So on SeaweedFS a publication that creates a file where the bundle before
+/// had a directory ends in `concurrent_change` (docs/operations.md, "Self-hosted
+/// stores"). moto has no folders. When this fails, SeaweedFS has changed: move
+/// `test_s3::unmanaged_objects_are_refused_unless_forced` onto it and update the docs.
+#[test]
+fn seaweedfs_refuses_a_create_where_a_deleted_folder_was() {
+    let server = require_seaweedfs!();
+    let bucket = server.fresh_bucket();
+    server.put(&bucket, "p/x/inside", b"x");
+    server.delete(&bucket, "p/x/inside");
+    assert_eq!(server.list(&bucket, ""), []);
+    let create = [("If-None-Match", "*")];
+    let r = server.raw_object("PUT", &bucket, "p/x", &create, b"y");
+    assert_eq!(
+        r.status,
+        412,
+        "SeaweedFS now creates a key where a deleted folder was ({}): see this test's doc",
+        r.text()
+    );
+    assert_eq!(server.get(&bucket, "p/x"), None);
+}
