@@ -295,6 +295,12 @@ fn agent(timeout: Duration) -> ureq::Agent {
         .into()
 }
 
+/// A server's arguments, given its ports.
+type Args = Box<dyn Fn(&[u16]) -> Vec<OsString>>;
+
+/// How a spawned server exited, once it has (`None` while it runs).
+type Exit = Arc<Mutex<Option<String>>>;
+
 /// How to run a server once its ports are drawn.
 struct Launch {
     kind: ServerKind,
@@ -302,7 +308,7 @@ struct Launch {
     /// How many free ports it needs; the first is its S3 port.
     ports: usize,
     /// The arguments, given the ports.
-    args: Box<dyn Fn(&[u16]) -> Vec<OsString>>,
+    args: Args,
     /// Its working directory and `TMPDIR` (SeaweedFS writes its own logs there).
     dir: Option<PathBuf>,
 }
@@ -569,10 +575,7 @@ fn answers(kind: ServerKind, poll: &ureq::Agent, endpoint: &str) -> bool {
 /// The death signal fires when the *thread* that forked the child ends, and test
 /// threads end with their test: the child is forked from a thread that lives as long as
 /// it does, and records how it ended.
-fn spawn_tied_to_this_process(
-    mut cmd: Command,
-    thread_name: &str,
-) -> Result<(u32, Arc<Mutex<Option<String>>>), String> {
+fn spawn_tied_to_this_process(mut cmd: Command, thread_name: &str) -> Result<(u32, Exit), String> {
     let parent = rustix::process::getpid();
     // SAFETY: between fork and exec the closure only makes two system calls and may
     // exit; it allocates nothing and takes no lock.
@@ -587,7 +590,7 @@ fn spawn_tied_to_this_process(
         });
     }
     let program = cmd.get_program().to_os_string();
-    let exited: Arc<Mutex<Option<String>>> = Arc::default();
+    let exited: Exit = Arc::default();
     let (tx, rx) = mpsc::channel();
     {
         let exited = exited.clone();
