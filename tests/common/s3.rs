@@ -425,6 +425,10 @@ fn seaweedfs_launch(binary: &Path, dir: &Path, config: &Path) -> Launch {
         ports: 10,
         args: Box::new(move |p| {
             let _ = std::fs::remove_dir_all(&data);
+            // SeaweedFS puts its gRPC sockets in /tmp whatever TMPDIR says, named by port:
+            // the next test process removes them ([`remove_stale_seaweedfs_dirs`]).
+            let listed: Vec<String> = p.iter().map(u16::to_string).collect();
+            let _ = std::fs::write(sockets.join("ports"), listed.join("\n"));
             let path = |name: &str, p: &Path| format!("-{name}={}", p.display());
             let port = |name: &str, n: u16| format!("-{name}={n}");
             vec![
@@ -478,7 +482,35 @@ fn remove_stale_seaweedfs_dirs(tmp: &Path) {
             continue;
         };
         if !Path::new(&format!("/proc/{pid}")).exists() {
+            remove_seaweedfs_sockets(&e.path().join("ports"));
             let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Removes the sockets `/tmp/seaweedfs-<part>-<port>.sock` of the ports listed in
+/// `ports` (one a line), which a SeaweedFS server gone with its test process left.
+fn remove_seaweedfs_sockets(ports: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(listed) = std::fs::read_to_string(ports) else {
+        return;
+    };
+    let listed: Vec<&str> = listed.lines().collect();
+    let Ok(entries) = std::fs::read_dir("/tmp") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(port) = name
+            .to_str()
+            .filter(|n| n.starts_with("seaweedfs-"))
+            .and_then(|n| n.strip_suffix(".sock"))
+            .and_then(|n| n.rsplit('-').next())
+        else {
+            continue;
+        };
+        if listed.contains(&port) && e.file_type().is_ok_and(|t| t.is_socket()) {
+            let _ = std::fs::remove_file(e.path());
         }
     }
 }
