@@ -38,8 +38,9 @@
 //! A server is killed when the test process ends (`PR_SET_PDEATHSIG`, armed from a thread
 //! that lives as long as the process). Its output is `moto-server-<pid>.log` /
 //! `seaweedfs-<pid>/weed.log` under `CARGO_TARGET_TMPDIR`. SeaweedFS keeps its data,
-//! config and own logs in `seaweedfs-<pid>/` there; the directories of earlier test
-//! processes that are gone are removed when the next one starts its server.
+//! config and own logs in `seaweedfs-<pid>/` there (its gRPC sockets go to
+//! `/tmp/seaweedfs-*-<port>.sock` whatever `TMPDIR` says); the directories and sockets of
+//! earlier test processes that are gone are removed when the next one starts its server.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
