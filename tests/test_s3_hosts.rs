@@ -1,8 +1,8 @@
-//! Many hosts on one s3 prefix (SPEC §14), against the serial moto server (one request at
-//! a time, so conditional writes are atomic as on S3; tests/common/s3.rs):
+//! Many hosts on one s3 prefix (SPEC §14), against SeaweedFS (`weed mini`, whose
+//! conditional writes are atomic as on S3; tests/common/s3.rs):
 //!
-//! - the serial server creates a key once under concurrent `If-None-Match: *` PUTs, which
-//!   threaded `moto_server` does not (so race tests must not use it);
+//! - SeaweedFS creates a key once under concurrent `If-None-Match: *` PUTs, which
+//!   threaded `moto_server` does not (so race tests must not use moto);
 //! - two "hosts" (separate processes, journals and config files naming one bucket and
 //!   prefix, one pipeline and destination id) publish at once, round after round, one of
 //!   them SIGKILLed at a random moment of its run (or of its operation, once journaled)
@@ -36,7 +36,7 @@
 //! - `DISTRIBUTOR_S3_HOSTS_ROUNDS=<n>`: rounds (default [`DEFAULT_ROUNDS`]).
 
 use crate::common::chaos::Rng;
-use crate::common::s3::{Moto, require_serial_moto, s3_env};
+use crate::common::s3::{IgnoringProxy, S3Server, require_seaweedfs, s3_env};
 use crate::common::{Env, Run};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -70,7 +70,7 @@ fn path(p: &Path) -> &str {
 }
 
 // ---------------------------------------------------------------------------------------
-// The serial server is atomic.
+// The store is atomic.
 
 /// `threads` concurrent `If-None-Match: *` PUTs of one fresh key, each with its own body
 /// of `size` bytes, `rounds` times. What went wrong, one line per round: anything but
@@ -79,7 +79,7 @@ fn path(p: &Path) -> &str {
 /// The bodies are large on purpose: moto keeps a body above ~5 MiB in a temporary file,
 /// and writing it releases Python's GIL between moto's check of the condition and its
 /// store of the object, which is what lets a threaded server answer 200 twice.
-fn concurrent_creates(moto: &Moto, threads: usize, rounds: usize, size: usize) -> Vec<String> {
+fn concurrent_creates(moto: &S3Server, threads: usize, rounds: usize, size: usize) -> Vec<String> {
     let bucket = moto.fresh_bucket();
     let mut problems = Vec::new();
     for round in 0..rounds {
@@ -116,40 +116,34 @@ fn concurrent_creates(moto: &Moto, threads: usize, rounds: usize, size: usize) -
     problems
 }
 
-/// The property the race test below stands on. Threaded `moto_server` (moto 5.2.5) fails
-/// this same check: with these numbers (8 threads, 6 MB bodies; 20 rounds) it broke 14,
-/// 15, 16 and 18 of 20 rounds in four runs: two to seven 200s in one round, and 500s
-/// ("read of closed file": a winner's buffer closed under it by the next winner). With
-/// 1000-byte bodies it broke 0 of 20 in each of three runs: the race needs the GIL to be
-/// released between moto's check and its store. `threaded_moto_server_is_not_atomic`
-/// (ignored) runs it there.
+/// The property the race tests below stand on: SeaweedFS creates a key once under
+/// concurrent `If-None-Match: *` PUTs. Threaded `moto_server` (moto 5.2.5) fails this
+/// same check: with 8 threads and 6 MB bodies it broke 14, 15, 16 and 18 of 20 rounds in
+/// four runs (two to seven 200s in one round, and 500s: "read of closed file"), which is
+/// why no race test runs on moto. (Not a test on moto: it would be flaky by nature.)
 #[test]
-fn the_serial_server_creates_a_key_once_under_concurrent_if_none_match() {
-    let moto = require_serial_moto!();
-    assert!(moto.serial);
+fn seaweedfs_creates_a_key_once_under_concurrent_if_none_match() {
+    let server = require_seaweedfs!();
     let started = Instant::now();
-    let problems = concurrent_creates(moto, 8, 12, 6_000_000);
+    let mut problems = concurrent_creates(server, 8, 6, 6_000_000);
+    problems.extend(concurrent_creates(server, 16, 12, 1000));
     println!(
-        "serial moto: 12 rounds of 8 concurrent creates in {:?}",
+        "SeaweedFS: 6 rounds of 8 concurrent 6 MB creates and 12 of 16 small ones in {:?}",
         started.elapsed()
     );
     assert!(
         problems.is_empty(),
-        "the serial server let concurrent conditional creates through:\n{}",
+        "SeaweedFS let concurrent conditional creates through:\n{}",
         problems.join("\n")
     );
 }
-
-// (Threaded `moto_server` is not atomic: with 6 MB bodies, 14 to 18 of 20 rounds of 8
-// concurrent creates let several through when this was measured; with 1000-byte bodies,
-// none. Not a test: it would be flaky by nature.)
 
 // ---------------------------------------------------------------------------------------
 // Two hosts.
 
 /// One "host": its own directory, journal (the `Env`'s) and config file.
 struct Host {
-    name: &'static str,
+    name: String,
     env: Env,
     config: PathBuf,
 }
@@ -175,16 +169,20 @@ impl JournalOp {
 }
 
 impl Host {
-    fn new(name: &'static str, moto: &Moto, bucket: &str) -> Host {
+    fn new(name: &str, endpoint: &str, bucket: &str) -> Host {
         let env = Env::new();
         let config = env.config(
             &format!("{name}.yaml"),
             &format!(
                 "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: site\n    backend: s3\n    path: s3://{bucket}/{PREFIX}\n    s3:\n      endpoint: {}\n      allow_http: true\n",
-                moto.endpoint
+                endpoint
             ),
         );
-        Host { name, env, config }
+        Host {
+            name: name.to_string(),
+            env,
+            config,
+        }
     }
 
     fn spawn_publish(&self, bundle: &Path, vars: &[(&str, &str)]) -> Child {
@@ -441,13 +439,16 @@ fn bump(stats: &mut BTreeMap<String, u64>, key: String) {
 
 #[test]
 fn two_hosts_publish_concurrently_killed_at_random_and_recover() {
-    let moto = require_serial_moto!();
+    let moto = require_seaweedfs!();
     let seed = env_u64("DISTRIBUTOR_S3_HOSTS_SEED").unwrap_or(DEFAULT_SEED);
     let rounds = env_u64("DISTRIBUTOR_S3_HOSTS_ROUNDS").unwrap_or(DEFAULT_ROUNDS);
     println!("s3 hosts seed {seed:#x} (DISTRIBUTOR_S3_HOSTS_SEED), {rounds} rounds");
     let mut rng = Rng::new(seed);
     let bucket = moto.fresh_bucket();
-    let hosts = [Host::new("a", moto, &bucket), Host::new("b", moto, &bucket)];
+    let hosts = [
+        Host::new("a", &moto.endpoint, &bucket),
+        Host::new("b", &moto.endpoint, &bucket),
+    ];
     let vars_owned = s3_env(moto);
     let vars: Vec<(&str, &str)> = vars_owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
     // created_at -> the bundle.
@@ -471,7 +472,7 @@ fn two_hosts_publish_concurrently_killed_at_random_and_recover() {
         let mut paths = Vec::new();
         for (h, host) in hosts.iter().enumerate() {
             let at = created_at(round, (h == newer) as u64);
-            let files = files(round, host.name);
+            let files = files(round, &host.name);
             let f: Vec<(&str, &str)> = files
                 .iter()
                 .map(|(p, c)| (p.as_str(), c.as_str()))
@@ -659,6 +660,7 @@ fn two_hosts_publish_concurrently_killed_at_random_and_recover() {
         let journals: Vec<BTreeMap<String, JournalOp>> = hosts.iter().map(Host::journal).collect();
         check_round(
             moto,
+            &["a", "b"],
             &bucket,
             &bundles,
             &journals,
@@ -702,6 +704,240 @@ fn two_hosts_publish_concurrently_killed_at_random_and_recover() {
     );
 }
 
+// ---------------------------------------------------------------------------------------
+// Many publishers at once.
+
+/// How many publishers race in each round of the test below.
+const PUBLISHERS: usize = 12;
+/// Its rounds.
+const MANY_ROUNDS: u64 = 3;
+
+/// The `created_at` of the bundle of rank `rank` (0 the oldest) in round `round` of the
+/// test below: newer than every bundle of earlier rounds.
+fn ranked_created_at(round: u64, rank: usize) -> String {
+    let minutes = round * 100 + rank as u64 + 1;
+    assert!(minutes < 24 * 60, "too many rounds for one day");
+    format!(
+        "2026-03-01T{:02}:{:02}:00Z",
+        minutes / 60 % 24,
+        minutes % 60
+    )
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// [`PUBLISHERS`] hosts (each its own process, journal and config) publish bundles of
+/// their own to one prefix at once, [`MANY_ROUNDS`] rounds, nobody killed. With one lease
+/// holder at a time nothing of theirs races, so every run ends applied or skipped (a
+/// second holder of the lease, or a second winner of any conditional write, would end one
+/// with `concurrent_change` or lose an update). After each round:
+/// - every invariant of the two-host test (`check_round`): the prefix is the newest bundle
+///   byte for byte, no staging, no two commits planned against one state, the log holds
+///   each committed operation once, numbered from 1 without a gap;
+/// - the round's newest bundle was applied by its own run, and every run that says it
+///   applied is in the log;
+/// - one lineage of states: each log entry's `pre_state_sha256` is the entry before's
+///   `post_state_sha256` (none for the first), and the last one's is the state object's.
+#[test]
+fn many_publishers_of_one_prefix_at_once_commit_one_lineage() {
+    let server = require_seaweedfs!();
+    many_publishers_at_once(server, &server.endpoint, MANY_ROUNDS);
+}
+
+/// The test above catches a store that lets two publishers take the lease at once: moto
+/// behind a proxy that drops `If-None-Match`/`If-Match` from the lease's requests only (so
+/// distributor's check of the store, on a key of its own, passes). Every publisher then
+/// takes the lease and plans against one state: the round must fail one of the checks.
+#[test]
+fn many_publishers_at_once_on_a_store_with_two_lease_holders_break_the_invariants() {
+    let moto = crate::common::s3::require_moto!();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = IgnoringProxy::start_for(
+        moto,
+        &dir.path().join("proxy.log"),
+        Some("/.distributor.lock"),
+    );
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        many_publishers_at_once(moto, &proxy.endpoint, 1)
+    }));
+    let why = match caught {
+        Ok(()) => panic!("{PUBLISHERS} publishers all holding the lease went unnoticed"),
+        Err(e) => e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default(),
+    };
+    assert!(
+        why.contains("with nobody killed")
+            || why.contains("one update was lost")
+            || why.contains("the entry before did not leave"),
+        "failed, but not on a broken invariant: {why}"
+    );
+    let dropped = proxy
+        .requests()
+        .iter()
+        .filter(|l| l.contains(".distributor.lock") && !l.ends_with("dropped=-"))
+        .count();
+    assert!(dropped > 0, "no condition on the lease was dropped");
+}
+
+/// [`PUBLISHERS`] publishers at once through `endpoint`, `rounds` rounds, checked on
+/// `server` (the store behind it): see
+/// [`many_publishers_of_one_prefix_at_once_commit_one_lineage`].
+fn many_publishers_at_once(server: &S3Server, endpoint: &str, rounds: u64) {
+    let bucket = server.fresh_bucket();
+    let names: Vec<String> = (0..PUBLISHERS).map(|i| format!("p{i:02}")).collect();
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let hosts: Vec<Host> = names
+        .iter()
+        .map(|n| Host::new(n, endpoint, &bucket))
+        .collect();
+    let vars_owned = s3_env(server);
+    let vars: Vec<(&str, &str)> = vars_owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut bundles: BTreeMap<String, Bundle> = BTreeMap::new();
+    let (mut seen, mut stats, mut findings) = (Seen::default(), BTreeMap::new(), Vec::new());
+    let started = Instant::now();
+    for round in 0..rounds {
+        let ctx = format!("round {round}");
+        // Ranks spread over the publishers (5 is prime to 12), differently each round,
+        // so that the newest bundle is not always the last one started.
+        let rank = |h: usize| (h * 5 + round as usize * 7) % PUBLISHERS;
+        let mut paths = Vec::new();
+        for (h, host) in hosts.iter().enumerate() {
+            let at = ranked_created_at(round, rank(h));
+            let files = files(round, &host.name);
+            let f: Vec<(&str, &str)> = files
+                .iter()
+                .map(|(p, c)| (p.as_str(), c.as_str()))
+                .collect();
+            paths.push(
+                host.env
+                    .bundle(&format!("bundles/r{round}"), "site", &at, &f, &[]),
+            );
+            bundles.insert(
+                at,
+                Bundle {
+                    host: h,
+                    round,
+                    files,
+                },
+            );
+        }
+        let children: Vec<(Child, Instant)> = hosts
+            .iter()
+            .zip(&paths)
+            .map(|(host, bundle)| (host.spawn_publish(bundle, &vars), Instant::now()))
+            .collect();
+        let outputs = reap(children);
+        let mut applied = BTreeSet::new();
+        for ((h, host), (out, _)) in hosts.iter().enumerate().zip(&outputs) {
+            let o = outcome(false, out);
+            let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            let dest = &report["destinations"][0];
+            assert!(
+                out.status.code() == Some(0)
+                    && matches!(
+                        dest["decision"].as_str(),
+                        Some("create" | "replace_older" | "skip_destination_newer")
+                    ),
+                "{ctx}: host {} publish ended {o} with nobody killed\nstdout:\n{}\nstderr:\n{}",
+                host.name,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            bump(&mut stats, format!("publish {o}"));
+            if dest["status"] == "applied" {
+                let op = report["operation_id"]
+                    .as_str()
+                    .or_else(|| dest["operation_id"].as_str())
+                    .unwrap_or_else(|| panic!("{ctx}: no operation id in {report}"));
+                applied.insert(op.to_string());
+            }
+            if rank(h) == PUBLISHERS - 1 {
+                assert_eq!(
+                    dest["status"], "applied",
+                    "{ctx}: the round's newest bundle (host {}) was not applied: {o}",
+                    host.name
+                );
+            }
+        }
+        let journals: Vec<BTreeMap<String, JournalOp>> = hosts.iter().map(Host::journal).collect();
+        check_round(
+            server,
+            &name_refs,
+            &bucket,
+            &bundles,
+            &journals,
+            &mut seen,
+            &mut findings,
+            &mut stats,
+            &ctx,
+        );
+        assert!(
+            applied.is_subset(&seen.committed),
+            "{ctx}: runs said they applied {:?}, not in the log",
+            applied.difference(&seen.committed).collect::<Vec<_>>()
+        );
+        check_lineage(server, &bucket, &ctx);
+    }
+    println!(
+        "{PUBLISHERS} publishers at once, {rounds} rounds in {:?}: {stats:#?}",
+        started.elapsed()
+    );
+    assert!(findings.is_empty(), "{}", findings.join("\n"));
+}
+
+/// One lineage of states in the destination log: each entry's `pre_state_sha256` is the
+/// entry before's `post_state_sha256` (the first has none), and the last entry's is the
+/// state object's sha256, its `post_state_etag` the state object's ETag.
+fn check_lineage(server: &S3Server, bucket: &str, ctx: &str) {
+    let base = format!("{PREFIX}/");
+    let entries: Vec<Value> = server
+        .list(bucket, &format!("{base}.distributor/log/"))
+        .iter()
+        .map(|o| {
+            let bytes = server.get(bucket, &o.key).unwrap();
+            serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{ctx}: {}: {e}", o.key))
+        })
+        .collect();
+    let mut previous: Option<String> = None;
+    for e in &entries {
+        let pre = e["pre_state_sha256"].as_str().map(str::to_string);
+        assert_eq!(
+            pre, previous,
+            "{ctx}: entry {} was planned against a state the entry before did not leave",
+            e["seq"]
+        );
+        previous = e["post_state_sha256"].as_str().map(str::to_string);
+        assert!(
+            previous.is_some(),
+            "{ctx}: entry {} has no post_state_sha256",
+            e["seq"]
+        );
+    }
+    let state_key = format!("{base}.distributor.json");
+    let state = server.get(bucket, &state_key);
+    assert_eq!(
+        previous,
+        state.as_deref().map(sha256_hex),
+        "{ctx}: the state object is not the one the last log entry left"
+    );
+    if let (Some(last), Some(head)) = (entries.last(), server.head(bucket, &state_key)) {
+        assert_eq!(
+            last["post_state_etag"].as_str(),
+            Some(head.etag.as_str()),
+            "{ctx}: the state object's ETag"
+        );
+    }
+}
+
 /// What the rounds so far left: the state object, the committed operations, the probe
 /// objects already reported.
 #[derive(Default)]
@@ -719,7 +955,8 @@ struct Seen {
 /// at once.
 #[allow(clippy::too_many_arguments)]
 fn check_round(
-    moto: &Moto,
+    moto: &S3Server,
+    names: &[&str],
     bucket: &str,
     bundles: &BTreeMap<String, Bundle>,
     journals: &[BTreeMap<String, JournalOp>],
@@ -780,7 +1017,7 @@ fn check_round(
         .map(|(k, (_, c))| (k, String::from_utf8_lossy(c).into_owned()))
         .collect();
     assert!(own.is_empty(), "{ctx}: left under the prefix: {own:#?}");
-    for (j, host) in journals.iter().zip(["a", "b"]) {
+    for (j, host) in journals.iter().zip(names) {
         let unfinished: Vec<(&String, &String)> = j
             .iter()
             .filter(|(_, o)| matches!(o.status.as_str(), "in_progress" | "committed" | "diverged"))
@@ -858,8 +1095,9 @@ fn check_round(
     let at = state["source"]["created_at"].as_str().unwrap().to_string();
 
     // The state's operation is committed in a journal, and no journal says otherwise.
-    let said: Vec<(&str, Option<&JournalOp>)> = ["a", "b"]
-        .into_iter()
+    let said: Vec<(&str, Option<&JournalOp>)> = names
+        .iter()
+        .copied()
         .zip(journals.iter().map(|j| j.get(&op)))
         .collect();
     assert!(

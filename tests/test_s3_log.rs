@@ -1,5 +1,6 @@
 //! The destination log of s3 destinations (SPEC §18) and their staging's new name (SPEC
-//! §22), against a real S3 protocol server (moto, `tests/common/s3.rs`): one entry
+//! §22), against a real S3 protocol server (moto, `tests/common/s3.rs`; the race for a seq
+//! on SeaweedFS, whose conditional writes are atomic): one entry
 //! `<prefix>/.distributor/log/<seq>.json` per committed publication, with who, what and
 //! the state object's sha256 and ETag; the tail found from the journal's last seq, a cold
 //! start listing the whole log; `recover` writing the entry of a run killed before it, and
@@ -9,7 +10,7 @@
 //! `.distributor-staging/<op>/`, recovered and logged: `tests/test_s3.rs`.)
 
 use crate::common::hostile::PausedRun;
-use crate::common::s3::{Moto, require_moto, s3_env};
+use crate::common::s3::{Moto, require_moto, require_seaweedfs, s3_env};
 use crate::common::{Env, F, Run};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -399,8 +400,8 @@ fn recover_writes_the_missing_last_entry_once() {
     ignore = "drives the binary's failpoints: cargo test --all-features"
 )]
 fn a_writer_whose_seq_another_entry_took_stops_with_concurrent_change() {
-    let moto = require_moto!();
-    let w = World::new(moto);
+    let server = require_seaweedfs!();
+    let w = World::new(server);
     w.publish(&w.bundle("b1", 1, V1), &[]).expect_code(0);
     let b2 = w.bundle("b2", 2, V2);
     let vars = w.env_vars();

