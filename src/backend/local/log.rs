@@ -368,7 +368,7 @@ impl Log {
 /// Maps a record error to distributor's error.
 fn record_err(e: RecordError, action: &'static str, path: PathBuf) -> Error {
     match e {
-        RecordError::Untrusted(u) => Error::Unsafe(u.message()),
+        RecordError::Untrusted(u) => Error::Untrusted(u.message()),
         RecordError::Io(e) => Error::io(action, path, e),
     }
 }
