@@ -824,6 +824,14 @@ fn a_releases_settings_record_another_uid_wrote_is_never_believed() {
         assert_eq!(r.code, 3, "{cmd}: {}\n{}", r.stdout, r.stderr);
         assert!(r.stdout.contains("untrusted_record"), "{cmd}: {}", r.stdout);
     }
+    // The log cannot be read either: no advice to quarantine an entry that is not the
+    // trouble.
+    let r = env.run(&["status", "--config", c]);
+    assert!(
+        r.stdout.contains("unreadable log") && !r.stdout.contains("--quarantine"),
+        "{}",
+        r.stdout
+    );
     assert_eq!(
         env.snapshot_unlocked("www"),
         before,
