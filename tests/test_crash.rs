@@ -497,7 +497,7 @@ fn every_failpoint_is_reached_and_listed() {
 }
 
 /// Every `failpoint::hit("..")`/`failpoint::io("..")` in the sources is listed in
-/// `failpoint::ALL`, `failpoint::S3` or `failpoint::RELEASES` (and the other way round), each once; `IO` lists exactly
+/// `failpoint::ALL`, `S3`, `RELEASES` or `SERVER` (and the other way round), each once; `IO` lists exactly
 /// the I/O ones.
 #[test]
 fn failpoint_list_matches_the_sources() {
@@ -529,12 +529,16 @@ fn failpoint_list_matches_the_sources() {
     let all: BTreeSet<String> = (failpoint::ALL.iter())
         .chain(failpoint::S3)
         .chain(failpoint::RELEASES)
+        .chain(failpoint::SERVER)
         .map(|s| s.to_string())
         .collect();
     assert_eq!(
         all.len(),
-        failpoint::ALL.len() + failpoint::S3.len() + failpoint::RELEASES.len(),
-        "duplicates in failpoint::ALL, S3 and RELEASES"
+        failpoint::ALL.len()
+            + failpoint::S3.len()
+            + failpoint::RELEASES.len()
+            + failpoint::SERVER.len(),
+        "duplicates in failpoint::ALL, S3, RELEASES and SERVER"
     );
     assert_eq!(
         used, all,
