@@ -214,8 +214,7 @@ fn wait_until_waiting(child: &mut Child) {
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
-            if line.contains("waiting for the lock") && line.contains("host other-host, pid 4242")
-            {
+            if line.contains("waiting for the lock") && line.contains("host other-host, pid 4242") {
                 let _ = tx.send(());
             }
         }

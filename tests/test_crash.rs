@@ -654,7 +654,9 @@ fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
         ("a third placed", &|| {
             count("old") >= N && count("new") <= two_thirds
         }),
-        ("two thirds placed", &|| count("old") >= N && count("new") <= third),
+        ("two thirds placed", &|| {
+            count("old") >= N && count("new") <= third
+        }),
     ];
     let mut interrupted = 0;
     for (i, (moment, seen)) in moments.iter().enumerate() {
@@ -662,7 +664,11 @@ fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
         // The other set than the destination holds (a rolled-back round leaves the one
         // before), so that every file is replaced.
         let holds_a = env.read(&format!("{DEST}/d0/f0.txt")).starts_with("set A ");
-        let (set, bundle) = if holds_a { ("B", &sets[1]) } else { ("A", &sets[0]) };
+        let (set, bundle) = if holds_a {
+            ("B", &sets[1])
+        } else {
+            ("A", &sets[0])
+        };
         retime(bundle, round);
         let before = snapshot(&env);
         let mut child = spawn(bundle);

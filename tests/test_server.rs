@@ -502,8 +502,14 @@ fn a_stalled_request_head_is_dropped_and_does_not_hold_shutdown() {
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
         )
     });
-    assert!(!timed_out, "the stalled head was not dropped: {read:?} after {waited:?}");
-    assert!(waited >= Duration::from_millis(900), "dropped after {waited:?}");
+    assert!(
+        !timed_out,
+        "the stalled head was not dropped: {read:?} after {waited:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(900),
+        "dropped after {waited:?}"
+    );
     // During a shutdown: SIGTERM with a stalled head in flight still exits 0. The server
     // is seen to hold the connection first: it answers a whole request on it, and the
     // stalled head is the next request on the same connection.
