@@ -342,16 +342,26 @@ fn unsafe_kill(pid: i32) {
         .status();
 }
 
-/// A hook that never reads its stdin while the report is 100,000 files long blocks
-/// nothing: the report is written by a thread of its own.
+/// A hook that never reads its stdin while the report is 20,000 files long blocks
+/// nothing: the report is written by a thread of its own. Each file's row carries its
+/// 64-character sha256, so the report is over 1.28 MB: more than any pipe holds (Linux
+/// lets a pipe grow to `/proc/sys/fs/pipe-max-size`, 1 MiB by default; it starts at
+/// 64 KiB).
 #[test]
 fn a_hook_that_never_reads_a_large_report_blocks_nothing() {
+    const FILES: usize = 20_000;
+    let pipe_max: usize = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+        .map_or(1 << 20, |s| s.trim().parse().unwrap());
+    assert!(
+        FILES * 64 > pipe_max,
+        "the report would fit in a pipe of {pipe_max} bytes"
+    );
     let env = Env::new();
     let dir = env.path("big");
     std::fs::create_dir_all(&dir).unwrap();
-    for i in 0..100_000 {
-        let sub = dir.join(format!("d{:03}", i % 1000));
-        if i < 1000 {
+    for i in 0..FILES {
+        let sub = dir.join(format!("d{:03}", i % 200));
+        if i < 200 {
             std::fs::create_dir_all(&sub).unwrap();
         }
         std::fs::write(sub.join(format!("f{i}")), b"").unwrap();
