@@ -463,7 +463,7 @@ fn sigterm_during_an_upload_finishes_it_and_exits_0() {
     // The server stops accepting: new connections are refused once it has seen the signal.
     let start = Instant::now();
     while TcpStream::connect(&server.addr).is_ok() {
-        assert!(start.elapsed() < Duration::from_secs(10), "still accepting");
+        assert!(start.elapsed() < Duration::from_secs(60), "still accepting");
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(server.child_running(), "exited with an upload in flight");
