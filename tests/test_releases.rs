@@ -943,6 +943,31 @@ fn a_crash_at_every_step_of_a_rollback_is_recovered() {
     }
 }
 
+/// Waits until the dry run of `prune` says the oldest release goes for its age (`max_age`
+/// passed, as the clock shows it: no fixed sleep); returns that dry run.
+fn wait_until_aged_out(env: &Env, cfg: &Path) -> Run {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let r = env.run(&[
+            "prune",
+            "--dry-run",
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+        ]);
+        r.expect_code(0);
+        if r.json()["destinations"][0]["releases"][0]["keep"] == false {
+            return r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the oldest release never aged out: {}",
+            r.stdout
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn prune_says_why_each_release_is_kept_or_removed_and_status_lists_them() {
     let env = Env::new();
@@ -956,16 +981,8 @@ fn prune_says_why_each_release_is_kept_or_removed_and_status_lists_them() {
     );
     let ops = publish_versions(&env, &cfg, 3);
     assert_eq!(releases(&env).len(), 3);
-    std::thread::sleep(std::time::Duration::from_millis(2100));
     let before = env.snapshot("www");
-    let r = env.run(&[
-        "prune",
-        "--dry-run",
-        "--json",
-        "--config",
-        cfg.to_str().unwrap(),
-    ]);
-    r.expect_code(0);
+    let r = wait_until_aged_out(&env, &cfg);
     let d = &r.json()["destinations"][0];
     let verdicts: Vec<(String, bool, String)> = d["releases"]
         .as_array()
@@ -1575,7 +1592,7 @@ fn a_killed_prune_leaves_nothing_unfinished() {
         "      keep: 3\n      max_age: 1s\n",
     );
     let ops = publish_versions(&env, &cfg, 3);
-    std::thread::sleep(std::time::Duration::from_millis(2100));
+    wait_until_aged_out(&env, &cfg);
     let r = env.run_env(
         &["prune", "--json", "--config", cfg.to_str().unwrap()],
         &[("DISTRIBUTOR_FAILPOINT", "during_prune")],
