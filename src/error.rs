@@ -72,15 +72,6 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
-    /// An error while carrying out a plan; keeps the plan for the report.
-    #[error("{source}")]
-    Planned {
-        /// The plan that was being executed.
-        plan: Box<crate::plan::DestinationPlan>,
-        /// What went wrong.
-        #[source]
-        source: Box<Error>,
-    },
 }
 
 impl Error {
@@ -115,7 +106,7 @@ impl Error {
             Error::RecoveryRequired(_) => "recovery_required",
             Error::ConcurrentChange(_) => "concurrent_change",
             Error::Untrusted(_) => "untrusted_record",
-            Error::Failed(_) | Error::Planned { .. } | Error::Committed { .. } => "failed",
+            Error::Failed(_) | Error::Committed { .. } => "failed",
         }
     }
 
@@ -124,15 +115,14 @@ impl Error {
     pub fn committed_operation(&self) -> Option<&str> {
         match self {
             Error::Committed { operation_id, .. } => Some(operation_id),
-            Error::Planned { source, .. } => source.committed_operation(),
             _ => None,
         }
     }
 
-    /// The error itself, or the one a [`Error::Planned`] wraps.
+    /// The error itself, or the one an [`Error::Committed`] wraps.
     pub fn root(&self) -> &Error {
         match self {
-            Error::Planned { source, .. } | Error::Committed { source, .. } => source.root(),
+            Error::Committed { source, .. } => source.root(),
             e => e,
         }
     }

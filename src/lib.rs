@@ -25,6 +25,7 @@
 pub mod adopt;
 pub mod backend;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod dest_log;
 pub mod error;
@@ -54,5 +55,6 @@ pub mod server;
 pub mod source;
 pub mod state;
 pub mod tree;
+pub mod units;
 
 pub use error::{Error, Result};

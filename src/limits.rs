@@ -84,8 +84,8 @@ pub fn check_env() -> Result<()> {
 pub fn over(what: &str, size: u64, limit: u64, var: &str) -> String {
     format!(
         "{what} is {size} bytes ({}), over the limit of {limit} bytes ({}); a larger one is refused before it is read (set {var} to raise the limit)",
-        crate::report::human_size(size),
-        crate::report::human_size(limit)
+        crate::units::human_size(size),
+        crate::units::human_size(limit)
     )
 }
 

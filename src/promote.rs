@@ -21,6 +21,7 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef};
+use crate::plan::PlanFailed;
 use crate::plan::{Conflict, DestinationPlan, FileAction, LinkAction, Previous};
 use crate::publish::Outcome;
 use crate::report::{DestinationReport, Report, Status, Summary};
@@ -83,9 +84,12 @@ pub fn promote(config: &Config, opts: &PromoteOptions) -> Result<Outcome> {
                 });
                 reports.push(report);
             }
-            Err(e) => {
+            Err(PlanFailed { plan, error: e }) => {
                 codes.push(e.exit_code());
-                let r = DestinationReport::of_error(&e).unwrap_or_else(|| failed(dest, &e));
+                let r = match plan {
+                    Some(plan) => DestinationReport::of_error(*plan, &e),
+                    None => failed(dest, &e),
+                };
                 reports.push(r);
             }
         }
@@ -213,7 +217,7 @@ fn promote_one(
     opts: &PromoteOptions,
     journal: Option<&mut Journal>,
     view: Option<&crate::journal::JournalView>,
-) -> Result<(DestinationReport, SourceRef)> {
+) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
     let settings = dest
         .releases
         .as_ref()
@@ -240,9 +244,10 @@ fn promote_one(
         StateFile::Invalid(why) => {
             return Err(Error::Failed(format!(
                 "the active release holds invalid state ({why}); nothing promoted"
-            )));
+            ))
+            .into());
         }
-        StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why)),
+        StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why).into()),
     };
     let mut plan = plan(dest, &me, from.as_ref(), to, &release)?;
     let source = (plan.new_state.as_ref())
@@ -332,10 +337,7 @@ fn promote_one(
             DestinationReport::from_plan(plan, Status::Applied, Some(op)),
             source,
         )),
-        Err(e) => Err(Error::Planned {
-            plan: Box::new(plan),
-            source: Box::new(e),
-        }),
+        Err(e) => Err(PlanFailed::new(plan, e)),
     }
 }
 

@@ -7,10 +7,11 @@
 
 use crate::backend::BundleStore;
 use crate::backend::releases::{PruneBy, ReleaseStore, log::Verdict};
+use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::execute::record_removal;
-use crate::journal::{Journal, OperationRecord, event, now};
+use crate::journal::{Journal, OperationRecord, event};
 use crate::progress::Ticker;
 use crate::publish::check_recovery;
 use crate::state::StateFile;

@@ -10,6 +10,7 @@ use crate::hash::{ContentHash, hash_file};
 use crate::journal::{Journal, JournalView};
 use crate::model::{Decision, Owner};
 use crate::plan::Overrides;
+use crate::plan::PlanFailed;
 use crate::plan::saved::{PlanFile, SavedDestination, refuse_stale};
 use crate::plan::{DestinationPlan, PlanInput, Republication, Storage, plan_destination};
 use crate::progress::{Bytes, Ticker};
@@ -128,14 +129,16 @@ pub fn publish_with_progress(
             &mut saved,
         ) {
             Ok(x) => x,
-            Err(e) => {
+            Err(PlanFailed { plan, error: e }) => {
                 if matches!(e.root(), Error::Source(_)) {
                     invalid_source = Some(e.to_string());
                 }
                 concurrent_change |= matches!(e.root(), Error::ConcurrentChange(_));
                 let code = e.exit_code();
-                let mut r = DestinationReport::of_error(&e)
-                    .unwrap_or_else(|| failed_report(config, dest, source, e.to_string()));
+                let mut r = match plan {
+                    Some(plan) => DestinationReport::of_error(*plan, &e),
+                    None => failed_report(config, dest, source, e.to_string()),
+                };
                 if r.status == Status::Failed {
                     r.error_kind = Some(e.kind());
                 }
@@ -153,7 +156,7 @@ pub fn publish_with_progress(
     let saved = (opts.save_plan && all_planned).then(|| PlanFile {
         plan_format_version: crate::plan::saved::PLAN_FORMAT_VERSION,
         pipeline_id: config.pipeline_id.clone(),
-        planned_at: crate::journal::now(),
+        planned_at: crate::clock::now(),
         source: source.source_ref(),
         force: opts.force,
         allow_delete: opts.allow_delete,
@@ -848,7 +851,7 @@ fn publish_one(
     journaling: Journaling<'_>,
     progress: Option<&dyn Progress>,
     saved: &mut Vec<SavedDestination>,
-) -> Result<(DestinationReport, u8)> {
+) -> std::result::Result<(DestinationReport, u8), PlanFailed> {
     let (journal, view) = match journaling {
         Journaling::Real(j) => (Some(j), None),
         Journaling::DryRun(v) => (None, v),
@@ -890,10 +893,7 @@ fn publish_one(
             progress.done(1);
             if size != f.size || sha != f.sha256 {
                 let e = crate::source::content_mismatch(&f.path, size, &sha, f.size, &f.sha256);
-                return Err(Error::Planned {
-                    plan: Box::new(plan.clone()),
-                    source: Box::new(e),
-                });
+                return Err(PlanFailed::new(plan.clone(), e));
             }
         }
         // The journal (read only) and staging say whether recovery is pending: the real
@@ -904,10 +904,7 @@ fn publish_one(
             Pending::Recovery(what)
                 if !stands_during_recovery(plan.decision) && !untrusted(&plan) =>
             {
-                return Err(Error::Planned {
-                    plan: Box::new(plan),
-                    source: Box::new(Error::RecoveryRequired(what)),
-                });
+                return Err(PlanFailed::new(plan, Error::RecoveryRequired(what)));
             }
             Pending::Busy(who) => Some(who),
             _ => None,
@@ -938,10 +935,7 @@ fn publish_one(
         fingerprints,
         republished,
     } = read_destination(config, dest, source, journal)?;
-    let with_plan = |plan: &DestinationPlan, e: Error| Error::Planned {
-        plan: Box::new(plan.clone()),
-        source: Box::new(e),
-    };
+    let with_plan = |plan: &DestinationPlan, e: Error| PlanFailed::new(plan.clone(), e);
     // A held republication read the state (and dropped it).
     let read_state = state.is_some() || matches!(republished, Republished::Held(_));
     let locked_before = match &unlocked.store {
@@ -1024,7 +1018,7 @@ fn publish_one(
     // half-placed files, which are no conflicts (issue 27), so the lock error, naming the
     // holder, is all that is reported then.
     let mut planned = |e: Error| match &preview {
-        Some(p) if matches!(e, Error::Lock(_)) && !p.conflicts.is_empty() => e,
+        Some(p) if matches!(e, Error::Lock(_)) && !p.conflicts.is_empty() => e.into(),
         Some(p) => with_plan(p, e),
         None => match plan_with(
             config,
@@ -1036,9 +1030,9 @@ fn publish_one(
             &unlocked.view(),
             Ticker::NONE,
         ) {
-            Ok(p) if matches!(e, Error::Lock(_)) && !p.conflicts.is_empty() => e,
+            Ok(p) if matches!(e, Error::Lock(_)) && !p.conflicts.is_empty() => e.into(),
             Ok(p) => with_plan(&p, e),
-            Err(_) => e,
+            Err(_) => e.into(),
         },
     };
     let backend = backend::for_destination(dest).map_err(&mut planned)?;
@@ -1137,10 +1131,7 @@ fn publish_one(
             }
             Ok((r, 0))
         }
-        Err(e) => Err(Error::Planned {
-            plan: Box::new(plan),
-            source: Box::new(e),
-        }),
+        Err(e) => Err(PlanFailed::new(plan, e)),
     }
 }
 
@@ -1230,7 +1221,7 @@ pub(crate) fn journal_refused(
 ) -> Result<String> {
     let record = crate::journal::OperationRecord {
         operation_id: uuid::Uuid::new_v4().to_string(),
-        started_at: crate::journal::now(),
+        started_at: crate::clock::now(),
         command: command.to_string(),
         actor: actor.to_string(),
         pipeline_id: pipeline_id.to_string(),

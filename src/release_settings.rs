@@ -8,9 +8,10 @@
 
 use crate::backend::releases::ReleaseStore;
 use crate::backend::releases::log::RecordedSettings;
+use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
-use crate::journal::{Journal, OperationRecord, event, now};
+use crate::journal::{Journal, OperationRecord, event};
 use crate::publish::check_recovery;
 use serde::Serialize;
 use std::fmt::Write;

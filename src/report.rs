@@ -5,6 +5,7 @@ use crate::hash::ContentHash;
 use crate::model::{Decision, FileOp, SourceRef, StateMode, TakeoverMode};
 use crate::plan::{Conflict, DestinationPlan, FileAction, LinkAction, Previous, TakeoverEntry};
 use crate::source::Manifest;
+use crate::units::human_size;
 use serde::Serialize;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -196,22 +197,18 @@ impl Serialize for Files {
 }
 
 impl DestinationReport {
-    /// The entry of a destination whose run failed with `e`, when the error kept its
-    /// plan (`None` otherwise). Past the commit point the operation stands (SPEC §17: a
-    /// report never says less than what happened): applied, its files counted, with the
-    /// error, which says what is left for `recover`, as the message (exit 1 all the same).
-    pub fn of_error(e: &crate::error::Error) -> Option<Self> {
-        let crate::error::Error::Planned { plan, .. } = e else {
-            return None;
-        };
-        let plan = (**plan).clone();
+    /// The entry of a destination whose run failed with `e` while it carried out `plan`.
+    /// Past the commit point the operation stands (SPEC §17: a report never says less
+    /// than what happened): applied, its files counted, with the error, which says what is
+    /// left for `recover`, as the message (exit 1 all the same).
+    pub fn of_error(plan: DestinationPlan, e: &crate::error::Error) -> Self {
         let mut r = match e.committed_operation() {
             Some(op) => Self::from_plan(plan, Status::Applied, Some(op.to_string())),
             None => Self::from_plan(plan, Status::Failed, None),
         };
         r.message = e.to_string();
         r.error_kind = (r.status == Status::Failed).then(|| e.kind());
-        Some(r)
+        r
     }
 
     /// Builds the entry of a plan.
@@ -786,21 +783,6 @@ fn write_conflicts(out: &mut String, conflicts: &[Conflict], opts: &TextOptions)
             let _ = writeln!(out, "    at {}{more}", paths[..shown].join(", "));
         }
     }
-}
-
-/// A size for people: bytes up to 1023, then KiB, MiB, GiB, TiB with one decimal.
-pub fn human_size(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut v = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit < UNITS.len() - 1 {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
 }
 
 fn status_word(s: Status) -> &'static str {

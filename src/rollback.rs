@@ -13,12 +13,14 @@
 
 use crate::backend::BundleStore;
 use crate::backend::releases::ReleaseStore;
+use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::execute::{ExecContext, Origin, StagedOperation, Transaction, execute, retain};
 use crate::hash::sha256_hex;
-use crate::journal::{Journal, now, query};
+use crate::journal::{Journal, query};
 use crate::model::{Decision, FileOp, Owner, SourceRef, StateMode};
+use crate::plan::PlanFailed;
 use crate::plan::{DestinationPlan, FileAction, LinkAction, Previous};
 use crate::publish::{Outcome, check_recovery, plan_rollback};
 use crate::report::{DestinationReport, Report, Status, Summary};
@@ -90,13 +92,16 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
                 });
                 reports.push(report);
             }
-            Err(e) => {
+            Err(PlanFailed { plan, error: e }) => {
                 codes.push(e.exit_code());
-                let mut r = DestinationReport::of_error(&e).unwrap_or_else(|| {
-                    let mut r = failed(dest);
-                    r.message = e.to_string();
-                    r
-                });
+                let mut r = match plan {
+                    Some(plan) => DestinationReport::of_error(*plan, &e),
+                    None => {
+                        let mut r = failed(dest);
+                        r.message = e.to_string();
+                        r
+                    }
+                };
                 if r.status == Status::Failed {
                     r.error_kind = Some(e.kind());
                 }
@@ -229,7 +234,7 @@ fn rollback_one(
     opts: &RollbackOptions,
     journal: Option<&mut Journal>,
     view: Option<&crate::journal::JournalView>,
-) -> Result<(DestinationReport, SourceRef)> {
+) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
     let settings = dest.releases.as_ref().ok_or_else(|| {
         Error::Usage(format!(
             "destination '{}' has no releases block: only a destination with releases can be rolled back (SPEC §15)",
@@ -255,12 +260,12 @@ fn rollback_one(
         if opts.to.is_none() {
             return Err(Error::Failed(format!(
                 "path_changed: {why}; a rollback steps back from the active release, which the log and path disagree about: name the release to activate with --to OP_ID"
-            )));
+            )).into());
         }
         if shared {
             return Err(Error::Failed(format!(
                 "path_changed: {why}; a shared root's rollback builds on the active release, which the log and path disagree about: put path back first"
-            )));
+            )).into());
         }
     }
     let logged = store.log_view()?.active().map(str::to_string);
@@ -272,7 +277,8 @@ fn rollback_one(
             return Err(Error::Failed(format!(
                 "{}: no release is active; nothing to roll back",
                 dest.path.display()
-            )));
+            ))
+            .into());
         }
     };
     let me = Owner::new(&config.pipeline_id, &dest.id);
@@ -291,7 +297,8 @@ fn rollback_one(
         return Err(Error::Failed(format!(
             "release {target} is already active at {}",
             dest.path.display()
-        )));
+        ))
+        .into());
     }
     let to = store.release_state(&target)?;
     if shared {
@@ -310,16 +317,17 @@ fn rollback_one(
     let from = match active_state {
         StateFile::Valid(s) => s,
         StateFile::Absent => {
-            return Err(Error::Failed(format!(
-                "the active release {current} holds no state"
-            )));
+            return Err(
+                Error::Failed(format!("the active release {current} holds no state")).into(),
+            );
         }
         StateFile::Invalid(why) => {
             return Err(Error::Failed(format!(
                 "the active release {current} holds invalid state ({why})"
-            )));
+            ))
+            .into());
         }
-        StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why)),
+        StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why).into()),
     };
     let plan = plan(dest, &from, to, &current, &target)?;
     let source = plan
@@ -361,10 +369,7 @@ fn rollback_one(
             r.release_activated = Some(target.clone());
             Ok((r, source))
         }
-        Err(e) => Err(Error::Planned {
-            plan: Box::new(plan),
-            source: Box::new(e),
-        }),
+        Err(e) => Err(PlanFailed::new(plan, e)),
     }
 }
 
@@ -383,11 +388,12 @@ fn rollback_owner(
     to: State,
     target: &str,
     undoes: &str,
-) -> Result<(DestinationReport, SourceRef)> {
+) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
     let Some(record) = to.owner(me).cloned() else {
         return Err(Error::Failed(format!(
             "release {target} holds no records of {me}; nothing to roll back to"
-        )));
+        ))
+        .into());
     };
     let outputs: Vec<_> = (to.outputs.iter())
         .filter(|o| *o.owner == *me)
@@ -475,10 +481,7 @@ fn rollback_owner(
             r.release_activated = Some(op);
             Ok((r, source_ref))
         }
-        Err(e) => Err(Error::Planned {
-            plan: Box::new(plan),
-            source: Box::new(e),
-        }),
+        Err(e) => Err(PlanFailed::new(plan, e)),
     }
 }
 

@@ -158,7 +158,7 @@ impl Bar {
             _ if shape.counts_bytes() => format!(
                 "{}, {}",
                 shape.unit,
-                crate::report::human_size(self.bytes.load(Ordering::Relaxed))
+                crate::units::human_size(self.bytes.load(Ordering::Relaxed))
             ),
             _ => shape.unit.to_string(),
         };
@@ -297,7 +297,7 @@ impl Lines {
 /// One progress line.
 fn line(command: &str, s: &LinesState, now: Instant) -> String {
     let bytes = match s.shape.counts_bytes() {
-        true => format!(", {}", crate::report::human_size(s.bytes)),
+        true => format!(", {}", crate::units::human_size(s.bytes)),
         false => String::new(),
     };
     format!(

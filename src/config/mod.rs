@@ -360,8 +360,8 @@ impl Config {
                 "config {}: is {} bytes ({}); a config is at most {} ({} bytes) and is refused before it is read",
                 file.display(),
                 m.len(),
-                crate::report::human_size(m.len()),
-                crate::report::human_size(crate::limits::CONFIG_BYTES),
+                crate::units::human_size(m.len()),
+                crate::units::human_size(crate::limits::CONFIG_BYTES),
                 crate::limits::CONFIG_BYTES
             )));
         }

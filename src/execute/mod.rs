@@ -21,10 +21,11 @@ pub use staging_record::{
 
 use crate::backend::BundleStore;
 use crate::backend::local::Placed;
+use crate::clock::now;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::hash::{ContentHash, sha256_hex};
-use crate::journal::{ActionRecord, Journal, OperationRecord, event, now};
+use crate::journal::{ActionRecord, Journal, OperationRecord, event};
 use crate::plan::DestinationPlan;
 use crate::source::Source;
 

@@ -126,7 +126,7 @@ pub fn migrate(conn: &mut Connection) -> Result<(), String> {
             .map_err(|e| format!("migration {name}: {e}"))?;
         tx.execute(
             "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
-            rusqlite::params![i as i64 + 1, name, super::now()],
+            rusqlite::params![i as i64 + 1, name, crate::clock::now()],
         )
         .map_err(describe)?;
     }

@@ -14,6 +14,7 @@ pub use read_only::JournalView;
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 
 use crate::backend::local::Fingerprint;
+use crate::clock::now;
 use crate::error::{Error, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::borrow::Cow;
@@ -1075,11 +1076,6 @@ pub(crate) fn is_a_directory(path: &Path) -> Error {
 
 /// How long a journal statement waits for another process's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Current UTC time, RFC 3339 with milliseconds.
-pub fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
 
 pub(crate) fn jerr(path: &Path, e: rusqlite::Error) -> Error {
     let message = match &e {

@@ -332,3 +332,30 @@ impl DestinationPlan {
 
 #[cfg(test)]
 mod tests;
+
+/// A destination's run that failed while it carried out a plan: the error, and the plan,
+/// kept for the report (a report never says less than what happened, SPEC §17). An
+/// error before there was a plan has none.
+#[derive(Debug)]
+pub struct PlanFailed {
+    /// The plan that was being carried out, if there was one yet.
+    pub plan: Option<Box<DestinationPlan>>,
+    /// What went wrong.
+    pub error: crate::error::Error,
+}
+
+impl PlanFailed {
+    /// `error`, met while carrying out `plan`.
+    pub fn new(plan: DestinationPlan, error: crate::error::Error) -> Self {
+        PlanFailed {
+            plan: Some(Box::new(plan)),
+            error,
+        }
+    }
+}
+
+impl From<crate::error::Error> for PlanFailed {
+    fn from(error: crate::error::Error) -> Self {
+        PlanFailed { plan: None, error }
+    }
+}

@@ -33,7 +33,7 @@ impl Holder {
             pid: std::process::id(),
             actor: Some(actor.to_string()),
             operation,
-            since: crate::journal::now(),
+            since: crate::clock::now(),
         }
     }
 

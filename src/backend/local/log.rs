@@ -163,7 +163,7 @@ pub struct Entry {
 impl Entry {
     /// An entry with only who, what and when (seq 0: the writer numbers it).
     pub fn new(operation_id: &str, command: &str, decision: &str) -> Entry {
-        let now = crate::journal::now();
+        let now = crate::clock::now();
         Entry {
             log_format_version: LOG_FORMAT_VERSION,
             seq: 0,
@@ -293,13 +293,13 @@ pub fn set_recovering(actor: &str) {
     let _ = RECOVERING.set(RecoveredBy {
         actor: actor.to_string(),
         host: host(),
-        at: crate::journal::now(),
+        at: crate::clock::now(),
     });
 }
 
 fn recovered_by() -> Option<RecoveredBy> {
     RECOVERING.get().cloned().map(|mut r| {
-        r.at = crate::journal::now();
+        r.at = crate::clock::now();
         r
     })
 }
