@@ -7,7 +7,6 @@
 //!
 //! Must never: change an entry, or write anything but the quarantine and its entry.
 
-use crate::backend::local::handle::Dir;
 use crate::backend::local::log::{self, Bad, Entry};
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{Error, IoContext, Result};
@@ -283,8 +282,8 @@ fn read_stored(dest: &Destination, bundle: &std::path::Path) -> Result<log::Log>
 
 /// Reads the log below `base`; an absent `base` has an empty log.
 fn read_one(base: &std::path::Path) -> Result<log::Log> {
-    match Dir::open_path(base) {
-        Ok(d) => log::read(&d),
+    match log::read_below(base) {
+        Ok(log) => log,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(log::Log::default()),
         Err(e) => Err(e).ctx("open", base),
     }

@@ -20,7 +20,7 @@
 //!
 //! `powercut` simulates a power cut at that moment: the local backend undoes every change
 //! to the destination not yet made durable by an fsync or syncfs
-//! ([`crate::backend::local::crashsim`]), and the process aborts.
+//! ([`crate::fs::crashsim`]), and the process aborts.
 //!
 //! `k` defaults to 1. Error actions only act on I/O failpoints ([`io`]); crash points
 //! ([`hit`]) have no error path to take. `DISTRIBUTOR_FAILPOINT_LOG=<file>` appends the name
@@ -240,7 +240,7 @@ mod imp {
                 std::process::abort();
             }
             if s.action == Action::PowerCut {
-                crate::backend::local::crashsim::power_cut();
+                crate::fs::crashsim::power_cut();
                 eprintln!("failpoint {name} hit: power cut, aborting");
                 std::process::abort();
             }

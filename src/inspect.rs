@@ -5,7 +5,8 @@
 //! destination log says distributor made (`log_mismatch`); exit 3 on drift. Neither writes.
 
 use crate::backend::local::records::RECORD_DIR;
-use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE, Proof};
+use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE};
+use crate::backend::types::Proof;
 use crate::backend::{self, BundleStore};
 use crate::config::{Destination, PathMapping};
 use crate::error::Result;
@@ -254,8 +255,7 @@ fn log_error(bundle: &Path, store: Option<&dyn BundleStore>) -> Option<String> {
         Ok(None) => {}
         Err(e) => return Some(e.to_string()),
     }
-    let dir = crate::backend::local::handle::Dir::open_path(bundle).ok()?;
-    match crate::backend::local::log::read(&dir) {
+    match crate::backend::local::log::read_below(bundle).ok()? {
         Ok(l) => l.bad_message(),
         Err(e) => Some(e.to_string()),
     }

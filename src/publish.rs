@@ -2,7 +2,7 @@
 //! probe storage, plan, and (unless dry run) lock, re-plan under the lock, and execute
 //! through the journal. Shared by the CLI and the HTTP server.
 
-use crate::backend::{self, BundleStore, local};
+use crate::backend::{self, BundleStore, local, types};
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{Error, Result};
 use crate::execute::{ExecContext, Progress, execute};
@@ -305,7 +305,7 @@ pub fn plan_one(
     dest: &Destination,
     source: &Source,
     lift: Overrides,
-    fingerprints: &local::Fingerprints,
+    fingerprints: &types::Fingerprints,
     journal: Option<&JournalView>,
     progress: Ticker<'_>,
 ) -> Result<DestinationPlan> {
@@ -420,7 +420,7 @@ fn plan_with(
     dest: &Destination,
     source: &Source,
     lift: Overrides,
-    fingerprints: &local::Fingerprints,
+    fingerprints: &types::Fingerprints,
     memo: &mut StateMemo,
     view: &View,
     progress: Ticker<'_>,
@@ -452,7 +452,7 @@ pub fn plan_rollback(
 ) -> Result<DestinationPlan> {
     let view = View::Store(store);
     let state = StateMemo::new(source).read(&view)?;
-    let fingerprints = local::Fingerprints::default();
+    let fingerprints = types::Fingerprints::default();
     let storage = probe_for_plan(&view, source, &state, &fingerprints, Ticker::NONE)?;
     Ok(plan_destination(&PlanInput {
         pipeline_id: &config.pipeline_id,
@@ -474,7 +474,7 @@ fn plan_state(
     dest: &Destination,
     source: &Source,
     lift: Overrides,
-    fingerprints: &local::Fingerprints,
+    fingerprints: &types::Fingerprints,
     bundle: &Path,
     state: &StateFile,
     view: &View,
@@ -512,7 +512,7 @@ fn plan_general(
     dest: &Destination,
     source: &Source,
     lift: Overrides,
-    fingerprints: &local::Fingerprints,
+    fingerprints: &types::Fingerprints,
     bundle: &Path,
     state: &StateFile,
     view: &View,
@@ -570,7 +570,7 @@ const REPUBLICATION_CHUNK: usize = 16_384;
 fn probe_republication(
     republication: Republication,
     store: &dyn BundleStore,
-    fingerprints: &local::Fingerprints,
+    fingerprints: &types::Fingerprints,
     bundle: &Path,
     progress: Ticker<'_>,
 ) -> Result<Option<DestinationPlan>> {
@@ -592,7 +592,7 @@ fn probe_republication(
             let Some(placed) = fingerprints.vouching(&o.path, &o.sha256) else {
                 return Ok(None);
             };
-            let proof = local::Proof {
+            let proof = types::Proof {
                 sha256: &o.sha256,
                 placed: Some(placed),
                 or_hash: false,
@@ -671,7 +671,7 @@ fn probe_for_plan<'a>(
     view: &View,
     source: &'a Source,
     state: &'a StateFile,
-    fingerprints: &'a local::Fingerprints<'_>,
+    fingerprints: &'a types::Fingerprints<'_>,
     progress: Ticker<'_>,
 ) -> Result<Storage<'a>> {
     let m = &source.manifest;
@@ -690,13 +690,13 @@ fn probe_for_plan<'a>(
         StateFile::Absent | StateFile::Invalid(_) | StateFile::Untrusted(..) => Vec::new(),
     };
     // Sized exactly: at a million paths a doubling series would hold twice the list.
-    let mut paths: Vec<(&str, Option<local::Proof>)> =
+    let mut paths: Vec<(&str, Option<types::Proof>)> =
         Vec::with_capacity(m.outputs.len() + m.links.len() + unwanted.len() + 1);
     paths.extend(
         (m.outputs.iter())
             .zip(recorded_same(state, source))
             .map(|(o, same)| {
-                let proof = same.then(|| local::Proof {
+                let proof = same.then(|| types::Proof {
                     sha256: &o.sha256,
                     placed: fingerprints.vouching(&o.path, &o.sha256),
                     or_hash: true,
@@ -738,7 +738,7 @@ struct DestinationRead<'m> {
     unlocked: Unlocked,
     memo: StateMemo,
     state: Option<Rc<StateFile>>,
-    fingerprints: local::Fingerprints<'m>,
+    fingerprints: types::Fingerprints<'m>,
     republished: Republished,
 }
 
@@ -779,10 +779,10 @@ fn read_destination<'m>(
     let republication =
         (state.as_deref()).and_then(|s| Republication::of(&config.pipeline_id, dest, source, s));
     let (Some(republication), Some(store)) = (republication, unlocked.store.as_deref()) else {
-        let mut fingerprints = local::Fingerprints::default();
+        let mut fingerprints = types::Fingerprints::default();
         if let Some(state) = &state {
             fingerprints =
-                local::Fingerprints::wanting_outputs(outputs, recorded_same(state, source));
+                types::Fingerprints::wanting_outputs(outputs, recorded_same(state, source));
             journal.fingerprints(&key, &mut fingerprints)?;
         }
         return Ok(DestinationRead {
@@ -801,7 +801,7 @@ fn read_destination<'m>(
         vouched: memo.vouched,
         ..StateMemo::new(source)
     };
-    let mut fingerprints = local::Fingerprints::wanting_all(outputs);
+    let mut fingerprints = types::Fingerprints::wanting_all(outputs);
     journal.fingerprints(&key, &mut fingerprints)?;
     let republished =
         match probe_republication(republication, store, &fingerprints, &bundle, Ticker::NONE)? {
@@ -860,10 +860,10 @@ fn publish_one(
         // Dry run: plan, and read the files a real run would write so both reach the
         // same verdict on the source. Unchanged files are proven by the journal's
         // placement fingerprints (read only) as in the real run, not hashed.
-        let mut fingerprints = local::Fingerprints::default();
+        let mut fingerprints = types::Fingerprints::default();
         if let Some(v) = view {
             let bundle = bundle_path(config, dest, source)?;
-            fingerprints = local::Fingerprints::wanting_all(&source.manifest.outputs);
+            fingerprints = types::Fingerprints::wanting_all(&source.manifest.outputs);
             v.fingerprints(&bundle.to_string_lossy(), &mut fingerprints)?;
         }
         // `plan` shows how probing and hashing go (SPEC §20).
@@ -1275,11 +1275,11 @@ fn staging_names(store: &dyn BundleStore) -> Result<Vec<String>> {
         .staging_entries()?
         .into_iter()
         .filter_map(|e| match e {
-            local::StagingEntry::Operation(n) => Some(n),
-            local::StagingEntry::Unfinished(op) => Some(format!("{}{op}", local::TMP_PREFIX)),
-            local::StagingEntry::Foreign(n, _) => Some(n),
-            local::StagingEntry::Legacy(op) => Some(format!("{}/{op}", local::LEGACY_STAGING_DIR)),
-            local::StagingEntry::Untrusted(..) => None,
+            types::StagingEntry::Operation(n) => Some(n),
+            types::StagingEntry::Unfinished(op) => Some(format!("{}{op}", local::TMP_PREFIX)),
+            types::StagingEntry::Foreign(n, _) => Some(n),
+            types::StagingEntry::Legacy(op) => Some(format!("{}/{op}", local::LEGACY_STAGING_DIR)),
+            types::StagingEntry::Untrusted(..) => None,
         })
         .collect())
 }

@@ -21,7 +21,8 @@
 //! ([`crate::backend`]), which refuses staging that is not a real directory tree its own
 //! record describes.
 
-use crate::backend::local::{STAGING_DIR, StagingEntry};
+use crate::backend::local::STAGING_DIR;
+use crate::backend::types::StagingEntry;
 use crate::backend::{self, Backend, BundleStore, Verdict, state_sha256};
 use crate::config::{Config, PathMapping};
 use crate::error::{Error, Result};
@@ -1037,9 +1038,9 @@ fn logged(store: &dyn BundleStore, bundle: &Path, op: &str) -> Result<bool> {
     if let Some(log) = store.read_log()? {
         return Ok(log.names_operation(op));
     }
-    let dir = crate::backend::local::handle::Dir::open_path(bundle)
-        .map_err(|e| Error::io("open", bundle, e))?;
-    Ok(crate::backend::local::log::read(&dir)?.names_operation(op))
+    let log = crate::backend::local::log::read_below(bundle)
+        .map_err(|e| Error::io("open", bundle, e))??;
+    Ok(log.names_operation(op))
 }
 
 /// Why a releases operation diverged (its `path` names neither the release it activates

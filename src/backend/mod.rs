@@ -16,15 +16,16 @@
 pub mod local;
 pub mod releases;
 pub mod s3;
+pub mod types;
 
 use crate::error::Result;
 use crate::execute::StagedOperation;
 use crate::hash::ContentHash;
 use crate::plan::Storage;
 use crate::state::StateFile;
-use local::{Proof, StagingEntry, StateBytes};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use types::{Placed, Proof, StagingEntry, StateBytes};
 
 /// A kind of storage destinations can live on.
 pub trait Backend: std::fmt::Debug + Sync {
@@ -196,7 +197,7 @@ pub trait BundleStore: std::fmt::Debug + Sync {
 
     /// Places the file staged for action `i`; its placement fingerprint, where the
     /// backend proves content by one (an object store proves it by the state's ETag).
-    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<local::Placed>>;
+    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Placed>>;
 
     /// Creates the link of action `i`.
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()>;
@@ -245,7 +246,7 @@ pub trait BundleStore: std::fmt::Debug + Sync {
 
     /// The destination log's tail as journals remember it for this store (SPEC §18
     /// "Finding the tail"), where a writer lists the log from the entry last seen rather
-    /// than from the start: object stores. See [`crate::journal::Journal::with_log_tail`].
+    /// than from the start: object stores. The journal keeps it (`Journal::with_log_tail`).
     fn log_cursor(&self) -> Option<&LogCursor> {
         None
     }

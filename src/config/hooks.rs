@@ -1,7 +1,7 @@
 //! The `hooks:` blocks (SPEC §19), under `pipeline:` (for every destination) and per
 //! destination: programs run after a committed publication, promote or rollback
 //! (`after_commit`) or after one that failed or was rolled back (`after_failure`).
-//! Validated here with key paths; `crate::hooks` runs them.
+//! Validated here with key paths; `hooks.rs` runs them.
 
 use serde::Deserialize;
 

@@ -2,7 +2,7 @@
 //! `{created:<strftime>}` (UTC). Parsed once at config load so unknown placeholders and bad
 //! strftime formats are config errors; rendered per publication.
 
-use crate::source::check_safe_path;
+use crate::paths::check_safe_path;
 use chrono::format::{Item, StrftimeItems};
 use chrono::{DateTime, FixedOffset, Utc};
 

@@ -23,7 +23,7 @@
 
 use super::journal_records;
 use super::staging_record::StagedOperation;
-use crate::backend::local::Placed;
+use crate::backend::types::Placed;
 use crate::backend::{BundleStore, Committed, Verdict};
 use crate::error::{Error, Result};
 use crate::failpoint;
@@ -158,7 +158,7 @@ impl Passed<'_> {
     /// fingerprints of the active release's files, taken after the stage linked them into
     /// its release (which changed their ctimes, SPEC §13). No retention: nothing was
     /// activated.
-    pub fn hold(self, active: &[(String, crate::backend::local::Fingerprint)]) -> Result<String> {
+    pub fn hold(self, active: &[(String, crate::backend::types::Fingerprint)]) -> Result<String> {
         let Passed { tx, committed } = self;
         let Transaction {
             journal,
@@ -231,7 +231,7 @@ pub fn record_removal(
     journal: &mut Journal,
     record: &crate::journal::OperationRecord,
     events: &[(&str, Option<&str>)],
-    fingerprints: &[(String, crate::backend::local::Fingerprint)],
+    fingerprints: &[(String, crate::backend::types::Fingerprint)],
     log: impl FnOnce(&str) -> Result<()>,
 ) -> Result<()> {
     journal.finished_operation(record, events, fingerprints)?;

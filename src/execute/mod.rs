@@ -20,7 +20,7 @@ pub use staging_record::{
 };
 
 use crate::backend::BundleStore;
-use crate::backend::local::Placed;
+use crate::backend::types::Placed;
 use crate::clock::now;
 use crate::error::{Error, Result};
 use crate::failpoint;
@@ -117,7 +117,7 @@ pub fn execute(
 /// they are now.
 fn active_fingerprints(
     releases: &crate::backend::releases::ReleaseStore,
-) -> Result<Vec<(String, crate::backend::local::Fingerprint)>> {
+) -> Result<Vec<(String, crate::backend::types::Fingerprint)>> {
     let crate::state::StateFile::Valid(active) = releases.read_state()?.parse() else {
         return Ok(Vec::new());
     };
@@ -202,7 +202,7 @@ fn run_steps(
     source: &Source,
     staged: &StagedOperation,
     store: &dyn BundleStore,
-    pre: crate::backend::local::StateBytes,
+    pre: crate::backend::types::StateBytes,
     post: Vec<u8>,
     journal: &Journal,
     progress: Option<&dyn Progress>,

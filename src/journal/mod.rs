@@ -13,7 +13,7 @@ pub use read_only::JournalView;
 
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 
-use crate::backend::local::Fingerprint;
+use crate::backend::types::Fingerprint;
 use crate::clock::now;
 use crate::error::{Error, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -376,7 +376,7 @@ impl Journal {
         committed: crate::backend::Committed,
         operation_id: &str,
         bundle_path: &str,
-        placements: &[(usize, crate::backend::local::Placed)],
+        placements: &[(usize, crate::backend::types::Placed)],
     ) -> Result<()> {
         let path = self.path.clone();
         let tx = self.write_transaction()?;
@@ -546,7 +546,7 @@ impl Journal {
     pub fn fingerprints(
         &self,
         bundle_path: &str,
-        wanted: &mut crate::backend::local::Fingerprints<'_>,
+        wanted: &mut crate::backend::types::Fingerprints<'_>,
     ) -> Result<()> {
         read_fingerprints(
             &self.conn,
@@ -708,7 +708,7 @@ pub(crate) fn read_fingerprints(
     journal: &Path,
     version: i64,
     bundle_path: &str,
-    wanted: &mut crate::backend::local::Fingerprints<'_>,
+    wanted: &mut crate::backend::types::Fingerprints<'_>,
 ) -> Result<()> {
     if wanted.open() == 0 {
         return Ok(());
@@ -755,7 +755,7 @@ pub(crate) fn read_fingerprints(
             set,
         ));
         for_each_element(text, |SetEntry(path, size, mtime_ns, ino, sha256, ctime_ns)| {
-            let placed = crate::backend::local::Placed {
+            let placed = crate::backend::types::Placed {
                 size: size as u64,
                 mtime_ns,
                 ino: ino as u64,
@@ -784,7 +784,7 @@ pub(crate) fn read_fingerprints(
             break;
         };
         let text = |i| r.get_ref(i).and_then(|v| Ok(v.as_str()?)).map_err(err);
-        let placed = crate::backend::local::Placed {
+        let placed = crate::backend::types::Placed {
             size: r.get::<_, i64>(1).map_err(err)? as u64,
             mtime_ns: r.get(2).map_err(err)?,
             ino: r.get::<_, i64>(3).map_err(err)? as u64,
@@ -807,7 +807,7 @@ fn offer_commit_set(
     set: rusqlite::blob::Blob<'_>,
     action_set: i64,
     (mtime_base, ctime_base): (i64, Option<i64>),
-    wanted: &mut crate::backend::local::Fingerprints<'_>,
+    wanted: &mut crate::backend::types::Fingerprints<'_>,
 ) -> Result<()> {
     let err = |e| jerr(journal, e);
     let corrupt = |what: String| Error::Journal {
@@ -850,7 +850,7 @@ fn offer_commit_set(
                 )));
             }
         };
-        let placed = crate::backend::local::Placed {
+        let placed = crate::backend::types::Placed {
             size: size.unwrap_or(0) as u64,
             mtime_ns: mtime_base.wrapping_add(mtime),
             ino: ino as u64,
@@ -951,7 +951,7 @@ fn insert_commit_set(
     path: &Path,
     operation_id: &str,
     bundle_path: &str,
-    placements: &[(usize, crate::backend::local::Placed)],
+    placements: &[(usize, crate::backend::types::Placed)],
 ) -> Result<()> {
     if placements.is_empty() {
         return Ok(());
@@ -974,7 +974,7 @@ fn insert_commit_set(
     // typically under 64 bytes): no list of rows, no doubling, at a million files.
     let set = crate::model::Seq(
         placements,
-        |(seq, f): &(usize, crate::backend::local::Placed)| {
+        |(seq, f): &(usize, crate::backend::types::Placed)| {
             (
                 *seq,
                 f.mtime_ns.wrapping_sub(mtime_base),
@@ -1111,7 +1111,7 @@ pub(crate) fn committed_post_state(
 mod tests {
     use super::*;
     use crate::backend::Committed;
-    use crate::backend::local::{Fingerprints, Placed};
+    use crate::backend::types::{Fingerprints, Placed};
     use crate::hash::ContentHash;
 
     fn operation(op: &str, bundle: &str) -> OperationRecord {
@@ -1204,7 +1204,7 @@ mod tests {
             ("c", sha(3)),
             ("never", sha(1)),
         ];
-        let mut got = Fingerprints::wanting_all(crate::backend::local::leaked_outputs(wanted));
+        let mut got = Fingerprints::wanting_all(crate::backend::types::leaked_outputs(wanted));
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(got.vouching("a", sha(4)), Some(&placed(4)));
         assert_eq!(got.vouching("b", sha(5)), Some(&placed(5)));
@@ -1216,12 +1216,12 @@ mod tests {
         assert_eq!(got.vouching("a", sha(1)), None);
         // Only what is asked for.
         let mut got =
-            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("c", sha(3))]));
+            Fingerprints::wanting_all(crate::backend::types::leaked_outputs([("c", sha(3))]));
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(got.vouching("a", sha(4)), None);
         assert_eq!(got.vouching("c", sha(3)), Some(&placed(3)));
         let mut none =
-            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("a", sha(4))]));
+            Fingerprints::wanting_all(crate::backend::types::leaked_outputs([("a", sha(4))]));
         j.fingerprints("/nowhere", &mut none).unwrap();
         assert_eq!(none.vouching("a", sha(4)), None);
     }
@@ -1341,7 +1341,7 @@ mod tests {
         place(&mut j, "o1", "/d", &[("a", 1)]);
         place(&mut j, "o2", "/d", &[("a", 4)]);
         let mut got =
-            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("a", sha(1))]));
+            Fingerprints::wanting_all(crate::backend::types::leaked_outputs([("a", sha(1))]));
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(got.vouching("a", sha(1)), None);
         assert_eq!(got.open(), 0, "decided by the newest placement");
@@ -1423,7 +1423,7 @@ mod tests {
         j.commit(Committed::passed(), "o1", "/d", &[(0, big)])
             .unwrap();
         let mut got =
-            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("a", sha(1))]));
+            Fingerprints::wanting_all(crate::backend::types::leaked_outputs([("a", sha(1))]));
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(got.vouching("a", sha(1)).map(|p| p.ino), Some(u64::MAX - 1));
         let shown: i64 = j
@@ -1444,7 +1444,7 @@ mod tests {
         let odd = "quote\"d/sn\u{f8}w \u{2603}.txt";
         place(&mut j, "o1", "/d", &[(odd, 7)]);
         let mut got =
-            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([(odd, sha(7))]));
+            Fingerprints::wanting_all(crate::backend::types::leaked_outputs([(odd, sha(7))]));
         j.fingerprints("/d", &mut got).unwrap();
         assert_eq!(got.vouching(odd, sha(7)), Some(&placed(7)));
     }
@@ -1459,7 +1459,7 @@ mod tests {
         legacy_row(&mut j, "o1", "/d", "b", 2);
         legacy_row(&mut j, "o1", "/other", "c", 3);
         place(&mut j, "o2", "/d", &[("a", 4)]);
-        let mut got = Fingerprints::wanting_all(crate::backend::local::leaked_outputs([
+        let mut got = Fingerprints::wanting_all(crate::backend::types::leaked_outputs([
             ("a", sha(4)),
             ("b", sha(2)),
             ("c", sha(3)),
@@ -1476,7 +1476,7 @@ mod tests {
         assert_eq!(got.vouching("c", sha(3)), None, "another bundle path's");
         // The old placement of `a` (sha-1) is behind the newer set: it vouches for nothing.
         let mut old =
-            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("a", sha(1))]));
+            Fingerprints::wanting_all(crate::backend::types::leaked_outputs([("a", sha(1))]));
         j.fingerprints("/d", &mut old).unwrap();
         assert_eq!(old.vouching("a", sha(1)), None);
         let n: i64 = j
@@ -1512,7 +1512,7 @@ mod tests {
             )
             .unwrap();
         let mut got =
-            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("a", sha(1))]));
+            Fingerprints::wanting_all(crate::backend::types::leaked_outputs([("a", sha(1))]));
         let e = j.fingerprints("/d", &mut got).unwrap_err().to_string();
         assert!(e.contains("journal_placement_sets row 1"), "{e}");
         assert!(
@@ -1535,7 +1535,7 @@ mod tests {
             )
             .unwrap();
         let mut got =
-            Fingerprints::wanting_all(crate::backend::local::leaked_outputs([("a", sha(1))]));
+            Fingerprints::wanting_all(crate::backend::types::leaked_outputs([("a", sha(1))]));
         j.fingerprints("/d", &mut got).unwrap();
         let want = Placed {
             size: 1,

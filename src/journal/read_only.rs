@@ -188,7 +188,7 @@ impl JournalView {
     pub fn fingerprints(
         &self,
         bundle_path: &str,
-        wanted: &mut crate::backend::local::Fingerprints<'_>,
+        wanted: &mut crate::backend::types::Fingerprints<'_>,
     ) -> Result<()> {
         let version: i64 = self
             .conn()

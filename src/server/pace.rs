@@ -20,7 +20,7 @@
 //!   that has begun runs to its end and journals it).
 //!
 //! [`Pace`] is pure (instants in, a verdict out) so its rules are tested without timers;
-//! [`super::spool::RequestSpool::receive`] drives it with the clock.
+//! the spool's `RequestSpool::receive` drives it with the clock.
 
 use super::limits::Limits;
 use std::time::{Duration, Instant};

@@ -5,15 +5,14 @@
 //! run, so every published byte is checked exactly once.
 
 mod generate;
-mod paths;
 
+pub use crate::paths::{ancestors, check_path_set, check_safe_path, relative_link_target};
 pub use generate::{write_manifest, write_manifest_excluding};
-pub use paths::{check_path_set, check_safe_path, relative_link_target};
 
 use crate::error::{Error, Result};
+use crate::fs::tree::Tree;
 use crate::hash::ContentHash;
 use crate::model::{SourceRef, is_valid_source_id, parse_time};
-use crate::tree::Tree;
 use chrono::{DateTime, FixedOffset};
 use foldhash::HashSet;
 use rustix::fs::FileType;
@@ -313,13 +312,13 @@ impl Source {
 
 /// True when every output is a regular file of the listed size reached through real
 /// directories: each directory is opened once without following a symlink and each file
-/// looked up in its directory's handle (see [`crate::tree`]). False on anything else,
+/// looked up in its directory's handle (see [`crate::fs::tree`]). False on anything else,
 /// including a failure to look: [`check_bundle_file`] then says what is wrong.
 fn all_files_sound(dir: &Path, outputs: &[OutputEntry]) -> bool {
     let Ok(mut tree) = Tree::open(dir) else {
         return false;
     };
-    for d in crate::tree::ancestors(outputs.iter().map(|o| o.path.as_str())) {
+    for d in crate::source::ancestors(outputs.iter().map(|o| o.path.as_str())) {
         if !matches!(tree.open_dir(d), Ok(true)) {
             return false;
         }

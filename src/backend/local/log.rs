@@ -18,17 +18,17 @@
 //! Must never: replace or rewrite an entry, write one through a symlink, or believe one
 //! it did not check on the descriptor it read.
 
-use super::handle::{Dir, Identity};
 use super::records::{self, RecordError};
 use crate::error::{Error, IoContext, Result};
 use crate::execute::StagedOperation;
 use crate::failpoint;
+use crate::fs::{Dir, Identity};
 use crate::model::SourceRef;
 use crate::plan::Hold;
 use rustix::fs::FileType;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// `log_format_version` of every entry this build writes.
 pub const LOG_FORMAT_VERSION: u32 = 1;
@@ -419,6 +419,13 @@ fn quarantined_files(base: &Dir) -> Vec<u64> {
     (q.entries().unwrap_or_default().iter())
         .filter_map(|(n, _)| seq_of(n))
         .collect()
+}
+
+/// Reads the log below the bundle path `base`, opened here without following a symlink:
+/// the outer error is the opening's (callers judge an absent or unsafe `base` their own
+/// way), the inner the log's.
+pub fn read_below(base: &Path) -> std::io::Result<Result<Log>> {
+    Ok(read(&Dir::open_path(base)?))
 }
 
 /// Reads the log below `base` (SPEC §18), judging every entry.

@@ -8,13 +8,14 @@
 //! path and missing parents on the first write.
 
 pub mod bundle;
-pub mod crashsim;
-pub mod handle;
 pub mod holder;
 pub mod log;
 pub mod records;
 
-pub use bundle::{Bundle, StagingEntry, StateBytes, TMP_PREFIX, bundle_unsafe, open_source};
+pub use crate::backend::types::{
+    Fingerprint, Fingerprints, Placed, Proof, StagingEntry, StateBytes,
+};
+pub use bundle::{Bundle, TMP_PREFIX, bundle_unsafe, open_source};
 
 use crate::backend::{Backend, BundleStore, Committed};
 use crate::execute::StagedOperation;
@@ -176,9 +177,9 @@ impl BundleStore for Bundle {
 }
 
 use crate::error::{Error, IoContext, Result};
+use crate::fs::tree::{Meta, Tree};
 use crate::plan::{Entry, Storage};
 use crate::state::STATE_FILE;
-use crate::tree::{Meta, Tree};
 use rustix::fs::FileType;
 use std::path::{Path, PathBuf};
 
@@ -190,128 +191,13 @@ pub const STAGING_DIR: &str = records::STAGING;
 /// journal in use records ([`Bundle::adopt_legacy_staging`]).
 pub const LEGACY_STAGING_DIR: &str = ".distributor-staging";
 
-/// The newest placement fingerprint of each of some paths, read back from the journal to
-/// prove their content without rehashing: filled by `Journal::fingerprints`, newest
-/// placement first, and asked with [`Fingerprints::vouching`]. Paths and hashes are
-/// borrowed from the manifest being published, so reading thousands of entries allocates
-/// nothing per entry. Slots sit in the order the paths were given (the manifest's), the
-/// order placement sets hold them in and the probe asks for them in: a path is found
-/// right after the one found last, without a map ([`crate::ordered::InOrder`]).
-#[derive(Debug, Default)]
-pub struct Fingerprints<'a> {
-    /// The paths and the hash each is wanted for: a manifest's outputs, not copied (at a
-    /// million files a list of them would be 24 MB); those not wanted have the slot
-    /// [`Slot::Unwanted`].
-    outputs: &'a [crate::source::OutputEntry],
-    /// One per output.
-    slots: Vec<Slot>,
-    /// Finds a path among the outputs.
-    order: crate::ordered::InOrder,
-    open: usize,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Slot {
-    /// Not asked for.
-    Unwanted,
-    /// No placement offered yet.
-    Wanted,
-    /// The newest placement, which recorded the wanted hash.
-    Found(Placed),
-    /// The newest placement recorded another hash: it vouches for nothing wanted (an
-    /// older one never does: the file it describes was replaced since).
-    Other,
-}
-
-/// Size, mtime, inode and ctime recorded when a file was placed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Placed {
-    /// Size.
-    pub size: u64,
-    /// mtime in nanoseconds since the epoch.
-    pub mtime_ns: i64,
-    /// Inode number.
-    pub ino: u64,
-    /// ctime in nanoseconds since the epoch, taken after distributor's last rename, link
-    /// or unlink of the file; `None` in placements recorded before ctime was (they vouch
-    /// for nothing: a file changed in place can keep its size and mtime, never its ctime).
-    pub ctime_ns: Option<i64>,
-}
-
-impl Placed {
-    /// True when what a [`Tree`] lookup found still has the size, mtime, inode and ctime
-    /// recorded here.
-    pub fn matches_meta(&self, md: &Meta) -> bool {
-        self.size == md.size
-            && self.mtime_ns == md.mtime_ns
-            && self.ino == md.ino
-            && self.ctime_ns == Some(md.ctime_ns)
-    }
-}
-
-impl<'a> Fingerprints<'a> {
-    /// Wants the newest placement of each of `outputs`, to prove it holds its sha256.
-    pub fn wanting_all(outputs: &'a [crate::source::OutputEntry]) -> Self {
-        Self::wanting_outputs(outputs, std::iter::repeat_n(true, outputs.len()))
-    }
-
-    /// Wants the newest placement of each of `outputs` that `wanted` says (by index), to
-    /// prove it holds its sha256.
-    pub fn wanting_outputs(
-        outputs: &'a [crate::source::OutputEntry],
-        wanted: impl IntoIterator<Item = bool>,
-    ) -> Self {
-        let slots: Vec<Slot> = (wanted.into_iter())
-            .map(|w| if w { Slot::Wanted } else { Slot::Unwanted })
-            .collect();
-        assert_eq!(slots.len(), outputs.len(), "one answer per output");
-        let open = slots.iter().filter(|s| matches!(s, Slot::Wanted)).count();
-        if open == 0 {
-            // Nothing wanted (a first publication): no slot each (48 bytes a file).
-            return Fingerprints::default();
-        }
-        Fingerprints {
-            open,
-            slots,
-            outputs,
-            order: Default::default(),
-        }
-    }
-
-    /// How many wanted paths no placement was offered for yet.
-    pub fn open(&self) -> usize {
-        self.open
-    }
-
-    /// The slot of `path`.
-    fn index(&self, path: &str) -> Option<usize> {
-        (self.order).find(self.outputs.len(), |i| &self.outputs[i].path, path)
-    }
-
-    /// Offers a placement of `path` that recorded `sha256`; placements must come newest
-    /// first: the first one offered for a wanted path decides.
-    pub fn offer(&mut self, path: &str, sha256: &str, placed: Placed) {
-        let Some(i) = self.index(path) else {
-            return;
-        };
-        if let Slot::Wanted = self.slots[i] {
-            self.slots[i] = if self.outputs[i].sha256 == *sha256 {
-                Slot::Found(placed)
-            } else {
-                Slot::Other
-            };
-            self.open -= 1;
-        }
-    }
-
-    /// The newest placement of `path`, when it recorded `sha256`.
-    pub fn vouching(&self, path: &str, sha256: &ContentHash) -> Option<&Placed> {
-        let i = self.index(path)?;
-        match &self.slots[i] {
-            Slot::Found(placed) if self.outputs[i].sha256 == *sha256 => Some(placed),
-            _ => None,
-        }
-    }
+/// True when what a [`Tree`] lookup found still has the size, mtime, inode and ctime
+/// recorded in `placed`.
+fn matches_meta(placed: &Placed, md: &Meta) -> bool {
+    placed.size == md.size
+        && placed.mtime_ns == md.mtime_ns
+        && placed.ino == md.ino
+        && placed.ctime_ns == Some(md.ctime_ns)
 }
 
 /// Why `path` cannot be a directory, read without writing (`distributor validate`): it
@@ -343,37 +229,6 @@ pub fn blocked_by_file(path: &Path) -> Option<String> {
     }
 }
 
-/// Outputs of size 1 at the given paths and hashes, for tests (leaked: they live as long as
-/// the fingerprints asked of them).
-#[cfg(test)]
-pub(crate) fn leaked_outputs<'p>(
-    wanted: impl IntoIterator<Item = (&'p str, &'p ContentHash)>,
-) -> &'static [crate::source::OutputEntry] {
-    let outputs: Vec<crate::source::OutputEntry> = (wanted.into_iter())
-        .map(|(path, sha256)| crate::source::OutputEntry {
-            path: path.into(),
-            size: 1,
-            sha256: *sha256,
-        })
-        .collect();
-    outputs.leak()
-}
-
-/// What distributor recorded when it placed a file: proves content without rehashing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fingerprint {
-    /// Size.
-    pub size: u64,
-    /// mtime in nanoseconds since the epoch.
-    pub mtime_ns: i64,
-    /// Inode number.
-    pub ino: u64,
-    /// ctime in nanoseconds since the epoch, after the placing rename.
-    pub ctime_ns: Option<i64>,
-    /// Content hash it had when placed.
-    pub sha256: ContentHash,
-}
-
 /// What stands at the bundle path's `.distributor.json`, read without following a
 /// symlink anywhere from `base` down (absent when the bundle path does not exist).
 pub fn read_state(base: &Path, bundle: &Path) -> Result<StateBytes> {
@@ -381,20 +236,6 @@ pub fn read_state(base: &Path, bundle: &Path) -> Result<StateBytes> {
         Some(b) => b.read_state(),
         None => Ok(StateBytes::Absent),
     }
-}
-
-/// What the probe is to prove of a file: the hash it should hold and, when the journal has
-/// one that recorded that hash, the fingerprint of its newest placement.
-#[derive(Debug, Clone, Copy)]
-pub struct Proof<'a> {
-    /// The content hash to prove.
-    pub sha256: &'a ContentHash,
-    /// Proves it without hashing while the file still matches it (borrowed from the
-    /// [`Fingerprints`]: a pointer per path, not a copy).
-    pub placed: Option<&'a Placed>,
-    /// Whether to hash the file when `placed` does not prove it. A republication's probe
-    /// does not: such a file sends it to the general probe, which hashes it once.
-    pub or_hash: bool,
 }
 
 /// Probes the bundle path for the planner (unlocked: opens it; pass the locked [`Bundle`]
@@ -457,7 +298,7 @@ fn probe_paths<'a>(
         Some((parent, _)) => matches!(entries.get(parent), Some(Entry::Dir { .. })),
         None => true,
     };
-    for d in crate::tree::ancestors(paths.iter().map(|(p, _)| *p)) {
+    for d in crate::source::ancestors(paths.iter().map(|(p, _)| *p)) {
         if !reachable(&dirs, d) {
             continue;
         }
@@ -550,7 +391,7 @@ fn probe_one<'a>(
                     sha256,
                     placed: Some(placed),
                     ..
-                }) if placed.matches_meta(&md) => Some(Cow::Borrowed(sha256)),
+                }) if matches_meta(placed, &md) => Some(Cow::Borrowed(sha256)),
                 Some(Proof { or_hash: true, .. }) => match tree.open_file(rel) {
                     Ok(f) if cfg!(feature = "failpoints") => {
                         crate::failpoint::hit("probe_hash");
@@ -581,13 +422,13 @@ fn probe_one<'a>(
 /// found (what is below one is published content, which may hold anything).
 pub fn bundle_paths(base: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    let root = match handle::Dir::open_path(base) {
+    let root = match crate::fs::Dir::open_path(base) {
         Ok(d) => d,
         // Nothing published below it yet.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
         // A symlink, or a file, on the way: nothing can be published there, and saying
         // "nothing here" would hide it (status and verify report it on the destination).
-        Err(e) if handle::is_redirect(&e) => {
+        Err(e) if crate::fs::is_redirect(&e) => {
             return Err(Error::Unsafe(format!(
                 "{} is not a real directory (a symlink or a file is on the way); distributor never publishes through one",
                 base.display()
@@ -600,7 +441,7 @@ pub fn bundle_paths(base: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-fn find_bundles(dir: &handle::Dir, path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+fn find_bundles(dir: &crate::fs::Dir, path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     let entries = dir.entries().ctx("list", path)?;
     if entries
         .iter()
@@ -614,7 +455,8 @@ fn find_bundles(dir: &handle::Dir, path: &Path, out: &mut Vec<PathBuf>) -> Resul
             match dir.open_dir(&name) {
                 Ok(sub) => find_bundles(&sub, &path.join(&name), out)?,
                 // Replaced since it was listed: not a bundle path.
-                Err(e) if handle::is_redirect(&e) || e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e)
+                    if crate::fs::is_redirect(&e) || e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::io("open", path.join(&name), e)),
             }
         }
@@ -646,7 +488,8 @@ mod tests {
             vec![("a", &ha), ("b/x", &hb), ("c", &hc)],
             vec![("c", &hc), ("a", &ha), ("b/x", &hb)],
         ] {
-            let mut f = Fingerprints::wanting_all(leaked_outputs(wanted.clone()));
+            let mut f =
+                Fingerprints::wanting_all(crate::backend::types::leaked_outputs(wanted.clone()));
             assert_eq!(f.open(), 3);
             f.offer("c", &hc.hex(), placed(3));
             f.offer("zzz", &hz.hex(), placed(9)); // not wanted: ignored

@@ -12,7 +12,7 @@
 //! Must never: believe a record it did not check on the handle it reads, or loosen a
 //! record's mode.
 
-use super::handle::{Dir, Identity, type_name};
+use crate::fs::{Dir, Identity, type_name};
 use rustix::fd::AsFd;
 use rustix::fs::{FileType, Mode, OFlags, Stat, fchmod, fstat, mkdirat, openat};
 use rustix::io::Errno;
@@ -222,7 +222,7 @@ impl Dir {
         };
         let d = self.open_dir(name).map_err(|e| self.not_a_dir(name, e))?;
         if created {
-            super::crashsim::entry(&self.join(name));
+            crate::fs::crashsim::entry(&self.join(name));
             set_mode(d.fd(), DIR_MODE)?;
         }
         let st = fstat(d.fd()).map_err(io::Error::from)?;
@@ -232,7 +232,7 @@ impl Dir {
 
     /// What stands at `name` when a directory was wanted and the no-follow open refused it.
     fn not_a_dir(&self, name: &str, e: io::Error) -> RecordError {
-        if !super::handle::is_redirect(&e) {
+        if !crate::fs::is_redirect(&e) {
             return RecordError::Io(e);
         }
         match self.stat(name) {
@@ -265,8 +265,8 @@ impl Dir {
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(mode),
         )?;
-        super::crashsim::entry(&self.join(name));
-        super::crashsim::data(&self.join(name));
+        crate::fs::crashsim::entry(&self.join(name));
+        crate::fs::crashsim::data(&self.join(name));
         Ok(File::from(fd))
     }
 }

@@ -9,13 +9,13 @@
 use super::log;
 use super::{ACTIVATE_PREFIX, ADOPTED_PREFIX, Link, ReleaseStore, link_text};
 use crate::backend::Committed;
-use crate::backend::local::handle::{Dir, Identity, split, type_name};
 use crate::backend::local::log::Entry;
 use crate::backend::local::records::RECORD_DIR;
 use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE};
 use crate::error::{Error, IoContext, Result};
 use crate::execute::StagedOperation;
 use crate::failpoint;
+use crate::fs::{Dir, Identity, split, type_name};
 use crate::source::relative_link_target;
 use crate::state::STATE_FILE;
 use rustix::fs::{FileType, Mode};
@@ -579,7 +579,7 @@ fn make_dirs(b: &mut Building, rel: &str, base: &Path) -> Result<Arc<Dir>> {
     let p = make_dirs(b, parent, base)?;
     p.mkdir(name).ctx("create directory", base.join(rel))?;
     let d = Arc::new(p.open_dir(name).map_err(|e| {
-        if crate::backend::local::handle::is_redirect(&e) {
+        if crate::fs::is_redirect(&e) {
             Error::Unsafe(format!(
                 "{} is not a real directory",
                 base.join(rel).display()
@@ -655,7 +655,7 @@ fn scan(
 /// Opens `rel` below `root`, never through a symlink.
 fn open_real(root: &Dir, rel: &str) -> Result<Dir> {
     root.open_dir(rel).map_err(|e| {
-        if crate::backend::local::handle::is_redirect(&e) {
+        if crate::fs::is_redirect(&e) {
             Error::Unsafe(format!(
                 "{} is not a real directory",
                 root.join(rel).display()

@@ -21,7 +21,6 @@
 mod build;
 pub mod log;
 
-use crate::backend::local::handle::{Dir, is_redirect, split, type_name};
 use crate::backend::local::{
     Bundle, Fingerprint, LOCK_FILE, Placed, Proof, StagingEntry, StateBytes,
 };
@@ -29,6 +28,7 @@ use crate::backend::{Backend, BundleStore, Committed, Verdict};
 use crate::config::ReleaseSettings;
 use crate::error::{Error, IoContext, Result};
 use crate::execute::StagedOperation;
+use crate::fs::{Dir, is_redirect, split, type_name};
 use crate::plan::Storage;
 use rustix::fs::FileType;
 use serde::{Deserialize, Serialize};

@@ -848,7 +848,7 @@ impl BundleStore for S3Store {
         };
         let proofs: foldhash::HashMap<&str, Option<Proof<'a>>> = paths.iter().copied().collect();
         let mut ancestors: foldhash::HashMap<&'a str, Entry<'a>> = Default::default();
-        for d in crate::tree::ancestors(paths.iter().map(|(p, _)| *p)) {
+        for d in crate::source::ancestors(paths.iter().map(|(p, _)| *p)) {
             let proof = proofs.get(d).copied().flatten();
             ancestors.insert(d, entry(d, proof));
         }

@@ -1,7 +1,7 @@
 //! One bundle path of the local backend, opened: the bundle directory's handle, held from
 //! the lock to the cleanup, and every step the executor, `recover`, `status` and `verify`
 //! take there (SPEC §13), each made through handles opened from it without following a
-//! symlink ([`super::handle`]).
+//! symlink ([`crate::fs`]).
 //!
 //! The bundle path's handle is opened once, by a no-follow walk from the configured
 //! destination path. Directories below it are opened from it (and kept for the rest of the
@@ -20,17 +20,18 @@ mod undo;
 
 pub use steps::{fingerprint, open_source};
 
-use super::handle::{Dir, Identity, is_redirect, split, type_name};
 use super::holder::Holder;
 use super::records::{self, RECORD_DIR, RecordError};
 use super::{Fingerprint, LEGACY_STAGING_DIR, LOCK_FILE, STAGING_DIR};
 use crate::backend::Committed;
+use crate::backend::types::{StagingEntry, StateBytes};
 use crate::error::{Error, IoContext, Result};
 use crate::execute::{
     ActionKind, NEW, OLD, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE, StagedAction,
     StagedOperation, StagingLayout,
 };
 use crate::failpoint;
+use crate::fs::{Dir, Identity, is_redirect, split, type_name};
 use crate::hash::ContentHash;
 use crate::plan::Replaced;
 use crate::source::relative_link_target;
@@ -66,37 +67,6 @@ pub struct Bundle {
     touched: Mutex<BTreeSet<String>>,
     /// Why the state file last opened is not believed (SPEC §17).
     state_untrusted: Mutex<Option<String>>,
-}
-
-/// What stands at the state file's name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StateBytes {
-    /// Nothing.
-    Absent,
-    /// Something that cannot be state (not a regular file, or over the size limit): why.
-    Unusable(String),
-    /// A regular file's bytes.
-    Bytes(Vec<u8>),
-}
-
-impl StateBytes {
-    /// The bytes, when a regular file holds them.
-    pub fn bytes(&self) -> Option<&[u8]> {
-        match self {
-            StateBytes::Bytes(b) => Some(b),
-            _ => None,
-        }
-    }
-
-    /// Parsed (SPEC §4).
-    pub fn parse(&self) -> crate::state::StateFile {
-        use crate::state::StateFile;
-        match self {
-            StateBytes::Absent => StateFile::Absent,
-            StateBytes::Unusable(why) => StateFile::Invalid(why.clone()),
-            StateBytes::Bytes(b) => StateFile::parse(b),
-        }
-    }
 }
 
 /// A state file up to this size is read whole, then parsed; a larger one is parsed as it
@@ -141,24 +111,6 @@ impl Read for StateRead<'_> {
         }
         Ok(n)
     }
-}
-
-/// An entry of `.distributor/staging/`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StagingEntry {
-    /// `<op>/`: an operation's staging, its record complete.
-    Operation(String),
-    /// `.tmp-<op>/`: a record never completed; the operation changed nothing.
-    Unfinished(String),
-    /// Anything else (a file, a symlink, a name distributor never uses): the name and what
-    /// it is. Never touched.
-    Foreign(String, String),
-    /// A record distributor does not believe (SPEC §17: another uid's, a published file's
-    /// mode, a hard link): its path, and the operator's message. Never touched.
-    Untrusted(String, String),
-    /// `.distributor-staging/<op>/`, written by a version before SPEC §17: believed only
-    /// for an operation the journal in use records ([`Bundle::adopt_legacy_staging`]).
-    Legacy(String),
 }
 
 /// The staging directory's name in the record directory.

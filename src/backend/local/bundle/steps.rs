@@ -3,7 +3,7 @@
 //! handles opened from the bundle path's handle without following a symlink.
 
 use super::*;
-use crate::backend::local::Placed;
+use crate::backend::types::Placed;
 
 /// Most directories fsynced one by one before the commit point; more take one syncfs.
 const DIR_FSYNC_MAX: usize = 8;
@@ -317,7 +317,7 @@ impl Bundle {
 /// Opens a source file for reading without blocking; a FIFO, device or anything but a
 /// regular file (swapped in after the source was checked) is an invalid source.
 pub fn open_source(path: &Path) -> Result<File> {
-    match crate::backend::local::handle::open_file_path(path) {
+    match crate::fs::open_file_path(path) {
         Ok((f, _)) => Ok(f),
         Err(e) if e.kind() == std::io::ErrorKind::InvalidInput || is_redirect(&e) => {
             Err(Error::Source(format!(

@@ -100,7 +100,7 @@ impl<'p> Tree<'p> {
     }
 
     /// A tree rooted at an open directory (a second handle of it).
-    pub fn from_dir(root: &crate::backend::local::handle::Dir) -> io::Result<Tree<'p>> {
+    pub fn from_dir(root: &crate::fs::Dir) -> io::Result<Tree<'p>> {
         Ok(Tree {
             root: root.fd().try_clone_to_owned()?,
             dirs: foldhash::HashMap::default(),
@@ -111,7 +111,7 @@ impl<'p> Tree<'p> {
     /// blocking (anything but a regular file is an error).
     pub fn open_file(&self, rel: &str) -> io::Result<std::fs::File> {
         let (parent, name) = self.parent(rel).ok_or(Errno::NOENT)?;
-        crate::backend::local::handle::open_file_at(parent, name).map(|(f, _)| f)
+        crate::fs::open_file_at(parent, name).map(|(f, _)| f)
     }
 
     /// `lstat` of `rel`. A parent directory that was not opened reads as `ENOENT`.
@@ -128,29 +128,10 @@ impl<'p> Tree<'p> {
     }
 }
 
-/// Every directory on the way to some root-relative paths (their proper prefixes at a
-/// `/`), each once, sorted so that a parent comes before its children.
-pub fn ancestors<'p>(paths: impl IntoIterator<Item = &'p str>) -> Vec<&'p str> {
-    let mut set: foldhash::HashSet<&str> = foldhash::HashSet::default();
-    // Paths mostly come grouped by directory: a path in the same directory as the one
-    // before adds nothing new.
-    let mut last_dir = None;
-    for p in paths {
-        let dir = p.rsplit_once('/').map(|(d, _)| d);
-        if dir.is_none() || dir == last_dir {
-            continue;
-        }
-        last_dir = dir;
-        set.extend(p.match_indices('/').map(|(i, _)| &p[..i]));
-    }
-    let mut dirs: Vec<&str> = set.into_iter().collect();
-    dirs.sort_unstable();
-    dirs
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::ancestors;
     use std::os::unix::fs::symlink;
 
     #[test]

@@ -15,8 +15,12 @@
 //! Must never: resolve a path from the process's working directory or through a symlink
 //! (the only path-based open is [`Dir::open_path`], for the configured destination path the
 //! operator wrote), or remove anything but the entry it names.
+//!
+//! Only the local and releases backends use this layer, and `source/` to read a bundle.
 
-use super::crashsim;
+pub mod crashsim;
+pub mod tree;
+
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{
     AtFlags, CWD, Dir as RawDir, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat, fstat,

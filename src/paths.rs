@@ -95,6 +95,26 @@ pub fn relative_link_target(link: &str, target: &str) -> String {
     out.join("/")
 }
 
+/// Every directory on the way to some root-relative paths (their proper prefixes at a
+/// `/`), each once, sorted so that a parent comes before its children.
+pub fn ancestors<'p>(paths: impl IntoIterator<Item = &'p str>) -> Vec<&'p str> {
+    let mut set: foldhash::HashSet<&str> = foldhash::HashSet::default();
+    // Paths mostly come grouped by directory: a path in the same directory as the one
+    // before adds nothing new.
+    let mut last_dir = None;
+    for p in paths {
+        let dir = p.rsplit_once('/').map(|(d, _)| d);
+        if dir.is_none() || dir == last_dir {
+            continue;
+        }
+        last_dir = dir;
+        set.extend(p.match_indices('/').map(|(i, _)| &p[..i]));
+    }
+    let mut dirs: Vec<&str> = set.into_iter().collect();
+    dirs.sort_unstable();
+    dirs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,6 @@
 //! Simulated power loss, for the crash tests: the local backend's primitives report every
 //! change they make to a destination and every barrier that makes changes durable; a
-//! `powercut` failpoint ([`crate::failpoint`]) then undoes, newest first, every change not
+//! `powercut` failpoint (`failpoint.rs`) then undoes, newest first, every change not
 //! yet durable, as a power cut would lose it, and stops the process. Built only with the
 //! `failpoints` feature; without it every function here is empty.
 //!

@@ -1,0 +1,213 @@
+//! The types the storage interface speaks in, shared by every backend and by the journal
+//! and executor above them: what a read of the state file found, an entry of a bundle
+//! path's staging, and placement fingerprints (what distributor recorded when it placed a
+//! file, read back from the journal to prove content without rehashing).
+
+use crate::hash::ContentHash;
+
+/// What stands at the state file's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateBytes {
+    /// Nothing.
+    Absent,
+    /// Something that cannot be state (not a regular file, or over the size limit): why.
+    Unusable(String),
+    /// A regular file's bytes.
+    Bytes(Vec<u8>),
+}
+
+impl StateBytes {
+    /// The bytes, when a regular file holds them.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            StateBytes::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Parsed (SPEC §4).
+    pub fn parse(&self) -> crate::state::StateFile {
+        use crate::state::StateFile;
+        match self {
+            StateBytes::Absent => StateFile::Absent,
+            StateBytes::Unusable(why) => StateFile::Invalid(why.clone()),
+            StateBytes::Bytes(b) => StateFile::parse(b),
+        }
+    }
+}
+
+/// An entry of `.distributor/staging/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StagingEntry {
+    /// `<op>/`: an operation's staging, its record complete.
+    Operation(String),
+    /// `.tmp-<op>/`: a record never completed; the operation changed nothing.
+    Unfinished(String),
+    /// Anything else (a file, a symlink, a name distributor never uses): the name and what
+    /// it is. Never touched.
+    Foreign(String, String),
+    /// A record distributor does not believe (SPEC §17: another uid's, a published file's
+    /// mode, a hard link): its path, and the operator's message. Never touched.
+    Untrusted(String, String),
+    /// `.distributor-staging/<op>/`, written by a version before SPEC §17: believed only
+    /// for an operation the journal in use records (the local backend's `Bundle::adopt_legacy_staging`).
+    Legacy(String),
+}
+
+/// The newest placement fingerprint of each of some paths, read back from the journal to
+/// prove their content without rehashing: filled by `Journal::fingerprints`, newest
+/// placement first, and asked with [`Fingerprints::vouching`]. Paths and hashes are
+/// borrowed from the manifest being published, so reading thousands of entries allocates
+/// nothing per entry. Slots sit in the order the paths were given (the manifest's), the
+/// order placement sets hold them in and the probe asks for them in: a path is found
+/// right after the one found last, without a map ([`crate::ordered::InOrder`]).
+#[derive(Debug, Default)]
+pub struct Fingerprints<'a> {
+    /// The paths and the hash each is wanted for: a manifest's outputs, not copied (at a
+    /// million files a list of them would be 24 MB); those not wanted have the slot
+    /// [`Slot::Unwanted`].
+    outputs: &'a [crate::source::OutputEntry],
+    /// One per output.
+    slots: Vec<Slot>,
+    /// Finds a path among the outputs.
+    order: crate::ordered::InOrder,
+    open: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// Not asked for.
+    Unwanted,
+    /// No placement offered yet.
+    Wanted,
+    /// The newest placement, which recorded the wanted hash.
+    Found(Placed),
+    /// The newest placement recorded another hash: it vouches for nothing wanted (an
+    /// older one never does: the file it describes was replaced since).
+    Other,
+}
+
+/// Size, mtime, inode and ctime recorded when a file was placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    /// Size.
+    pub size: u64,
+    /// mtime in nanoseconds since the epoch.
+    pub mtime_ns: i64,
+    /// Inode number.
+    pub ino: u64,
+    /// ctime in nanoseconds since the epoch, taken after distributor's last rename, link
+    /// or unlink of the file; `None` in placements recorded before ctime was (they vouch
+    /// for nothing: a file changed in place can keep its size and mtime, never its ctime).
+    pub ctime_ns: Option<i64>,
+}
+
+impl<'a> Fingerprints<'a> {
+    /// Wants the newest placement of each of `outputs`, to prove it holds its sha256.
+    pub fn wanting_all(outputs: &'a [crate::source::OutputEntry]) -> Self {
+        Self::wanting_outputs(outputs, std::iter::repeat_n(true, outputs.len()))
+    }
+
+    /// Wants the newest placement of each of `outputs` that `wanted` says (by index), to
+    /// prove it holds its sha256.
+    pub fn wanting_outputs(
+        outputs: &'a [crate::source::OutputEntry],
+        wanted: impl IntoIterator<Item = bool>,
+    ) -> Self {
+        let slots: Vec<Slot> = (wanted.into_iter())
+            .map(|w| if w { Slot::Wanted } else { Slot::Unwanted })
+            .collect();
+        assert_eq!(slots.len(), outputs.len(), "one answer per output");
+        let open = slots.iter().filter(|s| matches!(s, Slot::Wanted)).count();
+        if open == 0 {
+            // Nothing wanted (a first publication): no slot each (48 bytes a file).
+            return Fingerprints::default();
+        }
+        Fingerprints {
+            open,
+            slots,
+            outputs,
+            order: Default::default(),
+        }
+    }
+
+    /// How many wanted paths no placement was offered for yet.
+    pub fn open(&self) -> usize {
+        self.open
+    }
+
+    /// The slot of `path`.
+    fn index(&self, path: &str) -> Option<usize> {
+        (self.order).find(self.outputs.len(), |i| &self.outputs[i].path, path)
+    }
+
+    /// Offers a placement of `path` that recorded `sha256`; placements must come newest
+    /// first: the first one offered for a wanted path decides.
+    pub fn offer(&mut self, path: &str, sha256: &str, placed: Placed) {
+        let Some(i) = self.index(path) else {
+            return;
+        };
+        if let Slot::Wanted = self.slots[i] {
+            self.slots[i] = if self.outputs[i].sha256 == *sha256 {
+                Slot::Found(placed)
+            } else {
+                Slot::Other
+            };
+            self.open -= 1;
+        }
+    }
+
+    /// The newest placement of `path`, when it recorded `sha256`.
+    pub fn vouching(&self, path: &str, sha256: &ContentHash) -> Option<&Placed> {
+        let i = self.index(path)?;
+        match &self.slots[i] {
+            Slot::Found(placed) if self.outputs[i].sha256 == *sha256 => Some(placed),
+            _ => None,
+        }
+    }
+}
+
+/// What distributor recorded when it placed a file: proves content without rehashing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// Size.
+    pub size: u64,
+    /// mtime in nanoseconds since the epoch.
+    pub mtime_ns: i64,
+    /// Inode number.
+    pub ino: u64,
+    /// ctime in nanoseconds since the epoch, after the placing rename.
+    pub ctime_ns: Option<i64>,
+    /// Content hash it had when placed.
+    pub sha256: ContentHash,
+}
+
+/// What the probe is to prove of a file: the hash it should hold and, when the journal has
+/// one that recorded that hash, the fingerprint of its newest placement.
+#[derive(Debug, Clone, Copy)]
+pub struct Proof<'a> {
+    /// The content hash to prove.
+    pub sha256: &'a ContentHash,
+    /// Proves it without hashing while the file still matches it (borrowed from the
+    /// [`Fingerprints`]: a pointer per path, not a copy).
+    pub placed: Option<&'a Placed>,
+    /// Whether to hash the file when `placed` does not prove it. A republication's probe
+    /// does not: such a file sends it to the general probe, which hashes it once.
+    pub or_hash: bool,
+}
+
+/// Outputs of size 1 at the given paths and hashes, for tests (leaked: they live as long as
+/// the fingerprints asked of them).
+#[cfg(test)]
+pub(crate) fn leaked_outputs<'p>(
+    wanted: impl IntoIterator<Item = (&'p str, &'p ContentHash)>,
+) -> &'static [crate::source::OutputEntry] {
+    let outputs: Vec<crate::source::OutputEntry> = (wanted.into_iter())
+        .map(|(path, sha256)| crate::source::OutputEntry {
+            path: path.into(),
+            size: 1,
+            sha256: *sha256,
+        })
+        .collect();
+    outputs.leak()
+}
