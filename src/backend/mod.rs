@@ -21,10 +21,10 @@ pub mod types;
 use crate::error::Result;
 use crate::execute::StagedOperation;
 use crate::hash::ContentHash;
-use crate::plan::Storage;
 use crate::state::StateFile;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use types::Storage;
 use types::{Placed, Proof, StagingEntry, StateBytes};
 
 /// A kind of storage destinations can live on.

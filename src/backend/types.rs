@@ -1,9 +1,13 @@
 //! The types the storage interface speaks in, shared by every backend and by the journal
 //! and executor above them: what a read of the state file found, an entry of a bundle
 //! path's staging, and placement fingerprints (what distributor recorded when it placed a
-//! file, read back from the journal to prove content without rehashing).
+//! file, read back from the journal to prove content without rehashing); the probe's
+//! listing of a bundle path for the planner ([`Storage`]), what an overwrite or delete
+//! moves aside ([`Replaced`]) and a rollback's hold ([`Hold`]).
 
 use crate::hash::ContentHash;
+use serde::Serialize;
+use std::borrow::Cow;
 
 /// What stands at the state file's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,4 +214,147 @@ pub(crate) fn leaked_outputs<'p>(
         })
         .collect();
     outputs.leak()
+}
+
+/// What storage holds at one bundle-relative path, as the backend saw it. A proven hash
+/// is borrowed (`'a`) when a placement fingerprint proved the file holds the hash it was
+/// asked about, and owned when the file was hashed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry<'a> {
+    /// Nothing there.
+    Missing,
+    /// A regular file. `sha256` is its content hash when the backend proved it (by
+    /// hashing, or by distributor's own placement fingerprint); `None` when not examined.
+    File {
+        /// Size in bytes.
+        size: u64,
+        /// Proven content hash.
+        sha256: Option<Cow<'a, ContentHash>>,
+    },
+    /// A symlink and its text.
+    Symlink {
+        /// Link text.
+        target: String,
+    },
+    /// A directory and the paths under it (bundle-relative), recursively; listed only
+    /// where a planned file or link goes.
+    Dir {
+        /// Files, symlinks and special files below it.
+        contents: Vec<String>,
+        /// Directories below it.
+        dirs: Vec<String>,
+    },
+    /// A socket, FIFO or device.
+    Special,
+}
+
+/// The backend's view of a bundle path: every planned path, every recorded path and all
+/// their ancestors.
+///
+/// Paths are borrowed from the manifest and the state they were probed for. The probed
+/// paths themselves are kept in the order they were probed (the manifest's outputs, its
+/// links, the other recorded paths), which is the order the planner asks for them in: a
+/// lookup tries the entry after the one last found first; a path found neither there nor
+/// among the directories is searched for in the probed paths sorted by path (sorted once,
+/// on the first such lookup).
+#[derive(Debug, Clone, Default)]
+pub struct Storage<'a> {
+    /// Set when the bundle path itself (or a mapped directory on the way to it) is a
+    /// symlink, a special file or a file: the reason.
+    pub bundle_unsafe: Option<String>,
+    /// Set when the config's `releases` settings differ from those its `releases.dir`
+    /// records (SPEC §15): why.
+    pub releases_mismatch: Option<String>,
+    /// A record in the destination distributor does not believe (SPEC §17): the
+    /// operator's message naming it and its owner.
+    pub untrusted_record: Option<String>,
+    /// Set when a releases destination's `path` is not the symlink the last logged
+    /// activation made (SPEC §17): why.
+    pub path_changed: Option<String>,
+    /// Source digests rolled back from and not published past since, per owner (a
+    /// releases destination's activation log, SPEC §15).
+    pub rolled_back: Vec<Hold>,
+    /// Entries by bundle-relative path (the directories on the way to the probed paths,
+    /// or anything listed by hand). A path listed nowhere is treated as missing.
+    pub entries: foldhash::HashMap<&'a str, Entry<'a>>,
+    /// The probed paths' entries, in probe order (distinct from `entries`' paths).
+    probed: Vec<(&'a str, Entry<'a>)>,
+    /// Finds a path in `probed`.
+    order: crate::ordered::InOrder,
+}
+
+impl<'a> Storage<'a> {
+    /// A listing of `entries` (by path) and of the `probed` paths' entries in probe
+    /// order; no path may be in both.
+    pub fn new(
+        bundle_unsafe: Option<String>,
+        entries: foldhash::HashMap<&'a str, Entry<'a>>,
+        probed: Vec<(&'a str, Entry<'a>)>,
+    ) -> Storage<'a> {
+        Storage {
+            bundle_unsafe,
+            releases_mismatch: None,
+            untrusted_record: None,
+            path_changed: None,
+            rolled_back: Vec::new(),
+            entries,
+            probed,
+            order: Default::default(),
+        }
+    }
+
+    /// The entry at `path` (missing when not listed).
+    pub fn get(&self, path: &str) -> &Entry<'a> {
+        let (len, key) = (self.probed.len(), |i: usize| self.probed[i].0);
+        if let Some(i) = self.order.next(len, key, path) {
+            return &self.probed[i].1;
+        }
+        if let Some(e) = self.entries.get(path) {
+            return e;
+        }
+        match self.order.search(len, key, path) {
+            Some(i) => &self.probed[i].1,
+            None => &Entry::Missing,
+        }
+    }
+}
+
+/// A rollback's hold (SPEC §15): the owner's source digest that was rolled back from;
+/// publishing it again is the forceable conflict `rolled_back` until the owner publishes
+/// something else.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Hold {
+    /// The owner whose publication was rolled back (`pipeline/destination`).
+    pub owner: String,
+    /// Its source digest.
+    pub digest: String,
+}
+
+/// What an overwrite or delete moves aside, as planning saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Replaced {
+    /// A regular file.
+    File,
+    /// A symlink.
+    Link,
+}
+
+impl Replaced {
+    /// As serialized: `file`, `link`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Replaced::File => "file",
+            Replaced::Link => "link",
+        }
+    }
+
+    /// What `entry` is, when it is a file or a link.
+    pub fn of(entry: &Entry) -> Option<Replaced> {
+        match entry {
+            Entry::File { .. } => Some(Replaced::File),
+            Entry::Symlink { .. } => Some(Replaced::Link),
+            _ => None,
+        }
+    }
 }

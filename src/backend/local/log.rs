@@ -19,12 +19,12 @@
 //! it did not check on the descriptor it read.
 
 use super::records::{self, RecordError};
+use crate::backend::types::Hold;
 use crate::error::{Error, IoContext, Result};
 use crate::execute::StagedOperation;
 use crate::failpoint;
 use crate::fs::{Dir, Identity};
 use crate::model::SourceRef;
-use crate::plan::Hold;
 use rustix::fs::FileType;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};

@@ -176,9 +176,9 @@ impl BundleStore for Bundle {
     }
 }
 
+use crate::backend::types::{Entry, Storage};
 use crate::error::{Error, IoContext, Result};
 use crate::fs::tree::{Meta, Tree};
-use crate::plan::{Entry, Storage};
 use crate::state::STATE_FILE;
 use rustix::fs::FileType;
 use std::path::{Path, PathBuf};

@@ -414,7 +414,7 @@ impl ReleaseStore {
             let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());
             let undoes = op.releases.as_ref().and_then(|r| r.undoes.clone());
             let held = match (&undoes, &op.origin.previous_source) {
-                (Some(_), Some(from)) => vec![crate::plan::Hold {
+                (Some(_), Some(from)) => vec![crate::backend::types::Hold {
                     owner,
                     digest: from.digest.clone(),
                 }],

@@ -97,7 +97,7 @@ pub struct Activation {
     pub owner: Option<String>,
     /// A rollback's hold: the source digest it rolled back from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub held: Vec<crate::plan::Hold>,
+    pub held: Vec<crate::backend::types::Hold>,
     /// A rollback: the operation whose activation it undid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undoes: Option<String>,
@@ -116,8 +116,8 @@ impl Activation {
 
 /// The holds standing after the log (SPEC §15): each rollback's digest, until its owner
 /// publishes again.
-pub fn holds(log: &[Activation]) -> Vec<crate::plan::Hold> {
-    let mut out: Vec<crate::plan::Hold> = Vec::new();
+pub fn holds(log: &[Activation]) -> Vec<crate::backend::types::Hold> {
+    let mut out: Vec<crate::backend::types::Hold> = Vec::new();
     for a in log {
         if a.is_rollback() {
             out.extend(a.held.iter().cloned());
@@ -459,7 +459,7 @@ mod tests {
             operation_id: op.into(),
             activated_at: T[5].into(),
             owner: Some("w/l".into()),
-            held: vec![crate::plan::Hold {
+            held: vec![crate::backend::types::Hold {
                 owner: "w/l".into(),
                 digest: format!("digest-{undoes}"),
             }],

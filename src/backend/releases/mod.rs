@@ -24,12 +24,12 @@ pub mod log;
 use crate::backend::local::{
     Bundle, Fingerprint, LOCK_FILE, Placed, Proof, StagingEntry, StateBytes,
 };
+use crate::backend::types::Storage;
 use crate::backend::{Backend, BundleStore, Committed, Verdict};
 use crate::config::ReleaseSettings;
 use crate::error::{Error, IoContext, Result};
 use crate::execute::StagedOperation;
 use crate::fs::{Dir, is_redirect, split, type_name};
-use crate::plan::Storage;
 use rustix::fs::FileType;
 use serde::{Deserialize, Serialize};
 use std::path::{Component, Path, PathBuf};

@@ -24,6 +24,7 @@ use super::holder::Holder;
 use super::records::{self, RECORD_DIR, RecordError};
 use super::{Fingerprint, LEGACY_STAGING_DIR, LOCK_FILE, STAGING_DIR};
 use crate::backend::Committed;
+use crate::backend::types::Replaced;
 use crate::backend::types::{StagingEntry, StateBytes};
 use crate::error::{Error, IoContext, Result};
 use crate::execute::{
@@ -33,7 +34,6 @@ use crate::execute::{
 use crate::failpoint;
 use crate::fs::{Dir, Identity, is_redirect, split, type_name};
 use crate::hash::ContentHash;
-use crate::plan::Replaced;
 use crate::source::relative_link_target;
 use crate::state::{STATE_FILE, StateFile};
 use rustix::fs::FileType;
