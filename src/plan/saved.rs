@@ -272,6 +272,7 @@ pub fn settings_sha256(config: &Config, dest: &Destination) -> String {
             "concurrency": s.concurrency,
             "content_types": s.content_types,
             "cache_control": s.cache_control.iter().map(|r| (&r.glob, &r.value)).collect::<Vec<_>>(),
+            "azure": s.azure.as_ref().map(|a| (&a.account, a.use_emulator)),
         })
     });
     let settings = serde_json::json!({

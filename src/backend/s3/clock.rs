@@ -63,17 +63,15 @@ pub struct Unreachable {
 #[derive(Debug)]
 pub struct DateConnector {
     clock: StoreClock,
-    /// The endpoint is configured (else it is AWS's), for [`Unreachable`]'s advice.
-    configured_endpoint: bool,
+    /// What names the store's address, for [`Unreachable`]'s advice.
+    fix: &'static str,
 }
 
 impl DateConnector {
-    /// The connector of one s3 client.
-    pub fn new(clock: StoreClock, configured_endpoint: bool) -> DateConnector {
-        DateConnector {
-            clock,
-            configured_endpoint,
-        }
+    /// The connector of one object-store client; `fix` says which settings name the
+    /// store's address ("s3.endpoint (AWS_ENDPOINT_URL overrides it when set)").
+    pub fn new(clock: StoreClock, fix: &'static str) -> DateConnector {
+        DateConnector { clock, fix }
     }
 }
 
@@ -83,7 +81,7 @@ impl HttpConnector for DateConnector {
         Ok(HttpClient::new(DateService {
             inner,
             clock: self.clock.clone(),
-            configured_endpoint: self.configured_endpoint,
+            fix: self.fix,
             answered: AtomicBool::new(false),
             failed_connects: AtomicU32::new(0),
         }))
@@ -94,7 +92,7 @@ impl HttpConnector for DateConnector {
 struct DateService {
     inner: HttpClient,
     clock: StoreClock,
-    configured_endpoint: bool,
+    fix: &'static str,
     /// Some response has come from the store.
     answered: AtomicBool,
     /// Requests that could not connect before any response came.
@@ -112,11 +110,7 @@ impl DateService {
             return e;
         }
         let cause = innermost(&e);
-        let fix = if self.configured_endpoint {
-            "s3.endpoint (AWS_ENDPOINT_URL overrides it when set)"
-        } else {
-            "the destination's s3.region and bucket name (this is AWS S3: no s3.endpoint is set)"
-        };
+        let fix = self.fix;
         HttpError::new(
             HttpErrorKind::Unknown,
             Unreachable {
