@@ -180,6 +180,11 @@ impl Dialect for Azure {
         false
     }
 
+    fn etags_follow_content(&self) -> bool {
+        // Every write makes a new ETag, the same bytes restored by an undo included.
+        false
+    }
+
     fn records_uploads(&self) -> bool {
         // Uncommitted blocks are dropped by the store; there is nothing to abort.
         false

@@ -47,6 +47,12 @@ pub(crate) trait Dialect: std::fmt::Debug + Send + Sync {
     /// are downloaded and uploaded again through this host (SPEC §21).
     fn copies_in_store(&self) -> bool;
 
+    /// Whether an object's ETag follows from its bytes, so that a copy of the same bytes
+    /// shows the ETag recorded for them (S3: the MD5 of a single PUT or CopyObject). Where
+    /// it does not (azure: every write makes a new ETag), a recorded file whose ETag
+    /// changed is read and hashed before it is judged changed.
+    fn etags_follow_content(&self) -> bool;
+
     /// Whether an unfinished multipart upload's parts stay stored until it is aborted, so
     /// its id is recorded in staging for `recover` to abort (S3). Azure drops uncommitted
     /// blocks by itself and has nothing to abort.

@@ -413,6 +413,10 @@ impl Dialect for Aws {
         true
     }
 
+    fn etags_follow_content(&self) -> bool {
+        true
+    }
+
     fn records_uploads(&self) -> bool {
         // Parts of an unfinished multipart upload are stored (and billed) until aborted.
         true
@@ -563,11 +567,26 @@ pub(crate) fn list(
     use futures_util::TryStreamExt;
     let key = Key::from(prefix.trim_end_matches('/'));
     let listing = backend.client.list(Some(&key)).try_collect::<Vec<_>>();
-    match lease {
+    let mut listed = match lease {
         Some(l) => l.send(listing)?,
         None => block_on(listing),
     }
-    .map_err(|e| store_error("list", &backend.shown(prefix), e))
+    .map_err(|e| store_error("list", &backend.shown(prefix), e))?;
+    for m in &mut listed {
+        m.e_tag = m.e_tag.take().map(quoted);
+    }
+    Ok(listed)
+}
+
+/// An ETag as a response header sends it, in quotes: Azure's listings send it bare, its
+/// headers quoted, and the state records what an upload's response said, which the
+/// listing must match (S3 quotes both).
+fn quoted(etag: String) -> String {
+    if etag.starts_with('"') || etag.starts_with("W/") {
+        etag
+    } else {
+        format!("\"{etag}\"")
+    }
 }
 
 /// The text of an error and all its sources.

@@ -163,6 +163,16 @@ pub(in crate::config) fn settings(
     })
 }
 
+/// Keys that would hold Azure credentials: the s3 block's, and an account key, a SAS, a
+/// token or a connection string under any name.
+fn is_azure_credential_key(k: &str) -> bool {
+    let lower = k.to_ascii_lowercase();
+    is_credential_key(k)
+        || ["key", "sas", "token", "connection_string"]
+            .iter()
+            .any(|w| lower.contains(w))
+}
+
 enum AzureKey {
     Account,
     Endpoint,
@@ -190,7 +200,7 @@ impl<'de> Deserialize<'de> for AzureKey {
                     "lease_seconds" => AzureKey::LeaseSeconds,
                     "content_types" => AzureKey::ContentTypes,
                     "cache_control" => AzureKey::CacheControl,
-                    k if is_credential_key(k) || k.eq_ignore_ascii_case("sas") => {
+                    k if is_azure_credential_key(k) => {
                         return Err(E::custom(format!("{CREDENTIALS}; remove this key")));
                     }
                     k => return Err(E::unknown_field(k, AZURE_KEYS)),
@@ -334,6 +344,126 @@ mod tests {
             assert!(m.contains(needle), "{bad}: {m}");
             assert!(m.contains("az://"), "{bad}: {m}");
         }
+    }
+
+    fn parse(block: &str) -> crate::error::Result<crate::config::Config> {
+        let yaml = format!(
+            "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: site\n    backend: azure\n    path: az://reports/weather/latest\n{block}"
+        );
+        crate::config::Config::parse(&yaml, std::path::Path::new("/etc/d/weather.yaml"))
+    }
+
+    fn refused(block: &str, needles: &[&str]) {
+        let m = match parse(block) {
+            Ok(c) => panic!("accepted: {c:?}\n{block}"),
+            Err(e) => e.to_string(),
+        };
+        for n in needles {
+            assert!(m.contains(n), "lacks {n:?}:\n{m}");
+        }
+    }
+
+    #[test]
+    fn an_azure_block_has_its_keys_and_defaults() {
+        let c = parse("").unwrap();
+        let d = &c.destinations[0];
+        assert_eq!(d.backend, crate::model::Backend::Azure);
+        assert_eq!(
+            d.path,
+            std::path::PathBuf::from("az://reports/weather/latest")
+        );
+        let s = d.s3.as_ref().expect("object-store settings");
+        assert_eq!(
+            (s.bucket.as_str(), s.prefix.as_str()),
+            ("reports", "weather/latest")
+        );
+        assert_eq!(s.lease_seconds, DEFAULT_LEASE_SECONDS);
+        assert_eq!(s.azure, Some(AzureAccount::default()));
+        let c = parse(
+            "    azure:\n      account: reportsprod\n      endpoint: http://127.0.0.1:10000/reportsprod\n      use_emulator: true\n      allow_http: true\n      lease_seconds: 30\n      content_types: {\".wasm\": application/wasm}\n      cache_control: [{glob: \"*.html\", value: no-cache}]\n",
+        )
+        .unwrap();
+        let s = c.destinations[0].s3.clone().unwrap();
+        assert_eq!(
+            s.azure,
+            Some(AzureAccount {
+                account: Some("reportsprod".into()),
+                use_emulator: true
+            })
+        );
+        assert_eq!(
+            s.endpoint.as_deref(),
+            Some("http://127.0.0.1:10000/reportsprod")
+        );
+        assert_eq!(s.cache_control_for("index.html"), Some("no-cache"));
+        assert_eq!(s.extra_content_type("a.wasm"), Some("application/wasm"));
+    }
+
+    #[test]
+    fn credential_keys_are_refused_by_any_name() {
+        for k in [
+            "account_key",
+            "sas_token",
+            "sas",
+            "token",
+            "connection_string",
+            "client_secret",
+        ] {
+            assert!(is_azure_credential_key(k), "{k}");
+        }
+        for k in AZURE_KEYS {
+            assert!(!is_azure_credential_key(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn bad_azure_blocks_name_the_key_and_what_is_accepted() {
+        refused(
+            "    azure:\n      use_emulator: true\n",
+            &["destinations[0].azure.use_emulator", "allow_http: true"],
+        );
+        refused(
+            "    azure:\n      endpoint: http://127.0.0.1:10000/devstoreaccount1\n",
+            &[
+                "destinations[0].azure.endpoint",
+                "plain http",
+                "allow_http: true",
+            ],
+        );
+        refused(
+            "    azure:\n      account_key: c2VjcmV0\n",
+            &[
+                "destinations[0].azure.account_key",
+                "never read from the config",
+                "AZURE_STORAGE_ACCOUNT_KEY",
+            ],
+        );
+        refused(
+            "    azure:\n      region: westeurope\n",
+            &[
+                "destinations[0].azure",
+                "unknown field `region`",
+                "`account`, `endpoint`, `use_emulator`, `allow_http`, `lease_seconds`, `content_types`, `cache_control`",
+            ],
+        );
+        refused(
+            "    azure:\n      account: Bad_Name\n",
+            &[
+                "destinations[0].azure.account",
+                "3 to 24 lowercase letters and digits",
+            ],
+        );
+        refused(
+            "    s3:\n      region: us-east-1\n",
+            &[
+                "destinations[0].s3",
+                "applies to backend s3 only; this destination is backend azure",
+            ],
+        );
+        refused(
+            "    azure:\n      lease_seconds: 5\n",
+            &["destinations[0].azure.lease_seconds"],
+        );
     }
 
     #[test]
