@@ -51,7 +51,6 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::Write;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -291,27 +290,25 @@ pub fn azurite() -> Option<&'static S3Server> {
     shared(&AZURITE, ServerKind::Azurite)
 }
 
-/// Prints the loud skip line for the current test to the real stderr (the test harness
-/// captures `eprintln!` of passing tests, not this).
+/// Skips the current test loudly (a line on the real stderr) and records the skip for the
+/// run's closing summary ([`super::left_out`]).
 pub fn announce_skip(kind: ServerKind) {
-    let thread = std::thread::current();
-    let test = thread.name().unwrap_or("<unnamed test>");
-    // One write, so that parallel tests' lines do not interleave.
-    let line = format!(
-        "\n*** SKIPPED: {test} needs {} ({}): none via ${}, {} or PATH. \
-         {}=1 (or CI set) makes this a failure. ***\n",
+    super::left_out::skip(
         kind.name(),
-        kind.install_hint(),
-        kind.var(),
-        kind.installed(),
-        kind.require_var(),
+        &format!(
+            "none via ${}, {} or PATH ({}). {}=1 (or CI set) makes this a failure.",
+            kind.var(),
+            kind.installed(),
+            kind.install_hint(),
+            kind.require_var(),
+        ),
     );
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// Whether a missing server fails the test: `DISTRIBUTOR_REQUIRE_S3` says so for the S3
-/// servers, `DISTRIBUTOR_REQUIRE_AZURE` for Azurite (`0` says not); unset, a CI run (`CI` set, as CI systems set it, and not `false` or `0`) requires
-/// the servers, so an s3 test there never passes without running.
+/// servers, `DISTRIBUTOR_REQUIRE_AZURE` for Azurite (`0` says not); unset, a CI run (`CI`
+/// set, as CI systems set it, and not `false` or `0`) requires the servers, so an s3 or
+/// azure test there never passes without running.
 fn required(kind: ServerKind) -> bool {
     let on = |v: &str| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false");
     match std::env::var(kind.require_var()) {
