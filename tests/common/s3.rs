@@ -1255,7 +1255,8 @@ pub struct IgnoringProxy {
     child: std::process::Child,
     /// `http://127.0.0.1:PORT`, no trailing slash.
     pub endpoint: String,
-    /// One line per request: `METHOD PATH key=<signer or -> dropped=<header names or ->`.
+    /// One line per request: `METHOD PATH key=<signer or -> md5=<Content-MD5 or -> len=<body
+    /// bytes> dropped=<header names or ->`.
     pub log: PathBuf,
 }
 
@@ -1281,6 +1282,12 @@ impl IgnoringProxy {
     /// and region a run used.
     pub fn recording(moto: &Moto, log: &Path) -> IgnoringProxy {
         IgnoringProxy::launch(moto, log, &["--keep-conditions"])
+    }
+
+    /// The recording proxy that also flips the last byte of the body of every PUT whose
+    /// path (before any `?`) ends with `suffix`: a body damaged on the way.
+    pub fn corrupting(moto: &Moto, log: &Path, suffix: &str) -> IgnoringProxy {
+        IgnoringProxy::launch(moto, log, &["--keep-conditions", "--corrupt", suffix])
     }
 
     /// [`IgnoringProxy::start`] that drops the conditions only from requests whose path

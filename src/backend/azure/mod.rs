@@ -19,13 +19,25 @@
 //!   key's `/` makes directories, and a delete or a listing does not behave as on a flat
 //!   namespace of keys.
 
-use crate::backend::s3::clock::{DateConnector, StoreClock};
+use crate::backend::s3::clock::{DateConnector, Prepare, StoreClock};
 use crate::backend::s3::{Clients, Dialect, S3Location, chain_text};
 use crate::error::{Error, Result};
-use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64_STANDARD;
+use bytes::Bytes;
+use http::Method;
+use http::header::{AUTHORIZATION, HeaderName, HeaderValue};
+use md5::{Digest, Md5};
+use object_store::azure::{
+    AzureAccessKey, AzureAuthorizer, AzureConfigKey, AzureCredential, MicrosoftAzureBuilder,
+};
+use object_store::client::{HttpError, HttpErrorKind, HttpRequest};
 use object_store::path::Path as Key;
 use object_store::{Attribute, GetOptions, ObjectStore};
 use std::sync::Arc;
+
+/// The header that carries a body's MD5, which Azure checks (not in `http`'s list).
+const CONTENT_MD5: HeaderName = HeaderName::from_static("content-md5");
 
 /// The emulator's account (Azurite's `devstoreaccount1`).
 pub const EMULATOR_ACCOUNT: &str = "devstoreaccount1";
@@ -148,12 +160,15 @@ impl Dialect for Azure {
         let mut builder = MicrosoftAzureBuilder::new()
             .with_account(&account)
             .with_container_name(container)
-            .with_allow_http(location.allow_http)
-            .with_http_connector(DateConnector::new(clock.clone(), fix));
+            .with_allow_http(location.allow_http);
         if let Some(ep) = endpoint {
             builder = builder.with_endpoint(ep);
         }
         let found = credentials_from_env();
+        let mut key = found
+            .iter()
+            .find(|(k, _)| *k == AzureConfigKey::AccessKey)
+            .map(|(_, v)| v.clone());
         if !names_a_credential(&found) {
             if !location.use_emulator {
                 return Err(Error::Failed(format!(
@@ -161,7 +176,16 @@ impl Dialect for Azure {
                 )));
             }
             builder = builder.with_access_key(EMULATOR_KEY);
+            key = Some(EMULATOR_KEY.to_string());
         }
+        // A key object_store refuses is reported by its build below.
+        let key = key.and_then(|k| AzureAccessKey::try_new(&k).ok());
+        let md5 = ContentMd5 {
+            account: account.clone(),
+            key: key.map(AzureCredential::AccessKey),
+        };
+        builder = builder
+            .with_http_connector(DateConnector::new(clock.clone(), fix).preparing(Arc::new(md5)));
         for (k, v) in found {
             builder = builder.with_config(k, v);
         }
@@ -215,6 +239,11 @@ impl Dialect for Azure {
         None
     }
 
+    /// The Blob service's XML error body as its code and the first line of its message.
+    fn clean(&self, text: &str) -> String {
+        without_xml(text)
+    }
+
     fn missing_container(&self, e: &object_store::Error) -> bool {
         chain_text(e).contains("ContainerNotFound")
     }
@@ -247,6 +276,78 @@ impl Dialect for Azure {
     }
 }
 
+/// `Content-MD5` on every PUT that has a body (Put Blob, Put Block, Put Block List), so
+/// the store refuses bytes that changed on the way (SPEC §21; object_store sends none).
+/// object_store has signed the request by then: a Shared Key signature covers the
+/// header, so such a request is signed again with it, with the same key.
+#[derive(Debug)]
+struct ContentMd5 {
+    account: String,
+    /// The account key, when requests are signed with one.
+    key: Option<AzureCredential>,
+}
+
+impl Prepare for ContentMd5 {
+    fn wants(&self, req: &HttpRequest) -> bool {
+        req.method() == Method::PUT
+            && req.body().content_length() > 0
+            && !req.headers().contains_key(CONTENT_MD5)
+    }
+
+    fn prepare(&self, req: &mut HttpRequest, body: &Bytes) -> std::result::Result<(), HttpError> {
+        let shared_key = (req.headers().get(AUTHORIZATION))
+            .is_some_and(|v| v.as_bytes().starts_with(b"SharedKey "));
+        if shared_key && self.key.is_none() {
+            // Cannot happen (a Shared Key signature needs the key): sent as signed.
+            return Ok(());
+        }
+        let md5 = BASE64_STANDARD.encode(Md5::digest(body));
+        let value =
+            HeaderValue::from_str(&md5).map_err(|e| HttpError::new(HttpErrorKind::Unknown, e))?;
+        req.headers_mut().insert(CONTENT_MD5, value);
+        if let (true, Some(key)) = (shared_key, &self.key) {
+            req.headers_mut().remove(AUTHORIZATION);
+            AzureAuthorizer::new(key, &self.account)
+                .try_authorize(req)
+                .map_err(|e| HttpError::new(HttpErrorKind::Unknown, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// `text` with an XML error body (`<?xml …><Error><Code>C</Code><Message>M…</Message>…
+/// </Error>`) replaced by `C: M` (the message's first line: the rest is a request id and
+/// a time); text without one as it is.
+fn without_xml(text: &str) -> String {
+    let Some(start) = text.find("<?xml").or_else(|| text.find("<Error>")) else {
+        return text.to_string();
+    };
+    let end = text[start..]
+        .find("</Error>")
+        .map_or(text.len(), |i| start + i + "</Error>".len());
+    let body = &text[start..end];
+    let element = |tag: &str| {
+        let open = format!("<{tag}>");
+        let from = body.find(&open)? + open.len();
+        let to = body[from..].find(&format!("</{tag}>"))? + from;
+        Some(
+            body[from..to]
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        )
+    };
+    let said = match (element("Code"), element("Message")) {
+        (Some(c), Some(m)) => format!("{c}: {m}"),
+        (Some(c), None) => c,
+        (None, Some(m)) => m,
+        (None, None) => "the store's error body could not be read".to_string(),
+    };
+    format!("{}{said}{}", &text[..start], &text[end..])
+}
+
 /// Whether a blob's attributes mark it a directory of a hierarchical namespace.
 fn is_directory(a: &object_store::Attributes) -> bool {
     a.iter().any(|(k, v)| {
@@ -275,6 +376,16 @@ mod tests {
         assert!(names_a_credential(&key));
         let cli = vec![(AzureConfigKey::UseAzureCli, "false".to_string())];
         assert!(!names_a_credential(&cli));
+    }
+
+    #[test]
+    fn an_error_body_is_said_by_its_code_and_message() {
+        let raw = "400 Bad Request: <?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error>\n  <Code>Md5Mismatch</Code>\n  <Message>The MD5 value specified in the request did not match.\nRequestId:be7e\nTime:2026</Message>\n  <UserSpecifiedMd5>l/f=</UserSpecifiedMd5>\n</Error>";
+        assert_eq!(
+            without_xml(raw),
+            "400 Bad Request: Md5Mismatch: The MD5 value specified in the request did not match."
+        );
+        assert_eq!(without_xml("no body"), "no body");
     }
 
     #[test]
