@@ -126,15 +126,22 @@ string_enum!(
     /// Storage backend of a destination.
     Backend { /// Local filesystem.
         Local = "local", /// Object storage (SPEC §14).
-        S3 = "s3" }
+        S3 = "s3", /// Azure Blob Storage (SPEC §21).
+        Azure = "azure" }
 );
 impl Backend {
-    /// The `state_version` its destinations hold (SPEC §14: s3 state records ETags).
+    /// The `state_version` its destinations hold (SPEC §14: object-store state records
+    /// ETags).
     pub fn state_version(self) -> u32 {
         match self {
             Backend::Local => 1,
-            Backend::S3 => 2,
+            Backend::S3 | Backend::Azure => 2,
         }
+    }
+
+    /// Whether its destinations are key prefixes in an object store (s3, azure).
+    pub fn is_object_store(self) -> bool {
+        self != Backend::Local
     }
 }
 
@@ -253,6 +260,9 @@ string_enum!(
         UnsafeStorage = "unsafe_storage",
         /// A path whose object key would exceed 1024 bytes (s3).
         KeyTooLong = "key_too_long",
+        /// A path whose object key the store cannot hold as written (azure: a segment
+        /// ending in `.`, which Azure drops).
+        KeyUnsupported = "key_unsupported",
         /// A link, which an object store cannot hold (s3).
         UnsupportedLink = "unsupported_link",
         /// The config's `releases` settings differ from those `releases.dir` records.
@@ -289,6 +299,7 @@ impl ConflictKind {
                 | ConflictKind::StateModeMismatch
                 | ConflictKind::UnsafeStorage
                 | ConflictKind::KeyTooLong
+                | ConflictKind::KeyUnsupported
                 | ConflictKind::UnsupportedLink
                 | ConflictKind::ReleasesMismatch
                 | ConflictKind::UntrustedRecord

@@ -786,7 +786,7 @@ fn links_are_reconciled_like_outputs(backend: Backend) {
             })
             .collect()
     };
-    if backend == Backend::S3 {
+    if backend.object_store() {
         let w = World::new(backend);
         let c = cfg(&w, "c", "weather", "latest", &[]);
         let b6 = w.bundle(

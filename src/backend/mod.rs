@@ -13,6 +13,7 @@
 //! The design, its invariants and how object stores and release directories fit are in
 //! `docs/internal/storage.md`.
 
+pub mod azure;
 pub mod local;
 pub mod releases;
 pub mod s3;

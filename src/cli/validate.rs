@@ -61,12 +61,13 @@ pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
         }
         // SPEC §14 accepts 10 to 3600, but a lease under 14 s leaves its holder no time
         // to renew (the amendments' deadline and 5 s floor): say so before a run refuses it.
+        let block = d.backend.as_str();
         if let Some(Err(e)) =
-            (d.s3.as_ref()).map(|s| crate::backend::s3::check_workable(s.lease_seconds))
+            (d.s3.as_ref()).map(|s| crate::backend::s3::check_workable_for(block, s.lease_seconds))
         {
             let _ = writeln!(
                 out,
-                "    warning: accepted (s3.lease_seconds takes 10 to 3600), but publish and recover refuse it: {e}"
+                "    warning: accepted ({block}.lease_seconds takes 10 to 3600), but publish and recover refuse it: {e}"
             );
         }
     }

@@ -125,6 +125,8 @@ struct RawDestination {
     takeover: RawTakeover,
     #[serde(default)]
     s3: Option<s3::RawS3>,
+    #[serde(default)]
+    azure: Option<s3::azure::RawAzure>,
     /// `None`: absent; `Some(None)`: the key with no value (an empty block).
     #[serde(default, deserialize_with = "present")]
     releases: Option<Option<releases::RawReleases>>,
@@ -314,7 +316,9 @@ pub struct Destination {
     pub transfer: Transfer,
     /// `takeover.mode`.
     pub takeover: TakeoverMode,
-    /// The bucket, key prefix and `s3:` block; `Some` exactly when `backend` is s3.
+    /// The object-store settings: the bucket, key prefix and `s3:` block when `backend` is
+    /// s3; the container, key prefix and `azure:` block (with [`S3Settings::azure`]) when it
+    /// is azure; `None` exactly for local destinations.
     pub s3: Option<S3Settings>,
     /// The `releases:` block (SPEC §15): `path` is a symlink swapped to each release.
     pub releases: Option<ReleaseSettings>,
@@ -480,14 +484,23 @@ impl Config {
                 )));
             }
             let mut path_origin = None;
+            let misplaced = match d.backend {
+                Backend::S3 => d.azure.is_some().then_some("azure"),
+                Backend::Azure => d.s3.is_some().then_some("s3"),
+                Backend::Local => (d.s3.is_some().then_some("s3"))
+                    .or_else(|| d.azure.is_some().then_some("azure")),
+            };
+            if let Some(block) = misplaced {
+                return Err(err(
+                    &format!("{key}.{block}"),
+                    format!(
+                        "applies to backend {block} only; this destination is backend {} (set backend: {block}, or remove the {block} block)",
+                        d.backend
+                    ),
+                ));
+            }
             let (path, s3) = match d.backend {
                 Backend::Local => {
-                    if d.s3.is_some() {
-                        return Err(err(
-                            &format!("{key}.s3"),
-                            "applies to backend s3 only; this destination is backend local (set backend: s3, or remove the s3 block)".into(),
-                        ));
-                    }
                     let path =
                         local_path(&d.path, resolve).map_err(|m| err(&format!("{key}.path"), m))?;
                     if Path::new(&d.path).is_relative() {
@@ -502,6 +515,14 @@ impl Config {
                     let path = PathBuf::from(format!("s3://{bucket}/{prefix}"));
                     let settings =
                         s3::settings(&key, bucket, prefix, d.s3).map_err(|(k, m)| err(&k, m))?;
+                    (path, Some(settings))
+                }
+                Backend::Azure => {
+                    let (container, prefix) = s3::azure::parse_path(&d.path)
+                        .map_err(|m| err(&format!("{key}.path"), m))?;
+                    let path = PathBuf::from(format!("az://{container}/{prefix}"));
+                    let settings = s3::azure::settings(&key, container, prefix, d.azure)
+                        .map_err(|(k, m)| err(&k, m))?;
                     (path, Some(settings))
                 }
             };
@@ -536,10 +557,13 @@ impl Config {
                         "is empty; accepted: a mapping with keys dir, keep, max_age, stage_max_age (releases: {keep: 3} for the defaults but keep), or no releases key at all".into(),
                     ));
                 }
-                Some(_) if d.backend == Backend::S3 => {
+                Some(_) if d.backend.is_object_store() => {
                     return Err(err(
                         &format!("{key}.releases"),
-                        "applies to backend local only; an s3 destination publishes in place (remove the releases block)".into(),
+                        format!(
+                            "applies to backend local only; an {} destination publishes in place (remove the releases block)",
+                            d.backend
+                        ),
                     ));
                 }
                 Some(_) if path_mapping != PathMapping::Fixed => {
@@ -586,8 +610,8 @@ impl Config {
                 let single = a.state_mode == StateMode::SingleOwner
                     || b.state_mode == StateMode::SingleOwner;
                 // The same bucket and prefix behind different endpoints is different storage.
-                let same_store =
-                    a.s3.as_ref().map(|s| &s.endpoint) == b.s3.as_ref().map(|s| &s.endpoint);
+                let same_store = a.s3.as_ref().map(|s| (&s.endpoint, &s.azure))
+                    == b.s3.as_ref().map(|s| (&s.endpoint, &s.azure));
                 if let (Some(ra), Some(rb)) = (&a.releases, &b.releases)
                     && ra.dir == rb.dir
                     && a.path != b.path
@@ -706,10 +730,12 @@ fn local_path(
     resolve: impl Fn(&str) -> PathBuf,
 ) -> std::result::Result<PathBuf, String> {
     check_path_text(text)?;
-    if text.starts_with("s3://") {
-        return Err(format!(
-            "'{text}' is an object-store URL but this destination is backend local; set backend: s3 for it"
-        ));
+    for (scheme, backend) in [("s3://", "s3"), ("az://", "azure")] {
+        if text.starts_with(scheme) {
+            return Err(format!(
+                "'{text}' is an object-store URL but this destination is backend local; set backend: {backend} for it"
+            ));
+        }
     }
     let path = resolve(text);
     if path.parent().is_none() {

@@ -11,6 +11,8 @@
 //! an error saying where they come from, and no error here ever echoes a value that could
 //! be a secret (an endpoint with `user:password@` is refused without repeating it).
 
+pub mod azure;
+
 use super::bounded::Bounded;
 use globset::{GlobBuilder, GlobMatcher};
 use serde::Deserialize;
@@ -71,6 +73,10 @@ pub struct S3Settings {
     pub content_types: Vec<(String, String)>,
     /// `s3.cache_control`, in file order; the first matching rule wins.
     pub cache_control: Vec<CacheRule>,
+    /// The storage account of a `backend: azure` destination (whose container is
+    /// `bucket`); `None` for s3. An azure destination's settings are these object-store
+    /// settings, its `azure:` block's keys checked by the same rules ([`azure`]).
+    pub azure: Option<azure::AzureAccount>,
 }
 
 /// One `s3.cache_control` rule.
@@ -280,14 +286,21 @@ pub(super) fn settings(
             .cache_control
             .unwrap_or_default()
             .into_iter()
-            .map(|r| CacheRule {
-                glob: r.glob.text,
-                matcher: r.glob.matcher,
-                whole_path: r.glob.whole_path,
-                value: r.value.0,
-            })
+            .map(CacheRule::from)
             .collect(),
+        azure: None,
     })
+}
+
+impl From<RawCacheRule> for CacheRule {
+    fn from(r: RawCacheRule) -> CacheRule {
+        CacheRule {
+            glob: r.glob.text,
+            matcher: r.glob.matcher,
+            whole_path: r.glob.whole_path,
+            value: r.value.0,
+        }
+    }
 }
 
 fn is_http(endpoint: &str) -> bool {

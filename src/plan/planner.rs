@@ -178,8 +178,8 @@ pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
         ));
         return finish_conflict(plan);
     }
-    if d.backend == Backend::S3 {
-        object_store_conflicts(&mut plan, input);
+    if d.backend.is_object_store() {
+        object_store_conflicts(&mut plan, input, d.backend);
         if !plan.conflicts.is_empty() {
             return finish_conflict(plan);
         }
@@ -1118,17 +1118,31 @@ impl<'a, 's> Planner<'a, 's> {
     }
 }
 
-/// What an object store cannot hold (SPEC §14): links, and keys longer than 1024 bytes.
-/// Neither is forceable.
-fn object_store_conflicts(plan: &mut DestinationPlan, input: &PlanInput<'_>) {
-    // The key prefix: the bundle path `s3://<bucket>/<prefix>` without its bucket.
+/// What an object store cannot hold (SPEC §14, §21): links, keys longer than 1024 bytes,
+/// and on azure a key with a segment ending in `.` (Azure drops the dot). None is
+/// forceable.
+fn object_store_conflicts(plan: &mut DestinationPlan, input: &PlanInput<'_>, backend: Backend) {
+    // The key prefix: the bundle path `s3://<bucket>/<prefix>` (`az://<container>/…`)
+    // without its bucket.
     let bundle = input.bundle_path.to_string_lossy();
     let prefix_len = bundle
-        .strip_prefix("s3://")
-        .and_then(|b| b.split_once('/'))
+        .split_once("://")
+        .and_then(|(_, b)| b.split_once('/'))
         .map_or(0, |(_, prefix)| prefix.len());
     let manifest = &input.source.manifest;
     for o in &manifest.outputs {
+        if backend == Backend::Azure
+            && let Some(seg) = o.path.split('/').find(|s| s.ends_with('.'))
+        {
+            plan.conflicts.push(Conflict::new(
+                ConflictKind::KeyUnsupported,
+                Some(&o.path),
+                None,
+                format!(
+                    "its segment '{seg}' ends in '.', which Azure Blob Storage drops from a name, so the object would land at another key; rename it in the bundle"
+                ),
+            ));
+        }
         let key_len = prefix_len + 1 + o.path.len();
         if key_len > MAX_KEY_LEN {
             plan.conflicts.push(Conflict::new(

@@ -261,7 +261,7 @@ pub fn settings_sha256(config: &Config, dest: &Destination) -> String {
         PathMapping::Template(t) => format!("template {t:?}"),
     };
     let s3 = dest.s3.as_ref().map(|s| {
-        serde_json::json!({
+        let mut block = serde_json::json!({
             "bucket": s.bucket,
             "prefix": s.prefix,
             "endpoint": s.endpoint,
@@ -272,7 +272,13 @@ pub fn settings_sha256(config: &Config, dest: &Destination) -> String {
             "concurrency": s.concurrency,
             "content_types": s.content_types,
             "cache_control": s.cache_control.iter().map(|r| (&r.glob, &r.value)).collect::<Vec<_>>(),
-        })
+        });
+        // Only azure's: an s3 destination's settings hash as before azure existed, so
+        // its saved plans stay valid.
+        if let Some(a) = &s.azure {
+            block["azure"] = serde_json::json!((&a.account, a.use_emulator));
+        }
+        block
     });
     let settings = serde_json::json!({
         "pipeline_id": config.pipeline_id,

@@ -1,12 +1,14 @@
-//! One test body, both backends: a [`World`] is an [`Env`] plus the storage its
-//! destinations live in — the temporary root for `Local`, a fresh moto bucket for `S3` —
+//! One test body, every backend: a [`World`] is an [`Env`] plus the storage its
+//! destinations live in — the temporary root for `Local`, a fresh moto bucket for `S3`, a
+//! fresh Azurite container for `Azure` (object-store code paths, a Blob service) —
 //! and knows how to name a destination there, put content there by hand, and read back
 //! what is there. Paths are "storage paths": relative to the root (local) or keys in the
 //! bucket (s3), so `dest/a.txt` is `<root>/dest/a.txt` or `s3://<bucket>/dest/a.txt`.
 //!
-//! [`per_backend!`] turns `fn name(b: Backend)` into the tests `name::local` and
-//! `name::s3`; the s3 one starts like every s3 test, with [`require_moto!`] (a loud skip
-//! without moto_server, a failure when `DISTRIBUTOR_REQUIRE_S3` is set).
+//! [`per_backend!`] turns `fn name(b: Backend)` into the tests `name::local`, `name::s3`
+//! and `name::azure`; the s3 one starts like every s3 test, with [`require_moto!`] (a loud
+//! skip without moto_server, a failure when `DISTRIBUTOR_REQUIRE_S3` is set), the azure
+//! one with `require_azurite!`.
 //!
 //! What differs by backend is only what SPEC §14 says differs: the destination keys, state
 //! version (1 local, 2 s3 with an ETag per output), and that s3 has no symlinks, special
@@ -27,6 +29,7 @@ use std::path::{Path, PathBuf};
 pub enum Backend {
     Local,
     S3,
+    Azure,
 }
 
 impl Backend {
@@ -34,8 +37,13 @@ impl Backend {
     pub fn state_version(self) -> u64 {
         match self {
             Backend::Local => 1,
-            Backend::S3 => 2,
+            Backend::S3 | Backend::Azure => 2,
         }
+    }
+
+    /// Whether destinations are key prefixes in an object store (s3, azure).
+    pub fn object_store(self) -> bool {
+        self != Backend::Local
     }
 }
 
@@ -51,6 +59,11 @@ macro_rules! per_backend {
             fn s3() {
                 let _ = $crate::common::s3::require_moto!();
                 super::$name($crate::common::backend::Backend::S3);
+            }
+            #[test]
+            fn azure() {
+                let _ = $crate::common::s3::require_azurite!();
+                super::$name($crate::common::backend::Backend::Azure);
             }
         }
     )*};
@@ -83,8 +96,13 @@ impl World {
     pub fn new(backend: Backend) -> World {
         let storage = match backend {
             Backend::Local => Storage::Local,
-            Backend::S3 => {
-                let moto = super::s3::moto().expect("an s3 test starts with require_moto!()");
+            Backend::S3 | Backend::Azure => {
+                let moto = match backend {
+                    Backend::Azure => {
+                        super::s3::azurite().expect("an azure test starts with require_azurite!()")
+                    }
+                    _ => super::s3::moto().expect("an s3 test starts with require_moto!()"),
+                };
                 Storage::S3 {
                     moto,
                     bucket: moto.fresh_bucket(),
@@ -115,10 +133,7 @@ impl World {
     pub fn backend_keys(&self) -> String {
         match &self.storage {
             Storage::Local => String::new(),
-            Storage::S3 { moto, .. } => format!(
-                "    backend: s3\n    s3:\n      endpoint: {}\n      allow_http: true\n",
-                moto.endpoint
-            ),
+            Storage::S3 { moto, .. } => moto.backend_keys(),
         }
     }
 
@@ -126,7 +141,7 @@ impl World {
     pub fn bundle_path(&self, rel: &str) -> String {
         match &self.storage {
             Storage::Local => self.env.path(rel).display().to_string(),
-            Storage::S3 { bucket, .. } => format!("s3://{bucket}/{rel}"),
+            Storage::S3 { moto, bucket, .. } => format!("{}{bucket}/{rel}", moto.scheme()),
         }
     }
 
@@ -135,7 +150,9 @@ impl World {
     pub fn storage_path(&self, bundle_path: &str) -> String {
         let rel = match &self.storage {
             Storage::Local => bundle_path.strip_prefix(&format!("{}/", self.env.root.display())),
-            Storage::S3 { bucket, .. } => bundle_path.strip_prefix(&format!("s3://{bucket}/")),
+            Storage::S3 { moto, bucket, .. } => {
+                bundle_path.strip_prefix(&format!("{}{bucket}/", moto.scheme()))
+            }
         };
         rel.unwrap_or_else(|| panic!("{bundle_path} is not in this world"))
             .to_string()
@@ -342,7 +359,10 @@ impl World {
     pub fn mark(&self) -> Mark {
         match &self.storage {
             Storage::Local => Mark(0),
-            Storage::S3 { moto, .. } => Mark(fs::metadata(&moto.log).map(|m| m.len()).unwrap()),
+            Storage::S3 { moto, .. } => {
+                settle(moto);
+                Mark(fs::metadata(&moto.log).map(|m| m.len()).unwrap())
+            }
         }
     }
 
@@ -354,11 +374,19 @@ impl World {
         let Storage::S3 { moto, bucket, .. } = &self.storage else {
             return Vec::new();
         };
+        settle(moto);
         let mut log = fs::File::open(&moto.log).unwrap();
         log.seek(SeekFrom::Start(mark.0)).unwrap();
         let mut text = Vec::new();
         log.read_to_end(&mut text).unwrap();
         let text = strip_ansi(&String::from_utf8_lossy(&text));
+        // Azurite names the account before the container.
+        let base = moto
+            .endpoint
+            .split("://")
+            .nth(1)
+            .and_then(|h| h.find('/').map(|i| &h[i..]))
+            .unwrap_or("");
         let mut writes = Vec::new();
         for line in text.lines() {
             // `127.0.0.1 - - [date] "PUT /bucket/key HTTP/1.1" 200 -`
@@ -370,7 +398,8 @@ impl World {
                 continue;
             };
             let in_bucket = target
-                .strip_prefix('/')
+                .strip_prefix(base)
+                .and_then(|t| t.strip_prefix('/'))
                 .and_then(|t| t.strip_prefix(bucket.as_str()))
                 .is_some_and(|rest| rest.starts_with('/') || rest.starts_with('?'));
             if in_bucket && matches!(method, "PUT" | "POST" | "DELETE") {
@@ -378,6 +407,31 @@ impl World {
             }
         }
         writes
+    }
+}
+
+/// Waits until every request answered so far is in the server's log. moto logs a request
+/// before it answers it; Azurite logs it once the answer is sent, so a client may hear the
+/// answer first: a request of its own is sent, and once its line is in the log, so are
+/// those answered before it (Azurite writes them in order).
+fn settle(server: &super::s3::S3Server) {
+    if server.kind != super::s3::ServerKind::Azurite {
+        return;
+    }
+    let token = format!("settle-{}", uuid::Uuid::new_v4().simple());
+    let r = server.raw("GET", &format!("?comp=list&prefix={token}"), &[], &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let started = std::time::Instant::now();
+    loop {
+        if fs::read_to_string(&server.log).is_ok_and(|l| l.contains(&token)) {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "Azurite did not log {token} in {}",
+            server.log.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 

@@ -4,10 +4,10 @@
 //!
 //! - tests that drive the binary's failpoints are `#[ignore]`d without the `failpoints`
 //!   feature: [`failpoint_ignored`] counts them in the sources;
-//! - tests that need something outside the repository (an S3 server, a tmpfs mount, a
-//!   Prometheus) return early, loudly, when it is missing: [`skip`] prints the loud line
-//!   and records the skip under `target/tmp/left-out/<run>/`, where `<run>` names the
-//!   `cargo` process that runs the test binaries.
+//! - tests that need something outside the repository (an S3 server, Azurite, a tmpfs
+//!   mount, a Prometheus) return early, loudly, when it is missing: [`skip`] prints the
+//!   loud line and records the skip under `target/tmp/left-out/<run>/`, where `<run>`
+//!   names the `cargo` process that runs the test binaries.
 //!
 //! `tests/zz_left_out.rs`, the last test target `cargo test` runs, reads both and prints
 //! the summary. Shared by the runner (`mod common`) and that target (`#[path]`).

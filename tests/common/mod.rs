@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod azurite;
 pub mod backend;
 pub mod chaos;
 pub mod faults;

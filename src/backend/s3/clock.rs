@@ -11,6 +11,7 @@
 //! (minutes). Once the store has answered, a failed connection is retried as usual: that
 //! is a hiccup, not a wrong endpoint.
 
+use bytes::Bytes;
 use object_store::client::{
     ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
     HttpService, ReqwestConnector,
@@ -59,21 +60,40 @@ pub struct Unreachable {
     fix: &'static str,
 }
 
+/// What a store's dialect adds to a request once object_store has built and signed it,
+/// just before it is sent (azure: `Content-MD5` on every PUT body, signed again).
+pub(crate) trait Prepare: std::fmt::Debug + Send + Sync {
+    /// Whether `req` is to be prepared (its body is then read into memory).
+    fn wants(&self, req: &HttpRequest) -> bool;
+
+    /// Changes `req`, whose body is `body`.
+    fn prepare(&self, req: &mut HttpRequest, body: &Bytes) -> Result<(), HttpError>;
+}
+
 /// Makes object_store's usual HTTP client, wrapped to read the `Date` of each response.
 #[derive(Debug)]
 pub struct DateConnector {
     clock: StoreClock,
-    /// The endpoint is configured (else it is AWS's), for [`Unreachable`]'s advice.
-    configured_endpoint: bool,
+    /// What names the store's address, for [`Unreachable`]'s advice.
+    fix: &'static str,
+    prepare: Option<Arc<dyn Prepare>>,
 }
 
 impl DateConnector {
-    /// The connector of one s3 client.
-    pub fn new(clock: StoreClock, configured_endpoint: bool) -> DateConnector {
+    /// The connector of one object-store client; `fix` says which settings name the
+    /// store's address ("s3.endpoint (AWS_ENDPOINT_URL overrides it when set)").
+    pub fn new(clock: StoreClock, fix: &'static str) -> DateConnector {
         DateConnector {
             clock,
-            configured_endpoint,
+            fix,
+            prepare: None,
         }
+    }
+
+    /// The same connector, every request it sends first passed through `prepare`.
+    pub(crate) fn preparing(mut self, prepare: Arc<dyn Prepare>) -> DateConnector {
+        self.prepare = Some(prepare);
+        self
     }
 }
 
@@ -83,7 +103,8 @@ impl HttpConnector for DateConnector {
         Ok(HttpClient::new(DateService {
             inner,
             clock: self.clock.clone(),
-            configured_endpoint: self.configured_endpoint,
+            fix: self.fix,
+            prepare: self.prepare.clone(),
             answered: AtomicBool::new(false),
             failed_connects: AtomicU32::new(0),
         }))
@@ -94,7 +115,8 @@ impl HttpConnector for DateConnector {
 struct DateService {
     inner: HttpClient,
     clock: StoreClock,
-    configured_endpoint: bool,
+    fix: &'static str,
+    prepare: Option<Arc<dyn Prepare>>,
     /// Some response has come from the store.
     answered: AtomicBool,
     /// Requests that could not connect before any response came.
@@ -112,11 +134,7 @@ impl DateService {
             return e;
         }
         let cause = innermost(&e);
-        let fix = if self.configured_endpoint {
-            "s3.endpoint (AWS_ENDPOINT_URL overrides it when set)"
-        } else {
-            "the destination's s3.region and bucket name (this is AWS S3: no s3.endpoint is set)"
-        };
+        let fix = self.fix;
         HttpError::new(
             HttpErrorKind::Unknown,
             Unreachable {
@@ -142,7 +160,7 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
 
 #[async_trait::async_trait]
 impl HttpService for DateService {
-    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+    async fn call(&self, mut req: HttpRequest) -> Result<HttpResponse, HttpError> {
         crate::failpoint::hit("s3_request");
         // Under a lease, no request is sent, nor retried, with less than 5 s left.
         if let Some(why) = super::lease::refusal() {
@@ -150,6 +168,16 @@ impl HttpService for DateService {
                 HttpErrorKind::Unknown,
                 std::io::Error::other(why),
             ));
+        }
+        if let Some(p) = &self.prepare
+            && p.wants(&req)
+        {
+            // Bodies are in memory already (one PUT of at most 8 MiB, or one block).
+            let body = http_body_util::BodyExt::collect(req.body().clone())
+                .await?
+                .to_bytes();
+            p.prepare(&mut req, &body)?;
+            *req.body_mut() = body.into();
         }
         let uri = req.uri();
         let url = format!(

@@ -125,6 +125,11 @@ fn renew_every(lease: Duration) -> Duration {
 /// Refuses a lease too short to work: one that leaves the holder no room to renew above
 /// the 5 s in which it sends nothing (`lease_seconds` under 14).
 pub fn check_workable(lease_seconds: u64) -> Result<()> {
+    check_workable_for("s3", lease_seconds)
+}
+
+/// [`check_workable`] for the backend whose config block is `block` (`s3`, `azure`).
+pub fn check_workable_for(block: &str, lease_seconds: u64) -> Result<()> {
     let lease = Duration::from_secs(lease_seconds);
     if renew_every(lease) >= MIN_RENEWAL {
         return Ok(());
@@ -133,7 +138,7 @@ pub fn check_workable(lease_seconds: u64) -> Result<()> {
         .find(|&s| renew_every(Duration::from_secs(s)) >= MIN_RENEWAL)
         .unwrap_or(3600);
     Err(Error::Config(format!(
-        "s3.lease_seconds {lease_seconds} is too short to publish with: its holder may write for {} s after each renewal and sends no request in the last {} s of that, which leaves it no time to renew; set s3.lease_seconds to {least} or more (default 60)",
+        "{block}.lease_seconds {lease_seconds} is too short to publish with: its holder may write for {} s after each renewal and sends no request in the last {} s of that, which leaves it no time to renew; set {block}.lease_seconds to {least} or more (default 60)",
         holder_limit(lease).as_secs_f64(),
         FLOOR.as_secs()
     )))
@@ -718,6 +723,8 @@ mod tests {
                 backend: "s3".into(),
                 endpoint: Some("http://127.0.0.1:9".into()),
                 region: "us-east-1".into(),
+                account: None,
+                use_emulator: false,
                 allow_http: true,
                 virtual_hosted_style: false,
                 lease_seconds: lease,

@@ -20,18 +20,20 @@
 //! The design, and what a reader of plain keys sees, are in `docs/internal/storage.md`
 //! and `docs/operations.md`.
 
-mod clock;
+pub(crate) mod clock;
 mod credentials;
+mod dialect;
 mod lease;
 mod store;
 
-pub use lease::check_workable;
+pub(crate) use dialect::{Clients, Dialect};
+pub use lease::{check_workable, check_workable_for};
 pub use store::S3Store;
 
 use crate::backend::{Backend, BundleStore};
 use crate::config::S3Settings;
 use crate::error::{Error, Result};
-use object_store::aws::{AmazonS3, AmazonS3Builder, Checksum};
+use object_store::aws::{AmazonS3Builder, Checksum};
 use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
@@ -39,18 +41,26 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-/// Where an s3 destination lives: everything needed to reach it again, recorded with each
-/// operation so `recover --journal` works without the config. Never credentials.
+/// Where an object-store destination (s3 or azure) lives: everything needed to reach it
+/// again, recorded with each operation so `recover --journal` works without the config.
+/// Never credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct S3Location {
-    /// `s3`.
+    /// `s3` or `azure`: which [`Dialect`] speaks to it.
     pub backend: String,
-    /// The endpoint (None: AWS).
+    /// The endpoint (None: AWS; on azure the account's blob endpoint, None: Azure's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
-    /// The region.
+    /// The region (s3; empty on azure).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub region: String,
+    /// The storage account (azure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// The storage emulator (azure `use_emulator`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub use_emulator: bool,
     /// Whether plain http was allowed.
     #[serde(default)]
     pub allow_http: bool,
@@ -65,6 +75,18 @@ impl S3Location {
     /// The location a destination's `s3:` settings name. The region, when not
     /// configured: `AWS_REGION`, else `AWS_DEFAULT_REGION`, else `us-east-1`.
     pub fn from_settings(s: &S3Settings) -> S3Location {
+        if let Some(a) = &s.azure {
+            return S3Location {
+                backend: "azure".into(),
+                endpoint: s.endpoint.clone(),
+                region: String::new(),
+                account: a.account.clone(),
+                use_emulator: a.use_emulator,
+                allow_http: s.allow_http,
+                virtual_hosted_style: false,
+                lease_seconds: s.lease_seconds,
+            };
+        }
         let region = s.region.clone().unwrap_or_else(|| {
             ["AWS_REGION", "AWS_DEFAULT_REGION"]
                 .iter()
@@ -75,6 +97,8 @@ impl S3Location {
             backend: "s3".into(),
             endpoint: s.endpoint.clone(),
             region,
+            account: None,
+            use_emulator: false,
             allow_http: s.allow_http,
             virtual_hosted_style: s.virtual_hosted_style,
             lease_seconds: s.lease_seconds,
@@ -107,14 +131,19 @@ impl Headers {
     }
 }
 
-/// An s3 destination's backend: one bucket, its client and settings.
+/// An object-store destination's backend: one bucket (an azure container), its client,
+/// the [`Dialect`] of its kind of store, and its settings. Everything above the client is
+/// the same for every object store: the lease, the decision record, the conditional
+/// commit, the staging records and the destination log.
 #[derive(Debug, Clone)]
 pub struct S3Backend {
     location: S3Location,
     bucket: String,
     concurrency: usize,
     headers: Headers,
-    client: Arc<AmazonS3>,
+    client: Arc<dyn ObjectStore>,
+    multipart: Arc<dyn dialect::Parts>,
+    dialect: &'static dyn Dialect,
     clock: clock::StoreClock,
 }
 
@@ -137,82 +166,60 @@ pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
     runtime().block_on(f)
 }
 
-/// The bucket and key prefix of `s3://<bucket>/<prefix>`.
+/// The bucket (container) and key prefix of `s3://<bucket>/<prefix>` or
+/// `az://<container>/<prefix>`.
 pub fn split_bundle_path(bundle: &Path) -> Option<(String, String)> {
     let s = bundle.to_str()?;
-    let rest = s.strip_prefix("s3://")?;
+    let rest = dialect::ALL
+        .iter()
+        .find_map(|d| s.strip_prefix(d.scheme()))?;
     let (bucket, prefix) = rest.split_once('/')?;
     let prefix = prefix.trim_end_matches('/');
     (!bucket.is_empty() && !prefix.is_empty()).then(|| (bucket.to_string(), prefix.to_string()))
 }
 
-/// True when `bundle` names an s3 bundle path.
+/// True when `bundle` names an object-store bundle path (`s3://…`, `az://…`).
 pub fn is_s3_path(bundle: &Path) -> bool {
-    bundle.to_str().is_some_and(|s| s.starts_with("s3://"))
+    bundle
+        .to_str()
+        .is_some_and(|s| dialect::ALL.iter().any(|d| s.starts_with(d.scheme())))
 }
 
 impl S3Backend {
-    /// The backend of an s3 destination, from its location and upload settings: the one
-    /// place an s3 client is built (publish, `serve`, `recover --journal` all come here).
-    /// Credentials come from the AWS credential chain ([`credentials`]), resolved on the
-    /// first request; `AWS_ENDPOINT_URL` overrides the configured endpoint.
+    /// The backend of an object-store destination, from its location and upload settings:
+    /// the one place a client is built (publish, `serve`, `recover --journal` all come
+    /// here). The location's `backend` names the [`Dialect`] that builds it.
     pub fn new(
         bucket: &str,
-        mut location: S3Location,
+        location: S3Location,
         concurrency: usize,
         headers: Headers,
     ) -> Result<S3Backend> {
-        let from_env = std::env::var("AWS_ENDPOINT_URL")
-            .ok()
-            .filter(|e| !e.is_empty());
-        let named = if from_env.is_some() {
-            " (from AWS_ENDPOINT_URL, which overrides s3.endpoint)"
-        } else {
-            ""
-        };
-        if let Some(ep) = from_env {
-            location.endpoint = Some(ep);
-        }
-        if let Some(ep) = &location.endpoint
-            && ep.starts_with("http://")
-            && !location.allow_http
-        {
-            return Err(Error::Config(format!(
-                "s3 endpoint {ep}{named} is plain http: set s3.allow_http: true to use it (accepted otherwise: an https:// endpoint)"
-            )));
-        }
+        let dialect = dialect::named(&location.backend).ok_or_else(|| {
+            Error::Failed(format!(
+                "the record names the store kind '{}'; accepted: {}",
+                location.backend,
+                dialect::ALL
+                    .iter()
+                    .map(|d| d.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
         let clock = clock::StoreClock::default();
-        // Credentials come from the AWS chain (profiles included), shared by the process;
-        // nothing else is read from the environment: the rest is the destination's own
-        // configuration (§14, §21).
-        let mut builder = AmazonS3Builder::new().with_credentials(credentials::shared());
-        builder = builder
-            .with_bucket_name(bucket)
-            .with_region(&location.region)
-            .with_allow_http(location.allow_http)
-            .with_virtual_hosted_style_request(location.virtual_hosted_style)
-            .with_checksum_algorithm(Checksum::SHA256)
-            .with_http_connector(clock::DateConnector::new(
-                clock.clone(),
-                location.endpoint.is_some(),
-            ));
-        if let Some(ep) = &location.endpoint {
-            // Virtual-hosted style names the bucket in the host.
-            let ep = match (location.virtual_hosted_style, ep.split_once("://")) {
-                (true, Some((scheme, host))) => format!("{scheme}://{bucket}.{host}"),
-                _ => ep.clone(),
-            };
-            builder = builder.with_endpoint(ep);
-        }
-        let client = builder
-            .build()
-            .map_err(|e| Error::Config(format!("s3 destination s3://{bucket}: {e}")))?;
+        let Clients {
+            client,
+            multipart,
+            location,
+        } = dialect.connect(bucket, location, &clock)?;
         Ok(S3Backend {
             location,
             bucket: bucket.to_string(),
             concurrency: concurrency.max(1),
             headers,
-            client: Arc::new(client),
+            client,
+            multipart,
+            dialect,
             clock,
         })
     }
@@ -241,6 +248,11 @@ impl S3Backend {
     /// Where it lives, for the staging record and the journal.
     pub fn location(&self) -> &S3Location {
         &self.location
+    }
+
+    /// A key as messages show it: `s3://<bucket>/<key>`, `az://<container>/<key>`.
+    fn shown(&self, key: &str) -> String {
+        format!("{}{}/{key}", self.dialect.scheme(), self.bucket)
     }
 
     fn prefix_of(&self, bundle: &Path) -> Result<String> {
@@ -273,14 +285,20 @@ impl S3Backend {
                 },
             ))
         };
-        let where_ = format!("s3://{}/{}", self.bucket, key);
+        let where_ = format!("{}{}/{}", self.dialect.scheme(), self.bucket, key);
         let first = put(PutMode::Create).map_err(|e| store_error("create", &where_, e))?;
         let again = put(PutMode::Create);
         let stale = put(PutMode::Update(UpdateVersion {
             e_tag: Some("\"00000000000000000000000000000000\"".into()),
             version: None,
         }));
+        // What else the store must be, checked while the probe object stands (azure: no
+        // hierarchical namespace).
+        let fit = self
+            .dialect
+            .check_store(client.as_ref(), prefix, &self.shown(prefix));
         let _ = block_on(client.delete(&key));
+        fit?;
         let ignored = match (again, stale) {
             (
                 Err(object_store::Error::AlreadyExists { .. }),
@@ -301,12 +319,134 @@ impl S3Backend {
         };
         if let Some(why) = ignored {
             return Err(Error::Failed(format!(
-                "the store at {} ignores conditional writes ({why}, on {where_}); distributor cannot lock or commit safely there and refuses it. Stores known to honour them: AWS S3, MinIO, Cloudflare R2 (see docs/operations.md)",
-                self.location.endpoint.as_deref().unwrap_or("AWS S3")
+                "the store at {} ignores conditional writes ({why}, on {where_}); distributor cannot lock or commit safely there and refuses it. Stores known to honour them: {} (see docs/operations.md)",
+                self.location
+                    .endpoint
+                    .as_deref()
+                    .unwrap_or(self.dialect.default_store()),
+                self.dialect.honouring()
             )));
         }
         let _ = first;
         Ok(())
+    }
+}
+
+/// AWS S3 and S3-compatible stores (SPEC §14).
+#[derive(Debug)]
+pub(crate) struct Aws;
+
+impl Dialect for Aws {
+    fn name(&self) -> &'static str {
+        "s3"
+    }
+
+    fn scheme(&self) -> &'static str {
+        "s3://"
+    }
+
+    /// Credentials come from the AWS credential chain ([`credentials`]), resolved on the
+    /// first request; `AWS_ENDPOINT_URL` overrides the configured endpoint.
+    fn connect(
+        &self,
+        bucket: &str,
+        mut location: S3Location,
+        clock: &clock::StoreClock,
+    ) -> Result<Clients> {
+        let from_env = std::env::var("AWS_ENDPOINT_URL")
+            .ok()
+            .filter(|e| !e.is_empty());
+        let named = if from_env.is_some() {
+            " (from AWS_ENDPOINT_URL, which overrides s3.endpoint)"
+        } else {
+            ""
+        };
+        if let Some(ep) = from_env {
+            location.endpoint = Some(ep);
+        }
+        if let Some(ep) = &location.endpoint
+            && ep.starts_with("http://")
+            && !location.allow_http
+        {
+            return Err(Error::Config(format!(
+                "s3 endpoint {ep}{named} is plain http: set s3.allow_http: true to use it (accepted otherwise: an https:// endpoint)"
+            )));
+        }
+        let fix = if location.endpoint.is_some() {
+            "s3.endpoint (AWS_ENDPOINT_URL overrides it when set)"
+        } else {
+            "the destination's s3.region and bucket name (this is AWS S3: no s3.endpoint is set)"
+        };
+        // Credentials come from the AWS chain (profiles included), shared by the process;
+        // nothing else is read from the environment: the rest is the destination's own
+        // configuration (§14, §21).
+        let mut builder = AmazonS3Builder::new().with_credentials(credentials::shared());
+        builder = builder
+            .with_bucket_name(bucket)
+            .with_region(&location.region)
+            .with_allow_http(location.allow_http)
+            .with_virtual_hosted_style_request(location.virtual_hosted_style)
+            .with_checksum_algorithm(Checksum::SHA256)
+            .with_http_connector(clock::DateConnector::new(clock.clone(), fix));
+        if let Some(ep) = &location.endpoint {
+            // Virtual-hosted style names the bucket in the host.
+            let ep = match (location.virtual_hosted_style, ep.split_once("://")) {
+                (true, Some((scheme, host))) => format!("{scheme}://{bucket}.{host}"),
+                _ => ep.clone(),
+            };
+            builder = builder.with_endpoint(ep);
+        }
+        let client = Arc::new(
+            builder
+                .build()
+                .map_err(|e| Error::Config(format!("s3 destination s3://{bucket}: {e}")))?,
+        );
+        Ok(Clients {
+            client: client.clone(),
+            multipart: client,
+            location,
+        })
+    }
+
+    fn copies_in_store(&self) -> bool {
+        // CopyObject has copied when it returns.
+        true
+    }
+
+    fn etags_follow_content(&self) -> bool {
+        true
+    }
+
+    fn records_uploads(&self) -> bool {
+        // Parts of an unfinished multipart upload are stored (and billed) until aborted.
+        true
+    }
+
+    fn explain(&self, action: &str, what: &str, e: &object_store::Error) -> Option<String> {
+        if let Some(c) = find_source::<credentials::CredentialError>(e) {
+            return Some(format!("s3: {action} {what}: {c}"));
+        }
+        if !chain_text(e).contains("NoSuchBucket") {
+            return None;
+        }
+        let bucket = (what.strip_prefix("s3://"))
+            .and_then(|w| w.split('/').next())
+            .unwrap_or(what);
+        Some(format!(
+            "s3: {action} {what}: bucket {bucket} does not exist (the store says NoSuchBucket; or it is not visible to these credentials at this endpoint): create it first (e.g. `aws s3 mb s3://{bucket}`), or correct the bucket in the destination's path; distributor never creates buckets"
+        ))
+    }
+
+    fn clean(&self, text: &str) -> String {
+        credentials::without_metadata_address(text)
+    }
+
+    fn missing_container(&self, e: &object_store::Error) -> bool {
+        chain_text(e).contains("NoSuchBucket")
+    }
+
+    fn honouring(&self) -> &'static str {
+        "AWS S3, MinIO, Cloudflare R2"
     }
 }
 
@@ -318,7 +458,7 @@ impl S3Backend {
         let top = Key::from(prefix);
         let listed = lease
             .send(self.client.list_with_delimiter(Some(&top)))?
-            .map_err(|e| store_error("list", &format!("s3://{}/{prefix}/", self.bucket), e))?;
+            .map_err(|e| store_error("list", &self.shown(&format!("{prefix}/")), e))?;
         let Some(now) = self.clock.now() else {
             return Ok(());
         };
@@ -333,11 +473,7 @@ impl S3Backend {
                 match lease.send(self.client.delete(&m.location))? {
                     Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                     Err(e) => {
-                        return Err(store_error(
-                            "delete",
-                            &format!("s3://{}/{}", self.bucket, m.location),
-                            e,
-                        ));
+                        return Err(store_error("delete", &self.shown(m.location.as_ref()), e));
                     }
                 }
             }
@@ -348,7 +484,7 @@ impl S3Backend {
 
 impl Backend for S3Backend {
     fn name(&self) -> &'static str {
-        "s3"
+        self.dialect.name()
     }
 
     fn concurrency(&self) -> usize {
@@ -378,7 +514,7 @@ impl Backend for S3Backend {
     ) -> Result<Option<Box<dyn BundleStore>>> {
         let prefix = self.prefix_of(bundle)?;
         // A lease too short to work is refused before anything is written.
-        lease::check_workable(self.location.lease_seconds)?;
+        lease::check_workable_for(self.dialect.name(), self.location.lease_seconds)?;
         self.check_conditional_writes(&prefix)?;
         let lease = lease::Lease::acquire(self, bundle, &prefix, how.timeout, how.actor)?;
         self.remove_stale_probes(&prefix, &lease)?;
@@ -431,15 +567,30 @@ pub(crate) fn list(
     use futures_util::TryStreamExt;
     let key = Key::from(prefix.trim_end_matches('/'));
     let listing = backend.client.list(Some(&key)).try_collect::<Vec<_>>();
-    match lease {
+    let mut listed = match lease {
         Some(l) => l.send(listing)?,
         None => block_on(listing),
     }
-    .map_err(|e| store_error("list", &format!("s3://{}/{prefix}", backend.bucket), e))
+    .map_err(|e| store_error("list", &backend.shown(prefix), e))?;
+    for m in &mut listed {
+        m.e_tag = m.e_tag.take().map(quoted);
+    }
+    Ok(listed)
+}
+
+/// An ETag as a response header sends it, in quotes: Azure's listings send it bare, its
+/// headers quoted, and the state records what an upload's response said, which the
+/// listing must match (S3 quotes both).
+fn quoted(etag: String) -> String {
+    if etag.starts_with('"') || etag.starts_with("W/") {
+        etag
+    } else {
+        format!("\"{etag}\"")
+    }
 }
 
 /// The text of an error and all its sources.
-fn chain_text(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain_text(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -450,26 +601,20 @@ fn chain_text(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// An object_store error as distributor reports it: what it was doing, on which key. A
-/// failed condition is the error kind `concurrent_change`. The first-contact errors are
-/// said plainly, each with what is missing and how to fix it, instead of as the store's
-/// raw text: no credentials ([`credentials::CredentialError`]), a store that cannot be
-/// reached ([`clock::Unreachable`]) and a bucket that does not exist.
+/// An object_store error as distributor reports it: what it was doing, on which key
+/// (`what`, whose scheme names the store's [`Dialect`]). A failed condition is the error
+/// kind `concurrent_change`. The first-contact errors are said plainly, each with what is
+/// missing and how to fix it, instead of as the store's raw text: a store that cannot be
+/// reached ([`clock::Unreachable`]), and what the dialect explains (no credentials, a
+/// bucket or container that does not exist).
 pub(crate) fn store_error(action: &str, what: &str, e: object_store::Error) -> Error {
-    if let Some(c) = find_source::<credentials::CredentialError>(&e) {
-        return Error::Failed(format!("s3: {action} {what}: {c}"));
-    }
+    let dialect = dialect::of_shown(what);
+    let name = dialect.name();
     if let Some(u) = find_source::<clock::Unreachable>(&e) {
-        return Error::Failed(format!("s3: {action} {what}: {u}"));
+        return Error::Failed(format!("{name}: {action} {what}: {u}"));
     }
-    let text = chain_text(&e);
-    if text.contains("NoSuchBucket") {
-        let bucket = (what.strip_prefix("s3://"))
-            .and_then(|w| w.split('/').next())
-            .unwrap_or(what);
-        return Error::Failed(format!(
-            "s3: {action} {what}: bucket {bucket} does not exist (the store says NoSuchBucket; or it is not visible to these credentials at this endpoint): create it first (e.g. `aws s3 mb s3://{bucket}`), or correct the bucket in the destination's path; distributor never creates buckets"
-        ));
+    if let Some(m) = dialect.explain(action, what, &e) {
+        return Error::Failed(m);
     }
     match e {
         object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {
@@ -478,14 +623,14 @@ pub(crate) fn store_error(action: &str, what: &str, e: object_store::Error) -> E
             ))
         }
         e => Error::Failed(format!(
-            "s3: {action} {what}: {}",
-            credentials::without_metadata_address(&e.to_string())
+            "{name}: {action} {what}: {}",
+            dialect.clean(&e.to_string())
         )),
     }
 }
 
 /// The first error of type `T` in `e`'s chain of sources.
-fn find_source<'a, T: std::error::Error + 'static>(
+pub(crate) fn find_source<'a, T: std::error::Error + 'static>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a T> {
     let mut next = Some(e);

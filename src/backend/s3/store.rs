@@ -29,7 +29,6 @@ use crate::plan::{Entry, Storage};
 use crate::state::{STATE_FILE, StateFile};
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
-use object_store::multipart::MultipartStore;
 use object_store::path::Path as Key;
 use object_store::{
     Attribute, Attributes, CopyMode, CopyOptions, ObjectStore, ObjectStoreExt, PutMode,
@@ -114,6 +113,64 @@ pub struct S3Store {
     log_refused: std::sync::atomic::AtomicBool,
 }
 
+/// A multipart upload in flight: by the id recorded in staging (S3, whose unfinished
+/// parts stay stored until aborted), or through object_store's upload (azure: nothing to
+/// record or abort, and it keeps the object's Content-Type and Cache-Control).
+enum Upload<'a> {
+    Recorded {
+        s3: &'a dyn super::dialect::Parts,
+        id: object_store::MultipartId,
+        record: String,
+    },
+    Unrecorded(Box<dyn object_store::MultipartUpload>),
+}
+
+type PartFuture<'a> = futures_util::future::BoxFuture<
+    'a,
+    object_store::Result<Option<object_store::multipart::PartId>>,
+>;
+
+impl<'a> Upload<'a> {
+    /// Sends the next part, `idx` (parts are numbered in the order they are sent, from 0);
+    /// the future borrows nothing of the upload, so several can be in flight.
+    fn put_part<'k>(&mut self, key: &'k Key, idx: usize, data: PutPayload) -> PartFuture<'k>
+    where
+        'a: 'k,
+    {
+        match self {
+            Upload::Recorded { s3, id, .. } => {
+                let (s3, id) = (*s3, id.clone());
+                Box::pin(async move { s3.put_part(key, &id, idx, data).await.map(Some) })
+            }
+            Upload::Unrecorded(u) => {
+                let sent = u.put_part(data);
+                Box::pin(async move { sent.await.map(|()| None) })
+            }
+        }
+    }
+
+    async fn complete(
+        &mut self,
+        key: &Key,
+        parts: Vec<Option<object_store::multipart::PartId>>,
+    ) -> object_store::Result<object_store::PutResult> {
+        match self {
+            Upload::Recorded { s3, id, .. } => {
+                s3.complete_multipart(key, id, parts.into_iter().flatten().collect())
+                    .await
+            }
+            Upload::Unrecorded(u) => u.complete().await,
+        }
+    }
+
+    async fn abort(&mut self, key: &Key) -> object_store::Result<()> {
+        match self {
+            Upload::Recorded { s3, id, .. } => s3.abort_multipart(key, id).await,
+            Upload::Unrecorded(u) => u.abort().await,
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -128,7 +185,9 @@ impl S3Store {
         // The key journals keep the log's tail under: the store and the bundle path.
         let cursor = crate::backend::LogCursor::new(format!(
             "{}|{}",
-            backend.location.endpoint.as_deref().unwrap_or("aws"),
+            (backend.location.endpoint.as_deref())
+                .or(backend.location.account.as_deref())
+                .unwrap_or("aws"),
             bundle.display()
         ));
         S3Store {
@@ -243,7 +302,9 @@ impl S3Store {
                 Ok(Some(Ok((bytes, etag))))
             }
             // A missing bucket is not a missing object.
-            Err(e @ object_store::Error::NotFound { .. }) if no_such_bucket(&e) => {
+            Err(e @ object_store::Error::NotFound { .. })
+                if self.backend.dialect.missing_container(&e) =>
+            {
                 Err(store_error("read", &self.shown(rel), e))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -272,6 +333,9 @@ impl S3Store {
     fn copy(&self, from: &str, to: &str, size: u64, record: &str) -> Result<()> {
         let what = |e| store_error(&format!("copy {} to", self.shown(from)), &self.shown(to), e);
         let (from_key, to_key) = (self.key(from)?, self.key(to)?);
+        if !self.backend.dialect.copies_in_store() {
+            return self.copy_through_host(&from_key, &to_key, size, &what);
+        }
         if size <= single_copy_limit() {
             return self
                 .send(self.client().copy_opts(
@@ -281,7 +345,7 @@ impl S3Store {
                 ))?
                 .map_err(what);
         }
-        let s3 = self.backend.client.as_ref();
+        let s3 = self.backend.multipart.as_ref();
         let id = self.send(s3.create_multipart(&to_key))?.map_err(what)?;
         self.put(
             record,
@@ -311,6 +375,52 @@ impl S3Store {
         }
         copied?;
         self.delete(record)
+    }
+
+    /// A copy that has finished when it returns, on a store whose own copy may still be
+    /// running then (SPEC §21, azure): the object is read through this host and uploaded
+    /// again with its Content-Type and Cache-Control, in one PUT up to [`PART`] bytes, else
+    /// block by block. Nothing needs aborting after a failure: uncommitted blocks are the
+    /// store's to drop.
+    fn copy_through_host(
+        &self,
+        from: &Key,
+        to: &Key,
+        size: u64,
+        what: &dyn Fn(object_store::Error) -> Error,
+    ) -> Result<()> {
+        let client = self.client();
+        let read = self.send(client.get(from))?.map_err(what)?;
+        let attributes = read.attributes.clone();
+        let size = size.max(read.meta.size);
+        if size <= PART as u64 {
+            let bytes = self.send(read.bytes())?.map_err(what)?;
+            let put = PutOptions {
+                attributes,
+                ..Default::default()
+            };
+            self.send(client.put_opts(to, PutPayload::from(bytes), put))?
+                .map_err(what)?;
+            return Ok(());
+        }
+        drop(read);
+        let opts = PutMultipartOptions {
+            attributes,
+            ..Default::default()
+        };
+        let mut upload = self
+            .send(client.put_multipart_opts(to, opts))?
+            .map_err(what)?;
+        let mut at = 0u64;
+        while at < size {
+            let end = (at + COPY_PART).min(size);
+            let bytes = self.send(client.get_range(from, at..end))?.map_err(what)?;
+            self.send(upload.put_part(PutPayload::from(bytes)))?
+                .map_err(what)?;
+            at = end;
+        }
+        self.send(upload.complete())?.map_err(what)?;
+        Ok(())
     }
 
     fn head(&self, rel: &str) -> Result<Option<Listed>> {
@@ -497,28 +607,43 @@ impl S3Store {
                 .map_err(|e| store_error("upload", &self.shown(rel), e))?;
             return Ok((size, sha, r.e_tag));
         }
-        // The low-level API, so the upload's id can be recorded in staging first: a run
-        // killed mid-upload leaves parts that `undo` and `clean_up` abort by that id.
-        let s3 = self.backend.client.as_ref();
-        let id = self
-            .send(s3.create_multipart_opts(
-                &key,
-                PutMultipartOptions {
-                    attributes: self.attributes(rel),
-                    ..Default::default()
-                },
-            ))?
-            .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
-        let record = self.upload_rel(op, &i.to_string());
-        self.put(
-            &record,
-            format!("{id}\n{rel}").into_bytes(),
-            PutMode::Overwrite,
-        )?;
-        let abort = || {
-            let _ = self.send(s3.abort_multipart(&key, &id));
+        let attributes = self.attributes(rel);
+        let upload = if self.backend.dialect.records_uploads() {
+            // The low-level API, so the upload's id can be recorded in staging first: a
+            // run killed mid-upload leaves parts that `undo` and `clean_up` abort by that id.
+            let s3 = self.backend.multipart.as_ref();
+            let id = self
+                .send(s3.create_multipart_opts(
+                    &key,
+                    PutMultipartOptions {
+                        attributes,
+                        ..Default::default()
+                    },
+                ))?
+                .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
+            let record = self.upload_rel(op, &i.to_string());
+            self.put(
+                &record,
+                format!("{id}\n{rel}").into_bytes(),
+                PutMode::Overwrite,
+            )?;
+            Upload::Recorded { s3, id, record }
+        } else {
+            let opts = PutMultipartOptions {
+                attributes,
+                ..Default::default()
+            };
+            let parts = self
+                .send(self.client().put_multipart_opts(&key, opts))?
+                .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
+            Upload::Unrecorded(parts)
         };
-        let result = (|| -> Result<(u64, ContentHash, Vec<object_store::multipart::PartId>)> {
+        let mut upload = upload;
+        let abort = |upload: &mut Upload| {
+            let _ = self.send(upload.abort(&key));
+        };
+        #[allow(clippy::type_complexity)]
+        let result = (|| -> Result<(u64, ContentHash, Vec<Option<object_store::multipart::PartId>>)> {
             let (mut done, mut in_flight) = (Vec::new(), Vec::new());
             loop {
                 let mut part = Vec::with_capacity(PART);
@@ -536,7 +661,7 @@ impl S3Store {
                     break;
                 }
                 let idx = done.len() + in_flight.len();
-                in_flight.push(s3.put_part(&key, &id, idx, PutPayload::from(part)));
+                in_flight.push(upload.put_part(&key, idx, PutPayload::from(part)));
                 // A few parts in flight at once, so memory stays bounded.
                 if in_flight.len() == PARTS_IN_FLIGHT {
                     done.extend(
@@ -565,7 +690,7 @@ impl S3Store {
                     PutMode::Overwrite => true,
                 };
                 if !still {
-                    abort();
+                    abort(&mut upload);
                     return Err(Error::ConcurrentChange(format!(
                         "upload {}: the key changed since it was planned",
                         self.shown(rel)
@@ -573,21 +698,23 @@ impl S3Store {
                 }
                 failpoint::hit("io_stage_write");
                 let r = self
-                    .send(s3.complete_multipart(&key, &id, parts))?
+                    .send(upload.complete(&key, parts))?
                     .map_err(|e| store_error("complete the upload of", &self.shown(rel), e))?;
                 Ok((size, sha, r.e_tag))
             }
             Ok((size, sha, _)) => {
-                abort();
+                abort(&mut upload);
                 Ok((size, sha, None))
             }
             Err(e) => {
-                abort();
+                abort(&mut upload);
                 Err(e)
             }
         };
         // Finished or aborted: nothing left to abort later.
-        self.delete(&record)?;
+        if let Upload::Recorded { record, .. } = &upload {
+            self.delete(record)?;
+        }
         out
     }
 
@@ -595,7 +722,7 @@ impl S3Store {
     /// uploading): their parts are invisible, but stored.
     fn abort_uploads(&self, op: &StagedOperation) -> Result<()> {
         let id = &op.operation_id;
-        let s3 = self.backend.client.as_ref();
+        let s3 = self.backend.multipart.as_ref();
         for (k, _) in self.list_under(&format!("{}/uploads", self.staging_of(id)))? {
             let Some((record, _)) = self.get(&k)? else {
                 continue;
@@ -808,6 +935,25 @@ impl BundleStore for S3Store {
             .as_ref()
             .map(|(b, _)| Self::recorded_etags(b))
             .unwrap_or_default();
+        // Where a rewrite of the same bytes gets a new ETag (azure: an undo's restored
+        // copy), a recorded file whose ETag changed but whose size did not is read and
+        // hashed: the recorded content is proven by its sha256 instead.
+        let mut rehashed: BTreeSet<&str> = BTreeSet::new();
+        if !self.backend.dialect.etags_follow_content() {
+            for &(p, proof) in paths {
+                let (Some(l), Some(pr), Some((sha, etag))) =
+                    (listed.get(p), proof, recorded.get(p))
+                else {
+                    continue;
+                };
+                if *etag != l.etag
+                    && sha == pr.sha256
+                    && self.content_sha256(p)?.is_some_and(|now| now == *sha)
+                {
+                    rehashed.insert(p);
+                }
+            }
+        }
         let list_dir = |d: &str, list: bool| -> Entry<'static> {
             let (mut contents, mut subdirs) = (Vec::new(), Vec::new());
             if list {
@@ -833,7 +979,8 @@ impl BundleStore for S3Store {
             if let Some(l) = listed.get(p) {
                 let proven = proof.filter(|pr| {
                     recorded.get(p).is_some_and(|(sha, etag)| {
-                        sha == pr.sha256 && etag.is_some() && *etag == l.etag
+                        sha == pr.sha256
+                            && ((etag.is_some() && *etag == l.etag) || rehashed.contains(p))
                     })
                 });
                 Entry::File {
@@ -1336,17 +1483,6 @@ fn read_hashing(
         on_bytes(n as u64);
     }
     Ok(())
-}
-
-/// Whether a 404 was the bucket's, not the object's.
-fn no_such_bucket(e: &object_store::Error) -> bool {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text.contains("NoSuchBucket")
 }
 
 /// Keys distributor keeps under a prefix for itself: never content.

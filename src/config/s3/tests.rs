@@ -76,6 +76,7 @@ fn defaults_for_every_s3_key() {
             concurrency: 16,
             content_types: vec![],
             cache_control: vec![],
+            azure: None,
         }
     );
     // An empty block and a null one mean the same.
