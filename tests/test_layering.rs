@@ -168,11 +168,6 @@ const STILL_UP: &[(&str, &str, &str)] = &[
         "the staging record (execute/staging_record.rs) moves beneath both",
     ),
     (
-        "backend/s3/",
-        "plan/",
-        "Storage and Entry are in backend/types.rs now: s3 imports them from there",
-    ),
-    (
         "hash.rs",
         "backend/local/",
         "hash_file opens a source file: it moves to source/",

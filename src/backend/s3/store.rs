@@ -17,7 +17,7 @@
 
 use super::lease::{LOCK_OBJECT, Lease, Outcome};
 use super::{S3Backend, block_on, store_error};
-use crate::backend::local::{Placed, Proof, StagingEntry, StateBytes};
+use crate::backend::types::{Entry, Placed, Proof, StagingEntry, StateBytes, Storage};
 use crate::backend::{BundleStore, Committed, ReplacedState, Verdict};
 use crate::error::{Error, Result};
 use crate::execute::{
@@ -25,7 +25,6 @@ use crate::execute::{
 };
 use crate::failpoint;
 use crate::hash::ContentHash;
-use crate::plan::{Entry, Storage};
 use crate::state::{STATE_FILE, StateFile};
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
