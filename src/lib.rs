@@ -49,6 +49,7 @@ pub mod progress;
 pub mod promote;
 pub mod prune;
 pub mod publish;
+pub mod record;
 pub mod recover;
 pub mod release_settings;
 pub mod report;

@@ -343,3 +343,23 @@ impl<T, R: Serialize, F: Fn(&T) -> R> Serialize for Seq<'_, T, F> {
         s.collect_seq(self.0.iter().map(&self.1))
     }
 }
+
+/// What an overwrite or delete moves aside, as planning saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Replaced {
+    /// A regular file.
+    File,
+    /// A symlink.
+    Link,
+}
+
+impl Replaced {
+    /// As serialized: `file`, `link`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Replaced::File => "file",
+            Replaced::Link => "link",
+        }
+    }
+}

@@ -123,6 +123,9 @@ const LAYERS: &[(u8, &[&str])] = &[
     (2, &["source/", "failpoint.rs"]),
     // The state file.
     (3, &["state/"]),
+    // The records an operation leaves in a destination: the contract between the executor
+    // and the backends.
+    (4, &["record/"]),
     // Storage: the interface, its types and one folder per backend.
     (5, &["backend/"]),
     // The pure planner and the journal.
@@ -161,18 +164,11 @@ const LAYERS: &[(u8, &[&str])] = &[
 
 /// Arrows that still run up, each with what removes it (issue 24). The test fails when
 /// one is no longer needed, so that the list only shrinks.
-const STILL_UP: &[(&str, &str, &str)] = &[
-    (
-        "backend/",
-        "execute/",
-        "the staging record (execute/staging_record.rs) moves beneath both",
-    ),
-    (
-        "hash.rs",
-        "backend/local/",
-        "hash_file opens a source file: it moves to source/",
-    ),
-];
+const STILL_UP: &[(&str, &str, &str)] = &[(
+    "hash.rs",
+    "backend/local/",
+    "hash_file opens a source file: it moves to source/",
+)];
 
 fn layer_of(rel: &str) -> Option<u8> {
     let mut best: Option<(usize, u8)> = None;

@@ -20,8 +20,8 @@ pub mod s3;
 pub mod types;
 
 use crate::error::Result;
-use crate::execute::StagedOperation;
 use crate::hash::ContentHash;
+use crate::record::StagedOperation;
 use crate::state::StateFile;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -232,7 +232,7 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// Device and inode of the record directory (`.distributor/`) staging records are
     /// written in (SPEC §17), made first when `create` (under the lock); `None` where
     /// there is none (nothing made yet, or an object store).
-    fn record_dir(&self, create: bool) -> Result<Option<crate::execute::RecordDir>> {
+    fn record_dir(&self, create: bool) -> Result<Option<crate::record::RecordDir>> {
         let _ = create;
         Ok(None)
     }

@@ -330,25 +330,9 @@ pub struct Hold {
     pub digest: String,
 }
 
-/// What an overwrite or delete moves aside, as planning saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Replaced {
-    /// A regular file.
-    File,
-    /// A symlink.
-    Link,
-}
+pub use crate::model::Replaced;
 
 impl Replaced {
-    /// As serialized: `file`, `link`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Replaced::File => "file",
-            Replaced::Link => "link",
-        }
-    }
-
     /// What `entry` is, when it is a file or a link.
     pub fn of(entry: &Entry) -> Option<Replaced> {
         match entry {

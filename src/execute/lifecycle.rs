@@ -22,12 +22,12 @@
 //! storage shows.
 
 use super::journal_records;
-use super::staging_record::StagedOperation;
 use crate::backend::types::Placed;
 use crate::backend::{BundleStore, Committed, Verdict};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::journal::{Journal, event};
+use crate::record::StagedOperation;
 
 /// An operation begun in the journal, not yet past its commit point.
 pub struct Transaction<'a> {

@@ -8,13 +8,13 @@
 //! under it. Every step in the destination is a step of the storage interface.
 
 mod lifecycle;
+mod plan_record;
 mod stage;
-mod staging_record;
 
 pub use crate::progress::Progress;
 pub use lifecycle::{Passed, Transaction, held_detail, record_removal};
 
-pub use staging_record::{
+pub use crate::record::{
     ActionKind, NEW, OLD, Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, RecordDir,
     STATE_TMP_FILE, StagedAction, StagedOperation, StagingLayout,
 };

@@ -21,10 +21,10 @@
 use super::records::{self, RecordError};
 use crate::backend::types::Hold;
 use crate::error::{Error, IoContext, Result};
-use crate::execute::StagedOperation;
 use crate::failpoint;
 use crate::fs::{Dir, Identity};
 use crate::model::SourceRef;
+use crate::record::StagedOperation;
 use rustix::fs::FileType;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
@@ -204,7 +204,7 @@ impl Entry {
     /// which source, the counts of its actions). When this process is `recover`, the
     /// operation's own actor and host stay, and `recovered_by` says who finished it.
     pub fn of_operation(op: &StagedOperation) -> Entry {
-        use crate::execute::ActionKind::*;
+        use crate::record::ActionKind::*;
         let o = &op.origin;
         let mut e = Entry::new(&op.operation_id, &o.command, &o.decision);
         e.pipeline_id = o.pipeline_id.clone();

@@ -18,9 +18,9 @@ pub use crate::backend::types::{
 pub use bundle::{Bundle, TMP_PREFIX, bundle_unsafe, open_source};
 
 use crate::backend::{Backend, BundleStore, Committed};
-use crate::execute::StagedOperation;
 use crate::hash::ContentHash;
 use crate::progress::Ticker;
+use crate::record::StagedOperation;
 use std::borrow::Cow;
 
 /// The local filesystem.
@@ -171,7 +171,7 @@ impl BundleStore for Bundle {
     fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
         Ok(log::read(self.dir())?.last_state_change())
     }
-    fn record_dir(&self, create: bool) -> Result<Option<crate::execute::RecordDir>> {
+    fn record_dir(&self, create: bool) -> Result<Option<crate::record::RecordDir>> {
         Bundle::record_dir(self, create)
     }
 }

@@ -28,10 +28,10 @@ use crate::backend::types::Storage;
 use crate::backend::{Backend, BundleStore, Committed, Verdict};
 use crate::config::ReleaseSettings;
 use crate::error::{Error, IoContext, Result};
-use crate::execute::StagedOperation;
 use crate::fs::{Dir, is_redirect, split, type_name};
+use crate::record::StagedOperation;
 use rustix::fs::FileType;
-use serde::{Deserialize, Serialize};
+
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
@@ -40,43 +40,7 @@ pub const ACTIVATE_PREFIX: &str = ".distributor-activate-";
 /// The name an adopted plain directory takes in `releases.dir` until it is emptied.
 pub const ADOPTED_PREFIX: &str = ".distributor-adopted-";
 
-/// What an operation's staging record keeps of a releases destination, so `recover` can
-/// reach it and judge the operation from the journal or the record alone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReleasesRecord {
-    /// The settings in force.
-    #[serde(flatten)]
-    pub settings: ReleaseSettings,
-    /// The release `path` named when the operation began (none: `path` did not exist):
-    /// while `path` still names it, the operation did not pass its commit point.
-    pub active_before: Option<String>,
-    /// The earlier release a rollback activates (SPEC §15); none for a publication, which
-    /// activates the release it builds, named by its operation id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub activates: Option<String>,
-    /// `releases adopt`: the release is built from the plain directory at `path`, which
-    /// the commit point exchanges with the symlink.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub adopts: bool,
-    /// A rollback: the release whose activation it undoes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub undoes: Option<String>,
-    /// `releases adopt`: the device and inode of the plain directory it locked at `path`,
-    /// the only directory it exchanges, and later empties (SPEC §17).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adopts_dir: Option<[u64; 2]>,
-    /// `publish --stage` (SPEC §19): the release is built and verified but not activated;
-    /// its commit point is its state file, made durable (`path` is never swapped).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub stages: bool,
-}
-
-impl ReleasesRecord {
-    /// The release operation `op` activates.
-    pub fn target<'a>(&'a self, op: &'a str) -> &'a str {
-        self.activates.as_deref().unwrap_or(op)
-    }
-}
+pub use crate::record::ReleasesRecord;
 
 /// The releases backend of one destination.
 #[derive(Debug, Clone)]
@@ -1303,7 +1267,7 @@ impl BundleStore for ReleaseStore {
         self.root()?.adopt_legacy_staging(op)
     }
 
-    fn record_dir(&self, create: bool) -> Result<Option<crate::execute::RecordDir>> {
+    fn record_dir(&self, create: bool) -> Result<Option<crate::record::RecordDir>> {
         match &self.root {
             Some(r) => r.record_dir(create),
             None => Ok(None),

@@ -36,40 +36,11 @@ use crate::error::{Error, Result};
 use object_store::aws::{AmazonS3Builder, Checksum};
 use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-/// Where an object-store destination (s3 or azure) lives: everything needed to reach it
-/// again, recorded with each operation so `recover --journal` works without the config.
-/// Never credentials.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct S3Location {
-    /// `s3` or `azure`: which [`Dialect`] speaks to it.
-    pub backend: String,
-    /// The endpoint (None: AWS; on azure the account's blob endpoint, None: Azure's own).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub endpoint: Option<String>,
-    /// The region (s3; empty on azure).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub region: String,
-    /// The storage account (azure).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub account: Option<String>,
-    /// The storage emulator (azure `use_emulator`).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub use_emulator: bool,
-    /// Whether plain http was allowed.
-    #[serde(default)]
-    pub allow_http: bool,
-    /// Virtual-hosted-style requests.
-    #[serde(default)]
-    pub virtual_hosted_style: bool,
-    /// Lease length in seconds.
-    pub lease_seconds: u64,
-}
+pub use crate::record::S3Location;
 
 impl S3Location {
     /// The location a destination's `s3:` settings name. The region, when not

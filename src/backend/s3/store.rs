@@ -20,11 +20,11 @@ use super::{S3Backend, block_on, store_error};
 use crate::backend::types::{Entry, Placed, Proof, StagingEntry, StateBytes, Storage};
 use crate::backend::{BundleStore, Committed, ReplacedState, Verdict};
 use crate::error::{Error, Result};
-use crate::execute::{
-    ActionKind, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE, StagedOperation,
-};
 use crate::failpoint;
 use crate::hash::ContentHash;
+use crate::record::{
+    ActionKind, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE, StagedOperation,
+};
 use crate::state::{STATE_FILE, StateFile};
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};

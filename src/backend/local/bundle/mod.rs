@@ -27,13 +27,13 @@ use crate::backend::Committed;
 use crate::backend::types::Replaced;
 use crate::backend::types::{StagingEntry, StateBytes};
 use crate::error::{Error, IoContext, Result};
-use crate::execute::{
-    ActionKind, NEW, OLD, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE, StagedAction,
-    StagedOperation, StagingLayout,
-};
 use crate::failpoint;
 use crate::fs::{Dir, Identity, is_redirect, split, type_name};
 use crate::hash::ContentHash;
+use crate::record::{
+    ActionKind, NEW, OLD, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE, StagedAction,
+    StagedOperation, StagingLayout,
+};
 use crate::source::relative_link_target;
 use crate::state::{STATE_FILE, StateFile};
 use rustix::fs::FileType;
@@ -687,7 +687,7 @@ impl Bundle {
     /// Device and inode of `.distributor/` (SPEC §17), made first (with `staging/`) when
     /// `create`; `None` when there is none. Read by `lstat`, without following a symlink:
     /// a symlink or another directory put in its place has another identity.
-    pub fn record_dir(&self, create: bool) -> Result<Option<crate::execute::RecordDir>> {
+    pub fn record_dir(&self, create: bool) -> Result<Option<crate::record::RecordDir>> {
         if create {
             self.locked()?;
             self.staging_dir(true)?;
@@ -695,7 +695,7 @@ impl Bundle {
         let path = self.path.join(RECORD_DIR);
         Ok(self.dir.stat_opt(RECORD_DIR).ctx("stat", &path)?.map(|st| {
             let id = Identity::of(&st);
-            crate::execute::RecordDir {
+            crate::record::RecordDir {
                 dev: id.dev,
                 ino: id.ino,
             }

@@ -33,8 +33,8 @@ use crate::backend::local::log::{self, Bad, Entry, Log, MAX_ENTRY_BYTES, file_na
 use crate::backend::local::records::{LOG, QUARANTINE};
 use crate::backend::s3::store_error;
 use crate::error::{Error, Result};
-use crate::execute::StagedOperation;
 use crate::failpoint;
+use crate::record::StagedOperation;
 use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path as Key;
 use object_store::{Attribute, Attributes, ObjectStoreExt, PutMode, PutOptions, PutPayload};

@@ -7,11 +7,11 @@
 //! A record is read from the destination, where anyone who can write there may have put
 //! one: [`StagedOperation::check`] refuses any that could make recovery leave its bundle
 //! path. What the storage does with a record (stage, move aside, place, undo) is the
-//! backend's ([`crate::backend`]).
+//! backend's; the executor builds a record from a plan (`execute/`).
 
 use crate::error::{Error, Result};
+use crate::model::Replaced;
 use crate::model::{FileOp, SourceRef};
-use crate::plan::{DestinationPlan, Replaced};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -199,11 +199,11 @@ pub struct StagedOperation {
     /// The object store holding the bundle path (endpoint, region), so `recover` can
     /// reach it from the journal alone; absent for local destinations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub store: Option<crate::backend::s3::S3Location>,
+    pub store: Option<super::S3Location>,
     /// The releases destination `bundle_path` is (SPEC §15): its settings and the release
     /// active when the operation began; absent elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub releases: Option<crate::backend::releases::ReleasesRecord>,
+    pub releases: Option<super::ReleasesRecord>,
     /// The record directory (`.distributor/`) the staging record is written in (SPEC
     /// §17): `recover` reports the operation `closed` only while that directory is still
     /// the one at its place, else `staging_moved`. Absent for object stores and records
@@ -257,9 +257,9 @@ struct WithoutActions<'a> {
     new_dirs: &'a [String],
     staging_layout: StagingLayout,
     #[serde(skip_serializing_if = "Option::is_none")]
-    store: &'a Option<crate::backend::s3::S3Location>,
+    store: &'a Option<super::S3Location>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    releases: &'a Option<crate::backend::releases::ReleasesRecord>,
+    releases: &'a Option<super::ReleasesRecord>,
     #[serde(skip_serializing_if = "Option::is_none")]
     record_dir: &'a Option<RecordDir>,
 }
@@ -293,88 +293,6 @@ impl StagedOperation {
             store,
             releases,
             record_dir,
-        })
-    }
-
-    /// Builds the record of a plan about to run; `exists` says whether a directory of the
-    /// bundle path exists now (a directory that does not may be created, and is removed
-    /// again by an undo). `origin` gets the count of the outputs the plan leaves
-    /// unchanged.
-    pub fn from_plan(
-        plan: &DestinationPlan,
-        op: &str,
-        pre: Option<String>,
-        post: String,
-        mut origin: Origin,
-        exists: &mut dyn FnMut(&str) -> Result<bool>,
-    ) -> Result<StagedOperation> {
-        // Sized up front: one allocation, not a doubling series (a million actions).
-        let (mut count, mut unchanged) = (0, 0);
-        for (link, op) in (plan.files.iter().map(|f| (false, f.op)))
-            .chain(plan.links.iter().map(|l| (true, l.op)))
-        {
-            match op {
-                FileOp::Unchanged => unchanged += 1,
-                _ if ActionKind::of(link, op).is_some() => count += 1,
-                _ => {}
-            }
-        }
-        let listed = plan
-            .outputs_unchanged
-            .as_ref()
-            .map_or(0, |m| m.outputs.len());
-        origin.outputs_unchanged = Some((unchanged + listed) as u64);
-        let mut actions = Vec::with_capacity(count);
-        for f in &plan.files {
-            if let Some(kind) = ActionKind::of(false, f.op) {
-                actions.push(StagedAction {
-                    kind,
-                    path: f.path.clone(),
-                    size: Some(f.size),
-                    sha256: Some(f.sha256),
-                    target: None,
-                    replaces: f.replaces.filter(|_| kind.moves_aside()),
-                });
-            }
-        }
-        for l in &plan.links {
-            if let Some(kind) = ActionKind::of(true, l.op) {
-                actions.push(StagedAction {
-                    kind,
-                    path: l.path.clone(),
-                    size: None,
-                    sha256: None,
-                    target: Some(l.target.clone()),
-                    replaces: l.replaces.filter(|_| kind.moves_aside()),
-                });
-            }
-        }
-        // Each directory on the way to a written path once (a set: plans of a million
-        // files in thousands of directories).
-        let mut seen: foldhash::HashSet<&str> = foldhash::HashSet::default();
-        let mut new_dirs: Vec<String> = Vec::new();
-        for a in actions.iter().filter(|a| a.kind.writes()) {
-            for (i, _) in a.path.match_indices('/') {
-                let d = &a.path[..i];
-                if seen.insert(d) && !exists(d)? {
-                    new_dirs.push(d.to_string());
-                }
-            }
-        }
-        new_dirs.sort_by_key(|d| d.len());
-        Ok(StagedOperation {
-            operation_id: op.to_string(),
-            destination_id: plan.destination_id.clone(),
-            bundle_path: plan.bundle_path.clone(),
-            pre_state_sha256: pre,
-            post_state_sha256: post,
-            origin,
-            actions,
-            new_dirs,
-            staging_layout: StagingLayout::Flat,
-            store: None,
-            releases: None,
-            record_dir: None,
         })
     }
 
@@ -481,7 +399,7 @@ impl StagedOperation {
             .map(|a| a.path.as_str())
             .chain(self.new_dirs.iter().map(String::as_str));
         for p in paths {
-            crate::source::check_safe_path(p).map_err(|e| {
+            crate::paths::check_safe_path(p).map_err(|e| {
                 Error::Unsafe(format!(
                     "operation {}: '{}' is not a safe path ({e}); not recovered",
                     self.operation_id,
