@@ -19,6 +19,10 @@ pub mod releases;
 pub mod s3;
 pub mod types;
 
+/// Every kind of object store distributor speaks to, each a dialect of the object-store
+/// backend (`s3/`): a new one is its folder and its line here.
+pub(crate) const OBJECT_STORES: &[&dyn s3::Dialect] = &[&s3::Aws, &azure::Azure];
+
 use crate::error::Result;
 use crate::hash::ContentHash;
 use crate::record::StagedOperation;

@@ -5,7 +5,8 @@
 //! conditional commit, the staging records, the destination log, recovery) is the same
 //! code over `dyn ObjectStore` in this module's parent.
 //!
-//! A new kind of object store is one [`Dialect`] in its own folder, named in [`ALL`].
+//! A new kind of object store is one [`Dialect`] in its own folder, registered in
+//! `backend/mod.rs` (`OBJECT_STORES`).
 
 use super::S3Location;
 use super::clock::StoreClock;
@@ -86,8 +87,8 @@ pub(crate) trait Dialect: std::fmt::Debug + Send + Sync {
     fn honouring(&self) -> &'static str;
 }
 
-/// Every kind of object store distributor speaks to.
-pub(crate) const ALL: &[&dyn Dialect] = &[&super::Aws, &crate::backend::azure::Azure];
+/// Every kind of object store distributor speaks to: registered in `backend/mod.rs`.
+pub(crate) use crate::backend::OBJECT_STORES as ALL;
 
 /// The dialect a location's `backend` names.
 pub(crate) fn named(name: &str) -> Option<&'static dyn Dialect> {
