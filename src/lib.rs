@@ -12,17 +12,16 @@
 //! 6. [`execute`]: runs a plan through the journal: stage, move aside, place, commit.
 //! 7. [`report`]: renders plans and outcomes as text or JSON.
 //!
-//! [`publish`] ties 1-7 together for the CLI ([`cli`]) and the HTTP server ([`server`]). [`inspect`]
+//! [`ops::publish`] ties 1-7 together for the CLI ([`cli`]) and the HTTP server ([`server`]). [`ops::inspect`]
 //! holds the read-only `status` and `verify` ([`log_mismatch`] judges a state against the
 //! destination log); [`dest_log`] prints each destination's own log (`backend::local::log`).
-//! [`recover`] finishes or undoes interrupted operations from the journal and staging;
+//! [`ops::recover`] finishes or undoes interrupted operations from the journal and staging;
 //! [`journal::query`] serves `history`. Long work counts what it did through [`progress`].
 
 #![forbid(unsafe_code)]
 #![deny(unused_must_use)]
 #![warn(missing_docs)]
 
-pub mod adopt;
 pub mod backend;
 pub mod cli;
 pub mod clock;
@@ -35,25 +34,19 @@ pub mod fs;
 pub mod globs;
 pub mod hash;
 pub mod hooks;
-pub mod inspect;
 pub mod journal;
 pub mod limits;
 pub mod log_mismatch;
 pub mod metrics;
 pub mod model;
+pub mod ops;
 pub mod ordered;
 pub mod parallel;
 pub mod paths;
 pub mod plan;
 pub mod progress;
-pub mod promote;
-pub mod prune;
-pub mod publish;
 pub mod record;
-pub mod recover;
-pub mod release_settings;
 pub mod report;
-pub mod rollback;
 pub mod server;
 pub mod source;
 pub mod state;

@@ -16,7 +16,7 @@ use distributor::model::{
     Backend, ConflictKind, Decision, DestinationNewer, OnConflict, PathMappingMode,
     ReconciliationMode, SameCreatedDigestMismatch, StateMode, TakeoverMode,
 };
-use distributor::recover::{Outcome, RecoverSummary};
+use distributor::ops::recover::{Outcome, RecoverSummary};
 use distributor::source::Manifest;
 use distributor::state::StateFile;
 use serde_json::Value;

@@ -144,19 +144,7 @@ const LAYERS: &[(u8, &[&str])] = &[
         ],
     ),
     // The operations commands run.
-    (
-        8,
-        &[
-            "publish.rs",
-            "recover.rs",
-            "rollback.rs",
-            "promote.rs",
-            "prune.rs",
-            "adopt.rs",
-            "inspect.rs",
-            "release_settings.rs",
-        ],
-    ),
+    (8, &["ops/"]),
     // The two front ends.
     (9, &["server/", "cli/"]),
     (10, &["lib.rs", "main.rs"]),

@@ -4,8 +4,8 @@ use super::progress::Shown;
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::Result;
-use crate::publish::{journal_is_default, resolve_journal};
-use crate::recover::{RecoverOptions, abandon, recover};
+use crate::ops::publish::{journal_is_default, resolve_journal};
+use crate::ops::recover::{RecoverOptions, abandon, recover};
 use clap::Args;
 use std::path::PathBuf;
 

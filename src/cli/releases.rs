@@ -1,10 +1,10 @@
 //! `distributor releases adopt` and `distributor releases settings`.
 
 use super::{CommandOutput, cli_actor};
-use crate::adopt::{AdoptOptions, adopt};
 use crate::config::Config;
 use crate::error::Result;
-use crate::publish::resolve_journal;
+use crate::ops::adopt::{AdoptOptions, adopt};
+use crate::ops::publish::resolve_journal;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
@@ -114,14 +114,14 @@ pub fn run(a: ReleasesArgs) -> Result<CommandOutput> {
 fn settings(a: SettingsArgs) -> Result<CommandOutput> {
     let lock_timeout = super::lock_timeout(a.lock_timeout)?;
     let config = Config::load(&a.config)?;
-    let opts = crate::release_settings::SettingsOptions {
+    let opts = crate::ops::release_settings::SettingsOptions {
         destinations: a.destinations,
         dry_run: a.dry_run,
         journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
         lock_timeout,
         actor: cli_actor(a.actor.as_deref()),
     };
-    let (report, code) = crate::release_settings::record_settings(&config, &opts)?;
+    let (report, code) = crate::ops::release_settings::record_settings(&config, &opts)?;
     let stdout = super::render(a.json, &report, |r| r.to_text())?;
     Ok(CommandOutput {
         report: None,

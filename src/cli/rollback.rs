@@ -3,8 +3,8 @@
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::Result;
-use crate::publish::resolve_journal;
-use crate::rollback::{RollbackOptions, rollback};
+use crate::ops::publish::resolve_journal;
+use crate::ops::rollback::{RollbackOptions, rollback};
 use clap::Args;
 use std::path::PathBuf;
 

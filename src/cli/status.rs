@@ -3,9 +3,9 @@
 use super::CommandOutput;
 use crate::config::Config;
 use crate::error::Result;
-use crate::inspect;
 use crate::journal::JournalView;
-use crate::publish::{overall_exit_code, resolve_journal};
+use crate::ops::inspect;
+use crate::ops::publish::{overall_exit_code, resolve_journal};
 use clap::Args;
 use std::fmt::Write;
 use std::path::PathBuf;

@@ -4,7 +4,7 @@
 //! token ([`auth`]), streams the body into a private spool directory under the upload
 //! limits ([`spool`], [`limits`]), judging its pace as it arrives so that slow clients
 //! cannot hold the upload slots ([`pace`]), unpacks it entry by entry refusing anything a
-//! bundle cannot hold ([`extract`]), and publishes it with [`crate::publish::publish`] on
+//! bundle cannot hold ([`extract`]), and publishes it with [`crate::ops::publish::publish`] on
 //! a blocking thread ([`routes`]): the same engine, locks and journal as the CLI. It never
 //! writes to a destination itself. Every request is logged as one JSON line ([`logging`]).
 //!
@@ -25,7 +25,7 @@ pub mod spool;
 use crate::config::Config;
 use crate::error::{Error, IoContext, Result};
 use crate::journal::Journal;
-use crate::publish::resolve_journal;
+use crate::ops::publish::resolve_journal;
 use auth::Tokens;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;

@@ -1,6 +1,6 @@
 //! The HTTP routes (SPEC §12): health, destination status, and bundle upload. Handlers
 //! authenticate, check parameters, spool and unpack the body, and hand the verified bundle
-//! to [`crate::publish::publish`] on a blocking thread: the same engine, locks and journal
+//! to [`crate::ops::publish::publish`] on a blocking thread: the same engine, locks and journal
 //! as the CLI. They never touch a destination themselves.
 
 use super::AppState;
@@ -10,7 +10,7 @@ use super::extract::{Extracted, extract};
 use super::logging::{DestinationLog, RequestLog};
 use super::spool::RequestSpool;
 use crate::config::Config;
-use crate::publish::{Outcome, PublishOptions, publish};
+use crate::ops::publish::{Outcome, PublishOptions, publish};
 use crate::report::Status;
 use crate::source::{MANIFEST_FILE, Source};
 use axum::Json;
@@ -187,7 +187,7 @@ pub async fn destinations(
         let statuses = tokio::task::spawn_blocking(move || {
             let dests: Vec<_> = p.config.destinations.iter().collect();
             let view = crate::journal::JournalView::open(&p.journal)?;
-            crate::error::Result::Ok(crate::inspect::status(&dests, view.as_ref()))
+            crate::error::Result::Ok(crate::ops::inspect::status(&dests, view.as_ref()))
         })
         .await
         .map_err(|e| ApiError::internal(format!("status failed: {e}")))?

@@ -13,9 +13,9 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::model::Decision;
+use crate::ops::publish::check_recovery;
+use crate::ops::rollback::{Activation, run_activation};
 use crate::plan::DestinationPlan;
-use crate::publish::check_recovery;
-use crate::rollback::{Activation, run_activation};
 use crate::state::{STATE_FILE, StateFile};
 use serde::Serialize;
 use std::fmt::Write;
@@ -150,7 +150,7 @@ pub fn adopt(config: &Config, opts: &AdoptOptions) -> Result<(AdoptReport, u8)> 
         }
         report.destinations.push(d);
     }
-    let code = crate::publish::overall_exit_code(&codes);
+    let code = crate::ops::publish::overall_exit_code(&codes);
     Ok((report, code))
 }
 

@@ -20,9 +20,9 @@ use crate::execute::{ExecContext, Origin, StagedOperation, Transaction, execute,
 use crate::hash::sha256_hex;
 use crate::journal::{Journal, query};
 use crate::model::{Decision, FileOp, Owner, SourceRef, StateMode};
+use crate::ops::publish::{Outcome, check_recovery, plan_rollback};
 use crate::plan::PlanFailed;
 use crate::plan::{DestinationPlan, FileAction, LinkAction, Previous};
-use crate::publish::{Outcome, check_recovery, plan_rollback};
 use crate::report::{DestinationReport, Report, Status, Summary};
 use crate::source::{LinkEntry, Manifest, OutputEntry, Source};
 use crate::state::{State, StateFile};
@@ -109,7 +109,7 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
             }
         }
     }
-    let exit_code = crate::publish::overall_exit_code(&codes);
+    let exit_code = crate::ops::publish::overall_exit_code(&codes);
     let summary = Summary::of(&reports);
     Ok(Outcome {
         report: Report {
@@ -218,8 +218,8 @@ pub(crate) fn open_releases(
     }
     if let Some(j) = journal {
         check_recovery(j, &store)?;
-    } else if let crate::publish::Pending::Recovery(what) =
-        crate::publish::pending(view, store.path(), Some(&store))?
+    } else if let crate::ops::publish::Pending::Recovery(what) =
+        crate::ops::publish::pending(view, store.path(), Some(&store))?
     {
         return Err(Error::RecoveryRequired(what));
     }

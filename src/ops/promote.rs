@@ -1,6 +1,6 @@
 //! `distributor promote` (SPEC §19): activates a release `publish --stage` built, in one
 //! atomic step, through the one lifecycle (an activation that publishes nothing, as a
-//! rollback's is: [`crate::rollback::run_activation`]). It is journaled and logged as a
+//! rollback's is: [`crate::ops::rollback::run_activation`]). It is journaled and logged as a
 //! publication of the staged source (decision `promote`): it lifts that owner's
 //! `rolled_back` holds, and a later rollback undoes it.
 //!
@@ -21,11 +21,11 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef};
+use crate::ops::publish::Outcome;
+use crate::ops::rollback::{Activation, run_activation};
 use crate::plan::PlanFailed;
 use crate::plan::{Conflict, DestinationPlan, FileAction, LinkAction, Previous};
-use crate::publish::Outcome;
 use crate::report::{DestinationReport, Report, Status, Summary};
-use crate::rollback::{Activation, run_activation};
 use crate::state::{State, StateFile};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -110,7 +110,7 @@ pub fn promote(config: &Config, opts: &PromoteOptions) -> Result<Outcome> {
             summary,
             plan_file: None,
         },
-        exit_code: crate::publish::overall_exit_code(&codes),
+        exit_code: crate::ops::publish::overall_exit_code(&codes),
         concurrent_change: false,
         saved: None,
     })
@@ -227,12 +227,13 @@ fn promote_one(
         create: false,
         actor: &opts.actor,
     };
-    let open = crate::rollback::Opening {
+    let open = crate::ops::rollback::Opening {
         lock: (!opts.dry_run).then_some(how),
         nothing_there: "nothing was staged there; nothing to promote",
         nothing_done: "nothing promoted",
     };
-    let store = crate::rollback::open_releases(dest, settings, &open, journal.as_deref(), view)?;
+    let store =
+        crate::ops::rollback::open_releases(dest, settings, &open, journal.as_deref(), view)?;
     let stage = find_stage(&store, dest, prefix)?;
     let release = stage.operation_id.clone();
     let to = store.release_state(&release)?;
@@ -290,7 +291,7 @@ fn promote_one(
         plan.message = format!("not promoted: {}", kinds.join(", "));
         // A refusal is journaled (SPEC §16), as a publication's is.
         let op = match journal.as_deref_mut() {
-            Some(j) => Some(crate::publish::journal_refused(
+            Some(j) => Some(crate::ops::publish::journal_refused(
                 j,
                 "promote",
                 &opts.actor,
