@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::journal::query::{self, Filter, OperationDetail, OperationSummary, STATUSES};
 use crate::model::Decision;
-use crate::ops::publish::resolve_journal;
+use crate::ops::common::resolve_journal;
 use clap::{Args, Subcommand};
 use std::fmt::Write;
 use std::path::PathBuf;

@@ -3,8 +3,8 @@
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::ops::common::resolve_journal;
 use crate::ops::promote::{PromoteOptions, promote};
-use crate::ops::publish::resolve_journal;
 use clap::Args;
 use std::path::PathBuf;
 

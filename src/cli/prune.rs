@@ -4,8 +4,8 @@ use super::progress::Shown;
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::Result;
+use crate::ops::common::resolve_journal;
 use crate::ops::prune::{PruneOptions, prune};
-use crate::ops::publish::resolve_journal;
 use clap::Args;
 use std::path::PathBuf;
 

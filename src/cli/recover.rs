@@ -4,7 +4,7 @@ use super::progress::Shown;
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::Result;
-use crate::ops::publish::{journal_is_default, resolve_journal};
+use crate::ops::common::{journal_is_default, resolve_journal};
 use crate::ops::recover::{RecoverOptions, abandon, recover};
 use clap::Args;
 use std::path::PathBuf;

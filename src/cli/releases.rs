@@ -4,7 +4,7 @@ use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::Result;
 use crate::ops::adopt::{AdoptOptions, adopt};
-use crate::ops::publish::resolve_journal;
+use crate::ops::common::resolve_journal;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 

@@ -3,7 +3,7 @@
 use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::Result;
-use crate::ops::publish::resolve_journal;
+use crate::ops::common::resolve_journal;
 use crate::ops::rollback::{RollbackOptions, rollback};
 use clap::Args;
 use std::path::PathBuf;

@@ -13,7 +13,7 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::model::Decision;
-use crate::ops::publish::check_recovery;
+use crate::ops::common::check_recovery;
 use crate::ops::rollback::{Activation, run_activation};
 use crate::plan::DestinationPlan;
 use crate::state::{STATE_FILE, StateFile};
@@ -150,7 +150,7 @@ pub fn adopt(config: &Config, opts: &AdoptOptions) -> Result<(AdoptReport, u8)> 
         }
         report.destinations.push(d);
     }
-    let code = crate::ops::publish::overall_exit_code(&codes);
+    let code = crate::ops::common::overall_exit_code(&codes);
     Ok((report, code))
 }
 

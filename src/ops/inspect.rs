@@ -12,7 +12,7 @@ use crate::config::{Destination, PathMapping};
 use crate::error::Result;
 use crate::journal::JournalView;
 use crate::model::{Owner, SourceRef, StateMode};
-use crate::ops::publish::{Pending, pending};
+use crate::ops::common::{Pending, pending};
 use crate::plan::Entry;
 use crate::progress::{Bytes, Ticker};
 use crate::source::relative_link_target;

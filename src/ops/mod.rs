@@ -4,6 +4,7 @@
 //! `execute/`.
 
 pub mod adopt;
+pub mod common;
 pub mod inspect;
 pub mod promote;
 pub mod prune;

@@ -21,7 +21,7 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef};
-use crate::ops::publish::Outcome;
+use crate::ops::common::Outcome;
 use crate::ops::rollback::{Activation, run_activation};
 use crate::plan::PlanFailed;
 use crate::plan::{Conflict, DestinationPlan, FileAction, LinkAction, Previous};
@@ -110,7 +110,7 @@ pub fn promote(config: &Config, opts: &PromoteOptions) -> Result<Outcome> {
             summary,
             plan_file: None,
         },
-        exit_code: crate::ops::publish::overall_exit_code(&codes),
+        exit_code: crate::ops::common::overall_exit_code(&codes),
         concurrent_change: false,
         saved: None,
     })
@@ -291,7 +291,7 @@ fn promote_one(
         plan.message = format!("not promoted: {}", kinds.join(", "));
         // A refusal is journaled (SPEC §16), as a publication's is.
         let op = match journal.as_deref_mut() {
-            Some(j) => Some(crate::ops::publish::journal_refused(
+            Some(j) => Some(crate::ops::common::journal_refused(
                 j,
                 "promote",
                 &opts.actor,

@@ -12,7 +12,7 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::execute::record_removal;
 use crate::journal::{Journal, OperationRecord, event};
-use crate::ops::publish::check_recovery;
+use crate::ops::common::check_recovery;
 use crate::progress::Ticker;
 use crate::state::StateFile;
 use serde::Serialize;

@@ -12,7 +12,7 @@ use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::journal::{Journal, OperationRecord, event};
-use crate::ops::publish::check_recovery;
+use crate::ops::common::check_recovery;
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::PathBuf;

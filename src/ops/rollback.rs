@@ -20,7 +20,8 @@ use crate::execute::{ExecContext, Origin, StagedOperation, Transaction, execute,
 use crate::hash::sha256_hex;
 use crate::journal::{Journal, query};
 use crate::model::{Decision, FileOp, Owner, SourceRef, StateMode};
-use crate::ops::publish::{Outcome, check_recovery, plan_rollback};
+use crate::ops::common::{Outcome, check_recovery};
+use crate::ops::publish::plan_rollback;
 use crate::plan::PlanFailed;
 use crate::plan::{DestinationPlan, FileAction, LinkAction, Previous};
 use crate::report::{DestinationReport, Report, Status, Summary};
@@ -109,7 +110,7 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
             }
         }
     }
-    let exit_code = crate::ops::publish::overall_exit_code(&codes);
+    let exit_code = crate::ops::common::overall_exit_code(&codes);
     let summary = Summary::of(&reports);
     Ok(Outcome {
         report: Report {
@@ -218,8 +219,8 @@ pub(crate) fn open_releases(
     }
     if let Some(j) = journal {
         check_recovery(j, &store)?;
-    } else if let crate::ops::publish::Pending::Recovery(what) =
-        crate::ops::publish::pending(view, store.path(), Some(&store))?
+    } else if let crate::ops::common::Pending::Recovery(what) =
+        crate::ops::common::pending(view, store.path(), Some(&store))?
     {
         return Err(Error::RecoveryRequired(what));
     }

@@ -25,7 +25,7 @@ pub mod spool;
 use crate::config::Config;
 use crate::error::{Error, IoContext, Result};
 use crate::journal::Journal;
-use crate::ops::publish::resolve_journal;
+use crate::ops::common::resolve_journal;
 use auth::Tokens;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
