@@ -94,6 +94,36 @@ fn lock_timeout(secs: f64) -> crate::error::Result<std::time::Duration> {
     Ok(std::time::Duration::from_secs_f64(secs))
 }
 
+/// How a command that changes destinations runs (SPEC §2, §16): its report's form, its
+/// journal, how long it waits for a lock, and who it says runs it.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
+    #[arg(long, value_name = "P")]
+    pub journal: Option<std::path::PathBuf>,
+    /// Seconds to wait for a destination lock.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub lock_timeout: f64,
+    /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
+    #[arg(long, value_name = "NAME")]
+    pub actor: Option<String>,
+}
+
+impl RunArgs {
+    /// `--lock-timeout`, checked.
+    pub fn lock_timeout(&self) -> crate::error::Result<std::time::Duration> {
+        lock_timeout(self.lock_timeout)
+    }
+
+    /// `--actor`, else the environment's identity ([`cli_actor`]).
+    pub fn actor(&self) -> String {
+        cli_actor(self.actor.as_deref())
+    }
+}
+
 /// How much a text report shows (SPEC §16).
 #[derive(Debug, clap::Args)]
 pub struct TextArgs {
@@ -249,15 +279,15 @@ impl Cli {
 
     fn wants_json(&self) -> bool {
         match &self.command {
-            Command::Publish(a) => a.common.json,
-            Command::Plan(a) => a.common.json,
+            Command::Publish(a) => a.common.run.json,
+            Command::Plan(a) => a.common.run.json,
             Command::Status(a) => a.json,
             Command::Verify(a) => a.json,
-            Command::Recover(a) => a.json,
+            Command::Recover(a) => a.run.json,
             Command::History(a) => a.json(),
-            Command::Rollback(a) => a.json,
-            Command::Promote(a) => a.json,
-            Command::Prune(a) => a.json,
+            Command::Rollback(a) => a.run.json,
+            Command::Promote(a) => a.run.json,
+            Command::Prune(a) => a.run.json,
             Command::Releases(a) => a.json(),
             _ => false,
         }

@@ -1,7 +1,7 @@
 //! `distributor prune`.
 
+use super::CommandOutput;
 use super::progress::Shown;
-use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::Result;
 use crate::ops::common::resolve_journal;
@@ -26,40 +26,30 @@ pub struct PruneArgs {
     /// Say what would be removed; remove nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Print the report as one JSON object.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub run: super::RunArgs,
     /// Show no progress on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
-    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
-    #[arg(long, value_name = "P")]
-    pub journal: Option<PathBuf>,
-    /// Seconds to wait for a destination lock.
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
-    pub lock_timeout: f64,
-    /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
-    #[arg(long, value_name = "NAME")]
-    pub actor: Option<String>,
 }
 
 /// Runs prune.
 pub fn run(a: PruneArgs) -> Result<CommandOutput> {
-    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
+    let lock_timeout = a.run.lock_timeout()?;
     let config = Config::load(&a.config)?;
     let opts = PruneOptions {
         destinations: a.destinations,
         dry_run: a.dry_run,
-        journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
+        journal: resolve_journal(a.run.journal.as_deref(), Some(&config))?,
         lock_timeout,
-        actor: cli_actor(a.actor.as_deref()),
+        actor: a.run.actor(),
     };
     // How removing releases goes (SPEC §20).
-    let shown = Shown::on_stderr("prune", a.json, a.quiet);
+    let shown = Shown::on_stderr("prune", a.run.json, a.quiet);
     let pruned = prune(&config, &opts, shown.ticker());
     shown.finish();
     let (report, code) = pruned?;
-    let stdout = super::render(a.json, &report, |r| r.to_text())?;
+    let stdout = super::render(a.run.json, &report, |r| r.to_text())?;
     let metrics = Some(crate::metrics::file::Run {
         pipeline: report.pipeline_id.clone(),
         rows: (report.destinations.iter())

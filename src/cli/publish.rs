@@ -1,7 +1,7 @@
 //! `distributor publish` and `distributor plan`.
 
+use super::CommandOutput;
 use super::progress::Shown;
-use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::ops::common::resolve_journal;
@@ -33,18 +33,8 @@ pub struct CommonArgs {
     /// Allow up to N deletions where guard.max_delete would refuse them (mass_delete).
     #[arg(long, value_name = "N")]
     pub allow_delete: Option<u64>,
-    /// Print the report as one JSON object.
-    #[arg(long)]
-    pub json: bool,
-    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
-    #[arg(long, value_name = "P")]
-    pub journal: Option<PathBuf>,
-    /// Seconds to wait for a destination lock.
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
-    pub lock_timeout: f64,
-    /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
-    #[arg(long, value_name = "NAME")]
-    pub actor: Option<String>,
+    #[command(flatten)]
+    pub run: super::RunArgs,
     #[command(flatten)]
     pub text: super::TextArgs,
 }
@@ -125,7 +115,7 @@ impl PlanArgs {
 /// Runs publish or plan.
 pub fn run(args: Resolved) -> Result<CommandOutput> {
     let a = args.common;
-    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
+    let lock_timeout = a.run.lock_timeout()?;
     // A saved plan is read (and its sha256 checked) before anything else: a wrong one
     // plans and writes nothing (SPEC §19).
     let saved = match &args.plan {
@@ -144,7 +134,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
             )));
         }
     };
-    let journal = resolve_journal(a.journal.as_deref(), Some(&config))?;
+    let journal = resolve_journal(a.run.journal.as_deref(), Some(&config))?;
     let mut plan_file = None;
     let (mut destinations, mut force, mut allow_delete) = (a.destinations, a.force, a.allow_delete);
     let mut saved_plan = None;
@@ -168,7 +158,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         save_plan: args.out.is_some(),
         journal,
         lock_timeout,
-        actor: cli_actor(a.actor.as_deref()),
+        actor: a.run.actor(),
         command: args.command.to_string(),
         stage: args.stage,
     };
@@ -177,7 +167,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
     // --dry-run` stages nothing and shows nothing.
     let shown = match (args.command, args.dry_run) {
         ("publish", true) => Shown::Off,
-        (command, _) => Shown::on_stderr(command, a.json, a.text.quiet),
+        (command, _) => Shown::on_stderr(command, a.run.json, a.text.quiet),
     };
     let outcome = publish_with_progress(&config, &source, &opts, shown.progress());
     shown.finish();
@@ -205,7 +195,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
     }
     let metrics = Some(crate::metrics::file::Run::of_report(&outcome.report));
     // A JSON report is written out as it is serialized (`finish`).
-    let (stdout, report) = if a.json {
+    let (stdout, report) = if a.run.json {
         (String::new(), Some(outcome.report))
     } else {
         (outcome.report.to_text(&a.text.options()), None)

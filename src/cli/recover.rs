@@ -1,7 +1,7 @@
 //! `distributor recover [--config F] [--journal P] [--dry-run] [--json] [--lock-timeout SECS]`.
 
+use super::CommandOutput;
 use super::progress::Shown;
-use super::{CommandOutput, cli_actor};
 use crate::config::Config;
 use crate::error::Result;
 use crate::ops::common::{journal_is_default, resolve_journal};
@@ -17,15 +17,11 @@ pub struct RecoverArgs {
     /// directories of its destinations, even those this journal never saw.
     #[arg(long, value_name = "F")]
     pub config: Option<PathBuf>,
-    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
-    #[arg(long, value_name = "P")]
-    pub journal: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: super::RunArgs,
     /// Report what would be done; write nothing anywhere.
     #[arg(long)]
     pub dry_run: bool,
-    /// Print the report as one JSON object.
-    #[arg(long)]
-    pub json: bool,
     /// Show no progress on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -33,20 +29,14 @@ pub struct RecoverArgs {
     /// recovery; the destination is not touched (its staging, if any, is left for you).
     #[arg(long, value_name = "OP_ID")]
     pub abandon: Option<String>,
-    /// Seconds to wait for each destination lock.
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
-    pub lock_timeout: f64,
-    /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
-    #[arg(long, value_name = "NAME")]
-    pub actor: Option<String>,
 }
 
 /// Runs the command.
 pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
-    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
+    let lock_timeout = a.run.lock_timeout()?;
     let config = a.config.as_deref().map(Config::load).transpose()?;
-    let journal = resolve_journal(a.journal.as_deref(), config.as_ref())?;
-    if journal_is_default(a.journal.as_deref(), config.as_ref()) {
+    let journal = resolve_journal(a.run.journal.as_deref(), config.as_ref())?;
+    if journal_is_default(a.run.journal.as_deref(), config.as_ref()) {
         // A bare `recover` reads the default journal: say which, since the operations to
         // recover may be in another (SPEC §16).
         eprintln!(
@@ -60,18 +50,18 @@ pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
         );
     }
     // The log entries this run writes for operations it finishes say so.
-    crate::backend::local::log::set_recovering(&cli_actor(a.actor.as_deref()));
+    crate::backend::local::log::set_recovering(&a.run.actor());
     let opts = RecoverOptions {
         journal,
         dry_run: a.dry_run,
         lock_timeout,
-        actor: cli_actor(a.actor.as_deref()),
+        actor: a.run.actor(),
     };
     let report = match &a.abandon {
         Some(op) => abandon(op, &opts)?,
         None => {
             // How recovering each operation goes (SPEC §20).
-            let shown = Shown::on_stderr("recover", a.json, a.quiet);
+            let shown = Shown::on_stderr("recover", a.run.json, a.quiet);
             let recovered = recover(config.as_ref(), &opts, shown.ticker());
             shown.finish();
             recovered?
@@ -94,7 +84,7 @@ pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
     });
     Ok(CommandOutput {
         report: None,
-        stdout: if a.json {
+        stdout: if a.run.json {
             report.to_json()
         } else {
             report.to_text()

@@ -1,6 +1,6 @@
 //! `distributor releases adopt` and `distributor releases settings`.
 
-use super::{CommandOutput, cli_actor};
+use super::CommandOutput;
 use crate::config::Config;
 use crate::error::Result;
 use crate::ops::adopt::{AdoptOptions, adopt};
@@ -35,18 +35,8 @@ pub struct SettingsArgs {
     /// Say what would change; write nothing anywhere.
     #[arg(long)]
     pub dry_run: bool,
-    /// Print the report as one JSON object.
-    #[arg(long)]
-    pub json: bool,
-    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
-    #[arg(long, value_name = "P")]
-    pub journal: Option<PathBuf>,
-    /// Seconds to wait for a destination lock.
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
-    pub lock_timeout: f64,
-    /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
-    #[arg(long, value_name = "NAME")]
-    pub actor: Option<String>,
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 /// Turn the plain managed directory at path into a first release; refused, with the
@@ -62,26 +52,16 @@ pub struct AdoptArgs {
     /// Say what would happen; write nothing anywhere.
     #[arg(long)]
     pub dry_run: bool,
-    /// Print the report as one JSON object.
-    #[arg(long)]
-    pub json: bool,
-    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
-    #[arg(long, value_name = "P")]
-    pub journal: Option<PathBuf>,
-    /// Seconds to wait for a destination lock.
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
-    pub lock_timeout: f64,
-    /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
-    #[arg(long, value_name = "NAME")]
-    pub actor: Option<String>,
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 impl ReleasesArgs {
     /// Whether the report is JSON.
     pub fn json(&self) -> bool {
         match &self.command {
-            ReleasesCommand::Adopt(a) => a.json,
-            ReleasesCommand::Settings(a) => a.json,
+            ReleasesCommand::Adopt(a) => a.run.json,
+            ReleasesCommand::Settings(a) => a.run.json,
         }
     }
 }
@@ -92,17 +72,17 @@ pub fn run(a: ReleasesArgs) -> Result<CommandOutput> {
         ReleasesCommand::Adopt(a) => a,
         ReleasesCommand::Settings(s) => return settings(s),
     };
-    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
+    let lock_timeout = a.run.lock_timeout()?;
     let config = Config::load(&a.config)?;
     let opts = AdoptOptions {
         destinations: a.destinations,
         dry_run: a.dry_run,
-        journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
+        journal: resolve_journal(a.run.journal.as_deref(), Some(&config))?,
         lock_timeout,
-        actor: cli_actor(a.actor.as_deref()),
+        actor: a.run.actor(),
     };
     let (report, code) = adopt(&config, &opts)?;
-    let stdout = super::render(a.json, &report, |r| r.to_text())?;
+    let stdout = super::render(a.run.json, &report, |r| r.to_text())?;
     Ok(CommandOutput {
         report: None,
         stdout,
@@ -112,17 +92,17 @@ pub fn run(a: ReleasesArgs) -> Result<CommandOutput> {
 }
 
 fn settings(a: SettingsArgs) -> Result<CommandOutput> {
-    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
+    let lock_timeout = a.run.lock_timeout()?;
     let config = Config::load(&a.config)?;
     let opts = crate::ops::release_settings::SettingsOptions {
         destinations: a.destinations,
         dry_run: a.dry_run,
-        journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
+        journal: resolve_journal(a.run.journal.as_deref(), Some(&config))?,
         lock_timeout,
-        actor: cli_actor(a.actor.as_deref()),
+        actor: a.run.actor(),
     };
     let (report, code) = crate::ops::release_settings::record_settings(&config, &opts)?;
-    let stdout = super::render(a.json, &report, |r| r.to_text())?;
+    let stdout = super::render(a.run.json, &report, |r| r.to_text())?;
     Ok(CommandOutput {
         report: None,
         stdout,

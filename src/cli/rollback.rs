@@ -1,6 +1,6 @@
 //! `distributor rollback`.
 
-use super::{CommandOutput, cli_actor};
+use super::CommandOutput;
 use crate::config::Config;
 use crate::error::Result;
 use crate::ops::common::resolve_journal;
@@ -27,39 +27,29 @@ pub struct RollbackArgs {
     /// Plan only: write nothing anywhere.
     #[arg(long)]
     pub dry_run: bool,
-    /// Print the report as one JSON object.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub run: super::RunArgs,
     #[command(flatten)]
     pub text: super::TextArgs,
-    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
-    #[arg(long, value_name = "P")]
-    pub journal: Option<PathBuf>,
-    /// Seconds to wait for a destination lock.
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
-    pub lock_timeout: f64,
-    /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
-    #[arg(long, value_name = "NAME")]
-    pub actor: Option<String>,
 }
 
 /// Runs rollback.
 pub fn run(a: RollbackArgs) -> Result<CommandOutput> {
-    let lock_timeout = super::lock_timeout(a.lock_timeout)?;
+    let lock_timeout = a.run.lock_timeout()?;
     let config = Config::load(&a.config)?;
     let opts = RollbackOptions {
         destinations: a.destinations,
         to: a.to,
         dry_run: a.dry_run,
-        journal: resolve_journal(a.journal.as_deref(), Some(&config))?,
+        journal: resolve_journal(a.run.journal.as_deref(), Some(&config))?,
         lock_timeout,
-        actor: cli_actor(a.actor.as_deref()),
+        actor: a.run.actor(),
     };
     let mut outcome = rollback(&config, &opts)?;
     crate::hooks::run_for(&config, &mut outcome.report, &opts.journal);
     let metrics = Some(crate::metrics::file::Run::of_report(&outcome.report));
     // A JSON report is written out as it is serialized (`finish`).
-    let (stdout, report) = if a.json {
+    let (stdout, report) = if a.run.json {
         (String::new(), Some(outcome.report))
     } else {
         (outcome.report.to_text(&a.text.options()), None)
