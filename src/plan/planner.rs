@@ -242,9 +242,49 @@ struct Planner<'a, 's> {
 }
 
 impl<'a, 's> Planner<'a, 's> {
+    /// Plans in phases: index the state's records, compare identities with the record
+    /// this publication replaces, claim what other owners hold, plan every path, list the
+    /// takeovers, check the state file's name, decide.
     fn run(mut self) -> DestinationPlan {
-        let d = self.input.destination;
+        let mut recorded = self.index_records();
+        // The record whose content this publication replaces: the single owner (whoever it
+        // is), or the current owner's own record in a shared root.
+        let replaced: Option<&'s OwnerRecord> = match self.input.destination.state_mode {
+            StateMode::SingleOwner => self.state.owners.first(),
+            StateMode::SharedRoot => self.state.owner(&self.me),
+        };
+        self.plan.previous = replaced.map(|r| Previous {
+            owner: r.owner.clone(),
+            source: r.source.clone(),
+        });
+        let mut newer: Vec<String> = Vec::new();
+        let mut basis = Basis::Fresh;
+        if let Some(r) = replaced {
+            basis = self.compare_identity(r, &mut newer);
+        }
         let manifest = &self.input.source.manifest;
+        let new_paths: Vec<&str> = (manifest.outputs.iter().map(|o| o.path.as_str()))
+            .chain(manifest.links.iter().map(|l| l.path.as_str()))
+            .collect();
+        let taken = self.claim(&new_paths, &mut recorded, replaced, &mut newer);
+        // Old outputs of the replaced owner and whether omitted ones are retained.
+        let old_owner: Option<&'s Owner> = replaced.map(|r| &r.owner);
+        let retain = self.input.destination.reconciliation == ReconciliationMode::Merge
+            && matches!(basis, Basis::Same | Basis::Older | Basis::Changed)
+            && replaced.is_some_and(|r| r.source.id == self.src.id && r.owner == self.me);
+        let moved = Moved {
+            records: &recorded,
+            deletes: !retain,
+            old_owner,
+        };
+        let retained = self.plan_paths(&moved, retain);
+        self.list_takeovers(replaced, basis, &new_paths, &recorded, taken);
+        self.check_state_file();
+        self.decide(basis, replaced, &retained, &moved, &newer)
+    }
+
+    /// The state's recorded outputs and links, by path.
+    fn index_records(&self) -> Records<'s> {
         let mut recorded: Records<'s> = HashMap::with_capacity_and_hasher(
             self.state.outputs.len() + self.state.links.len(),
             Default::default(),
@@ -259,33 +299,24 @@ impl<'a, 's> Planner<'a, 's> {
         for l in &self.state.links {
             recorded.insert(&l.path, rec(Recorded::Link(l)));
         }
-        // The record whose content this publication replaces: the single owner (whoever it
-        // is), or the current owner's own record in a shared root.
-        let replaced: Option<&'s OwnerRecord> = match d.state_mode {
-            StateMode::SingleOwner => self.state.owners.first(),
-            StateMode::SharedRoot => self.state.owner(&self.me),
-        };
-        self.plan.previous = replaced.map(|r| Previous {
-            owner: r.owner.clone(),
-            source: r.source.clone(),
-        });
+        recorded
+    }
 
-        let mut newer: Vec<String> = Vec::new();
-        let mut basis = Basis::Fresh;
-        if let Some(r) = replaced {
-            basis = self.compare_identity(r, &mut newer);
-        }
-
-        // Paths recorded for other owners that this manifest claims (shared root).
+    /// Marks the recorded paths the manifest lists again as claimed, and returns those
+    /// recorded for other owners than the replaced one (a shared root), by owner: taken
+    /// over where `takeover.mode` permits, owner conflicts where it does not. A colliding
+    /// owner's newer source is added to `newer`.
+    fn claim(
+        &mut self,
+        new_paths: &[&str],
+        recorded: &mut Records<'s>,
+        replaced: Option<&'s OwnerRecord>,
+        newer: &mut Vec<String>,
+    ) -> BTreeMap<Owner, Vec<String>> {
+        let d = self.input.destination;
         let mut taken: BTreeMap<Owner, Vec<String>> = BTreeMap::new();
-        let new_paths: Vec<&str> = manifest
-            .outputs
-            .iter()
-            .map(|o| o.path.as_str())
-            .chain(manifest.links.iter().map(|l| l.path.as_str()))
-            .collect();
         let mut colliding_checked: HashSet<Owner> = HashSet::default();
-        for p in &new_paths {
+        for p in new_paths {
             if let Some(rec) = recorded.get_mut(*p) {
                 rec.claimed = true;
                 let owner = rec.what.owner();
@@ -322,17 +353,19 @@ impl<'a, 's> Planner<'a, 's> {
             }
         }
 
-        // Old outputs of the replaced owner and whether omitted ones are retained.
-        let old_owner: Option<&'s Owner> = replaced.map(|r| &r.owner);
-        let retain = d.reconciliation == ReconciliationMode::Merge
-            && matches!(basis, Basis::Same | Basis::Older | Basis::Changed)
-            && replaced.is_some_and(|r| r.source.id == self.src.id && r.owner == self.me);
+        taken
+    }
+
+    /// Plans every path: the manifest's outputs and links, then the replaced owner's
+    /// recorded paths it omits (deleted, or retained by a merge); returns what a merge
+    /// retains.
+    fn plan_paths(&mut self, moved: &Moved<'_, 's>, retain: bool) -> Retained<'s> {
+        let manifest = &self.input.source.manifest;
         // The replaced owner's recorded paths the manifest does not list again: deleted,
         // or retained by a merge.
         let omitted = |path: &str| {
-            recorded
-                .get(path)
-                .is_some_and(|r| !r.claimed && Some(r.what.owner()) == old_owner)
+            (moved.records.get(path))
+                .is_some_and(|r| !r.claimed && Some(r.what.owner()) == moved.old_owner)
         };
         let omitted_outputs: Vec<&'s RecordedOutput> = (self.state.outputs.iter())
             .filter(|o| omitted(&o.path))
@@ -340,13 +373,7 @@ impl<'a, 's> Planner<'a, 's> {
         let omitted_links: Vec<&'s RecordedLink> = (self.state.links.iter())
             .filter(|l| omitted(&l.path))
             .collect();
-        let moved = Moved {
-            records: &recorded,
-            deletes: !retain,
-            old_owner,
-        };
-
-        // Files.
+        let recorded = moved.records;
         let storage = self.input.storage;
         // Recorded paths this owner keeps (merge): with the manifest's, the new state's
         // records, built only when the decision writes.
@@ -360,8 +387,8 @@ impl<'a, 's> Planner<'a, 's> {
             let rec = recorded.get(o.path.as_str()).map(|r| &r.what);
             let same = matches!(rec, Some(Recorded::Output(r)) if r.sha256 == o.sha256 && r.size == o.size)
                 && matches!(entry, Entry::File { size, sha256: Some(h) } if *size == o.size && **h == o.sha256);
-            let op = self.planned_op(&o.path, entry, rec.is_some(), same, &moved);
-            self.check_ancestors(&o.path, &moved);
+            let op = self.planned_op(&o.path, entry, rec.is_some(), same, moved);
+            self.check_ancestors(&o.path, moved);
             self.plan.files.push(FileAction {
                 path: o.path.clone(),
                 op,
@@ -376,8 +403,8 @@ impl<'a, 's> Planner<'a, 's> {
             let rec = recorded.get(l.path.as_str()).map(|r| &r.what);
             let same = matches!(rec, Some(Recorded::Link(r)) if r.target == l.target)
                 && matches!(entry, Entry::Symlink { target } if *target == text);
-            let op = self.planned_op(&l.path, entry, rec.is_some(), same, &moved);
-            self.check_ancestors(&l.path, &moved);
+            let op = self.planned_op(&l.path, entry, rec.is_some(), same, moved);
+            self.check_ancestors(&l.path, moved);
             self.plan.links.push(LinkAction {
                 path: l.path.clone(),
                 target: l.target.clone(),
@@ -387,7 +414,7 @@ impl<'a, 's> Planner<'a, 's> {
         }
         // Old paths the manifest omits: delete or retain.
         for &o in &omitted_outputs {
-            let op = self.omitted_op(&o.path, retain, &moved);
+            let op = self.omitted_op(&o.path, retain, moved);
             self.plan.files.push(FileAction {
                 path: o.path.clone(),
                 op,
@@ -400,7 +427,7 @@ impl<'a, 's> Planner<'a, 's> {
             }
         }
         for &l in &omitted_links {
-            let op = self.omitted_op(&l.path, retain, &moved);
+            let op = self.omitted_op(&l.path, retain, moved);
             self.plan.links.push(LinkAction {
                 path: l.path.clone(),
                 target: l.target.clone(),
@@ -419,7 +446,19 @@ impl<'a, 's> Planner<'a, 's> {
             self.plan.links.sort_by(|a, b| a.path.cmp(&b.path));
         }
 
-        // Takeover entries: the replaced record when its identity differs, then other owners.
+        retained
+    }
+
+    /// The takeover entries: the replaced record when its identity differs, then the
+    /// other owners whose paths this manifest takes.
+    fn list_takeovers(
+        &mut self,
+        replaced: Option<&'s OwnerRecord>,
+        basis: Basis,
+        new_paths: &[&str],
+        recorded: &Records<'s>,
+        taken: BTreeMap<Owner, Vec<String>>,
+    ) {
         if let Some(r) = replaced.filter(|_| basis == Basis::Takeover) {
             {
                 let paths: Vec<String> = new_paths
@@ -449,13 +488,15 @@ impl<'a, 's> Planner<'a, 's> {
                 paths: sorted(paths),
             });
         }
+    }
 
-        // The commit point renames the new state over `.distributor.json`: a directory or
-        // special file there would make it fail after everything else was placed.
-        // A symlink there is somebody's too: replacing it would lose it, and recovery could
-        // not tell the state before from the state after.
+    /// The commit point renames the new state over `.distributor.json`: a directory or
+    /// special file there would make it fail after everything else was placed. A symlink
+    /// there is somebody's too: replacing it would lose it, and recovery could not tell
+    /// the state before from the state after.
+    fn check_state_file(&mut self) {
         if matches!(
-            storage.get(crate::state::STATE_FILE),
+            self.input.storage.get(crate::state::STATE_FILE),
             Entry::Dir { .. } | Entry::Special | Entry::Symlink { .. }
         ) {
             let path = crate::state::STATE_FILE;
@@ -466,14 +507,27 @@ impl<'a, 's> Planner<'a, 's> {
                 format!("'{path}' is a symlink, directory or special file; distributor writes its state there and never replaces one"),
             );
         }
+    }
 
-        // Decide.
+    /// Decides from what the phases found: conflicts (or `--force`), newer content,
+    /// the basis of the identity comparison, a rollback's hold and the deletion guards.
+    fn decide(
+        mut self,
+        basis: Basis,
+        replaced: Option<&'s OwnerRecord>,
+        retained: &Retained<'s>,
+        moved: &Moved<'_, 's>,
+        newer: &[String],
+    ) -> DestinationPlan {
+        let d = self.input.destination;
+        let storage = self.input.storage;
+        let old_owner = moved.old_owner;
         if !self.plan.conflicts.is_empty() {
             // Newer content still counts when it is what transfer says to refuse.
             if !newer.is_empty() && d.transfer.destination_newer == DestinationNewer::Conflict {
-                self.newer_conflicts(&newer);
+                self.newer_conflicts(newer);
             }
-            return self.conflict_or_force(&retained, &moved, &newer);
+            return self.conflict_or_force(retained, moved, newer);
         }
         if !newer.is_empty() {
             match d.transfer.destination_newer {
@@ -488,8 +542,8 @@ impl<'a, 's> Planner<'a, 's> {
                     return self.clear_actions();
                 }
                 DestinationNewer::Conflict => {
-                    self.newer_conflicts(&newer);
-                    return self.conflict_or_force(&retained, &moved, &newer);
+                    self.newer_conflicts(newer);
+                    return self.conflict_or_force(retained, moved, newer);
                 }
             }
         }
@@ -533,15 +587,15 @@ impl<'a, 's> Planner<'a, 's> {
                     self.src.digest
                 ),
             );
-            return self.conflict_or_force(&retained, &moved, &newer);
+            return self.conflict_or_force(retained, moved, newer);
         }
         // The deletion guards (SPEC §19), on what this plan deletes.
         if self.plan.decision.writes() && self.guard(old_owner) {
-            return self.conflict_or_force(&retained, &moved, &newer);
+            return self.conflict_or_force(retained, moved, newer);
         }
         self.plan.message = self.reason(replaced);
         if self.plan.decision.writes() {
-            self.plan.new_state = Some(self.new_state(&retained, &moved));
+            self.plan.new_state = Some(self.new_state(retained, moved));
             if self.input.rollback {
                 self.plan.decision = Decision::Rollback;
                 self.plan.message = format!(
