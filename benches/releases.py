@@ -51,7 +51,7 @@ FULL = dict(files=10_000, dirs=100, size=4096, reps=7, versions=5, keep=3)
 QUICK = dict(files=1_000, dirs=10, size=4096, reps=3, versions=3, keep=3)
 
 VARIANTS = ["rel1", "inp1", "rsync1", "rel0", "inp0", "cpal"]
-GOAL = 1.5  # releases/in place, 1% changed (the issue's goal)
+GOAL = 1.3  # releases/in place, 1% changed (issue 26's goal; it was 1.5)
 
 
 def created_at(k):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark: publications into a destination with `releases` (SPEC §15) against the same
 # publications in place, in one alternating run: 1% of 10,000 files changed (goal: at
-# most 1.5x in place; rsync -a --delete + sync -f as a reference), nothing changed but a
+# most 1.3x in place; rsync -a --delete + sync -f as a reference), nothing changed but a
 # newer created_at (every file hard-linked: the cost of building a release; cp -al +
 # sync -f as a reference), and the disk used per retained release. Installs rsync through
 # apt when it is missing, builds the release binary, then hands over to
