@@ -1,6 +1,6 @@
 //! sha256 helpers: hex rendering and streaming file hashes.
 
-use crate::error::{IoContext, Result};
+use crate::error::{Error, IoContext, Result};
 use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::Path;
@@ -163,7 +163,68 @@ pub fn sha256_bytes(hex: &str) -> Option<[u8; 32]> {
 /// Size and sha256 of a source file, read once. The file is opened without
 /// blocking and must be a regular file (a FIFO or device swapped in is an invalid source).
 pub fn hash_file(path: &Path) -> Result<(u64, ContentHash)> {
-    hash_reader(crate::backend::local::open_source(path)?, path)
+    hash_source(&crate::source::SourceFile::at_path(path.to_path_buf()))
+}
+
+/// Size and sha256 of a source file, read once ([`SourceFile::open`] says how it is
+/// opened and what it refuses).
+///
+/// [`SourceFile::open`]: crate::source::SourceFile::open
+pub fn hash_source(source: &crate::source::SourceFile<'_>) -> Result<(u64, ContentHash)> {
+    let (mut f, opened_size) = source.open()?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let size = read_to_end_of(&mut f, opened_size, &mut buf, |chunk| {
+        h.update(chunk);
+        Ok(())
+    })
+    .map_err(|e| match e {
+        ReadOrSink::Read(e) | ReadOrSink::Sink(e) => Error::io("read", source.path(), e),
+    })?;
+    Ok((size, ContentHash::from(h)))
+}
+
+/// Why [`read_to_end_of`] stopped before the end.
+#[derive(Debug)]
+pub enum ReadOrSink {
+    /// Reading failed.
+    Read(std::io::Error),
+    /// The sink failed.
+    Sink(std::io::Error),
+}
+
+/// Reads the regular file `f`, which `fstat` found `opened_size` bytes long when it was
+/// opened, to its end, handing every chunk read to `sink`; returns the bytes read.
+///
+/// The end is known without the read that returns 0, which costs a system call per file
+/// and tells nothing new: a read of a regular file returns less than it was asked for
+/// only at the end of the file, so a short read that brings the bytes read to at least
+/// `opened_size` is the end. A file that grew after it was opened fills the buffer or
+/// passes `opened_size`, and is read on to its new end; one that shrank returns short of
+/// `opened_size` and is read on until a read returns 0. Either way the bytes read are what
+/// the file held at the last read, as with reading until a read returns 0, and the
+/// caller's check of size and sha256 against the manifest catches the change (SPEC §3.1).
+pub fn read_to_end_of(
+    f: &mut impl Read,
+    opened_size: u64,
+    buf: &mut [u8],
+    mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+) -> std::result::Result<u64, ReadOrSink> {
+    let mut size = 0u64;
+    loop {
+        let n = match f.read(buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(ReadOrSink::Read(e)),
+        };
+        sink(&buf[..n]).map_err(ReadOrSink::Sink)?;
+        size += n as u64;
+        if n < buf.len() && size >= opened_size {
+            break;
+        }
+    }
+    Ok(size)
 }
 
 /// Size and sha256 of what `f` reads, to its end (`path` names it in errors).

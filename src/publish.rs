@@ -6,7 +6,7 @@ use crate::backend::{self, BundleStore, local};
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{Error, Result};
 use crate::execute::{ExecContext, Progress, execute};
-use crate::hash::{ContentHash, hash_file};
+use crate::hash::{ContentHash, hash_source};
 use crate::journal::{Journal, JournalView};
 use crate::model::{Decision, Owner};
 use crate::plan::Overrides;
@@ -865,8 +865,10 @@ fn publish_one(
             let (files, bytes) = (plan.writes()).fold((0, 0), |(n, b), f| (n + 1, b + f.size));
             progress.start("files hashed", Some(files), Bytes::Of(bytes));
         }
+        // Read the way a real run's staging reads them (`execute::stage`).
+        let dirs = source.dirs(plan.writes().map(|f| f.path.as_str()))?;
         for f in plan.writes() {
-            let (size, sha) = hash_file(&source.file(&f.path))?;
+            let (size, sha) = hash_source(&dirs.file(&f.path))?;
             progress.bytes(size);
             progress.done(1);
             if size != f.size || sha != f.sha256 {

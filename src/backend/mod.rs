@@ -185,6 +185,21 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, crate::hash::ContentHash)>;
 
+    /// [`BundleStore::stage`] from a source file that may hold its directory's handle
+    /// ([`crate::source::SourceDirs`]): storage that reads sources through the local
+    /// filesystem opens it there, relative to that handle, instead of by its full path.
+    /// By default it is staged by its path.
+    fn stage_source(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        source: &crate::source::SourceFile<'_>,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, crate::hash::ContentHash)> {
+        self.stage(op, i, source.path(), buf, on_bytes)
+    }
+
     /// Makes what was staged durable before anything is placed.
     fn make_staged_durable(&self) -> Result<()>;
 

@@ -164,8 +164,8 @@ impl Journal {
             conn,
             path: path.to_path_buf(),
         };
-        j.configure()?;
-        migrate::migrate(&mut j.conn).map_err(|m| Error::Journal {
+        let version = j.configure()?;
+        migrate::migrate_from(&mut j.conn, version).map_err(|m| Error::Journal {
             path: path.to_path_buf(),
             message: m,
         })?;
@@ -187,19 +187,22 @@ impl Journal {
             conn,
             path: path.to_path_buf(),
         };
-        j.configure()?;
-        migrate::migrate(&mut j.conn).map_err(|m| Error::Journal {
+        let version = j.configure()?;
+        migrate::migrate_from(&mut j.conn, version).map_err(|m| Error::Journal {
             path: path.to_path_buf(),
             message: m,
         })?;
         Ok(Some(j))
     }
 
-    fn configure(&mut self) -> Result<()> {
+    /// Sets the connection up (busy timeout, WAL, synchronous, foreign keys) once
+    /// [`migrate::refuse_foreign`] accepted the database; returns the schema version it
+    /// read.
+    fn configure(&mut self) -> Result<i64> {
         self.conn
             .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| jerr(&self.path, e))?;
-        migrate::refuse_foreign(&self.conn).map_err(|message| Error::Journal {
+        let version = migrate::refuse_foreign(&self.conn).map_err(|message| Error::Journal {
             path: self.path.clone(),
             message,
         })?;
@@ -233,7 +236,8 @@ impl Journal {
             .execute_batch(
                 "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA mmap_size = 16777216;",
             )
-            .map_err(|e| jerr(&self.path, e))
+            .map_err(|e| jerr(&self.path, e))?;
+        Ok(version)
     }
 
     /// The journal file.

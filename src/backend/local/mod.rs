@@ -14,7 +14,9 @@ pub mod holder;
 pub mod log;
 pub mod records;
 
-pub use bundle::{Bundle, StagingEntry, StateBytes, TMP_PREFIX, bundle_unsafe, open_source};
+pub use bundle::{
+    Bundle, StagingEntry, StateBytes, TMP_PREFIX, bundle_unsafe, open_source, open_source_sized,
+};
 
 use crate::backend::{Backend, BundleStore, Committed};
 use crate::execute::StagedOperation;
@@ -121,6 +123,17 @@ impl BundleStore for Bundle {
         op: &StagedOperation,
         i: usize,
         source: &Path,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, crate::hash::ContentHash)> {
+        let source = crate::source::SourceFile::at_path(source.to_path_buf());
+        Bundle::stage(self, op, i, &source, buf, on_bytes)
+    }
+    fn stage_source(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        source: &crate::source::SourceFile<'_>,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, crate::hash::ContentHash)> {

@@ -18,7 +18,7 @@ mod record;
 mod steps;
 mod undo;
 
-pub use steps::{fingerprint, open_source};
+pub use steps::{fingerprint, open_source, open_source_sized};
 
 use super::handle::{Dir, Identity, is_redirect, split, type_name};
 use super::holder::Holder;
@@ -33,7 +33,7 @@ use crate::execute::{
 use crate::failpoint;
 use crate::hash::ContentHash;
 use crate::plan::Replaced;
-use crate::source::relative_link_target;
+use crate::source::{SourceFile, relative_link_target};
 use crate::state::{STATE_FILE, StateFile};
 use rustix::fs::FileType;
 use sha2::{Digest, Sha256};
