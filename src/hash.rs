@@ -242,3 +242,74 @@ pub fn hash_reader(mut f: impl Read, path: &Path) -> Result<(u64, ContentHash)> 
     }
     Ok((size, ContentHash::from(h)))
 }
+
+#[cfg(test)]
+mod read_tests {
+    use super::*;
+
+    /// A file as `read(2)` shows it: `chunks` are what successive reads return (each cut
+    /// to the buffer's length), then 0 for ever; counts the reads.
+    struct Reads {
+        chunks: Vec<Vec<u8>>,
+        calls: usize,
+    }
+
+    impl Read for Reads {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.calls += 1;
+            if self.chunks.is_empty() {
+                return Ok(0);
+            }
+            let c = &mut self.chunks[0];
+            let n = c.len().min(buf.len());
+            buf[..n].copy_from_slice(&c[..n]);
+            c.drain(..n);
+            if c.is_empty() {
+                self.chunks.remove(0);
+            }
+            Ok(n)
+        }
+    }
+
+    fn run(chunks: &[usize], opened_size: u64, buf: usize) -> (u64, usize) {
+        let mut f = Reads {
+            chunks: chunks.iter().map(|&n| vec![7u8; n]).collect(),
+            calls: 0,
+        };
+        let mut seen = 0u64;
+        let size = read_to_end_of(&mut f, opened_size, &mut vec![0u8; buf], |c| {
+            seen += c.len() as u64;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(size, seen, "every byte read goes to the sink");
+        (size, f.calls)
+    }
+
+    #[test]
+    fn a_file_read_whole_by_its_short_read_takes_no_empty_read() {
+        // 10 bytes, a buffer of 16: one read.
+        assert_eq!(run(&[10], 10, 16), (10, 1));
+        // 40 bytes: 16, 16, 8.
+        assert_eq!(run(&[40], 40, 16), (40, 3));
+        // A multiple of the buffer cannot tell its end from a full read: one read more.
+        assert_eq!(run(&[32], 32, 16), (32, 3));
+        // An empty file: the one read that says so.
+        assert_eq!(run(&[], 0, 16), (0, 1));
+    }
+
+    #[test]
+    fn a_file_that_grew_or_shrank_is_read_to_its_new_end() {
+        // Grew after it was opened (fstat said 10): the read fills the buffer, and the
+        // rest is read too.
+        assert_eq!(run(&[20], 10, 16).0, 20);
+        // Grew by less than the buffer's room: the short read passes the size; all of it
+        // is read.
+        assert_eq!(run(&[12], 10, 16).0, 12);
+        // Shrank: a short read before the size, then the read that returns 0.
+        assert_eq!(run(&[6], 10, 16), (6, 2));
+        // A short read in the middle (a file system that returns less than asked) is not
+        // taken for the end before the size is reached.
+        assert_eq!(run(&[4, 6], 10, 16), (10, 2));
+    }
+}
