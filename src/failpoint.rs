@@ -89,6 +89,11 @@ pub const RELEASES: &[&str] = &[
     "before_held_for_promote",
 ];
 
+/// The server's failpoints, reached only in `distributor serve`: an upload that finds every
+/// `--max-concurrent-uploads` slot taken and starts to wait for one, so a test sees it
+/// waiting (`tests/test_server_uploads.rs`).
+pub const SERVER: &[&str] = &["upload_waits_for_slot"];
+
 /// The I/O failpoints of [`ALL`]: the ones an `error` action applies to.
 pub const IO: &[&str] = &[
     "io_stage_write",
@@ -160,6 +165,7 @@ mod imp {
         if !super::ALL.contains(&name)
             && !super::S3.contains(&name)
             && !super::RELEASES.contains(&name)
+            && !super::SERVER.contains(&name)
         {
             eprintln!("DISTRIBUTOR_FAILPOINT: unknown failpoint '{name}'");
             std::process::abort();

@@ -237,12 +237,16 @@ enum View<'s> {
     Store(&'s dyn BundleStore),
     Missing,
     Unsafe(String),
+    /// A record the backend read to open the destination (a releases destination's
+    /// settings or log) is not distributor's (SPEC §17): the conflict `untrusted_record`.
+    Untrusted(String),
 }
 
 /// A bundle path opened for reading, as planning outside the lock sees it.
 struct Unlocked {
     store: Option<Box<dyn BundleStore>>,
     unsafe_reason: Option<String>,
+    untrusted: Option<String>,
 }
 
 impl Unlocked {
@@ -253,16 +257,26 @@ impl Unlocked {
             Ok(store) => Ok(Unlocked {
                 store,
                 unsafe_reason: None,
+                untrusted: None,
             }),
             Err(Error::Unsafe(why)) => Ok(Unlocked {
                 store: None,
                 unsafe_reason: Some(why),
+                untrusted: None,
+            }),
+            Err(Error::Untrusted(why)) => Ok(Unlocked {
+                store: None,
+                unsafe_reason: None,
+                untrusted: Some(why),
             }),
             Err(e) => Err(e),
         }
     }
 
     fn view(&self) -> View<'_> {
+        if let Some(why) = &self.untrusted {
+            return View::Untrusted(why.clone());
+        }
         match (&self.store, &self.unsafe_reason) {
             (_, Some(why)) => View::Unsafe(why.clone()),
             (Some(s), None) => View::Store(s.as_ref()),
@@ -704,6 +718,11 @@ fn probe_for_plan<'a>(
             Default::default(),
             Vec::new(),
         )),
+        View::Untrusted(why) => {
+            let mut storage = Storage::default();
+            storage.untrusted_record = Some(why.clone());
+            Ok(storage)
+        }
     }
 }
 

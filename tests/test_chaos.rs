@@ -37,6 +37,8 @@ use std::time::{Duration, Instant};
 const DEFAULT_SEED: u64 = 0xC4A0_5EED_2026_1202;
 /// The loop's time budget; setup and the last round come on top.
 const DEFAULT_SECS: u64 = 95;
+/// Rounds run whatever the budget (three of them with a publisher paused after staging).
+const MIN_ROUNDS: usize = 10;
 /// Versions prepared per pipeline, created_at one hour apart.
 const VERSIONS: usize = 5;
 /// The bundle path, relative to each round's env root.
@@ -713,7 +715,9 @@ fn chaos_concurrent_publishers_killed_at_random_then_recovered() {
     // breaks an invariant is recorded and the loop goes on, so one run reports every
     // broken invariant it meets.
     let mut failures: Vec<(u64, String)> = Vec::new();
-    while start.elapsed() < budget {
+    // At least MIN_ROUNDS rounds, however slow the machine: the time budget adds rounds,
+    // it does not decide whether the run proves enough.
+    while start.elapsed() < budget || n < MIN_ROUNDS as u64 {
         let round = only.unwrap_or(n);
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_round(&versions, seed, round, &mut stats)
@@ -754,7 +758,11 @@ fn chaos_concurrent_publishers_killed_at_random_then_recovered() {
             list.join("\n")
         );
     }
-    assert!(stats.rounds >= 10, "only {} rounds ran", stats.rounds);
+    assert!(
+        stats.rounds >= MIN_ROUNDS,
+        "only {} rounds ran",
+        stats.rounds
+    );
     let recovered: usize = ["rolled_back", "rolled_forward"]
         .iter()
         .map(|o| stats.outcomes.get(*o).copied().unwrap_or(0))

@@ -183,17 +183,57 @@ fn parallel_owners_of_one_shared_root_keep_every_record() {
     assert_no_unfinished(&env);
 }
 
-/// Holds `<bundle>/.distributor.lock` the way another distributor process would.
+/// Holds `<bundle>/.distributor.lock` the way another distributor process would: the
+/// `flock`, and the holder's record in the file (SPEC §16), which a waiting publisher
+/// prints once as it starts to wait ([`wait_until_waiting`]).
 fn hold_lock(bundle: &Path) -> std::fs::File {
+    use std::io::Write;
     std::fs::create_dir_all(bundle).unwrap();
-    let f = std::fs::OpenOptions::new()
+    let mut f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(bundle.join(".distributor.lock"))
         .unwrap();
     rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    f.set_len(0).unwrap();
+    f.write_all(
+        br#"{"host": "other-host", "pid": 4242, "actor": "other", "since": "2026-12-02T06:00:00Z"}"#,
+    )
+    .unwrap();
     f
+}
+
+/// Waits until `child` says on stderr that it waits for the lock [`hold_lock`] holds: the
+/// moment it is seen to stand at the lock (not a fixed delay). Panics when it exits first,
+/// or after a minute. Takes the child's stderr; the rest of it is read and dropped.
+fn wait_until_waiting(child: &mut Child) {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("waiting for the lock") && line.contains("host other-host, pid 4242") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(()) => return,
+            Err(_) => {
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!("the publisher exited ({status}) without waiting for the lock");
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the publisher never said it waits for the lock"
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -228,9 +268,9 @@ fn lock_timeout_expires_with_a_clear_error_and_no_write() {
         serde_json::json!([]),
         "an operation was journaled without the lock"
     );
-    // Released while a publisher waits: it proceeds.
-    let child = spawn_publish(&env, &cfg, &b);
-    std::thread::sleep(Duration::from_millis(300));
+    // Released while a publisher waits (it said so): it proceeds.
+    let mut child = spawn_publish(&env, &cfg, &b);
+    wait_until_waiting(&mut child);
     drop(lock);
     let reports = wait_all(vec![child]);
     assert_eq!(reports[0]["destinations"][0]["status"], "applied");
@@ -288,12 +328,11 @@ fn a_conflict_seen_outside_the_lock_is_confirmed_under_it() {
     // placed a.txt, not yet recorded.
     let lock = hold_lock(&env.path("dest"));
     env.write("dest/a.txt", "half-placed by the other process");
+    // It looked at the destination before it tried the lock, and now waits for it: it
+    // has not decided (a publisher that reported the conflict from its first look would
+    // exit instead, and this panics).
     let mut child = spawn_publish(&env, &cfg, &b);
-    std::thread::sleep(Duration::from_millis(400));
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the publisher decided without waiting for the lock"
-    );
+    wait_until_waiting(&mut child);
     // The other process rolls back and releases the lock.
     std::fs::remove_file(env.path("dest/a.txt")).unwrap();
     drop(lock);

@@ -497,7 +497,7 @@ fn every_failpoint_is_reached_and_listed() {
 }
 
 /// Every `failpoint::hit("..")`/`failpoint::io("..")` in the sources is listed in
-/// `failpoint::ALL`, `failpoint::S3` or `failpoint::RELEASES` (and the other way round), each once; `IO` lists exactly
+/// `failpoint::ALL`, `S3`, `RELEASES` or `SERVER` (and the other way round), each once; `IO` lists exactly
 /// the I/O ones.
 #[test]
 fn failpoint_list_matches_the_sources() {
@@ -529,12 +529,16 @@ fn failpoint_list_matches_the_sources() {
     let all: BTreeSet<String> = (failpoint::ALL.iter())
         .chain(failpoint::S3)
         .chain(failpoint::RELEASES)
+        .chain(failpoint::SERVER)
         .map(|s| s.to_string())
         .collect();
     assert_eq!(
         all.len(),
-        failpoint::ALL.len() + failpoint::S3.len() + failpoint::RELEASES.len(),
-        "duplicates in failpoint::ALL, S3 and RELEASES"
+        failpoint::ALL.len()
+            + failpoint::S3.len()
+            + failpoint::RELEASES.len()
+            + failpoint::SERVER.len(),
+        "duplicates in failpoint::ALL, S3, RELEASES and SERVER"
     );
     assert_eq!(
         used, all,
@@ -548,8 +552,9 @@ fn failpoint_list_matches_the_sources() {
     );
 }
 
-/// SIGKILL at spread-out moments of a 2000-file replacement: whatever the moment,
-/// recovery lands exactly before or after.
+/// SIGKILL at spread-out moments of a 2000-file replacement (staging, moving aside,
+/// placing, each seen in its staging entry): whatever the moment, recovery lands exactly
+/// before or after.
 #[test]
 fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
     const N: usize = 2000;
@@ -602,52 +607,88 @@ fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
             .spawn()
             .unwrap()
     };
-    // Kill times are measured from the moment the operation's staging appears, so they
-    // fall inside the operation whatever the machine's load.
+    // Each kill follows a moment seen in the operation, not a delay: how many files its
+    // staging entry holds. It stages every new file (`new/` fills), moves aside every old
+    // one (`old/` fills), then places the new ones (`new/` empties), then commits.
     let staging = env.path(&format!("{DEST}/.distributor/staging"));
-    let wait_for_staging = |child: &mut std::process::Child| {
-        // `.distributor/staging/` stays between operations: wait for an entry in it.
-        while !std::fs::read_dir(&staging).is_ok_and(|mut d| d.next().is_some()) {
+    let count = |sub: &str| -> usize {
+        fn files(dir: &std::path::Path) -> usize {
+            std::fs::read_dir(dir).map_or(0, |rd| {
+                rd.flatten()
+                    .map(|e| match e.file_type() {
+                        Ok(t) if t.is_dir() => files(&e.path()),
+                        Ok(_) => 1,
+                        Err(_) => 0,
+                    })
+                    .sum()
+            })
+        }
+        std::fs::read_dir(&staging).map_or(0, |rd| {
+            rd.flatten().map(|e| files(&e.path().join(sub))).sum()
+        })
+    };
+    let began = || std::fs::read_dir(&staging).is_ok_and(|mut d| d.next().is_some());
+    // Waits until `seen` holds, or the child exits by itself.
+    let wait_until = |child: &mut std::process::Child, seen: &dyn Fn() -> bool| {
+        let start = std::time::Instant::now();
+        while !seen() {
             if child.try_wait().unwrap().is_some() {
                 return;
             }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(120),
+                "the operation never got there"
+            );
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     };
     retime(&sets[0], 0);
     env.publish(&cfg, &sets[0], &[]).expect_code(0);
-    // Calibrate: one uninterrupted replacement of all files.
-    retime(&sets[1], 1);
-    let mut child = spawn(&sets[1]);
-    wait_for_staging(&mut child);
-    let started = std::time::Instant::now();
-    assert!(child.wait().unwrap().success());
-    let mut full = started.elapsed();
+    let (third, two_thirds) = (N / 3, 2 * N / 3);
+    let moments: [(&str, &dyn Fn() -> bool); 7] = [
+        ("staging began", &began),
+        ("a third staged", &|| count("new") >= third),
+        ("two thirds staged", &|| count("new") >= two_thirds),
+        ("a third moved aside", &|| count("old") >= third),
+        ("two thirds moved aside", &|| count("old") >= two_thirds),
+        ("a third placed", &|| {
+            count("old") >= N && count("new") <= two_thirds
+        }),
+        ("two thirds placed", &|| {
+            count("old") >= N && count("new") <= third
+        }),
+    ];
     let mut interrupted = 0;
-    let fractions = [0.0, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9];
-    for (i, frac) in fractions.iter().enumerate() {
-        let round = i + 2;
-        let set = ["A", "B"][round % 2];
-        let bundle = &sets[round % 2];
+    for (i, (moment, seen)) in moments.iter().enumerate() {
+        let round = i + 1;
+        // The other set than the destination holds (a rolled-back round leaves the one
+        // before), so that every file is replaced.
+        let holds_a = env.read(&format!("{DEST}/d0/f0.txt")).starts_with("set A ");
+        let (set, bundle) = if holds_a {
+            ("B", &sets[1])
+        } else {
+            ("A", &sets[0])
+        };
         retime(bundle, round);
         let before = snapshot(&env);
         let mut child = spawn(bundle);
-        wait_for_staging(&mut child);
-        std::thread::sleep(full.mul_f64(*frac));
-        if child.try_wait().unwrap().is_some() {
-            // It finished before the kill: operations run faster than calibrated now.
-            full = full.mul_f64(0.7);
-        }
+        wait_until(&mut child, *seen);
         let _ = child.kill();
         let status = child.wait().unwrap();
         let r = env.run(&["recover", "--json", "--config", cfg.to_str().unwrap()]);
         r.expect_code(0);
-        let ctx = format!("kill after {frac} of {full:?} ({status}): {}", r.stdout);
+        let ctx = format!("kill once {moment} ({status}): {}", r.stdout);
+        println!(
+            "kill once {moment} ({status}): recover found {} operation(s)",
+            r.json()["operations"].as_array().unwrap().len()
+        );
         if !r.json()["operations"].as_array().unwrap().is_empty() {
             interrupted += 1;
         } else {
+            // Killed (not exited by itself) right after staging began: an operation was
+            // under way for recovery to find.
             assert!(
-                *frac > 0.0,
+                i > 0 || status.success(),
                 "{ctx}: a kill right after staging began found nothing"
             );
         }
@@ -682,8 +723,8 @@ fn sigkill_during_a_large_replacement_recovers_to_before_or_after() {
     }
     assert!(
         interrupted >= 2,
-        "only {interrupted} of {} kills interrupted an operation: the timing proves nothing",
-        fractions.len()
+        "only {interrupted} of {} kills interrupted an operation: the test proves nothing",
+        moments.len()
     );
 }
 

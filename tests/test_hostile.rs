@@ -585,9 +585,8 @@ fn a_source_file_swapped_for_a_fifo_is_refused_without_blocking() {
     let v2 = env.bundle("b2", SOURCE_ID, V2_AT, &[("a.txt", "v2 a")], &[]);
     let run = publish_paused(&env, &cfg, &v2, "after_staging_record");
     mkfifo(&v2.join("a.txt"));
-    let started = std::time::Instant::now();
+    // Not blocked on the FIFO: the resumed run exits (resume panics if it does not).
     let r = run.resume();
-    assert!(started.elapsed() < std::time::Duration::from_secs(20));
     r.expect_code(1);
     let msg = message(&r);
     assert!(msg.contains("not a regular file (a FIFO)"), "{msg}");

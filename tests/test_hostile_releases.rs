@@ -2,8 +2,8 @@
 //! `tests/test_hostile.rs` does for in-place publications: a local user of another uid
 //! (`setpriv --reuid=65534`) who may create, rename and delete entries in the parent of
 //! `path` and in `releases.dir`, acts at every writing step of `rollback`, `prune`,
-//! `releases adopt` and `recover` (of an interrupted releases publication, before and
-//! after its commit point). A `pause` failpoint stops the real binary at the step; the
+//! `releases adopt`, `publish --stage`, `promote` and `recover` (of an interrupted
+//! releases publication, before and after its commit point). A `pause` failpoint stops the real binary at the step; the
 //! steps are the failpoints a calibration run of the same scene reaches, each hit in turn.
 //!
 //! The neighbour's moves: `path` renamed away and replaced by a plain directory of theirs,
@@ -60,6 +60,12 @@ enum Cmd {
     RecoverBefore,
     /// `recover` of a publication killed after its commit point (`during_cleanup`).
     RecoverAfter,
+    /// `publish --stage` of a third version on top of two releases (SPEC §19): builds a
+    /// release, never moves `path`.
+    Stage,
+    /// `promote` of a release staged on top of two releases (SPEC §19): an activation,
+    /// as rollback's.
+    Promote,
 }
 
 /// Which release a release move takes.
@@ -310,6 +316,23 @@ impl Scene {
                 // `releases.dir` made beforehand, so that the neighbour may write there.
                 fs::create_dir_all(env.path(DIR)).unwrap();
             }
+            Cmd::Stage => {
+                let ops: Vec<String> = (1..=2).map(|i| self.publish(i)).collect();
+                // `path` stays at the second release whatever the stage does.
+                self.old = Some(ops[1].clone());
+                self.new = Some(ops[1].clone());
+                self.other = Some(ops[0].clone());
+            }
+            Cmd::Promote => {
+                let ops: Vec<String> = (1..=2).map(|i| self.publish(i)).collect();
+                let r = env.publish(&self.cfg, &site(env, 3), &["--stage"]);
+                r.expect_code(0);
+                let staged = op_of(&r);
+                self.old = Some(ops[1].clone());
+                self.new = Some(staged.clone());
+                self.subject = Some(staged);
+                self.other = Some(ops[0].clone());
+            }
             Cmd::RecoverBefore | Cmd::RecoverAfter => {
                 let ops: Vec<String> = (1..=2).map(|i| self.publish(i)).collect();
                 let fp = if self.cmd == Cmd::RecoverBefore {
@@ -369,9 +392,23 @@ impl Scene {
             Cmd::Prune => &["prune"],
             Cmd::Adopt => &["releases", "adopt"],
             Cmd::RecoverBefore | Cmd::RecoverAfter => &["recover"],
+            Cmd::Stage => &["publish", "--stage"],
+            Cmd::Promote => &["promote"],
         };
         let mut a: Vec<String> = head.iter().map(|s| s.to_string()).collect();
         a.extend(["--json", "--config", self.cfg()].map(String::from));
+        match self.cmd {
+            Cmd::Stage => a.extend([
+                "--source".to_string(),
+                site(&self.env, 3).to_str().unwrap().to_string(),
+            ]),
+            Cmd::Promote => a.extend([
+                "--destination".to_string(),
+                "latest".to_string(),
+                self.subject.clone().expect("the staged release"),
+            ]),
+            _ => {}
+        }
         a
     }
 }
@@ -678,7 +715,10 @@ fn matrix(cmd: Cmd, moves: &[Move], known: &[(&str, u64, Move)]) {
     // exchange); prune's last act is its last removal.
     let after = |name: &str| steps.iter().position(|(s, _)| s == name).map(|i| i + 1);
     let last_act = match cmd {
-        Cmd::Rollback | Cmd::RollbackShared => after("io_state_rename"),
+        Cmd::Rollback | Cmd::RollbackShared | Cmd::Promote => after("io_state_rename"),
+        // A stage checks that `path` is still what it locked after its release is durable
+        // (its state file's fsync), and never moves it.
+        Cmd::Stage => after("io_state_fsync"),
         Cmd::Adopt => after("before_adopt_exchange"),
         Cmd::Prune => steps
             .iter()
@@ -769,6 +809,24 @@ fn recover_before_the_commit_point_at_every_step_against_every_move() {
 )]
 fn recover_after_the_commit_point_at_every_step_against_every_move() {
     matrix(Cmd::RecoverAfter, &all_moves(), RECOVER_AFTER_KNOWN);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn stage_at_every_step_against_every_move() {
+    matrix(Cmd::Stage, &all_moves(), &[]);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn promote_at_every_step_against_every_move() {
+    matrix(Cmd::Promote, &all_moves(), &[]);
 }
 
 /// `prune` checks `path` once, after the lock, and not again before each removal: with

@@ -675,21 +675,18 @@ fn in_place_publications_are_logged_and_recover_writes_a_missing_entry() {
 /// instead of skipping when it cannot make one.
 const REQUIRE_TMPFS: &str = "DISTRIBUTOR_REQUIRE_TMPFS";
 
-/// Skips the current test with a loud line on the real stderr (the harness captures
-/// `eprintln!` of a passing test, not this), or fails it when [`REQUIRE_TMPFS`] is `1`.
+/// Skips the current test loudly, recorded for the run's closing summary
+/// ([`crate::common::left_out`]), or fails it when [`REQUIRE_TMPFS`] is `1`.
 fn skip_without_tmpfs(why: &str) {
-    use std::io::Write;
-    let thread = std::thread::current();
-    let test = thread.name().unwrap_or("<unnamed test>");
     if std::env::var(REQUIRE_TMPFS).is_ok_and(|v| v == "1") {
+        let thread = std::thread::current();
+        let test = thread.name().unwrap_or("<unnamed test>");
         panic!("{test} needs a tmpfs mount: {why}; {REQUIRE_TMPFS}=1 requires it to run");
     }
-    // One write, so that parallel tests' lines do not interleave.
-    let line = format!(
-        "\n*** SKIPPED: {test} needs a tmpfs mount (run as root): {why}. \
-         {REQUIRE_TMPFS}=1 makes this a failure. ***\n"
+    crate::common::left_out::skip(
+        "a tmpfs mount (run as root)",
+        &format!("{why}. {REQUIRE_TMPFS}=1 makes this a failure."),
     );
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// Unmounts a filesystem a test mounted, whatever happens.

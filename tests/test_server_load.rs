@@ -7,7 +7,7 @@ use crate::common::server::{Server, journal_operations, server_config, tar_with_
 use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// One upload's outcome: HTTP status and the report.
 struct Outcome {
@@ -181,7 +181,6 @@ fn load_of_200_uploads_from_16_clients_is_answered_and_consistent() {
     let numbers: HashSet<usize> = results.iter().map(|(n, _)| *n).collect();
     assert_eq!(numbers.len(), 200, "none lost or doubled");
     check_consistency(&env, &results, &dests);
-    assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
     // One log line per request.
     let logs = server.wait_for_request_logs(200);
     assert_eq!(logs.len(), 200);

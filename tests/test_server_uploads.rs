@@ -349,12 +349,12 @@ fn body_limit_is_enforced_while_streaming_not_after_buffering() {
     let mut body = format!("{:x}\r\n", data.len()).into_bytes();
     body.extend_from_slice(&data);
     body.extend_from_slice(b"\r\n");
-    let start = Instant::now();
     let mut s = raw_request(&server.addr, &head, &body);
     let (status, reply) = read_response(&mut s);
     assert_eq!(status, 413, "{reply}");
+    // The reply came although the rest of the body never will: read_response would have
+    // run into the client's 30 s read timeout and panicked otherwise.
     assert!(reply.contains("too_large"), "{reply}");
-    assert!(start.elapsed() < Duration::from_secs(10));
     // A declared length over the limit is refused before any body byte is sent.
     let head = format!(
         "POST /v1/pipelines/weather/bundles HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {SECRET}\r\nContent-Type: application/x-tar\r\nContent-Length: 10000000000\r\n\r\n",
@@ -366,7 +366,7 @@ fn body_limit_is_enforced_while_streaming_not_after_buffering() {
     assert!(reply.contains("\"error\""), "JSON error: {reply}");
     drop(s);
     let start = Instant::now();
-    while !server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(5) {
+    while !server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(server.spool_leftovers().is_empty());
@@ -491,7 +491,7 @@ fn a_client_that_disconnects_mid_upload_leaves_no_spool() {
     let mut s = raw_request(&server.addr, &head, &[0u8; 5000]);
     s.flush().unwrap();
     let start = Instant::now();
-    while server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(5) {
+    while server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(
@@ -501,7 +501,7 @@ fn a_client_that_disconnects_mid_upload_leaves_no_spool() {
     );
     drop(s);
     let start = Instant::now();
-    while !server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(10) {
+    while !server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(server.spool_leftovers().is_empty());
@@ -521,21 +521,34 @@ fn a_stalled_upload_is_abandoned_after_the_idle_timeout() {
     assert_eq!(status, 400, "{reply}");
     assert!(reply.contains("upload_timeout"), "{reply}");
     assert!(reply.contains("after 3000 bytes"), "{reply}");
+    // Not before the idle timeout: `start` was taken before the connection was made, so
+    // the server's clock started later. (A reply at all, rather than the client's own
+    // 30 s read timeout, is the stalled upload being abandoned.)
     let waited = start.elapsed();
-    assert!(
-        waited >= Duration::from_millis(900) && waited < Duration::from_secs(10),
-        "{waited:?}"
-    );
+    assert!(waited >= Duration::from_millis(900), "{waited:?}");
     assert!(server.spool_leftovers().is_empty());
     assert!(!env.exists("dest/latest"));
 }
 
 /// With `--max-concurrent-uploads 1`, a second upload waits while the first holds the slot:
 /// its body is not read (nothing spooled for it) and it is answered only after the first,
-/// even though it is complete and the first is stalled.
+/// even though it is complete and the first is stalled. The server is seen to make it wait
+/// (the `upload_waits_for_slot` failpoint, logged) before the first goes on.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
 fn uploads_beyond_max_concurrent_uploads_wait_for_a_slot() {
-    let (env, server) = setup(&["--max-concurrent-uploads", "1"]);
+    let env = Env::new();
+    let (w, _) = weather_and_traffic(&env);
+    let failpoints = env.path("failpoints.log");
+    let server = Server::start_env(
+        &env,
+        &[&w],
+        &["--max-concurrent-uploads", "1"],
+        &[("DISTRIBUTOR_FAILPOINT_LOG", failpoints.to_str().unwrap())],
+    );
     let slow = tar_with_manifest("forecast", CREATED, &[("a.txt", b"one")], &[]);
     let head = format!(
         "POST /v1/pipelines/weather/bundles HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {SECRET}\r\nContent-Type: application/x-tar\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -544,7 +557,7 @@ fn uploads_beyond_max_concurrent_uploads_wait_for_a_slot() {
     let (first, rest) = slow.split_at(1024);
     let mut a = raw_request(&server.addr, &head, &chunk(first));
     let start = Instant::now();
-    while server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(10) {
+    while server.spool_leftovers().is_empty() && start.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(
@@ -565,7 +578,21 @@ fn uploads_beyond_max_concurrent_uploads_wait_for_a_slot() {
             let r = server.upload("weather", "", quick);
             tx.send(r).unwrap();
         });
-        std::thread::sleep(Duration::from_millis(800));
+        let start = Instant::now();
+        while !std::fs::read_to_string(&failpoints)
+            .is_ok_and(|t| t.lines().any(|l| l == "upload_waits_for_slot"))
+        {
+            assert!(
+                rx.try_recv().is_err(),
+                "the second upload was answered while the first held the only slot"
+            );
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the second upload never waited for a slot"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // It waits for the slot now: it can be answered only once the first lets it go.
         assert!(
             rx.try_recv().is_err(),
             "the second upload was answered while the first held the only slot"
@@ -590,7 +617,8 @@ fn uploads_beyond_max_concurrent_uploads_wait_for_a_slot() {
         .filter_map(|l| l["queued_ms"].as_u64())
         .collect();
     assert_eq!(queued.len(), 2, "{logs:?}");
-    assert!(queued.iter().any(|&q| q >= 700), "{queued:?}");
+    // The second waited for the whole of the first's publication.
+    assert!(queued.iter().any(|&q| q > 0), "{queued:?}");
     assert!(server.spool_leftovers().is_empty());
 }
 

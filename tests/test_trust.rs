@@ -716,3 +716,126 @@ fn a_replayed_staging_record_of_a_logged_operation_is_never_acted_on() {
         assert!(releases.join(&op).is_dir(), "v2's release was removed");
     }
 }
+
+/// A releases destination whose `releases.dir` the neighbour owns: the neighbour renames
+/// root's `.distributor/` away and plants its own with a `releases.json` recording
+/// `keep: 0` (were it believed, retention would remove every release but two, and
+/// `releases settings` would write over it). `publish` and `plan` report the conflict
+/// `untrusted_record` (exit 3), as `status` and `verify` do; `prune` and `releases
+/// settings` refuse, naming the record and its owner; no release is removed and nothing
+/// is written.
+#[test]
+fn a_releases_settings_record_another_uid_wrote_is_never_believed() {
+    const PATH: &str = "www/latest";
+    const DIR: &str = "www/.latest.releases";
+    let env = Env::new();
+    let cfg = env.simple_config(
+        "c.yaml",
+        "weather",
+        "latest",
+        PATH,
+        "    releases:\n      keep: 3\n",
+    );
+    let c = cfg.to_str().unwrap();
+    for i in 1..=3 {
+        let b = env.bundle(
+            &format!("b{i}"),
+            "tomorrow",
+            &format!("2026-12-02T0{i}:00:00Z"),
+            &[("index.html", &format!("version {i}"))],
+            &[],
+        );
+        env.publish(&cfg, &b, &[]).expect_code(0);
+    }
+    let settings = env.path(&format!("{DIR}/.distributor/releases.json"));
+    let mut forged: Value = serde_json::from_slice(&fs::read(&settings).unwrap()).unwrap();
+    let keep = forged
+        .as_object_mut()
+        .and_then(|o| o.iter_mut().find(|(k, _)| k.as_str() == "keep"))
+        .map(|(_, v)| v)
+        .expect("the settings record holds keep");
+    *keep = json!(0);
+    fs::write(
+        env.path("forged.json"),
+        serde_json::to_vec(&forged).unwrap(),
+    )
+    .unwrap();
+    chmod(&env.path("forged.json"), 0o644);
+    for p in ["", "www"] {
+        chmod(&env.path(p), 0o755);
+    }
+    chown(&env.path(DIR), NEIGHBOUR);
+    let out = Command::new("setpriv")
+        .args([
+            &format!("--reuid={NEIGHBOUR}"),
+            &format!("--regid={NEIGHBOUR}"),
+            "--clear-groups",
+            "sh",
+            "-c",
+            &format!(
+                "set -e; mv {DIR}/.distributor {DIR}/.moved-away; mkdir -m 700 {DIR}/.distributor; \
+                 cp forged.json {DIR}/.distributor/releases.json; chmod 600 {DIR}/.distributor/releases.json"
+            ),
+        ])
+        .current_dir(env.path(""))
+        .output()
+        .expect("setpriv");
+    assert!(
+        out.status.success(),
+        "the neighbour's script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = env.snapshot_unlocked("www");
+    let v4 = env.bundle(
+        "b4",
+        "tomorrow",
+        "2026-12-02T04:00:00Z",
+        &[("index.html", "version 4")],
+        &[],
+    );
+    let v4 = v4.to_str().unwrap();
+    for args in [
+        vec!["publish", "--json", "--config", c, "--source", v4],
+        vec!["plan", "--json", "--config", c, "--source", v4],
+    ] {
+        let r = env.run(&args);
+        assert_eq!(r.code, 3, "{args:?}: {}\n{}", r.stdout, r.stderr);
+        assert!(
+            r.conflict_kinds().contains(&"untrusted_record".to_string()),
+            "{args:?}: {}",
+            r.stdout
+        );
+        assert!(r.stdout.contains("uid 65534"), "{args:?}: {}", r.stdout);
+    }
+    for args in [
+        vec!["prune", "--json", "--config", c],
+        vec!["releases", "settings", "--json", "--config", c],
+    ] {
+        let r = env.run(&args);
+        assert_ne!(r.code, 0, "{args:?}: {}\n{}", r.stdout, r.stderr);
+        let said = format!("{}{}", r.stdout, r.stderr);
+        assert!(
+            said.contains("uid 65534") && said.contains(".latest.releases/.distributor"),
+            "{args:?} names the record and its owner: {said}"
+        );
+    }
+    for cmd in ["status", "verify"] {
+        let r = env.run(&[cmd, "--json", "--config", c]);
+        assert_eq!(r.code, 3, "{cmd}: {}\n{}", r.stdout, r.stderr);
+        assert!(r.stdout.contains("untrusted_record"), "{cmd}: {}", r.stdout);
+    }
+    // The log cannot be read either: no advice to quarantine an entry that is not the
+    // trouble.
+    let r = env.run(&["status", "--config", c]);
+    assert!(
+        r.stdout.contains("unreadable log") && !r.stdout.contains("--quarantine"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        env.snapshot_unlocked("www"),
+        before,
+        "something in the destination changed"
+    );
+    assert_eq!(env.read(&format!("{PATH}/index.html")), "version 3");
+}

@@ -252,10 +252,18 @@ async fn upload_inner(
     // A slot before anything is read or spooled: it bounds the spool's disk use. Waiting
     // requests hold only their connection.
     let waiting = std::time::Instant::now();
-    let slot = Arc::clone(&state.upload_slots)
-        .acquire_owned()
-        .await
-        .map_err(|_| ApiError::internal("the server is shutting down".to_string()))?;
+    let shutting_down = || ApiError::internal("the server is shutting down".to_string());
+    let slot = match Arc::clone(&state.upload_slots).try_acquire_owned() {
+        Ok(slot) => slot,
+        Err(tokio::sync::TryAcquireError::Closed) => return Err(shutting_down()),
+        Err(tokio::sync::TryAcquireError::NoPermits) => {
+            crate::failpoint::hit("upload_waits_for_slot");
+            Arc::clone(&state.upload_slots)
+                .acquire_owned()
+                .await
+                .map_err(|_| shutting_down())?
+        }
+    };
     log.queued_ms = Some(waiting.elapsed().as_millis() as u64);
     let spool = state.spool.request()?;
     let received = spool.receive(body, &state.limits).await?;

@@ -7,6 +7,7 @@ pub mod backend;
 pub mod chaos;
 pub mod faults;
 pub mod hostile;
+pub mod left_out;
 pub mod s3;
 pub mod server;
 

@@ -45,7 +45,6 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::Write;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -235,21 +234,18 @@ pub fn seaweedfs() -> Option<&'static S3Server> {
     shared(&SEAWEEDFS, ServerKind::SeaweedFs)
 }
 
-/// Prints the loud skip line for the current test to the real stderr (the test harness
-/// captures `eprintln!` of passing tests, not this).
+/// Skips the current test loudly (a line on the real stderr) and records the skip for the
+/// run's closing summary ([`super::left_out`]).
 pub fn announce_skip(kind: ServerKind) {
-    let thread = std::thread::current();
-    let test = thread.name().unwrap_or("<unnamed test>");
-    // One write, so that parallel tests' lines do not interleave.
-    let line = format!(
-        "\n*** SKIPPED: {test} needs {} ({}): none via ${}, target/ci-venv/bin/{} or PATH. \
-         {REQUIRE_VAR}=1 (or CI set) makes this a failure. ***\n",
+    super::left_out::skip(
         kind.name(),
-        kind.install_hint(),
-        kind.var(),
-        kind.program(),
+        &format!(
+            "none via ${}, target/ci-venv/bin/{} or PATH ({}). {REQUIRE_VAR}=1 (or CI set) makes this a failure.",
+            kind.var(),
+            kind.program(),
+            kind.install_hint(),
+        ),
     );
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// Whether a missing server fails the test: `DISTRIBUTOR_REQUIRE_S3` says so (`0` says

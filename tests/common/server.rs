@@ -268,7 +268,7 @@ impl Server {
         let start = Instant::now();
         loop {
             let logs = self.request_logs();
-            if logs.len() >= n || start.elapsed() > Duration::from_secs(10) {
+            if logs.len() >= n || start.elapsed() > Duration::from_secs(60) {
                 return logs;
             }
             std::thread::sleep(Duration::from_millis(20));

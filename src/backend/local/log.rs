@@ -313,9 +313,22 @@ pub struct Bad {
     pub why: String,
 }
 
+impl Bad {
+    /// Whether it is an entry (`<seq>.json`), which `log --quarantine` can move out of the
+    /// log, not the log or record directory itself.
+    fn is_entry(&self) -> bool {
+        self.file.extension().is_some_and(|e| e == "json")
+    }
+}
+
 impl std::fmt::Display for Bad {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "bad log entry {}: {}", self.file.display(), self.why)
+        let what = if self.is_entry() {
+            "bad log entry"
+        } else {
+            "unreadable log"
+        };
+        write!(f, "{what} {}: {}", self.file.display(), self.why)
     }
 }
 
@@ -358,6 +371,10 @@ impl Log {
             return None;
         }
         let list: Vec<String> = self.bad.iter().map(|b| b.to_string()).collect();
+        if !self.bad.iter().any(Bad::is_entry) {
+            // The directory itself: its message says what to do.
+            return Some(list.join("; "));
+        }
         Some(format!(
             "{}; inspect it, then `distributor log --quarantine SEQ` moves it out of the log",
             list.join("; ")
@@ -368,7 +385,7 @@ impl Log {
 /// Maps a record error to distributor's error.
 fn record_err(e: RecordError, action: &'static str, path: PathBuf) -> Error {
     match e {
-        RecordError::Untrusted(u) => Error::Unsafe(u.message()),
+        RecordError::Untrusted(u) => Error::Untrusted(u.message()),
         RecordError::Io(e) => Error::io(action, path, e),
     }
 }

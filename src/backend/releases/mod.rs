@@ -873,7 +873,7 @@ fn parent_and_name(path: &Path) -> Result<(PathBuf, String)> {
 /// A record error as distributor's error (an untrusted record is unsafe storage).
 fn record_error(e: crate::backend::local::records::RecordError, dir: &Path) -> Error {
     match e {
-        crate::backend::local::records::RecordError::Untrusted(u) => Error::Unsafe(u.message()),
+        crate::backend::local::records::RecordError::Untrusted(u) => Error::Untrusted(u.message()),
         crate::backend::local::records::RecordError::Io(e) => Error::io("open", dir, e),
     }
 }
@@ -1170,9 +1170,20 @@ impl BundleStore for ReleaseStore {
                 Storage::default()
             }
         };
-        storage.releases_mismatch = self.mismatch()?;
+        // A settings record that is not distributor's (SPEC §17) is the planner's
+        // `untrusted_record`, as an untrusted staging record is.
+        storage.releases_mismatch = match self.mismatch() {
+            Ok(m) => m,
+            Err(Error::Untrusted(why)) => {
+                storage.untrusted_record = Some(why);
+                None
+            }
+            Err(e) => return Err(e),
+        };
         storage.rolled_back = log::holds(&self.activations()?);
-        if let Some(root) = &self.root {
+        if let Some(root) = &self.root
+            && storage.untrusted_record.is_none()
+        {
             storage.untrusted_record = crate::backend::local::untrusted_staging(root)?;
         }
         storage.path_changed = self.path_changed.clone();
