@@ -761,8 +761,19 @@ fn read_destination<'m>(
     let unlocked = Unlocked::open(dest, &bundle)?;
     let mut memo = StateMemo::new(source);
     let key = bundle.to_string_lossy().into_owned();
-    let mut state = match unlocked.unsafe_reason {
-        None => {
+    // The state file this journal committed for this very source, still as written: a
+    // republication that needs no read of it.
+    let committed = match (&unlocked.unsafe_reason, unlocked.store.as_deref()) {
+        (None, Some(store)) if Republication::may_be(dest) => match store.state_file_id()? {
+            Some(file) => journal
+                .republishable_state(&key, &file)?
+                .and_then(|c| Republication::committed(&config.pipeline_id, dest, source, &c)),
+            None => None,
+        },
+        _ => None,
+    };
+    let mut state = match (&unlocked.unsafe_reason, &committed) {
+        (None, None) => {
             let state = memo.read_vouched(&unlocked.view(), |sha| {
                 journal.committed_post_state(&key, sha)
             })?;
@@ -770,11 +781,12 @@ fn read_destination<'m>(
             memo.just_read = false;
             Some(state)
         }
-        Some(_) => None,
+        _ => None,
     };
     let outputs = &source.manifest.outputs;
-    let republication =
-        (state.as_deref()).and_then(|s| Republication::of(&config.pipeline_id, dest, source, s));
+    let republication = committed.or_else(|| {
+        (state.as_deref()).and_then(|s| Republication::of(&config.pipeline_id, dest, source, s))
+    });
     let (Some(republication), Some(store)) = (republication, unlocked.store.as_deref()) else {
         let mut fingerprints = local::Fingerprints::default();
         if let Some(state) = &state {

@@ -627,7 +627,11 @@ fn a_source_file_or_directory_swapped_for_a_symlink_is_refused() {
             "a bundle holds regular files only"
         };
         assert!(msg.contains(why), "{swapped}: {msg}");
-        assert_eq!(env.snapshot_unlocked(DEST), before, "{swapped}: not rolled back");
+        assert_eq!(
+            env.snapshot_unlocked(DEST),
+            before,
+            "{swapped}: not rolled back"
+        );
         // A dry run reads the source the same way.
         env.plan(&cfg, &v2, &[]).expect_code(1);
     }
@@ -646,7 +650,10 @@ fn a_source_file_or_directory_swapped_for_a_symlink_is_refused() {
 )]
 fn a_source_file_that_grows_or_shrinks_while_it_is_read_is_refused() {
     let big = "x".repeat((1 << 20) + (1 << 19));
-    for (what, change) in [("grows", (1 << 20) + (1 << 19) + 1), ("shrinks", (1 << 20) + 10)] {
+    for (what, change) in [
+        ("grows", (1 << 20) + (1 << 19) + 1),
+        ("shrinks", (1 << 20) + 10),
+    ] {
         let env = Env::new();
         let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
         let v1 = env.bundle("b1", SOURCE_ID, V1_AT, &[("a.txt", "v1 a")], &[]);
@@ -668,7 +675,11 @@ fn a_source_file_that_grows_or_shrinks_while_it_is_read_is_refused() {
             msg.contains(&format!("output 'a.txt' changed: read {change} bytes")),
             "{what}: {msg}"
         );
-        assert_eq!(env.snapshot_unlocked(DEST), before, "{what}: not rolled back");
+        assert_eq!(
+            env.snapshot_unlocked(DEST),
+            before,
+            "{what}: not rolled back"
+        );
     }
 }
 

@@ -50,6 +50,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0011_staged",
         include_str!("../../migrations/0011_staged.sql"),
     ),
+    (
+        "0012_state_files",
+        include_str!("../../migrations/0012_state_files.sql"),
+    ),
 ];
 
 /// Schema version this build writes.

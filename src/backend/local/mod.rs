@@ -82,6 +82,9 @@ impl BundleStore for Bundle {
     fn state_sha256(&self) -> Result<Option<ContentHash>> {
         Bundle::state_sha256(self)
     }
+    fn state_file_id(&self) -> Result<Option<crate::backend::StateFileId>> {
+        Bundle::state_file_id(self)
+    }
     fn probe<'a>(
         &self,
         paths: &[(&'a str, Option<Proof<'a>>)],

@@ -238,7 +238,12 @@ impl Bundle {
             .rename_over(STATE_TMP_FILE, &self.dir, STATE_FILE)
             .ctx("rename state into place", &dst)?;
         self.dir.sync().ctx("fsync", &self.path)?;
-        Ok(Committed::passed())
+        // Taken after the rename (which sets the ctime): the identity under which the
+        // journal may vouch for these bytes (`BundleStore::state_file_id`).
+        let st = rustix::fs::fstat(&f)
+            .map_err(std::io::Error::from)
+            .ctx("stat", &dst)?;
+        Ok(Committed::passed_writing(super::state_file_id(&st)))
     }
 
     /// Copies operation `op`'s post-state from its staging record into `out` (`out_path`
