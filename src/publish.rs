@@ -203,6 +203,7 @@ fn failed_report(
         error_kind: None,
         release_activated: None,
         releases_removed: Vec::new(),
+        omitted_unchanged: None,
     }
 }
 

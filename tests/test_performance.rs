@@ -597,3 +597,64 @@ fn two_destinations(env: &Env) -> std::path::PathBuf {
     );
     env.config("c.yaml", &yaml)
 }
+
+/// `--json --omit-unchanged` leaves unchanged files and links out of a destination's
+/// lists and counts them; the summary and every changed row stay. Without it the report
+/// lists every file (SPEC §11), and the flag needs `--json`.
+#[test]
+fn omit_unchanged_leaves_out_and_counts_what_stayed() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "p", "d", "dest", "");
+    let mut files = many(10, 2);
+    let b = |env: &Env, files: &[(String, String)], at: &str| {
+        let refs: Vec<(&str, &str)> = (files.iter())
+            .map(|(p, c)| (p.as_str(), c.as_str()))
+            .collect();
+        env.bundle("b", "many", at, &refs, &[("latest", "d0/f00000.txt")])
+    };
+    let src = b(&env, &files, "2026-12-02T06:00:00Z");
+    env.publish(&cfg, &src, &[]).expect_code(0);
+
+    let full = env.publish(&cfg, &src, &[]);
+    full.expect_code(0);
+    assert_eq!(full.dest(0)["files"].as_array().unwrap().len(), 10);
+    assert!(full.dest(0).get("omitted_unchanged").is_none());
+
+    let brief = env.publish(&cfg, &src, &["--omit-unchanged"]);
+    brief.expect_code(0);
+    assert_eq!(brief.decision(), "unchanged");
+    let d = brief.dest(0);
+    assert_eq!(d["files"], serde_json::json!([]));
+    assert_eq!(d["links"], serde_json::json!([]));
+    assert_eq!(
+        d["omitted_unchanged"],
+        serde_json::json!({"files": 10, "links": 1})
+    );
+    assert_eq!(brief.json()["summary"], full.json()["summary"]);
+
+    files[3].1 = "changed\n".into();
+    let src = b(&env, &files, "2026-12-02T07:00:00Z");
+    let r = env.publish(&cfg, &src, &["--omit-unchanged"]);
+    r.expect_code(0);
+    let d = r.dest(0);
+    let ops: Vec<(&str, &str)> = (d["files"].as_array().unwrap().iter())
+        .map(|f| (f["path"].as_str().unwrap(), f["op"].as_str().unwrap()))
+        .collect();
+    assert_eq!(ops, [(files[3].0.as_str(), "overwrite")]);
+    assert_eq!(
+        d["omitted_unchanged"],
+        serde_json::json!({"files": 9, "links": 1})
+    );
+    assert_eq!(r.json()["summary"]["files_unchanged"], 9);
+
+    let r = env.run(&[
+        "publish",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        src.to_str().unwrap(),
+        "--omit-unchanged",
+    ]);
+    r.expect_code(2);
+    assert!(r.stderr.contains("--json"), "{}", r.stderr);
+}

@@ -35,6 +35,11 @@ pub struct CommonArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// With --json: leave the unchanged files and links out of each destination's
+    /// `files` and `links`, counted in its `omitted_unchanged` (the summary still counts
+    /// them). Without it the report lists every file.
+    #[arg(long, requires = "json")]
+    pub omit_unchanged: bool,
     /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
     #[arg(long, value_name = "P")]
     pub journal: Option<PathBuf>,
@@ -203,6 +208,10 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         });
     }
     let metrics = Some(crate::metrics::file::Run::of_report(&outcome.report));
+    if a.omit_unchanged {
+        // After the hooks and the metrics, which take the whole report.
+        outcome.report.omit_unchanged();
+    }
     // A JSON report is written out as it is serialized (`finish`).
     let (stdout, report) = if a.json {
         (String::new(), Some(outcome.report))
