@@ -22,6 +22,10 @@ Scenarios:
   f  first publish of 100,000 outputs (time and peak RSS); prints the journal's bytes per
      file and the JSON report's size after it
   g  republish of f's bundle, nothing changed (time and peak RSS)
+  h  republish of a small bundle, 1,000 files of 4 KiB in 10 folders, nothing changed:
+     the fixed cost of a run (process start, journal, threads) weighs most here; also
+     timed, with --floor, the floor program examples/floor.rs (read manifest and state,
+     lstat every source and destination file), as a tool of its own in the same rounds
 
 --million sets f and g to 1,000,000 outputs in 10,000 directories, one run per tool (the
 scale issue's goals: first publish <= 1.0x rsync+sync in <= 512 MiB, unchanged
@@ -45,10 +49,10 @@ import time
 
 FULL = dict(a_files=10_000, a_dirs=100, a_size=4096, d_files=4, d_size=64 << 20,
             e_owners=20, e_files=5_000, f_files=100_000, f_dirs=1_000, f_size=256,
-            reps=5, reps_big=2)
+            h_files=1_000, h_dirs=10, reps=5, reps_big=2)
 QUICK = dict(a_files=1_000, a_dirs=10, a_size=4096, d_files=4, d_size=4 << 20,
              e_owners=4, e_files=500, f_files=5_000, f_dirs=50, f_size=256,
-             reps=3, reps_big=2)
+             h_files=1_000, h_dirs=10, reps=3, reps_big=2)
 
 T0 = "2026-12-02T06:00:00Z"
 T1 = "2026-12-02T07:00:00Z"
@@ -259,9 +263,9 @@ def scenario_first(b, name, src, reps, expect="create", others=("rsync", "cp")):
     return times, {t: max(v) for t, v in rss.items()}
 
 
-def scenario_republish(b, src, reps):
+def scenario_republish(b, src, reps, floor=None):
     # Each tool republishes to a destination of its own, published once before (untimed),
-    # with its own journal.
+    # with its own journal. The floor (when given) reads distributor's destination.
     runs = {}
     for tool in b.dists:
         run = b.fresh("b")
@@ -273,7 +277,7 @@ def scenario_republish(b, src, reps):
     os.makedirs(rd)
     timed(b.rsync(src, rd))
     runs["rsync"] = (run, None)
-    times = {t: [] for t in b.dists + ["rsync"]}
+    times = {t: [] for t in b.dists + ["rsync"] + (["floor"] if floor else [])}
     rss = {t: [] for t in b.dists}
     for _, tool in rounds(reps, list(times)):
         settle()
@@ -281,6 +285,8 @@ def scenario_republish(b, src, reps):
             run, cfg = runs[tool]
             t, r = b.publish(run, cfg, src, "unchanged", tool=tool)
             rss[tool].append(r)
+        elif tool == "floor":
+            t = timed([[floor, src, os.path.join(runs["distributor"][0], "dst")]])
         else:
             t = timed(b.rsync(src, rd))
         times[tool].append(t)
@@ -405,7 +411,7 @@ def fmt_x(v):
 def target_met(key, ratio_rsync, secs, mib):
     if key in "acd":
         ok = ratio_rsync is not None and ratio_rsync <= 1.0
-    elif key == "b":
+    elif key in "bh":
         ok = ratio_rsync is not None and ratio_rsync <= 0.5
     elif key == "e":
         ok = secs < 2.0 and mib < 300
@@ -452,7 +458,9 @@ def main():
                     "(\"baseline\"), e.g. a build of the commit before a change")
     ap.add_argument("--work", required=True, help="scratch directory (emptied first)")
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    ap.add_argument("--only", default="abcdefg", help="scenarios to run, e.g. 'ad'")
+    ap.add_argument("--only", default="abcdefgh", help="scenarios to run, e.g. 'ad'")
+    ap.add_argument("--floor", help="the floor program (target/release/examples/floor), "
+                    "timed in the republications (b), (g) and (h) as a tool of its own")
     ap.add_argument("--reps", type=int, help="runs per tool (default 5, quick 3)")
     ap.add_argument("--reps-big", type=int, help="runs per tool in (f) (default 2)")
     ap.add_argument("--raw", help="also write every run's seconds and the peak RSS to this JSON file")
@@ -485,6 +493,7 @@ def main():
     c_src = changed_copy(a_src, os.path.join(work, "bundles", "c"), 0.01, "bench", T1)
     rows = []
     jc = {}
+    floor = os.path.abspath(args.floor) if args.floor else None
     R, RB = s["reps"], s["reps_big"]
     a_label = f"a: first publish, {s['a_files']} x {s['a_size'] // 1024} KiB in {s['a_dirs']} dirs"
     if "a" in args.only:
@@ -494,7 +503,7 @@ def main():
     if "b" in args.only:
         label = "b: republish, nothing changed"
         log(label)
-        t, rss = scenario_republish(b, a_src, R)
+        t, rss = scenario_republish(b, a_src, R, floor)
         rows.append(("b", label, t, rss, "<= 0.5x rsync"))
     if "c" in args.only:
         label = "c: 1% of the files changed"
@@ -529,10 +538,18 @@ def main():
     if "g" in args.only:
         label = f"g: republish, {s['f_files']} outputs, nothing changed"
         log(label)
-        t, rss = scenario_republish(b, f_src, RB)
+        t, rss = scenario_republish(b, f_src, RB, floor)
         rows.append(("g", label, t, rss, "<= 0.5x rsync"))
     if "f" in args.only or "g" in args.only:
         rm(f_src)
+    if "h" in args.only:
+        label = f"h: republish, small bundle of {s['h_files']} x 4 KiB, nothing changed"
+        log(label)
+        h_src = write_bundle(os.path.join(work, "bundles", "h"),
+                             tree_files(s["h_files"], s["h_dirs"], 4096), "small", T0)
+        t, rss = scenario_republish(b, h_src, R, floor)
+        rows.append(("h", label, t, rss, "<= 0.5x rsync, <= 1.5x floor"))
+        rm(h_src)
 
     print()
     if args.baseline:
@@ -540,6 +557,13 @@ def main():
     else:
         report(rows)
     print()
+    for key, label, t, _, _ in rows:
+        if t.get("floor"):
+            f = med(t["floor"])
+            line = ", ".join(f"{tool}/floor {fmt_x(ratio(med(t[tool]), f))} (per round "
+                             f"{fmt_x(med([x / y for x, y in zip(t[tool], t['floor'])]))})"
+                             for tool in b.dists)
+            print(f"{key}: floor {fmt_s(f)}; {line} (goal <= 1.3x; (h) <= 1.5x)")
     for tool, counts in jc.items():
         who = "" if tool == "distributor" else f" ({tool})"
         print(f"journal events per operation{who}: {s['a_files']} files -> {counts['small']}, "

@@ -36,6 +36,7 @@ for tool in rsync python3 sync cp; do
     fi
   fi
 done
-cargo build --release --locked --quiet
+cargo build --release --locked --quiet --bin distributor --example floor
 exec python3 benches/publish.py --bin "${CARGO_TARGET_DIR:-target}/release/distributor" \
+  --floor "${CARGO_TARGET_DIR:-target}/release/examples/floor" \
   --work "${BENCH_DIR:-target/bench}" "$@"

@@ -160,10 +160,47 @@ pub fn sha256_bytes(hex: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// Size and sha256 of a source file, read once. The file is opened without
-/// blocking and must be a regular file (a FIFO or device swapped in is an invalid source).
-pub fn hash_file(path: &Path) -> Result<(u64, ContentHash)> {
-    hash_reader(crate::backend::local::open_source(path)?, path)
+/// Why [`read_to_end_of`] stopped before the end.
+#[derive(Debug)]
+pub enum ReadOrSink {
+    /// Reading failed.
+    Read(std::io::Error),
+    /// The sink failed.
+    Sink(std::io::Error),
+}
+
+/// Reads the regular file `f`, which `fstat` found `opened_size` bytes long when it was
+/// opened, to its end, handing every chunk read to `sink`; returns the bytes read.
+///
+/// The end is known without the read that returns 0, which costs a system call per file
+/// and tells nothing new: a read of a regular file returns less than it was asked for
+/// only at the end of the file, so a short read that brings the bytes read to at least
+/// `opened_size` is the end. A file that grew after it was opened fills the buffer or
+/// passes `opened_size`, and is read on to its new end; one that shrank returns short of
+/// `opened_size` and is read on until a read returns 0. Either way the bytes read are what
+/// the file held at the last read, as with reading until a read returns 0, and the
+/// caller's check of size and sha256 against the manifest catches the change (SPEC §3.1).
+pub fn read_to_end_of(
+    f: &mut impl Read,
+    opened_size: u64,
+    buf: &mut [u8],
+    mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+) -> std::result::Result<u64, ReadOrSink> {
+    let mut size = 0u64;
+    loop {
+        let n = match f.read(buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(ReadOrSink::Read(e)),
+        };
+        sink(&buf[..n]).map_err(ReadOrSink::Sink)?;
+        size += n as u64;
+        if n < buf.len() && size >= opened_size {
+            break;
+        }
+    }
+    Ok(size)
 }
 
 /// Size and sha256 of what `f` reads, to its end (`path` names it in errors).
@@ -180,4 +217,75 @@ pub fn hash_reader(mut f: impl Read, path: &Path) -> Result<(u64, ContentHash)> 
         h.update(&buf[..n]);
     }
     Ok((size, ContentHash::from(h)))
+}
+
+#[cfg(test)]
+mod read_tests {
+    use super::*;
+
+    /// A file as `read(2)` shows it: `chunks` are what successive reads return (each cut
+    /// to the buffer's length), then 0 for ever; counts the reads.
+    struct Reads {
+        chunks: Vec<Vec<u8>>,
+        calls: usize,
+    }
+
+    impl Read for Reads {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.calls += 1;
+            if self.chunks.is_empty() {
+                return Ok(0);
+            }
+            let c = &mut self.chunks[0];
+            let n = c.len().min(buf.len());
+            buf[..n].copy_from_slice(&c[..n]);
+            c.drain(..n);
+            if c.is_empty() {
+                self.chunks.remove(0);
+            }
+            Ok(n)
+        }
+    }
+
+    fn run(chunks: &[usize], opened_size: u64, buf: usize) -> (u64, usize) {
+        let mut f = Reads {
+            chunks: chunks.iter().map(|&n| vec![7u8; n]).collect(),
+            calls: 0,
+        };
+        let mut seen = 0u64;
+        let size = read_to_end_of(&mut f, opened_size, &mut vec![0u8; buf], |c| {
+            seen += c.len() as u64;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(size, seen, "every byte read goes to the sink");
+        (size, f.calls)
+    }
+
+    #[test]
+    fn a_file_read_whole_by_its_short_read_takes_no_empty_read() {
+        // 10 bytes, a buffer of 16: one read.
+        assert_eq!(run(&[10], 10, 16), (10, 1));
+        // 40 bytes: 16, 16, 8.
+        assert_eq!(run(&[40], 40, 16), (40, 3));
+        // A multiple of the buffer cannot tell its end from a full read: one read more.
+        assert_eq!(run(&[32], 32, 16), (32, 3));
+        // An empty file: the one read that says so.
+        assert_eq!(run(&[], 0, 16), (0, 1));
+    }
+
+    #[test]
+    fn a_file_that_grew_or_shrank_is_read_to_its_new_end() {
+        // Grew after it was opened (fstat said 10): the read fills the buffer, and the
+        // rest is read too.
+        assert_eq!(run(&[20], 10, 16).0, 20);
+        // Grew by less than the buffer's room: the short read passes the size; all of it
+        // is read.
+        assert_eq!(run(&[12], 10, 16).0, 12);
+        // Shrank: a short read before the size, then the read that returns 0.
+        assert_eq!(run(&[6], 10, 16), (6, 2));
+        // A short read in the middle (a file system that returns less than asked) is not
+        // taken for the end before the size is reached.
+        assert_eq!(run(&[4, 6], 10, 16), (10, 2));
+    }
 }

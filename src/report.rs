@@ -112,6 +112,20 @@ pub struct DestinationReport {
     /// The releases retention removed after the activation; absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub releases_removed: Vec<String>,
+    /// With `--omit-unchanged`: how many unchanged files and links were left out of
+    /// `files` and `links`; absent otherwise (the report lists every one, SPEC §11).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub omitted_unchanged: Option<OmittedUnchanged>,
+}
+
+/// What `--omit-unchanged` left out of a destination's `files` and `links`: the files and
+/// links whose op is `unchanged`, counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct OmittedUnchanged {
+    /// Unchanged files left out of `files`.
+    pub files: u64,
+    /// Unchanged links left out of `links`.
+    pub links: u64,
 }
 
 /// How one hook ran (SPEC §19).
@@ -179,6 +193,14 @@ impl Files {
         listed.chain(unchanged)
     }
 
+    /// Drops the rows whose op is `unchanged`; returns how many there were.
+    pub fn omit_unchanged(&mut self) -> u64 {
+        let before = self.len();
+        self.unchanged = None;
+        self.listed.retain(|f| f.op != FileOp::Unchanged);
+        (before - self.len()) as u64
+    }
+
     /// How many rows.
     pub fn len(&self) -> usize {
         self.listed.len() + self.unchanged.as_ref().map_or(0, |m| m.outputs.len())
@@ -235,6 +257,7 @@ impl DestinationReport {
             error_kind: None,
             release_activated: None,
             releases_removed: Vec::new(),
+            omitted_unchanged: None,
         }
     }
 }
@@ -329,6 +352,22 @@ impl Report {
             })
             .sum::<usize>()
             + 4096
+    }
+
+    /// Leaves every unchanged file and link out of each destination's `files` and
+    /// `links` and counts them in its `omitted_unchanged` (`--omit-unchanged`): a report
+    /// of a republication that says what was written, not every file that stayed. The
+    /// summary's counters do not change.
+    pub fn omit_unchanged(&mut self) {
+        for d in &mut self.destinations {
+            let files = d.files.omit_unchanged();
+            let before = d.links.len();
+            d.links.retain(|l| l.op != FileOp::Unchanged);
+            d.omitted_unchanged = Some(OmittedUnchanged {
+                files,
+                links: (before - d.links.len()) as u64,
+            });
+        }
     }
 
     /// Pretty JSON with a trailing newline.

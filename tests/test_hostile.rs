@@ -596,6 +596,93 @@ fn a_source_file_swapped_for_a_fifo_is_refused_without_blocking() {
     dry.expect_code(1);
 }
 
+/// SPEC §13 and §3.1: a source file swapped for a symlink after the source was checked is
+/// an invalid source (opened without following it), and so is one whose directory was
+/// swapped for a symlink: staging opens each source directory once, without following a
+/// symlink, and each file in its directory's handle, so it never reads through the
+/// symlink, even where the file it points to holds exactly the manifest's bytes.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_source_file_or_directory_swapped_for_a_symlink_is_refused() {
+    for swapped in ["sub/a.txt", "sub"] {
+        let env = Env::new();
+        let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
+        let v1 = env.bundle("b1", SOURCE_ID, V1_AT, &[("sub/a.txt", "v1 a")], &[]);
+        env.publish(&cfg, &v1, &[]).expect_code(0);
+        let before = env.snapshot_unlocked(DEST);
+        let v2 = env.bundle("b2", SOURCE_ID, V2_AT, &[("sub/a.txt", "v2 a")], &[]);
+        // Outside the bundle, the same bytes at the same relative path.
+        let elsewhere = env.bundle("elsewhere", SOURCE_ID, V2_AT, &[("sub/a.txt", "v2 a")], &[]);
+        let run = publish_paused(&env, &cfg, &v2, "after_staging_record");
+        swap_for_symlink(&v2.join(swapped), &elsewhere.join(swapped));
+        let r = run.resume();
+        r.expect_code(1);
+        let msg = message(&r);
+        let why = if swapped == "sub" {
+            "is not a real directory"
+        } else {
+            "a bundle holds regular files only"
+        };
+        assert!(msg.contains(why), "{swapped}: {msg}");
+        assert_eq!(
+            env.snapshot_unlocked(DEST),
+            before,
+            "{swapped}: not rolled back"
+        );
+        // A dry run reads the source the same way.
+        env.plan(&cfg, &v2, &[]).expect_code(1);
+    }
+}
+
+/// SPEC §3.1: a source file that grows or shrinks while staging reads it is an invalid
+/// source. Staging stops at the read that comes back short once the bytes read reach the
+/// size the file had when opened (it skips the read that would return 0); a file that
+/// grew fills the buffer or passes that size and is read on to its end, one that shrank
+/// comes back short before it, and either way the bytes read differ from the manifest's.
+/// The file here is larger than staging's buffer, so it changes between two reads.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_source_file_that_grows_or_shrinks_while_it_is_read_is_refused() {
+    let big = "x".repeat((1 << 20) + (1 << 19));
+    for (what, change) in [
+        ("grows", (1 << 20) + (1 << 19) + 1),
+        ("shrinks", (1 << 20) + 10),
+    ] {
+        let env = Env::new();
+        let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
+        let v1 = env.bundle("b1", SOURCE_ID, V1_AT, &[("a.txt", "v1 a")], &[]);
+        env.publish(&cfg, &v1, &[]).expect_code(0);
+        let before = env.snapshot_unlocked(DEST);
+        let v2 = env.bundle("b2", SOURCE_ID, V2_AT, &[("a.txt", &big)], &[]);
+        // Paused after the first read (1 MiB, the buffer's size), before its write.
+        let run = publish_paused(&env, &cfg, &v2, "io_stage_write");
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(v2.join("a.txt"))
+            .unwrap();
+        f.set_len(change as u64).unwrap();
+        drop(f);
+        let r = run.resume();
+        r.expect_code(1);
+        let msg = message(&r);
+        assert!(
+            msg.contains(&format!("output 'a.txt' changed: read {change} bytes")),
+            "{what}: {msg}"
+        );
+        assert_eq!(
+            env.snapshot_unlocked(DEST),
+            before,
+            "{what}: not rolled back"
+        );
+    }
+}
+
 /// FIFOs planted in a destination where distributor reads or locks: its lock file, its
 /// state file, a recorded file. Nothing blocks; each is refused or reported.
 #[test]

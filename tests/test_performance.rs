@@ -407,3 +407,254 @@ fn no_progress_output_when_stderr_is_not_a_terminal() {
         assert!(!r.stdout.contains(bar_char), "{bar_char:?} on stdout");
     }
 }
+
+/// The identity of a file: device, inode, size, mtime and ctime (nanoseconds), as the
+/// journal's `journal_state_files` holds it.
+fn identity(p: &Path) -> (i64, i64, i64, i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(p).unwrap();
+    (
+        m.dev() as i64,
+        m.ino() as i64,
+        m.size() as i64,
+        m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+    )
+}
+
+/// The identities the journal keeps for state files of `bundle`, oldest first.
+fn state_files(env: &Env, bundle: &Path) -> Vec<(i64, i64, i64, i64, i64)> {
+    let conn = rusqlite::Connection::open(env.journal()).unwrap();
+    let mut q = conn
+        .prepare(
+            "SELECT dev, ino, size, mtime_ns, ctime_ns FROM journal_state_files
+              WHERE bundle_path = ?1 ORDER BY id",
+        )
+        .unwrap();
+    q.query_map([bundle.to_str().unwrap()], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+    })
+    .unwrap()
+    .map(|r| r.unwrap())
+    .collect()
+}
+
+/// A publication keeps the identity of the state file it committed when that state
+/// records its owner with exactly its source (what lets a republication of that source
+/// skip reading the state); a merge that keeps an earlier source's file does not.
+#[test]
+fn the_journal_keeps_the_identity_of_a_state_file_that_records_exactly_its_source() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "p", "d", "dest", "");
+    let b = bundle_of(&env, "b", "2026-12-02T06:00:00Z", &many(10, 2));
+    env.publish(&cfg, &b, &[]).expect_code(0);
+    let dest = env.path("dest");
+    let state = dest.join(".distributor.json");
+    assert_eq!(state_files(&env, &dest), [identity(&state)]);
+    let r = env.publish(&cfg, &b, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "unchanged");
+    assert_eq!(state_files(&env, &dest).len(), 1, "nothing committed");
+
+    // Merge reconciliation keeps the file the newer source omits: its records are not
+    // the source's alone, and no identity is kept for them.
+    let merge = env.simple_config(
+        "m.yaml",
+        "p",
+        "d",
+        "dest",
+        "    reconciliation:\n      mode: merge\n",
+    );
+    let mut fewer = many(10, 2);
+    fewer.pop();
+    let b2 = bundle_of(&env, "b2", "2026-12-02T07:00:00Z", &fewer);
+    let r = env.publish(&merge, &b2, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "replace_older");
+    assert_eq!(
+        state_files(&env, &dest).len(),
+        1,
+        "{}",
+        env.read("dest/.distributor.json")
+    );
+    let r = env.publish(&merge, &b2, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "unchanged");
+}
+
+/// A state file rewritten in place with its size and mtime kept (one recorded sha256
+/// changed for another of the same length) keeps its inode, size and mtime, but not its
+/// ctime: the republication reads it and decides what the planner decides from it, not
+/// `unchanged`.
+#[test]
+fn a_state_file_rewritten_with_its_size_and_mtime_is_read_again() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "p", "d", "dest", "");
+    let files = many(10, 2);
+    let b = bundle_of(&env, "b", "2026-12-02T06:00:00Z", &files);
+    env.publish(&cfg, &b, &[]).expect_code(0);
+    let dest = env.path("dest");
+    let state = dest.join(".distributor.json");
+    let before = identity(&state);
+    let mtime = std::fs::metadata(&state).unwrap().modified().unwrap();
+    let text = std::fs::read_to_string(&state).unwrap();
+    let forged = forge_one_sha(&text);
+    assert_eq!(forged.len(), text.len());
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&state)
+            .unwrap();
+        f.write_all(forged.as_bytes()).unwrap();
+        f.set_modified(mtime).unwrap();
+    }
+    let after = identity(&state);
+    assert_eq!(
+        (after.0, after.1, after.2, after.3),
+        (before.0, before.1, before.2, before.3),
+        "same device, inode, size and mtime"
+    );
+    assert_ne!(after.4, before.4, "the ctime moved");
+    let planned = env.plan(&cfg, &b, &[]).decision();
+    let r = env.publish(&cfg, &b, &[]);
+    assert_ne!(r.decision(), "unchanged", "{}", r.stdout);
+    assert_eq!(r.decision(), planned);
+}
+
+/// A state file renamed over the committed one (the same bytes but one recorded sha256,
+/// its mtime set back) or moved in from another bundle path that this journal committed
+/// for the same source: neither is the file committed here, and the republication reads
+/// it.
+#[test]
+fn a_forged_or_moved_state_file_is_read_again() {
+    let env = Env::new();
+    let cfg = two_destinations(&env);
+    let b = bundle_of(&env, "src", "2026-12-02T06:00:00Z", &many(10, 2));
+    env.publish(&cfg, &b, &[]).expect_code(0);
+    let decisions = |r: &crate::common::Run| {
+        (0..2)
+            .map(|i| r.dest(i)["decision"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let r = env.publish(&cfg, &b, &[]);
+    assert_eq!(decisions(&r), ["unchanged", "unchanged"]);
+
+    // Forged: written beside it, mtime set back, renamed over it.
+    let state = env.path("b/.distributor.json");
+    let mtime = std::fs::metadata(&state).unwrap().modified().unwrap();
+    let forged = forge_one_sha(&std::fs::read_to_string(&state).unwrap());
+    let tmp = env.write_state_file("b/forged.tmp", forged.as_bytes());
+    std::fs::File::options()
+        .write(true)
+        .open(&tmp)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    std::fs::rename(&tmp, &state).unwrap();
+    let planned = decisions(&env.plan(&cfg, &b, &[]));
+    let r = env.publish(&cfg, &b, &[]);
+    assert_eq!(decisions(&r), planned, "{}", r.stdout);
+    assert_eq!(planned[0], "unchanged");
+    assert_ne!(planned[1], "unchanged");
+
+    // Moved: a's state (committed by this journal, for this source) over b's.
+    let env = Env::new();
+    let cfg = two_destinations(&env);
+    let b = bundle_of(&env, "src", "2026-12-02T06:00:00Z", &many(10, 2));
+    env.publish(&cfg, &b, &[]).expect_code(0);
+    std::fs::rename(
+        env.path("a/.distributor.json"),
+        env.path("b/.distributor.json"),
+    )
+    .unwrap();
+    let planned = decisions(&env.plan(&cfg, &b, &[]));
+    let r = env.publish(&cfg, &b, &[]);
+    assert_eq!(decisions(&r), planned, "{}", r.stdout);
+    assert_ne!(planned[1], "unchanged");
+}
+
+/// `text` (a state file) with the first recorded sha256 changed in its last hex digit.
+fn forge_one_sha(text: &str) -> String {
+    let at = text.find("\"sha256\"").expect("a recorded sha256");
+    let start = at
+        + text[at..]
+            .find(": \"")
+            .map(|i| i + 3)
+            .unwrap_or_else(|| text[at..].find(":\"").expect("sha256 value") + 2);
+    let end = start + 64;
+    let last = &text[end - 1..end];
+    let swapped = if last == "0" { "1" } else { "0" };
+    format!("{}{swapped}{}", &text[..end - 1], &text[end..])
+}
+
+/// A config of pipeline `p` with destinations `a` and `b` at `a/` and `b/`.
+fn two_destinations(env: &Env) -> std::path::PathBuf {
+    let yaml = format!(
+        "version: 1\npipeline:\n  id: p\ndestinations:\n  - id: a\n    path: {}\n  - id: b\n    path: {}\n",
+        env.path("a").display(),
+        env.path("b").display()
+    );
+    env.config("c.yaml", &yaml)
+}
+
+/// `--json --omit-unchanged` leaves unchanged files and links out of a destination's
+/// lists and counts them; the summary and every changed row stay. Without it the report
+/// lists every file (SPEC §11), and the flag needs `--json`.
+#[test]
+fn omit_unchanged_leaves_out_and_counts_what_stayed() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "p", "d", "dest", "");
+    let mut files = many(10, 2);
+    let b = |env: &Env, files: &[(String, String)], at: &str| {
+        let refs: Vec<(&str, &str)> = (files.iter())
+            .map(|(p, c)| (p.as_str(), c.as_str()))
+            .collect();
+        env.bundle("b", "many", at, &refs, &[("latest", "d0/f00000.txt")])
+    };
+    let src = b(&env, &files, "2026-12-02T06:00:00Z");
+    env.publish(&cfg, &src, &[]).expect_code(0);
+
+    let full = env.publish(&cfg, &src, &[]);
+    full.expect_code(0);
+    assert_eq!(full.dest(0)["files"].as_array().unwrap().len(), 10);
+    assert!(full.dest(0).get("omitted_unchanged").is_none());
+
+    let brief = env.publish(&cfg, &src, &["--omit-unchanged"]);
+    brief.expect_code(0);
+    assert_eq!(brief.decision(), "unchanged");
+    let d = brief.dest(0);
+    assert_eq!(d["files"], serde_json::json!([]));
+    assert_eq!(d["links"], serde_json::json!([]));
+    assert_eq!(
+        d["omitted_unchanged"],
+        serde_json::json!({"files": 10, "links": 1})
+    );
+    assert_eq!(brief.json()["summary"], full.json()["summary"]);
+
+    files[3].1 = "changed\n".into();
+    let src = b(&env, &files, "2026-12-02T07:00:00Z");
+    let r = env.publish(&cfg, &src, &["--omit-unchanged"]);
+    r.expect_code(0);
+    let d = r.dest(0);
+    let ops: Vec<(&str, &str)> = (d["files"].as_array().unwrap().iter())
+        .map(|f| (f["path"].as_str().unwrap(), f["op"].as_str().unwrap()))
+        .collect();
+    assert_eq!(ops, [(files[3].0.as_str(), "overwrite")]);
+    assert_eq!(
+        d["omitted_unchanged"],
+        serde_json::json!({"files": 9, "links": 1})
+    );
+    assert_eq!(r.json()["summary"]["files_unchanged"], 9);
+
+    let r = env.run(&[
+        "publish",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--source",
+        src.to_str().unwrap(),
+        "--omit-unchanged",
+    ]);
+    r.expect_code(2);
+    assert!(r.stderr.contains("--json"), "{}", r.stderr);
+}

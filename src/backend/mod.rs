@@ -104,6 +104,13 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         Ok(self.read_state()?.bytes().map(ContentHash::of))
     }
 
+    /// The identity of `.distributor.json` (one `lstat`, nothing read), when it is a
+    /// regular file distributor believes (SPEC §17) in a store that keeps identities
+    /// (local bundle paths); `None` otherwise.
+    fn state_file_id(&self) -> Result<Option<StateFileId>> {
+        Ok(None)
+    }
+
     /// Where the storage is, when a bundle path alone does not say (an object store's
     /// endpoint and region), for the staging record and the journal.
     fn location(&self) -> Option<s3::S3Location> {
@@ -190,6 +197,21 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, crate::hash::ContentHash)>;
+
+    /// [`BundleStore::stage`] from a source file that may hold its directory's handle
+    /// ([`crate::source::SourceDirs`]): storage that reads sources through the local
+    /// filesystem opens it there, relative to that handle, instead of by its full path.
+    /// By default it is staged by its path.
+    fn stage_source(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        source: &crate::source::SourceFile<'_>,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, crate::hash::ContentHash)> {
+        self.stage(op, i, source.path(), buf, on_bytes)
+    }
 
     /// Makes what was staged durable before anything is placed.
     fn make_staged_durable(&self) -> Result<()>;
@@ -306,24 +328,74 @@ pub struct LoggedOperation {
 /// Proof that a backend passed an operation's commit point.
 #[must_use = "the commit point was passed: record it in the journal"]
 #[derive(Debug)]
-pub struct Committed(Option<String>);
+pub struct Committed {
+    state_sha256: Option<String>,
+    state_file: Option<StateFileId>,
+}
 
 impl Committed {
     /// Only backends make one, right after their commit point.
     pub(crate) fn passed() -> Committed {
-        Committed(None)
+        Committed {
+            state_sha256: None,
+            state_file: None,
+        }
     }
 
     /// After a commit point that wrote a state other than the planned post-state bytes
     /// (an object store's state records the ETags the uploads returned): its sha256.
     pub(crate) fn passed_with_state(sha256: String) -> Committed {
-        Committed(Some(sha256))
+        Committed {
+            state_sha256: Some(sha256),
+            state_file: None,
+        }
+    }
+
+    /// After a commit point that renamed the planned post-state into place as the file
+    /// `file` identifies (a local bundle path).
+    pub(crate) fn passed_writing(file: StateFileId) -> Committed {
+        Committed {
+            state_sha256: None,
+            state_file: Some(file),
+        }
     }
 
     /// The sha256 of the state written, when it is not the planned post-state.
     pub fn state_sha256(&self) -> Option<&str> {
-        self.0.as_deref()
+        self.state_sha256.as_deref()
     }
+
+    /// The identity of the state file written, when the backend took it.
+    pub fn state_file(&self) -> Option<&StateFileId> {
+        self.state_file.as_ref()
+    }
+
+    /// The same proof without the state file's identity: the journal records none (the
+    /// post-state is not one a republication can take as read).
+    pub fn without_state_file(self) -> Committed {
+        Committed {
+            state_file: None,
+            ..self
+        }
+    }
+}
+
+/// What identifies a local state file without reading it: device, inode, size, mtime and
+/// ctime. Renaming another file over it changes the inode; rewriting it, or a chmod,
+/// chown or link, changes the ctime, which no caller can set back. While a file keeps
+/// the identity taken right after it was renamed into place, it holds the bytes written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateFileId {
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// mtime, nanoseconds since the epoch.
+    pub mtime_ns: i64,
+    /// ctime, nanoseconds since the epoch.
+    pub ctime_ns: i64,
 }
 
 /// A state object that a roll-forward overwrote with the operation's post-state (SPEC

@@ -35,6 +35,11 @@ pub struct CommonArgs {
     pub allow_delete: Option<u64>,
     #[command(flatten)]
     pub run: super::RunArgs,
+    /// With --json: leave the unchanged files and links out of each destination's
+    /// `files` and `links`, counted in its `omitted_unchanged` (the summary still counts
+    /// them). Without it the report lists every file.
+    #[arg(long, requires = "json")]
+    pub omit_unchanged: bool,
     #[command(flatten)]
     pub text: super::TextArgs,
 }
@@ -194,6 +199,10 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         });
     }
     let metrics = Some(crate::metrics::file::Run::of_report(&outcome.report));
+    if a.omit_unchanged {
+        // After the hooks and the metrics, which take the whole report.
+        outcome.report.omit_unchanged();
+    }
     // A JSON report is written out as it is serialized (`finish`).
     let (stdout, report) = if a.run.json {
         (String::new(), Some(outcome.report))

@@ -42,6 +42,9 @@ pub struct Transaction<'a> {
 pub struct Passed<'a> {
     tx: Transaction<'a>,
     committed: Committed,
+    /// The post-state records the operation's owner with exactly its source (see
+    /// [`Passed::republishable`]).
+    republishable: bool,
 }
 
 impl<'a> Transaction<'a> {
@@ -84,6 +87,7 @@ impl<'a> Transaction<'a> {
                 Passed {
                     tx: self,
                     committed,
+                    republishable: false,
                 },
                 t,
             )),
@@ -109,6 +113,17 @@ impl<'a> Transaction<'a> {
 }
 
 impl Passed<'_> {
+    /// Says that the post-state records the operation's owner with the operation's source
+    /// and exactly its manifest's outputs and links: the journal then keeps the identity
+    /// of the state file the backend wrote (schema 12), under which a republication of
+    /// that source needs no read of the state. Without it, none is kept.
+    pub fn republishable(self, yes: bool) -> Self {
+        Passed {
+            republishable: yes,
+            ..self
+        }
+    }
+
     /// The operation's id.
     pub fn operation_id(&self) -> &str {
         &self.tx.staged.operation_id
@@ -124,7 +139,15 @@ impl Passed<'_> {
         activated: Option<&str>,
         after: impl FnOnce(&mut Journal) -> Result<()>,
     ) -> Result<String> {
-        let Passed { tx, committed } = self;
+        let Passed {
+            tx,
+            committed,
+            republishable,
+        } = self;
+        let committed = match republishable {
+            true => committed,
+            false => committed.without_state_file(),
+        };
         let Transaction {
             journal,
             store,
@@ -159,7 +182,8 @@ impl Passed<'_> {
     /// its release (which changed their ctimes, SPEC §13). No retention: nothing was
     /// activated.
     pub fn hold(self, active: &[(String, crate::backend::types::Fingerprint)]) -> Result<String> {
-        let Passed { tx, committed } = self;
+        let Passed { tx, committed, .. } = self;
+        let committed = committed.without_state_file();
         let Transaction {
             journal,
             store,

@@ -66,6 +66,17 @@ pub fn execute(
             r.published_at = published_at.clone();
         }
     }
+    // A publication whose post-state records its owner with exactly its source is one a
+    // republication of that source may take as read while the state file stands as
+    // written (the journal keeps its identity, `Passed::republishable`).
+    let republishable = ctx.command == "publish"
+        && store.as_releases().is_none()
+        && crate::plan::records_exactly(
+            &state,
+            &crate::model::Owner::new(ctx.pipeline_id, plan.destination_id.clone()),
+            source,
+        )
+        .is_some();
     let post = state.render();
     // Only retention reads the post-state again (a releases destination); elsewhere its
     // records (about 180 B per output) are freed before staging.
@@ -93,6 +104,7 @@ pub fn execute(
             ctx.progress,
         )
     })?;
+    let passed = passed.republishable(republishable);
     if stages {
         // A stage: built and verified, held for `distributor promote` (SPEC §19). Its
         // links changed the ctimes of the active release's files: their fingerprints are

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::failpoint;
 use crate::parallel;
 use crate::progress::{Bytes, Ticker};
-use crate::source::Source;
+use crate::source::{Source, SourceDirs};
 
 use super::StagedOperation;
 
@@ -41,12 +41,14 @@ pub(super) fn stage(
             Bytes::Of(bytes),
         );
     }
+    // Each source directory is opened once, and each file in its directory's handle.
+    let dirs = source.dirs(writes.iter().map(|&i| op.actions[i].path.as_str()))?;
     // Every file is worth a thread: creating it alone costs more than starting one.
     let result = parallel::try_map_on(
         parallel::threads_up_to(store.concurrency(), writes.len()),
         writes,
         || vec![0u8; BUF_SIZE],
-        |&i, buf| stage_one(store, op, i, source, buf, progress),
+        |&i, buf| stage_one(store, op, i, &dirs, buf, progress),
     );
     progress.finish();
     result.map(|_| ())
@@ -56,14 +58,14 @@ fn stage_one(
     store: &dyn BundleStore,
     op: &StagedOperation,
     i: usize,
-    source: &Source,
+    dirs: &SourceDirs<'_>,
     buf: &mut [u8],
     progress: Ticker<'_>,
 ) -> Result<()> {
     failpoint::hit("during_staging");
     let mut on_bytes = |n: u64| progress.bytes(n);
     let a = &op.actions[i];
-    let (size, sha256) = store.stage(op, i, &source.file(&a.path), buf, &mut on_bytes)?;
+    let (size, sha256) = store.stage_source(op, i, &dirs.file(&a.path), buf, &mut on_bytes)?;
     let (want_size, want_sha) = (a.size.unwrap_or_default(), a.sha256.unwrap_or_default());
     if size != want_size || sha256 != want_sha {
         return Err(crate::source::content_mismatch(

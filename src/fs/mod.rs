@@ -396,9 +396,17 @@ fn open_typed(dir: BorrowedFd<'_>, name: &Path) -> io::Result<(File, Stat)> {
             format!("not a regular file ({})", type_name(kind)),
         ));
     }
-    // Back to blocking reads: a regular file never blocks, but a later reader expects
-    // ordinary semantics.
-    rustix::fs::fcntl_setfl(&fd, OFlags::empty())?;
+    // `O_NONBLOCK` stays set: on a regular file it changes nothing for `read(2)`, so
+    // clearing it again (one `fcntl` per file, which every staged source file paid) buys
+    // nothing. The kernel derives a read's flags from the open file in `iocb_flags()`
+    // (include/linux/fs.h), which maps `O_APPEND`, `O_DIRECT`, `O_DSYNC` and `O_SYNC`
+    // and never `O_NONBLOCK`; a buffered read waits for the page cache unless
+    // `IOCB_NOWAIT` is set, and only `preadv2(RWF_NOWAIT)` and io_uring set that. open(2):
+    // "this flag has no effect for regular files and block devices". (The one exception,
+    // `EAGAIN` from a mandatory lock, went with mandatory locking in Linux 5.15.) A file
+    // system that passes the flag on to its server (FUSE) could answer `EAGAIN`; that
+    // reaches the reader as an error, which fails the run before its commit point, never
+    // as a short copy or a hang.
     Ok((File::from(fd), st))
 }
 

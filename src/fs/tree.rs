@@ -114,6 +114,19 @@ impl<'p> Tree<'p> {
         crate::fs::open_file_at(parent, name).map(|(f, _)| f)
     }
 
+    /// [`Tree::open_file`], with the file's size as `fstat` gave it.
+    // The field types of `stat` differ between targets.
+    #[allow(clippy::unnecessary_cast)]
+    pub fn open_file_stat(&self, rel: &str) -> io::Result<(std::fs::File, u64)> {
+        let (parent, name) = self.parent(rel).ok_or(Errno::NOENT)?;
+        crate::fs::open_file_at(parent, name).map(|(f, st)| (f, st.st_size as u64))
+    }
+
+    /// Whether the directory holding `rel` was opened.
+    pub fn has_parent(&self, rel: &str) -> bool {
+        self.parent(rel).is_some()
+    }
+
     /// `lstat` of `rel`. A parent directory that was not opened reads as `ENOENT`.
     pub fn lstat(&self, rel: &str) -> io::Result<Meta> {
         let (parent, name) = self.parent(rel).ok_or(Errno::NOENT)?;

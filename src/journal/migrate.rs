@@ -50,6 +50,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0011_staged",
         include_str!("../../migrations/0011_staged.sql"),
     ),
+    (
+        "0012_state_files",
+        include_str!("../../migrations/0012_state_files.sql"),
+    ),
 ];
 
 /// Schema version this build writes.
@@ -68,8 +72,8 @@ const CORE_TABLES: &[&str] = &[
 /// Refuses, before anything is written to it (not even the switch to WAL), a database
 /// that is not a distributor journal this build can use: a newer schema, or one that
 /// claims a schema version without distributor's tables, or that holds other tables and
-/// no version at all.
-pub fn refuse_foreign(conn: &Connection) -> Result<(), String> {
+/// no version at all. Returns the schema version it read (`PRAGMA user_version`).
+pub fn refuse_foreign(conn: &Connection) -> Result<i64, String> {
     // One statement, so the version and the tables come from one snapshot: another
     // process may be creating this journal right now, and its migration commits both at
     // once.
@@ -99,13 +103,21 @@ pub fn refuse_foreign(conn: &Connection) -> Result<(), String> {
                 .to_string(),
         );
     }
-    Ok(())
+    Ok(version)
 }
 
 /// Brings the database to [`SCHEMA_VERSION`]; refuses what [`refuse_foreign`] refuses.
+#[cfg(test)]
 pub fn migrate(conn: &mut Connection) -> Result<(), String> {
-    refuse_foreign(conn)?;
-    if user_version(conn)? as usize == SCHEMA_VERSION {
+    let version = refuse_foreign(conn)?;
+    migrate_from(conn, version)
+}
+
+/// [`migrate`] of a database [`refuse_foreign`] just accepted at schema `version`: a
+/// journal already current (every open but the first of each new schema) costs no
+/// further statement.
+pub fn migrate_from(conn: &mut Connection, version: i64) -> Result<(), String> {
+    if version as usize == SCHEMA_VERSION {
         return Ok(());
     }
     let tx = conn

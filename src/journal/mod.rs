@@ -165,8 +165,8 @@ impl Journal {
             conn,
             path: path.to_path_buf(),
         };
-        j.configure()?;
-        migrate::migrate(&mut j.conn).map_err(|m| Error::Journal {
+        let version = j.configure()?;
+        migrate::migrate_from(&mut j.conn, version).map_err(|m| Error::Journal {
             path: path.to_path_buf(),
             message: m,
         })?;
@@ -188,19 +188,22 @@ impl Journal {
             conn,
             path: path.to_path_buf(),
         };
-        j.configure()?;
-        migrate::migrate(&mut j.conn).map_err(|m| Error::Journal {
+        let version = j.configure()?;
+        migrate::migrate_from(&mut j.conn, version).map_err(|m| Error::Journal {
             path: path.to_path_buf(),
             message: m,
         })?;
         Ok(Some(j))
     }
 
-    fn configure(&mut self) -> Result<()> {
+    /// Sets the connection up (busy timeout, WAL, synchronous, foreign keys) once
+    /// [`migrate::refuse_foreign`] accepted the database; returns the schema version it
+    /// read.
+    fn configure(&mut self) -> Result<i64> {
         self.conn
             .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| jerr(&self.path, e))?;
-        migrate::refuse_foreign(&self.conn).map_err(|message| Error::Journal {
+        let version = migrate::refuse_foreign(&self.conn).map_err(|message| Error::Journal {
             path: self.path.clone(),
             message,
         })?;
@@ -234,7 +237,8 @@ impl Journal {
             .execute_batch(
                 "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA mmap_size = 16777216;",
             )
-            .map_err(|e| jerr(&self.path, e))
+            .map_err(|e| jerr(&self.path, e))?;
+        Ok(version)
     }
 
     /// The journal file.
@@ -393,7 +397,77 @@ impl Journal {
             params![operation_id, now(), event::COMMITTED, detail],
         )
         .map_err(|e| jerr(&path, e))?;
+        if let Some(f) = committed.state_file() {
+            tx.execute(
+                "INSERT INTO journal_state_files (operation_id, bundle_path, dev, ino, size, mtime_ns, ctime_ns)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    operation_id,
+                    bundle_path,
+                    f.dev as i64,
+                    f.ino as i64,
+                    f.size as i64,
+                    f.mtime_ns,
+                    f.ctime_ns
+                ],
+            )
+            .map_err(|e| jerr(&path, e))?;
+        }
         tx.commit().map_err(|e| jerr(&path, e))
+    }
+
+    /// The source whose post-state a publication in `bundle_path` committed as the state
+    /// file `file` identifies, with the records of its owner being exactly that source's
+    /// manifest (schema 12; the newest such file of the bundle path, and only while its
+    /// operation counts as committed: applied, committed or rolled forward). `None` when
+    /// the newest one recorded is another file, or none was.
+    pub fn republishable_state(
+        &self,
+        bundle_path: &str,
+        file: &crate::backend::StateFileId,
+    ) -> Result<Option<CommittedSource>> {
+        let row = self
+            .conn
+            .query_row(
+                "SELECT s.dev, s.ino, s.size, s.mtime_ns, s.ctime_ns, o.pipeline_id,
+                        o.destination_id, o.state_mode, o.source_id, o.source_created_at,
+                        o.source_digest, o.status
+                   FROM (SELECT * FROM journal_state_files WHERE bundle_path = ?1
+                          ORDER BY id DESC LIMIT 1) s
+                   JOIN operations o ON o.operation_id = s.operation_id",
+                [bundle_path],
+                |r| {
+                    let recorded = crate::backend::StateFileId {
+                        dev: r.get::<_, i64>(0)? as u64,
+                        ino: r.get::<_, i64>(1)? as u64,
+                        size: r.get::<_, i64>(2)? as u64,
+                        mtime_ns: r.get(3)?,
+                        ctime_ns: r.get(4)?,
+                    };
+                    let status: String = r.get(11)?;
+                    Ok((
+                        recorded,
+                        status,
+                        CommittedSource {
+                            pipeline_id: r.get(5)?,
+                            destination_id: r.get(6)?,
+                            state_mode: r.get(7)?,
+                            source: crate::model::SourceRef {
+                                id: r.get(8)?,
+                                created_at: r.get(9)?,
+                                digest: r.get(10)?,
+                            },
+                        },
+                    ))
+                },
+            )
+            .optional()
+            .map_err(|e| jerr(&self.path, e))?;
+        Ok(row.and_then(|(recorded, status, source)| {
+            (recorded == *file
+                && matches!(status.as_str(), "applied" | "committed" | "rolled_forward"))
+            .then_some(source)
+        }))
     }
 
     /// Appends an event of a committed operation and, in the same transaction, placement
@@ -1089,6 +1163,20 @@ pub(crate) fn jerr(path: &Path, e: rusqlite::Error) -> Error {
         path: path.to_path_buf(),
         message,
     }
+}
+
+/// What [`Journal::republishable_state`] finds: the owner, state mode and source of the
+/// operation that committed a state file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedSource {
+    /// The operation's pipeline id.
+    pub pipeline_id: String,
+    /// The operation's destination id.
+    pub destination_id: String,
+    /// The state mode it planned with (`single_owner`, `shared_root`).
+    pub state_mode: String,
+    /// The source it published.
+    pub source: crate::model::SourceRef,
 }
 
 /// [`Journal::committed_post_state`] on any connection to a journal.

@@ -136,6 +136,7 @@ fn failed(dest: &Destination, e: &Error) -> DestinationReport {
         error_kind: Some(e.kind()),
         release_activated: None,
         releases_removed: Vec::new(),
+        omitted_unchanged: None,
     }
 }
 

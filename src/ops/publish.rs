@@ -9,7 +9,7 @@ use crate::backend::{self, BundleStore, types};
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{Error, Result};
 use crate::execute::{ExecContext, Progress, execute};
-use crate::hash::{ContentHash, hash_file};
+use crate::hash::ContentHash;
 use crate::journal::{Journal, JournalView};
 use crate::model::{Decision, Owner};
 use crate::plan::Overrides;
@@ -19,6 +19,7 @@ use crate::plan::{DestinationPlan, PlanInput, Republication, Storage, plan_desti
 use crate::progress::{Bytes, Ticker};
 use crate::report::{DestinationReport, Report, Status, Summary};
 use crate::source::Source;
+use crate::source::hash_source;
 use crate::state::{RecordedOutput, StateFile};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -185,6 +186,7 @@ fn failed_report(
         error_kind: None,
         release_activated: None,
         releases_removed: Vec::new(),
+        omitted_unchanged: None,
     }
 }
 
@@ -743,8 +745,19 @@ fn read_destination<'m>(
     let unlocked = Unlocked::open(dest, &bundle)?;
     let mut memo = StateMemo::new(source);
     let key = bundle.to_string_lossy().into_owned();
-    let mut state = match unlocked.unsafe_reason {
-        None => {
+    // The state file this journal committed for this very source, still as written: a
+    // republication that needs no read of it.
+    let committed = match (&unlocked.unsafe_reason, unlocked.store.as_deref()) {
+        (None, Some(store)) if Republication::may_be(dest) => match store.state_file_id()? {
+            Some(file) => journal
+                .republishable_state(&key, &file)?
+                .and_then(|c| Republication::committed(&config.pipeline_id, dest, source, &c)),
+            None => None,
+        },
+        _ => None,
+    };
+    let mut state = match (&unlocked.unsafe_reason, &committed) {
+        (None, None) => {
             let state = memo.read_vouched(&unlocked.view(), |sha| {
                 journal.committed_post_state(&key, sha)
             })?;
@@ -752,11 +765,12 @@ fn read_destination<'m>(
             memo.just_read = false;
             Some(state)
         }
-        Some(_) => None,
+        _ => None,
     };
     let outputs = &source.manifest.outputs;
-    let republication =
-        (state.as_deref()).and_then(|s| Republication::of(&config.pipeline_id, dest, source, s));
+    let republication = committed.or_else(|| {
+        (state.as_deref()).and_then(|s| Republication::of(&config.pipeline_id, dest, source, s))
+    });
     let (Some(republication), Some(store)) = (republication, unlocked.store.as_deref()) else {
         let mut fingerprints = types::Fingerprints::default();
         if let Some(state) = &state {
@@ -866,8 +880,10 @@ fn publish_one(
             let (files, bytes) = (plan.writes()).fold((0, 0), |(n, b), f| (n + 1, b + f.size));
             progress.start("files hashed", Some(files), Bytes::Of(bytes));
         }
+        // Read the way a real run's staging reads them (`execute::stage`).
+        let dirs = source.dirs(plan.writes().map(|f| f.path.as_str()))?;
         for f in plan.writes() {
-            let (size, sha) = hash_file(&source.file(&f.path))?;
+            let (size, sha) = hash_source(&dirs.file(&f.path))?;
             progress.bytes(size);
             progress.done(1);
             if size != f.size || sha != f.sha256 {

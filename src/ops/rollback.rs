@@ -153,6 +153,7 @@ fn failed(dest: &Destination) -> DestinationReport {
         error_kind: None,
         release_activated: None,
         releases_removed: Vec::new(),
+        omitted_unchanged: None,
     }
 }
 

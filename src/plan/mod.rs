@@ -13,7 +13,7 @@ pub mod saved;
 
 pub use planner::{PlanInput, plan_destination};
 pub use takeover::takeover_permitted;
-pub use unchanged::Republication;
+pub use unchanged::{Republication, records_exactly};
 
 pub use crate::backend::types::{Entry, Hold, Replaced, Storage};
 

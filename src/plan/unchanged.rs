@@ -17,9 +17,10 @@
 use super::planner::unchanged_reason;
 use super::{DestinationPlan, Entry, LinkAction, Previous, Replaced, Storage};
 use crate::config::Destination;
+use crate::journal::CommittedSource;
 use crate::model::{Backend, Decision, FileOp, Owner, StateMode};
 use crate::source::{LinkEntry, OutputEntry, Source, relative_link_target};
-use crate::state::{OwnerRecord, StateFile};
+use crate::state::{OwnerRecord, State, StateFile};
 use std::cmp::Ordering;
 use std::path::Path;
 use std::sync::Arc;
@@ -29,9 +30,9 @@ use std::sync::Arc;
 pub struct Republication<'a> {
     destination: &'a Destination,
     source: &'a Source,
-    /// The owner's record in the state (a copy: the state's records are not needed past
-    /// [`Republication::of`], and a publication of a million files drops them).
-    previous: OwnerRecord,
+    /// The owner and the source the state records (the state's records themselves are not
+    /// needed past [`Republication::of`], and a publication of a million files drops them).
+    previous: Previous,
 }
 
 impl<'a> Republication<'a> {
@@ -48,7 +49,7 @@ impl<'a> Republication<'a> {
         state: &StateFile,
     ) -> Option<Republication<'a>> {
         let d = destination;
-        if d.backend != Backend::Local || d.releases.is_some() {
+        if !Republication::may_be(d) {
             return None;
         }
         let StateFile::Valid(state) = state else {
@@ -58,35 +59,54 @@ impl<'a> Republication<'a> {
             return None;
         }
         let me = Owner::new(pipeline_id, d.id.clone());
-        let previous = match d.state_mode {
-            StateMode::SingleOwner => state.owners.first(),
-            StateMode::SharedRoot => state.owner(&me),
-        }?;
-        if previous.owner != me || previous.source != source.source_ref() {
-            return None;
-        }
-        let m = &source.manifest;
-        let outputs = records_match(
-            &m.outputs,
-            &state.outputs,
-            |o| &o.path,
-            |r| (&r.path, &*r.owner),
-            &me,
-            |o, r| o.size == r.size && o.sha256 == r.sha256,
-        );
-        let links = records_match(
-            &m.links,
-            &state.links,
-            |l| &l.path,
-            |r| (&r.path, &*r.owner),
-            &me,
-            |l, r| l.target == r.target,
-        );
-        (outputs && links).then(|| Republication {
+        let previous = records_exactly(state, &me, source)?;
+        Some(Republication {
             destination,
             source,
-            previous: previous.clone(),
+            previous: Previous {
+                owner: previous.owner.clone(),
+                source: previous.source.clone(),
+            },
         })
+    }
+
+    /// A republication without the state file read: `committed` is what the journal says
+    /// of the state file standing there now (its identity is the one taken when it was
+    /// committed, [`crate::journal::Journal::republishable_state`]): the post-state of a
+    /// publication by this owner, in this state mode, of this very source, which recorded
+    /// that owner with exactly the manifest's outputs and links ([`records_exactly`] held
+    /// at the commit). `None` otherwise, and where [`Republication::of`] says `None`.
+    pub fn committed(
+        pipeline_id: &str,
+        destination: &'a Destination,
+        source: &'a Source,
+        committed: &CommittedSource,
+    ) -> Option<Republication<'a>> {
+        let d = destination;
+        let m = &source.manifest;
+        let sorted = m.outputs.is_sorted_by(|a, b| a.path < b.path)
+            && m.links.is_sorted_by(|a, b| a.path < b.path);
+        let source_ref = source.source_ref();
+        let same = Republication::may_be(d)
+            && sorted
+            && committed.pipeline_id == pipeline_id
+            && committed.destination_id == d.id.as_str()
+            && committed.state_mode == d.state_mode.to_string()
+            && committed.source == source_ref;
+        same.then(|| Republication {
+            destination,
+            source,
+            previous: Previous {
+                owner: Owner::new(pipeline_id, d.id.clone()),
+                source: source_ref,
+            },
+        })
+    }
+
+    /// Whether a republication to `d` can be decided this way at all: a local bundle path
+    /// that is not a releases destination.
+    pub fn may_be(d: &Destination) -> bool {
+        d.backend == Backend::Local && d.releases.is_none()
     }
 
     /// The source published again.
@@ -132,10 +152,7 @@ impl<'a> Republication<'a> {
             state_mode: d.state_mode,
             takeover_mode: d.takeover,
             decision: Decision::Unchanged,
-            previous: Some(Previous {
-                owner: self.previous.owner,
-                source: self.previous.source,
-            }),
+            previous: Some(self.previous),
             takeovers: Vec::new(),
             conflicts: Vec::new(),
             files: Vec::new(),
@@ -152,6 +169,42 @@ impl<'a> Republication<'a> {
             new_state: None,
         }
     }
+}
+
+/// The record of `me` in `state` when it holds `source` (same id, creation time and
+/// digest) and the records of `me` are exactly the manifest's outputs (same size and
+/// sha256) and links (same target): what a republication of `source` can take as
+/// `unchanged` once storage holds them. Manifest and state must both be sorted by path.
+pub fn records_exactly<'s>(
+    state: &'s State,
+    me: &Owner,
+    source: &Source,
+) -> Option<&'s OwnerRecord> {
+    let previous = match state.mode {
+        StateMode::SingleOwner => state.owners.first(),
+        StateMode::SharedRoot => state.owner(me),
+    }?;
+    if previous.owner != *me || previous.source != source.source_ref() {
+        return None;
+    }
+    let m = &source.manifest;
+    let outputs = records_match(
+        &m.outputs,
+        &state.outputs,
+        |o| &o.path,
+        |r| (&r.path, &*r.owner),
+        me,
+        |o, r| o.size == r.size && o.sha256 == r.sha256,
+    );
+    let links = records_match(
+        &m.links,
+        &state.links,
+        |l| &l.path,
+        |r| (&r.path, &*r.owner),
+        me,
+        |l, r| l.target == r.target,
+    );
+    (outputs && links).then_some(previous)
 }
 
 /// Every directory on the way to `path` is one in `storage`.

@@ -3,10 +3,10 @@
 //! Symlinks to regular files inside DIR become links; any other symlink, and any special
 //! file, is an error, and then no manifest is written.
 
+use super::hash_file;
 use super::{LinkEntry, MANIFEST_FILE, Manifest, OutputEntry};
 use crate::error::{Error, IoContext, Result};
 use crate::globs::PathGlobs;
-use crate::hash::hash_file;
 use crate::model::{is_valid_source_id, parse_time};
 use crate::progress::{Bytes, Ticker};
 use std::path::{Path, PathBuf};

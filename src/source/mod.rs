@@ -6,8 +6,11 @@
 
 mod generate;
 
+mod open;
+
 pub use crate::paths::{ancestors, check_path_set, check_safe_path, relative_link_target};
 pub use generate::{write_manifest, write_manifest_excluding};
+pub use open::{hash_file, hash_source, open_source, open_source_sized};
 
 use crate::error::{Error, Result};
 use crate::fs::tree::Tree;
@@ -287,7 +290,7 @@ impl Source {
     /// operator checking a bundle learns about bad content before publishing it.
     pub fn verify_content(&self) -> Result<()> {
         for o in &self.manifest.outputs {
-            let (size, sha) = crate::hash::hash_file(&self.file(&o.path))?;
+            let (size, sha) = hash_file(&self.file(&o.path))?;
             if size != o.size || sha != o.sha256 {
                 return Err(content_mismatch(&o.path, size, &sha, o.size, &o.sha256));
             }
@@ -307,6 +310,96 @@ impl Source {
     /// Path of an output inside the bundle directory.
     pub fn file(&self, rel: &str) -> PathBuf {
         self.dir.join(rel)
+    }
+
+    /// The directories holding `paths` (bundle-relative output paths), each opened once
+    /// from the bundle directory down without following a symlink, so that each file is
+    /// then opened by its name in its directory's handle ([`SourceDirs::file`]) rather
+    /// than by a full path the kernel walks again for every file.
+    pub fn dirs<'p>(&'p self, paths: impl IntoIterator<Item = &'p str>) -> Result<SourceDirs<'p>> {
+        let mut tree =
+            Tree::open(&self.dir).map_err(|e| Error::io("open directory", &self.dir, e))?;
+        for d in crate::paths::ancestors(paths) {
+            // A directory that is missing or no longer a real one is not opened: its
+            // files are refused when they are opened (`SourceFile::open`).
+            tree.open_dir(d)
+                .map_err(|e| Error::io("open directory", self.dir.join(d), e))?;
+        }
+        Ok(SourceDirs {
+            tree,
+            dir: &self.dir,
+        })
+    }
+}
+
+/// Handles of a source bundle's directories ([`Source::dirs`]).
+pub struct SourceDirs<'p> {
+    tree: Tree<'p>,
+    dir: &'p Path,
+}
+
+impl<'p> SourceDirs<'p> {
+    /// The output `rel`, to be opened in its directory's handle.
+    pub fn file<'a>(&'a self, rel: &'a str) -> SourceFile<'a> {
+        SourceFile {
+            dirs: Some(&self.tree),
+            rel,
+            path: self.dir.join(rel),
+        }
+    }
+}
+
+/// One output of a source bundle, to read: opened in its directory's handle when it
+/// comes from [`SourceDirs::file`], else by its path.
+pub struct SourceFile<'a> {
+    dirs: Option<&'a Tree<'a>>,
+    rel: &'a str,
+    path: PathBuf,
+}
+
+impl<'a> SourceFile<'a> {
+    /// An output opened by its full path (its directories are the producer's; the last
+    /// segment is never followed).
+    pub fn at_path(path: PathBuf) -> SourceFile<'static> {
+        SourceFile {
+            dirs: None,
+            rel: "",
+            path,
+        }
+    }
+
+    /// Its path, for messages (and for storage that opens sources by path).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens it for reading without blocking and checks that it is a regular file (SPEC
+    /// §13): a FIFO, device, symlink or anything else swapped in after the source was
+    /// checked is an invalid source, and so is a file whose directory is no longer a real
+    /// directory of the bundle (it is never looked up through a symlink). Returns the
+    /// file and the size `fstat` gave it when opened.
+    pub fn open(&self) -> Result<(std::fs::File, u64)> {
+        let Some(tree) = self.dirs else {
+            return open_source_sized(&self.path);
+        };
+        match tree.open_file_stat(self.rel) {
+            Ok(opened) => Ok(opened),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::InvalidInput || crate::fs::is_redirect(&e) =>
+            {
+                Err(Error::Source(format!(
+                    "{}: {e}; a bundle holds regular files only",
+                    self.path.display()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !tree.has_parent(self.rel) => {
+                Err(Error::Source(format!(
+                    "{}: its directory is missing or is not a real directory (a symlink?) any more; a bundle holds regular files in real directories only",
+                    self.path.display()
+                )))
+            }
+            Err(e) => Err(Error::io("open", &self.path, e)),
+        }
     }
 }
 

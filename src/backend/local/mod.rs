@@ -15,7 +15,7 @@ pub mod records;
 pub use crate::backend::types::{
     Fingerprint, Fingerprints, Placed, Proof, StagingEntry, StateBytes,
 };
-pub use bundle::{Bundle, TMP_PREFIX, bundle_unsafe, open_source};
+pub use bundle::{Bundle, TMP_PREFIX, bundle_unsafe};
 
 use crate::backend::{Backend, BundleStore, Committed};
 use crate::hash::ContentHash;
@@ -81,6 +81,9 @@ impl BundleStore for Bundle {
     fn state_sha256(&self) -> Result<Option<ContentHash>> {
         Bundle::state_sha256(self)
     }
+    fn state_file_id(&self) -> Result<Option<crate::backend::StateFileId>> {
+        Bundle::state_file_id(self)
+    }
     fn probe<'a>(
         &self,
         paths: &[(&'a str, Option<Proof<'a>>)],
@@ -122,6 +125,17 @@ impl BundleStore for Bundle {
         op: &StagedOperation,
         i: usize,
         source: &Path,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, crate::hash::ContentHash)> {
+        let source = crate::source::SourceFile::at_path(source.to_path_buf());
+        Bundle::stage(self, op, i, &source, buf, on_bytes)
+    }
+    fn stage_source(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        source: &crate::source::SourceFile<'_>,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, crate::hash::ContentHash)> {

@@ -1218,6 +1218,18 @@ impl BundleStore for ReleaseStore {
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, crate::hash::ContentHash)> {
+        let source = crate::source::SourceFile::at_path(source.to_path_buf());
+        self.root()?.stage(op, i, &source, buf, on_bytes)
+    }
+
+    fn stage_source(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        source: &crate::source::SourceFile<'_>,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, crate::hash::ContentHash)> {
         self.root()?.stage(op, i, source, buf, on_bytes)
     }
 

@@ -570,7 +570,7 @@ impl S3Store {
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, ContentHash, Option<String>)> {
-        let mut file = crate::backend::local::open_source(source)?;
+        let mut file = crate::source::open_source(source)?;
         let read_err = |e: std::io::Error| Error::io("read", source, e);
         let mut hasher = Sha256::new();
         let mut size = 0u64;

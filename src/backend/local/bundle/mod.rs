@@ -18,14 +18,13 @@ mod record;
 mod steps;
 mod undo;
 
-pub use steps::{fingerprint, open_source};
+pub use steps::fingerprint;
 
 use super::holder::Holder;
 use super::records::{self, RECORD_DIR, RecordError};
 use super::{Fingerprint, LEGACY_STAGING_DIR, LOCK_FILE, STAGING_DIR};
-use crate::backend::Committed;
-use crate::backend::types::Replaced;
-use crate::backend::types::{StagingEntry, StateBytes};
+use crate::backend::types::{Replaced, StagingEntry, StateBytes};
+use crate::backend::{Committed, StateFileId};
 use crate::error::{Error, IoContext, Result};
 use crate::failpoint;
 use crate::fs::{Dir, Identity, is_redirect, split, type_name};
@@ -34,7 +33,7 @@ use crate::record::{
     ActionKind, NEW, OLD, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE, StagedAction,
     StagedOperation, StagingLayout,
 };
-use crate::source::relative_link_target;
+use crate::source::{SourceFile, relative_link_target};
 use crate::state::{STATE_FILE, StateFile};
 use rustix::fs::FileType;
 use sha2::{Digest, Sha256};
@@ -575,6 +574,19 @@ impl Bundle {
         Ok((read <= limit).then_some(sha))
     }
 
+    /// The identity of `.distributor.json` (one `lstat` in the bundle directory's handle),
+    /// when it is a regular file distributor believes (SPEC §17: its uid, mode 0600, one
+    /// link).
+    pub fn state_file_id(&self) -> Result<Option<StateFileId>> {
+        let path = self.path.join(STATE_FILE);
+        Ok(match self.dir.stat_opt(STATE_FILE).ctx("stat", &path)? {
+            Some(st) if records::check(&st, records::Kind::File, &path).is_ok() => {
+                Some(state_file_id(&st))
+            }
+            _ => None,
+        })
+    }
+
     /// `.distributor.json` opened for reading, with its size and the size limit; or what
     /// stands there instead (nothing, or why it cannot be state). Whether distributor
     /// believes it (SPEC §17: its uid, mode 0600, one link, on the descriptor opened) is
@@ -1023,4 +1035,17 @@ pub fn list_tree(
         }
     }
     Ok(())
+}
+
+/// The [`StateFileId`] `st` describes.
+// The field types of `stat` differ between targets.
+#[allow(clippy::unnecessary_cast)]
+pub(crate) fn state_file_id(st: &rustix::fs::Stat) -> StateFileId {
+    StateFileId {
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
+        size: st.st_size as u64,
+        mtime_ns: st.st_mtime as i64 * 1_000_000_000 + st.st_mtime_nsec as i64,
+        ctime_ns: st.st_ctime as i64 * 1_000_000_000 + st.st_ctime_nsec as i64,
+    }
 }

@@ -11,12 +11,13 @@ const DIR_FSYNC_MAX: usize = 8;
 impl Bundle {
     /// Stages the file written by action `i`: copies `source` into `new/`, hashing the
     /// bytes as they are copied (every byte written is a byte hashed, from the same
-    /// buffer). The source is opened without blocking and must be a regular file.
+    /// buffer). The source is opened without blocking and must be a regular file; it is
+    /// opened in its directory's handle when `source` holds one ([`SourceFile`]).
     pub fn stage(
         &self,
         op: &StagedOperation,
         i: usize,
-        source: &Path,
+        source: &SourceFile<'_>,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, crate::hash::ContentHash)> {
@@ -27,7 +28,7 @@ impl Bundle {
             op.staged_new(i)
         ));
         let bucket = self.sub(&dir_rel)?;
-        let mut input = open_source(source)?;
+        let (mut input, opened_size) = source.open()?;
         let dst = self.path.join(&dir_rel).join(&name);
         // Published content is exactly 0644, never a record's mode (SPEC §17).
         let mut output = bucket
@@ -35,18 +36,17 @@ impl Bundle {
             .ctx("create", &dst)?;
         records::set_mode(&output, records::CONTENT_FILE_MODE).ctx("chmod", &dst)?;
         let mut h = Sha256::new();
-        let mut size = 0u64;
-        loop {
-            let n = input.read(buf).ctx("read", source)?;
-            if n == 0 {
-                break;
-            }
-            h.update(&buf[..n]);
-            failpoint::io("io_stage_write").ctx("write", &dst)?;
-            output.write_all(&buf[..n]).ctx("write", &dst)?;
-            size += n as u64;
-            on_bytes(n as u64);
-        }
+        let size = crate::hash::read_to_end_of(&mut input, opened_size, buf, |chunk| {
+            h.update(chunk);
+            failpoint::io("io_stage_write")?;
+            output.write_all(chunk)?;
+            on_bytes(chunk.len() as u64);
+            Ok(())
+        })
+        .map_err(|e| match e {
+            crate::hash::ReadOrSink::Read(e) => Error::io("read", source.path(), e),
+            crate::hash::ReadOrSink::Sink(e) => Error::io("write", &dst, e),
+        })?;
         Ok((size, crate::hash::ContentHash::from(h)))
     }
 
@@ -238,7 +238,12 @@ impl Bundle {
             .rename_over(STATE_TMP_FILE, &self.dir, STATE_FILE)
             .ctx("rename state into place", &dst)?;
         self.dir.sync().ctx("fsync", &self.path)?;
-        Ok(Committed::passed())
+        // Taken after the rename (which sets the ctime): the identity under which the
+        // journal may vouch for these bytes (`BundleStore::state_file_id`).
+        let st = rustix::fs::fstat(&f)
+            .map_err(std::io::Error::from)
+            .ctx("stat", &dst)?;
+        Ok(Committed::passed_writing(super::state_file_id(&st)))
     }
 
     /// Copies operation `op`'s post-state from its staging record into `out` (`out_path`
@@ -311,21 +316,6 @@ impl Bundle {
             }
         }
         Ok(())
-    }
-}
-
-/// Opens a source file for reading without blocking; a FIFO, device or anything but a
-/// regular file (swapped in after the source was checked) is an invalid source.
-pub fn open_source(path: &Path) -> Result<File> {
-    match crate::fs::open_file_path(path) {
-        Ok((f, _)) => Ok(f),
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput || is_redirect(&e) => {
-            Err(Error::Source(format!(
-                "{}: {e}; a bundle holds regular files only",
-                path.display()
-            )))
-        }
-        Err(e) => Err(Error::io("open", path, e)),
     }
 }
 
