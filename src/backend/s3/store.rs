@@ -50,8 +50,17 @@ const LEGACY_STAGING: &str = crate::backend::local::LEGACY_STAGING_DIR;
 const DECISION: &str = "decision";
 /// Where a state object that a roll-forward overwrote is kept (SPEC §17), never deleted.
 const REPLACED: &str = ".distributor/replaced";
-/// Files up to this size go in one PUT; larger ones multipart, in parts of this size.
+/// The part size of a multipart upload (and, on Azure, of a copy through this host
+/// past one PUT).
 const PART: usize = 8 * 1024 * 1024;
+/// Files up to this size go in one PUT; larger ones multipart. Measured on SeaweedFS and
+/// moto (docs/performance.md): up to here a single PUT is as fast or faster than parts,
+/// and costs 1 request instead of `size / PART + 5`.
+const SINGLE_PUT: u64 = 64 * 1024 * 1024;
+/// The bytes all single PUTs over [`PART`] may hold in memory at once (a single PUT is
+/// read whole, hashed, then sent): four at the largest, what eight multipart uploads
+/// with their parts in flight hold.
+const SINGLE_PUT_BUDGET: u64 = 256 * 1024 * 1024;
 /// Parts of one file sent at once.
 const PARTS_IN_FLIGHT: usize = 4;
 /// The part size of a copy past the single-copy limit.
@@ -69,6 +78,48 @@ fn single_copy_limit() -> u64 {
         return n;
     }
     AWS
+}
+
+/// The largest file sent in one PUT: [`SINGLE_PUT`]. Test builds may change it
+/// (`DISTRIBUTOR_S3_SINGLE_PUT_LIMIT`, bytes), so multipart uploads run on small files
+/// and the threshold can be measured.
+fn single_put_limit() -> u64 {
+    if cfg!(feature = "failpoints")
+        && let Some(n) = std::env::var("DISTRIBUTOR_S3_SINGLE_PUT_LIMIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    SINGLE_PUT
+}
+
+/// A share of [`SINGLE_PUT_BUDGET`], held while a large single PUT's bytes are in
+/// memory; returned when dropped.
+struct Held(u64);
+
+static BUDGET: (Mutex<u64>, std::sync::Condvar) = (Mutex::new(0), std::sync::Condvar::new());
+
+impl Held {
+    /// Waits until `bytes` (at most the whole budget) fit beside what others hold.
+    fn take(bytes: u64) -> Held {
+        let bytes = bytes.min(SINGLE_PUT_BUDGET);
+        let (used, freed) = &BUDGET;
+        let mut used = lock(used);
+        while *used + bytes > SINGLE_PUT_BUDGET {
+            used = freed.wait(used).unwrap_or_else(|e| e.into_inner());
+        }
+        *used += bytes;
+        Held(bytes)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let (used, freed) = &BUDGET;
+        *lock(used) -= self.0;
+        freed.notify_all();
+    }
 }
 
 /// What finishing a commit left ([`S3Store::finish_commit`]): the state object's sha256
@@ -655,7 +706,9 @@ impl S3Store {
         let mut hasher = Sha256::new();
         let mut size = 0u64;
         let key = self.key(rel)?;
-        if want.0 <= PART as u64 {
+        if want.0 <= single_put_limit() {
+            // Large ones wait for their share of memory.
+            let _held = (want.0 > PART as u64).then(|| Held::take(want.0 + 1));
             // One byte more than expected is enough to tell a file that grew.
             let mut data = Vec::with_capacity(want.0 as usize);
             read_hashing(
