@@ -1,26 +1,35 @@
 #!/usr/bin/env python3
 """Side-by-side benchmark of s3 destinations: `distributor publish` to `backend: s3`
-against `aws s3 sync` and `rclone copy`, all against the same local moto_server in one
-run. Run through benches/s3.sh, which installs the tools and builds the release binary.
+against `aws s3 sync` and `rclone copy`, all against the same local S3 server in one
+run: moto_server (`--server moto`, the default) or SeaweedFS (`--server seaweedfs`,
+`weed mini`). Run through benches/s3.sh, which installs the tools and builds the release
+binary.
 
-One moto_server serves the whole run (127.0.0.1, a free port). Its state is reset
+One server serves the whole run (127.0.0.1, free ports). moto's state is reset
 (`POST /moto-api/reset`, untimed) before each run that starts from an empty store, and
 every tool gets a fresh bucket per run, so no run lists or writes another's objects.
 Every scenario runs each tool several times, alternating the tools (the order rotates
 each round), and reports medians.
 
-Requests are counted from moto's access log: Werkzeug logs one line per request, with
-its method and path, before the response goes out. Each run's requests are the lines
-between the log's size before the run and after it (once it stopped growing). They are
-reported per file of the bundle, split into PUT, GET, HEAD, POST, DELETE and LIST (a GET
-on the bucket itself); "content PUTs" are PUTs of keys that are not distributor's own
-(`.distributor*`): uploads, upload parts, and server-side copies (a copy is a PUT with
-`x-amz-copy-source`, which the log does not show). DeleteObjects is a POST (`?delete`).
+Requests are counted, split into PUT, GET, HEAD, POST, DELETE and LIST (a GET on the
+bucket itself), and reported per file of the bundle; "content PUTs" are PUTs of keys that
+are not distributor's own (`.distributor*`): uploads, upload parts, and server-side copies
+(a copy is a PUT with `x-amz-copy-source`, which the logs do not show). DeleteObjects is a
+POST (`?delete`).
+  moto      from its access log: Werkzeug logs one line per request, with its method and
+            path, before the response goes out. Each run's requests are the lines between
+            the log's size before the run and after it (once it stopped growing), for
+            every timed run.
+  seaweedfs SeaweedFS logs no line per request, so after the timed rounds every tool
+            runs the scenario once more through tests/fixtures/s3_ignoring_proxy.py
+            (`--keep-conditions`: it forwards every request unchanged and logs it), untimed.
+            The counts of a scenario are the same in every round (see --raw of a moto run).
 
 moto is a Python server on the same 2 cores: it dominates every time below, so seconds
-are much longer than against a real store. The ratios still compare the three clients'
+are much longer than against a real store. SeaweedFS is a Go server that users run in
+production, closer to a real store's costs. The ratios compare the three clients'
 request patterns and their own overhead on the same server; the CPU time of each tool
-and of moto per run is in --raw.
+and of the server per run is in --raw.
 
 What each tool checks to skip a file that is already there:
   distributor   the state object and one listing of the prefix: a recorded output is
@@ -113,6 +122,10 @@ def changed_copy(src, dst, fraction):
 
 class Moto:
     """One moto_server for the whole run, and its access log."""
+
+    name = "moto"
+    # Every run's requests are in the server's own log.
+    logs_requests = True
 
     def __init__(self, binary, work, env):
         with socket.socket() as s:
@@ -207,6 +220,150 @@ class Moto:
         self.log_file.close()
 
 
+def free_ports(n):
+    """n distinct free loopback ports (held together, released before use)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def count_lines(text, counts):
+    """Adds the requests of log lines `METHOD TARGET ...` (the recording proxy's) to counts."""
+    for line in text.splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) < 2 or parts[0] not in ("GET", "PUT", "HEAD", "POST", "DELETE"):
+            continue
+        method, target = parts[0], parts[1]
+        path, _, _ = target.partition("?")
+        key = path.lstrip("/").partition("/")[2]
+        if method == "GET" and not key:
+            method = "LIST"
+        counts[method] += 1
+        counts["total"] += 1
+        if method == "PUT" and key and not key.startswith(f"{PREFIX}/.distributor"):
+            counts["content_put"] += 1
+
+
+class SeaweedFS:
+    """One `weed mini` (SeaweedFS 4.x: master, volume server, filer and S3 gateway in one
+    process) for the whole run, on free loopback ports, its data under the work
+    directory; and a recording proxy in front of it for the counted runs."""
+
+    name = "seaweedfs"
+    logs_requests = False
+
+    def __init__(self, binary, work, env):
+        ports = free_ports(10)
+        self.port = ports[0]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.dir = os.path.join(work, "seaweedfs")
+        os.makedirs(os.path.join(self.dir, "data"))
+        config = os.path.join(self.dir, "s3.json")
+        with open(config, "w") as f:
+            # One identity with the benchmark's credentials, and `anonymous` for the
+            # bucket creation below (unsigned requests).
+            json.dump({"identities": [
+                {"name": "bench", "credentials": [{"accessKey": "test", "secretKey": "test"}],
+                 "actions": ["Admin", "Read", "Write", "List", "Tagging"]},
+                {"name": "anonymous", "actions": ["Admin", "Read", "Write", "List", "Tagging"]},
+            ]}, f)
+        names = ["s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port",
+                 "volume.port.grpc", "filer.port", "filer.port.grpc", "admin.port",
+                 "admin.port.grpc"]
+        args = [binary, "mini", f"-dir={self.dir}/data", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
+        args += [f"-{n}={p}" for n, p in zip(names, ports)]
+        args += [f"-s3.config={config}", f"-filer.localSocket={self.dir}/filer.sock",
+                 f"-s3.localSocket={self.dir}/s3.sock", "-s3.port.iceberg=0",
+                 "-s3.port.lance=0", "-webdav=false", "-admin.ui=false",
+                 "-master.telemetry=false", "-volume.max=1000"]
+        self.log_path = os.path.join(work, "seaweedfs.log")
+        self.log_file = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log_file,
+                                     stderr=self.log_file, cwd=self.dir,
+                                     env=dict(env, TMPDIR=self.dir))
+        self.proxy = None
+        started = time.monotonic()
+        while True:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"weed exited {self.proc.returncode}; see {self.log_path}")
+            try:
+                if (self.request("PUT", "/bench-ready") in (200, 409)
+                        and self.request("PUT", "/bench-ready/ready", b"ready") == 200):
+                    break
+            except OSError:
+                pass
+            if time.monotonic() - started > 60:
+                self.stop()
+                raise SystemExit(f"SeaweedFS did not answer within 60 s; see {self.log_path}")
+            time.sleep(0.2)
+        self.proxy_log = os.path.join(work, "proxy.log")
+        open(self.proxy_log, "w").close()
+        here = os.path.dirname(os.path.abspath(__file__))
+        fixture = os.path.join(here, "..", "tests", "fixtures", "s3_ignoring_proxy.py")
+        self.proxy = subprocess.Popen([sys.executable, fixture, self.endpoint, self.proxy_log,
+                                       "--keep-conditions"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        line = self.proxy.stdout.readline().decode().strip()
+        if not line.isdigit():
+            raise SystemExit(f"the recording proxy did not print its port (got {line!r})")
+        self.counting_endpoint = f"http://127.0.0.1:{line}"
+
+    def request(self, method, path, body=None):
+        req = urllib.request.Request(self.endpoint + path, method=method, data=body)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(req, timeout=120) as r:
+                r.read()
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    def reset(self):
+        """Nothing: every run has a bucket of its own."""
+
+    def create_bucket(self, name):
+        status = self.request("PUT", f"/{name}")
+        if status != 200:
+            raise SystemExit(f"creating bucket {name} answered {status}")
+
+    def offset(self):
+        return os.path.getsize(self.proxy_log)
+
+    def requests(self, start, end):
+        with open(self.proxy_log, "rb") as f:
+            f.seek(start)
+            text = f.read(end - start).decode(errors="replace")
+        counts = dict.fromkeys(METHODS + ["content_put", "total"], 0)
+        count_lines(text, counts)
+        return counts
+
+    def cpu(self):
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self):
+        for p in (self.proxy, self.proc):
+            if p is None:
+                continue
+            if p is self.proxy:
+                p.stdin.close()
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.log_file.close()
+
+
 # ---------------------------------------------------------------- tools
 
 def clean_env():
@@ -237,7 +394,6 @@ class Bench:
             "aws": dict(base, **creds, AWS_CONFIG_FILE=empty, AWS_SHARED_CREDENTIALS_FILE=empty),
             "rclone": dict(base, RCLONE_CONFIG=empty,
                            RCLONE_CONFIG_MOTO_TYPE="s3", RCLONE_CONFIG_MOTO_PROVIDER="Other",
-                           RCLONE_CONFIG_MOTO_ENDPOINT=moto.endpoint,
                            RCLONE_CONFIG_MOTO_ACCESS_KEY_ID="test",
                            RCLONE_CONFIG_MOTO_SECRET_ACCESS_KEY="test",
                            RCLONE_CONFIG_MOTO_REGION="us-east-1",
@@ -245,21 +401,24 @@ class Bench:
         }
         self.anomalies = []
 
-    def fresh(self, tag, tool):
-        """A run directory and a new bucket for one tool's run."""
+    def fresh(self, tag, tool, counted=False):
+        """A run directory and a new bucket for one tool's run; `counted`: its requests go
+        through the recording proxy (a server that logs none itself)."""
         self.n += 1
         d = os.path.join(self.work, "runs", f"{tag}-{tool}-{self.n}")
         os.makedirs(d)
         bucket = f"bench-{tag}-{tool}-{self.n}"
         self.moto.create_bucket(bucket)
-        return {"dir": d, "bucket": bucket, "config": self.config(d, bucket)}
+        endpoint = self.moto.counting_endpoint if counted else self.moto.endpoint
+        return {"dir": d, "bucket": bucket, "endpoint": endpoint, "counted": counted,
+                "config": self.config(d, bucket, endpoint)}
 
-    def config(self, run, bucket):
+    def config(self, run, bucket, endpoint):
         path = os.path.join(run, "config.yaml")
         with open(path, "w") as f:
             f.write("version: 1\npipeline:\n  id: bench\ndestinations:\n  - id: site\n"
                     f"    backend: s3\n    path: s3://{bucket}/{PREFIX}\n    s3:\n"
-                    f"      endpoint: {self.moto.endpoint}\n      allow_http: true\n")
+                    f"      endpoint: {endpoint}\n      allow_http: true\n")
         return path
 
     def command(self, tool, run, src):
@@ -268,7 +427,7 @@ class Bench:
                     "--journal", os.path.join(run["dir"], "journal.sqlite3")]
         if tool == "aws":
             return [self.aws, "s3", "sync", src, f"s3://{run['bucket']}/{PREFIX}",
-                    "--endpoint-url", self.moto.endpoint, "--only-show-errors",
+                    "--endpoint-url", run["endpoint"], "--only-show-errors",
                     "--exclude", "distributor-manifest.json"]
         return [self.rclone, "copy", src, f"moto:{run['bucket']}/{PREFIX}",
                 "--fast-list", "--checksum", "--exclude", "/distributor-manifest.json"]
@@ -280,8 +439,9 @@ class Bench:
         start_log, start_cpu = self.moto.offset(), self.moto.cpu()
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             t = time.perf_counter()
+            env = dict(self.env[tool], RCLONE_CONFIG_MOTO_ENDPOINT=run["endpoint"])
             p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                 env=self.env[tool])
+                                 env=env)
             _, status, ru = os.wait4(p.pid, 0)
             secs = time.perf_counter() - t
             p.returncode = os.waitstatus_to_exitcode(status)
@@ -289,7 +449,9 @@ class Bench:
             err.seek(0)
             stdout, stderr = out.read(), err.read()
         moto_cpu = self.moto.cpu() - start_cpu
-        counts = self.moto.requests(start_log, self.moto.offset())
+        counts = None
+        if self.moto.logs_requests or run["counted"]:
+            counts = self.moto.requests(start_log, self.moto.offset())
         if p.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} exited {p.returncode}:\n{stderr.decode()}\n{stdout.decode()[:2000]}")
         if tool == "distributor" and expect:
@@ -302,6 +464,8 @@ class Bench:
     def check(self, scenario, tool, r, want_content_puts):
         """Records a run whose PUTs are not what the scenario implies."""
         c = r["requests"]
+        if c is None:
+            return
         lo, hi = want_content_puts
         if not lo <= c["content_put"] <= hi:
             self.anomalies.append(f"{scenario}: {tool} made {c['content_put']} content PUTs "
@@ -330,6 +494,24 @@ def parts(size):
     return max(1, -(-size // (8 << 20)))
 
 
+def shown(r):
+    return "" if r["requests"] is None else f"{r['requests']['total']:6} requests"
+
+
+def counted(b, runs, once):
+    """On a server that logs no requests, `once(tool)` runs each tool one more time
+    through the recording proxy (untimed) and its counts stand for every timed run."""
+    if b.moto.logs_requests:
+        return runs
+    for tool in TOOLS:
+        r = once(tool)
+        log(f"  {tool:12} counted through the proxy: {r['requests']['total']} requests")
+        for t in runs[tool]:
+            t["requests"] = dict(r["requests"])
+            t["requests_from"] = "proxy"
+    return runs
+
+
 def scenario_first(b, key, src, reps, files, size):
     runs = {t: [] for t in TOOLS}
     for _, tool in rounds(reps, TOOLS):
@@ -339,9 +521,14 @@ def scenario_first(b, key, src, reps, files, size):
         r = b.run(tool, run, src, "create")
         b.check(key, tool, r, (files, files * parts(size)))
         runs[tool].append(r)
-        log(f"  {tool:12} {r['seconds']:8.3f} s  {r['requests']['total']:6} requests")
+        log(f"  {tool:12} {r['seconds']:8.3f} s  {shown(r)}")
     b.moto.reset()
-    return runs
+
+    def once(tool):
+        r = b.run(tool, b.fresh(key, tool, counted=True), src, "create")
+        b.check(key, tool, r, (files, files * parts(size)))
+        return r
+    return counted(b, runs, once)
 
 
 def scenario_republish(b, src, reps):
@@ -357,16 +544,21 @@ def scenario_republish(b, src, reps):
         r = b.run(tool, prepared[tool], src, "unchanged")
         b.check("b", tool, r, (0, 0))
         runs[tool].append(r)
-        log(f"  {tool:12} {r['seconds']:8.3f} s  {r['requests']['total']:6} requests")
+        log(f"  {tool:12} {r['seconds']:8.3f} s  {shown(r)}")
     b.moto.reset()
-    return runs
+
+    def once(tool):
+        run = b.fresh("b", tool, counted=True)
+        b.run(tool, run, src, "create")
+        r = b.run(tool, run, src, "unchanged")
+        b.check("b", tool, r, (0, 0))
+        return r
+    return counted(b, runs, once)
 
 
 def scenario_changed(b, a_src, c_src, changed, reps):
-    runs = {t: [] for t in TOOLS}
-    for _, tool in rounds(reps, TOOLS):
-        b.moto.reset()
-        run = b.fresh("c", tool)
+    def one(tool, counted_run):
+        run = b.fresh("c", tool, counted=counted_run)
         b.run(tool, run, a_src, "create")
         # Written after the last publication, as a build that changed them would.
         now = time.time()
@@ -375,10 +567,16 @@ def scenario_changed(b, a_src, c_src, changed, reps):
         settle()
         r = b.run(tool, run, c_src, "replace_older")
         b.check("c", tool, r, (len(changed), 2 * len(changed)))
+        return r
+
+    runs = {t: [] for t in TOOLS}
+    for _, tool in rounds(reps, TOOLS):
+        b.moto.reset()
+        r = one(tool, False)
         runs[tool].append(r)
-        log(f"  {tool:12} {r['seconds']:8.3f} s  {r['requests']['total']:6} requests")
+        log(f"  {tool:12} {r['seconds']:8.3f} s  {shown(r)}")
     b.moto.reset()
-    return runs
+    return counted(b, runs, lambda tool: one(tool, True))
 
 
 def warm_up(b, work):
@@ -443,8 +641,8 @@ def report(rows):
 
 
 def report_requests(rows):
-    """Median requests per run by kind, and CPU seconds of the tool and of moto."""
-    print("| scenario | tool | " + " | ".join(METHODS) + " | content PUTs | total | tool CPU | moto CPU |")
+    """Median requests per run by kind, and CPU seconds of the tool and of the server."""
+    print("| scenario | tool | " + " | ".join(METHODS) + " | content PUTs | total | tool CPU | server CPU |")
     print("|---" * (len(METHODS) + 6) + "|")
     for key, _, runs, _ in rows:
         for t in TOOLS:
@@ -473,7 +671,10 @@ def print_tables(rows, anomalies):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", help="distributor release binary")
-    ap.add_argument("--moto", help="moto_server (moto[server] 5.2.5)")
+    ap.add_argument("--server", choices=["moto", "seaweedfs"], default="moto",
+                    help="the S3 server every tool publishes to (default moto)")
+    ap.add_argument("--moto", help="moto_server (moto[server] 5.2.5), for --server moto")
+    ap.add_argument("--weed", help="weed (SeaweedFS 4.x), for --server seaweedfs")
     ap.add_argument("--aws", help="aws (awscli)")
     ap.add_argument("--rclone", help="rclone")
     ap.add_argument("--work", help="scratch directory (emptied first)")
@@ -490,13 +691,14 @@ def main():
         print_tables([(k, v["label"], v["runs"], v["files"]) for k, v in raw["scenarios"].items()],
                      raw["anomalies"])
         return
-    for name in ("bin", "moto", "aws", "rclone", "work"):
+    server_bin = "moto" if args.server == "moto" else "weed"
+    for name in ("bin", server_bin, "aws", "rclone", "work"):
         if not getattr(args, name):
             ap.error(f"--{name} is required (or --from-raw)")
     s = dict(QUICK if args.quick else FULL)
     if args.reps:
         s["reps"] = args.reps
-    for name in ("bin", "moto", "aws", "rclone"):
+    for name in ("bin", server_bin, "aws", "rclone"):
         if not os.access(getattr(args, name), os.X_OK):
             raise SystemExit(f"--{name} {getattr(args, name)} is not an executable file")
     work = os.path.abspath(args.work)
@@ -504,10 +706,13 @@ def main():
     os.makedirs(os.path.join(work, "bundles"))
     started = time.perf_counter()
     load_start = os.getloadavg()
-    moto = Moto(os.path.abspath(args.moto), work, clean_env())
+    if args.server == "moto":
+        moto = Moto(os.path.abspath(args.moto), work, clean_env())
+    else:
+        moto = SeaweedFS(os.path.abspath(args.weed), work, clean_env())
     try:
         b = Bench(args, work, s, moto)
-        log(f"moto_server on {moto.endpoint}; generating bundles ...")
+        log(f"{moto.name} on {moto.endpoint}; generating bundles ...")
         a_src = os.path.join(work, "bundles", "a")
         write_tree(a_src, s["a_files"], s["a_dirs"], s["a_size"])
         manifest(b, a_src, "bench", T0)
@@ -551,8 +756,9 @@ def main():
           f"at end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     if args.raw:
         with open(args.raw, "w") as f:
-            json.dump({"binaries": {"distributor": b.bin, "aws": b.aws, "rclone": b.rclone,
-                                    "moto_server": os.path.abspath(args.moto)},
+            json.dump({"server": args.server,
+                   "binaries": {"distributor": b.bin, "aws": b.aws, "rclone": b.rclone,
+                                args.server: os.path.abspath(getattr(args, server_bin))},
                        "sizes": s, "load_start": load_start, "load_end": load_end,
                        "anomalies": b.anomalies,
                        "scenarios": {key: {"label": label, "files": files, "runs": runs}

@@ -40,6 +40,7 @@ mod test_s3_harness;
 mod test_s3_hosts;
 mod test_s3_log;
 mod test_s3_refusals;
+mod test_s3_requests;
 mod test_saved_plan;
 mod test_server;
 mod test_server_docs;

@@ -1216,12 +1216,18 @@ pub const S3_ENV_CLEARED: &[&str] = &[
 ///
 /// With [`super::Env::run_env`] nothing else leaks in (it clears the environment); for a
 /// `Command` of your own use [`apply_s3_env`].
+///
+/// It also sets [`SINGLE_PUT_LIMIT`] to 8 MiB (a test build reads it): files over 8 MiB
+/// then go in parts or blocks, so the tests' 9-20 MiB files run the multipart paths; the
+/// default (one PUT up to 64 MiB) is tested where a test removes it.
 pub fn s3_env(server: &S3Server) -> Vec<(&'static str, String)> {
+    let limit = (SINGLE_PUT_LIMIT, (8 * 1024 * 1024).to_string());
     if server.kind == ServerKind::Azurite {
         return vec![
             ("AZURE_STORAGE_ACCOUNT_KEY", server.secret_key.clone()),
             ("NO_PROXY", "127.0.0.1,localhost".to_string()),
             ("no_proxy", "127.0.0.1,localhost".to_string()),
+            limit,
         ];
     }
     vec![
@@ -1230,8 +1236,13 @@ pub fn s3_env(server: &S3Server) -> Vec<(&'static str, String)> {
         ("AWS_REGION", "us-east-1".to_string()),
         ("NO_PROXY", "127.0.0.1,localhost".to_string()),
         ("no_proxy", "127.0.0.1,localhost".to_string()),
+        limit,
     ]
 }
+
+/// The largest file a test build of distributor sends in one PUT, in bytes (release
+/// builds: 64 MiB, fixed).
+pub const SINGLE_PUT_LIMIT: &str = "DISTRIBUTOR_S3_SINGLE_PUT_LIMIT";
 
 /// Removes from `cmd` every variable of [`S3_ENV_CLEARED`] and every `AWS_*` one, whether
 /// it comes from this process or was set on `cmd`, then sets [`s3_env`].

@@ -8,7 +8,7 @@
 //! | `staging_entries` | one listing of `.distributor/staging/`, one of an earlier version's `.distributor-staging/` (still read; its operations are worked on where they are) |
 //! | `begin` | `pre-state.json`, `post-state.json`, then `plan.json` (create-once) under `.distributor/staging/<op>/` |
 //! | `stage` | hash the source file; a replaced key is copied aside to `old/<i>` first; then `PUT` to its final key with `x-amz-checksum-sha256`, `If-None-Match: *` (new) or `If-Match` (replaced); large files multipart, completed only after the whole file's sha256 matched |
-//! | `move_aside` | a deleted key is copied aside to `old/<i>` |
+//! | `move_aside` | nothing: a deleted key is deleted only after the `commit` decision, so no undo ever needs it back |
 //! | `commit_state` | `state.json` (the state with each output's ETag), `decision` = `commit` (create-once), the deletes, then the state object with `If-Match` on the ETag planned against |
 //! | `undo` | `decision` = `abort` (create-once; `commit` there means roll forward instead), restore from `old/`, delete what the operation wrote (checked by content) |
 //! | `clean_up` | finish the deletes and the state object if they are not done, add the operation's entry to the destination log (`.distributor/log/<seq>.json`, create-once: [`log`]), then remove the staging entry, its `decision` last |
@@ -27,7 +27,7 @@ use crate::record::{
 };
 use crate::state::{STATE_FILE, StateFile};
 use bytes::Bytes;
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
 use object_store::path::Path as Key;
 use object_store::{
     Attribute, Attributes, CopyMode, CopyOptions, ObjectStore, ObjectStoreExt, PutMode,
@@ -50,8 +50,17 @@ const LEGACY_STAGING: &str = crate::backend::local::LEGACY_STAGING_DIR;
 const DECISION: &str = "decision";
 /// Where a state object that a roll-forward overwrote is kept (SPEC §17), never deleted.
 const REPLACED: &str = ".distributor/replaced";
-/// Files up to this size go in one PUT; larger ones multipart, in parts of this size.
+/// The part size of a multipart upload (and, on Azure, of a copy through this host
+/// past one PUT).
 const PART: usize = 8 * 1024 * 1024;
+/// Files up to this size go in one PUT; larger ones multipart. Measured on SeaweedFS and
+/// moto (docs/performance.md): up to here a single PUT is as fast or faster than parts,
+/// and costs 1 request instead of `size / PART + 5`.
+const SINGLE_PUT: u64 = 64 * 1024 * 1024;
+/// The bytes all single PUTs over [`PART`] may hold in memory at once (a single PUT is
+/// read whole, hashed, then sent): four at the largest, what eight multipart uploads
+/// with their parts in flight hold.
+const SINGLE_PUT_BUDGET: u64 = 256 * 1024 * 1024;
 /// Parts of one file sent at once.
 const PARTS_IN_FLIGHT: usize = 4;
 /// The part size of a copy past the single-copy limit.
@@ -71,6 +80,48 @@ fn single_copy_limit() -> u64 {
     AWS
 }
 
+/// The largest file sent in one PUT: [`SINGLE_PUT`]. Test builds may change it
+/// (`DISTRIBUTOR_S3_SINGLE_PUT_LIMIT`, bytes), so multipart uploads run on small files
+/// and the threshold can be measured.
+fn single_put_limit() -> u64 {
+    if cfg!(feature = "failpoints")
+        && let Some(n) = std::env::var("DISTRIBUTOR_S3_SINGLE_PUT_LIMIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    SINGLE_PUT
+}
+
+/// A share of [`SINGLE_PUT_BUDGET`], held while a large single PUT's bytes are in
+/// memory; returned when dropped.
+struct Held(u64);
+
+static BUDGET: (Mutex<u64>, std::sync::Condvar) = (Mutex::new(0), std::sync::Condvar::new());
+
+impl Held {
+    /// Waits until `bytes` (at most the whole budget) fit beside what others hold.
+    fn take(bytes: u64) -> Held {
+        let bytes = bytes.min(SINGLE_PUT_BUDGET);
+        let (used, freed) = &BUDGET;
+        let mut used = lock(used);
+        while *used + bytes > SINGLE_PUT_BUDGET {
+            used = freed.wait(used).unwrap_or_else(|e| e.into_inner());
+        }
+        *used += bytes;
+        Held(bytes)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let (used, freed) = &BUDGET;
+        *lock(used) -= self.0;
+        freed.notify_all();
+    }
+}
+
 /// What finishing a commit left ([`S3Store::finish_commit`]): the state object's sha256
 /// and ETag, and the state object it replaced, if any.
 #[derive(Debug)]
@@ -78,6 +129,15 @@ struct Finished {
     state_sha256: String,
     state_etag: Option<String>,
     replaced: Option<ReplacedState>,
+}
+
+/// What this process wrote into its own operation's staging entry ([`S3Store::written`]).
+#[derive(Debug, Default)]
+struct Written {
+    op: String,
+    post: Vec<u8>,
+    /// `state.json`, once the `commit` decision was created by this process.
+    committed: Option<Vec<u8>>,
 }
 
 /// What a listing showed of one key.
@@ -98,6 +158,15 @@ pub struct S3Store {
     listing: Mutex<Option<HashMap<String, Listed>>>,
     /// The state object as last read: its bytes and ETag.
     state: Mutex<Option<(Vec<u8>, Option<String>)>>,
+    /// What [`BundleStore::read_state`] last returned while the lease was held, until
+    /// this store writes the state object: nothing else writes it while the lease is
+    /// held, and the commit is conditional on the ETag read besides. So planning and
+    /// execution read it once.
+    state_read: Mutex<Option<StateBytes>>,
+    /// The staging keys (`.distributor/staging/…`, `.distributor-staging/…`) of the
+    /// prefix's listing `probe` made, for the next `staging_entries` to use instead of
+    /// listing them again; dropped by the first write.
+    staging_seen: Mutex<Option<Vec<String>>>,
     /// What this process wrote: bundle-relative key -> ETag the store returned.
     placed: Mutex<HashMap<String, String>>,
     /// Operations whose staging entry is an earlier version's `.distributor-staging/<op>/`
@@ -107,6 +176,10 @@ pub struct S3Store {
     cursor: crate::backend::LogCursor,
     /// The operation this process committed here (its log entry cannot exist yet).
     committed_here: Mutex<Option<String>>,
+    /// What this process wrote into its own operation's staging, so its own steps need
+    /// not read it back: the operation, its `post-state.json` (from `begin`), and its
+    /// `state.json` once `commit_state` created the `commit` decision.
+    written: Mutex<Option<Written>>,
     /// Set once a log entry's seq was found taken by another operation's: no further
     /// entry is written through this store (SPEC §18).
     log_refused: std::sync::atomic::AtomicBool,
@@ -196,10 +269,13 @@ impl S3Store {
             lease,
             listing: Mutex::new(None),
             state: Mutex::new(None),
+            state_read: Mutex::new(None),
+            staging_seen: Mutex::new(None),
             placed: Mutex::new(HashMap::new()),
             legacy: Mutex::new(BTreeSet::new()),
             cursor,
             committed_here: Mutex::new(None),
+            written: Mutex::new(None),
             log_refused: Default::default(),
         }
     }
@@ -248,6 +324,7 @@ impl S3Store {
 
     /// Writing needs the lease, still live.
     fn writable(&self) -> Result<&Lease> {
+        *lock(&self.staging_seen) = None;
         let lease = self.lease.as_ref().ok_or_else(|| {
             Error::Failed(format!(
                 "{} is opened for reading; writing needs its lock",
@@ -313,6 +390,9 @@ impl S3Store {
 
     fn put(&self, rel: &str, bytes: Vec<u8>, mode: PutMode) -> Result<Option<String>> {
         let key = self.key(rel)?;
+        if rel == STATE_FILE {
+            *lock(&self.state_read) = None;
+        }
         let r = self
             .send(self.client().put_opts(
                 &key,
@@ -465,24 +545,36 @@ impl S3Store {
             .collect())
     }
 
-    /// Deletes keys, several at once.
+    /// Deletes keys in batches: object_store's `delete_stream` sends one `DeleteObjects`
+    /// per 1,000 keys on S3 and one Blob Batch request per 256 on Azure (a single key
+    /// would cost a request of its own). A key already gone counts as deleted.
     fn delete_all(&self, rels: Vec<String>) -> Result<()> {
-        let keys: Vec<(String, Key)> = rels
-            .into_iter()
-            .map(|r| self.key(&r).map(|k| (r, k)))
-            .collect::<Result<_>>()?;
-        let client = self.client();
-        self.send(
-            futures_util::stream::iter(keys.into_iter().map(|(rel, key)| async move {
-                match client.delete(&key).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                    Err(e) => Err(store_error("delete", &self.shown(&rel), e)),
+        if rels.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<Key> = rels.iter().map(|r| self.key(r)).collect::<Result<_>>()?;
+        let mut deleted = self
+            .client()
+            .delete_stream(futures_util::stream::iter(keys.into_iter().map(Ok)).boxed());
+        let done = self.send(async move {
+            while let Some(r) = deleted.next().await {
+                match r {
+                    Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
                 }
-            }))
-            .buffer_unordered(self.backend.concurrency)
-            .try_collect::<Vec<()>>(),
-        )??;
-        Ok(())
+            }
+            Ok(())
+        })?;
+        done.map_err(|e| {
+            let what = match rels.len() {
+                1 => self.shown(&rels[0]),
+                n => format!(
+                    "{} (one of {n} keys deleted together)",
+                    self.shown(&rels[0])
+                ),
+            };
+            store_error("delete", &what, e)
+        })
     }
 
     /// The state as last read, parsed: path -> (sha256, etag).
@@ -504,6 +596,32 @@ impl S3Store {
         Ok(lock(&self.state).clone())
     }
 
+    /// GET the state object: its bytes, kept with its ETag for the commit.
+    fn read_state_object(&self) -> Result<StateBytes> {
+        let limit = crate::limits::state_bytes()?;
+        let got = self.get_at_most(STATE_FILE, limit)?;
+        if let Some(Err((size, etag))) = got {
+            // Refused before its body is read; its ETag is kept for a forced replacement.
+            *lock(&self.state) = Some((Vec::new(), etag));
+            return Ok(StateBytes::Unusable(crate::limits::over(
+                &self.shown(STATE_FILE),
+                size,
+                limit,
+                crate::limits::STATE_VAR,
+            )));
+        }
+        let got = got.map(|g| g.expect("over the limit returned above"));
+        let out = match &got {
+            Some((b, _)) => StateBytes::Bytes(b.to_vec()),
+            None => StateBytes::Absent,
+        };
+        *lock(&self.state) = Some(match got {
+            Some((b, e)) => (b.to_vec(), e),
+            None => (Vec::new(), None),
+        });
+        Ok(out)
+    }
+
     /// The decision record of `op`, if one was created.
     fn decision(&self, op: &str) -> Result<Option<String>> {
         Ok(self
@@ -523,22 +641,35 @@ impl S3Store {
 
     /// Removes an operation's staging entry once it is settled (committed and finished,
     /// or undone): `plan.json` first, so that whatever a crash leaves of the entry is an
-    /// unfinished one, which recovery only removes; the decision last.
+    /// unfinished one, which recovery only removes; then the rest and the decision, in
+    /// one batch.
     fn remove_entry(&self, op: &str) -> Result<()> {
-        let all = self.list_under(&self.staging_of(op))?;
+        let all = self.list_entry(op)?;
+        self.remove_listed_entry(op, all)
+    }
+
+    /// Every key of `op`'s staging entry (one listing).
+    fn list_entry(&self, op: &str) -> Result<Vec<(String, Listed)>> {
+        self.list_under(&self.staging_of(op))
+    }
+
+    /// [`S3Store::remove_entry`] with the entry's keys listed already.
+    fn remove_listed_entry(&self, op: &str, all: Vec<(String, Listed)>) -> Result<()> {
         let plan = self.staging_rel(op, PLAN_FILE);
         let decision = self.staging_rel(op, DECISION);
         if all.iter().any(|(k, _)| *k == plan) {
             self.delete(&plan)?;
         }
         failpoint::hit("undo_before_remove_staging");
-        let rest: Vec<String> = all
+        // Once `plan.json` is gone the entry is unfinished, whatever else is left of it:
+        // the rest and the decision go in one batch.
+        let mut rest: Vec<String> = all
             .into_iter()
             .map(|(k, _)| k)
             .filter(|k| *k != plan && *k != decision)
             .collect();
-        self.delete_all(rest)?;
-        self.delete(&decision)
+        rest.push(decision);
+        self.delete_all(rest)
     }
 
     /// Attributes of an uploaded object: Content-Type and Cache-Control.
@@ -575,7 +706,9 @@ impl S3Store {
         let mut hasher = Sha256::new();
         let mut size = 0u64;
         let key = self.key(rel)?;
-        if want.0 <= PART as u64 {
+        if want.0 <= single_put_limit() {
+            // Large ones wait for their share of memory.
+            let _held = (want.0 > PART as u64).then(|| Held::take(want.0 + 1));
             // One byte more than expected is enough to tell a file that grew.
             let mut data = Vec::with_capacity(want.0 as usize);
             read_hashing(
@@ -719,11 +852,12 @@ impl S3Store {
 
     /// Aborts the multipart uploads `op` recorded and did not finish (a run killed while
     /// uploading): their parts are invisible, but stored.
-    fn abort_uploads(&self, op: &StagedOperation) -> Result<()> {
+    fn abort_uploads(&self, op: &StagedOperation, entry: &[(String, Listed)]) -> Result<()> {
         let id = &op.operation_id;
         let s3 = self.backend.multipart.as_ref();
-        for (k, _) in self.list_under(&format!("{}/uploads", self.staging_of(id)))? {
-            let Some((record, _)) = self.get(&k)? else {
+        let uploads = format!("{}/uploads/", self.staging_of(id));
+        for (k, _) in entry.iter().filter(|(k, _)| k.starts_with(&uploads)) {
+            let Some((record, _)) = self.get(k)? else {
                 continue;
             };
             let record = String::from_utf8_lossy(&record).to_string();
@@ -759,19 +893,22 @@ impl S3Store {
     /// and overwritten, conditionally on the ETag read, and returned.
     fn finish_commit(&self, op: &StagedOperation, replace: bool) -> Result<Finished> {
         let id = &op.operation_id;
-        let Some((final_state, _)) = self.get(&self.staging_rel(id, STATE_TMP_FILE))? else {
-            return Err(Error::Failed(format!(
-                "{}: operation {id} decided commit but its {STATE_TMP_FILE} is missing; inspect {} by hand",
-                self.bundle.display(),
-                self.shown(&self.staging_of(id))
-            )));
-        };
-        let pre = match op.pre_state_sha256 {
-            Some(_) => self
-                .get(&self.staging_rel(id, PRE_STATE_FILE))?
-                .map(|(b, _)| Self::recorded_etags(&b))
-                .unwrap_or_default(),
-            None => HashMap::new(),
+        // `state.json` as this process wrote it when it decided the commit, else read.
+        let known = (lock(&self.written).as_ref())
+            .filter(|w| w.op == *id)
+            .and_then(|w| w.committed.clone());
+        let final_state = match known {
+            Some(bytes) => Bytes::from(bytes),
+            None => match self.get(&self.staging_rel(id, STATE_TMP_FILE))? {
+                Some((bytes, _)) => bytes,
+                None => {
+                    return Err(Error::Failed(format!(
+                        "{}: operation {id} decided commit but its {STATE_TMP_FILE} is missing; inspect {} by hand",
+                        self.bundle.display(),
+                        self.shown(&self.staging_of(id))
+                    )));
+                }
+            },
         };
         let now = self.get(STATE_FILE)?;
         let now_sha = now.as_ref().map(|(b, _)| crate::hash::sha256_hex(b));
@@ -796,6 +933,13 @@ impl S3Store {
             }
         }
         // Deleted keys still holding what the state before recorded.
+        let pre = match op.pre_state_sha256 {
+            Some(_) => self
+                .get(&self.staging_rel(id, PRE_STATE_FILE))?
+                .map(|(b, _)| Self::recorded_etags(&b))
+                .unwrap_or_default(),
+            None => HashMap::new(),
+        };
         let mut gone = Vec::new();
         for a in op
             .actions
@@ -885,27 +1029,15 @@ impl BundleStore for S3Store {
     }
 
     fn read_state(&self) -> Result<StateBytes> {
-        let limit = crate::limits::state_bytes()?;
-        let got = self.get_at_most(STATE_FILE, limit)?;
-        if let Some(Err((size, etag))) = got {
-            // Refused before its body is read; its ETag is kept for a forced replacement.
-            *lock(&self.state) = Some((Vec::new(), etag));
-            return Ok(StateBytes::Unusable(crate::limits::over(
-                &self.shown(STATE_FILE),
-                size,
-                limit,
-                crate::limits::STATE_VAR,
-            )));
+        if self.lease.is_some()
+            && let Some(read) = lock(&self.state_read).clone()
+        {
+            return Ok(read);
         }
-        let got = got.map(|g| g.expect("over the limit returned above"));
-        let out = match &got {
-            Some((b, _)) => StateBytes::Bytes(b.to_vec()),
-            None => StateBytes::Absent,
-        };
-        *lock(&self.state) = Some(match got {
-            Some((b, e)) => (b.to_vec(), e),
-            None => (Vec::new(), None),
-        });
+        let out = self.read_state_object()?;
+        if self.lease.is_some() {
+            *lock(&self.state_read) = Some(out.clone());
+        }
         Ok(out)
     }
 
@@ -915,11 +1047,18 @@ impl BundleStore for S3Store {
         dirs_wanted: &foldhash::HashSet<&str>,
         progress: crate::progress::Ticker<'_>,
     ) -> Result<Storage<'a>> {
-        let listed: HashMap<String, Listed> = self
-            .list_under("")?
-            .into_iter()
-            .filter(|(k, _)| !is_reserved(k))
+        let all = self.list_under("")?;
+        let staging: Vec<String> = (all.iter())
+            .filter(|(k, _)| {
+                [STAGING, LEGACY_STAGING]
+                    .iter()
+                    .any(|root| k.strip_prefix(root).is_some_and(|r| r.starts_with('/')))
+            })
+            .map(|(k, _)| k.clone())
             .collect();
+        *lock(&self.staging_seen) = Some(staging);
+        let listed: HashMap<String, Listed> =
+            all.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
         // Every "directory": each proper prefix of a key.
         let mut dirs: BTreeSet<&str> = BTreeSet::new();
         for k in listed.keys() {
@@ -1061,15 +1200,27 @@ impl BundleStore for S3Store {
         // (SPEC §22: still read), whose operations are then worked on where they are.
         // Object stores have no owners (SPEC §17): an entry there is not judged by the
         // journal that reads it, as §17's upgrade rule does for local destinations.
+        // The keys `probe`'s listing of the whole prefix showed, when nothing was written
+        // since; else one listing per place.
+        let seen = lock(&self.staging_seen).take();
         let mut out = Vec::new();
         let mut legacy = BTreeSet::new();
         for root in [STAGING, LEGACY_STAGING] {
+            let keys = match &seen {
+                Some(keys) => (keys.iter())
+                    .filter(|k| k.strip_prefix(root).is_some_and(|r| r.starts_with('/')))
+                    .cloned()
+                    .collect(),
+                None => (self.list_under(root)?.into_iter())
+                    .map(|(k, _)| k)
+                    .collect::<Vec<_>>(),
+            };
             let mut ops: BTreeMap<String, bool> = BTreeMap::new();
             let name = |n: &str| match root {
                 STAGING => n.to_string(),
                 _ => format!("{root}/{n}"),
             };
-            for (k, _) in self.list_under(root)? {
+            for k in keys {
                 let rest = &k[root.len() + 1..];
                 match rest.split_once('/') {
                     Some((op, file)) => {
@@ -1159,6 +1310,11 @@ impl BundleStore for S3Store {
             op.to_json()?,
             PutMode::Create,
         )?;
+        *lock(&self.written) = Some(Written {
+            op: id.clone(),
+            post: post.to_vec(),
+            committed: None,
+        });
         failpoint::hit("after_staging_record");
         Ok(())
     }
@@ -1211,18 +1367,14 @@ impl BundleStore for S3Store {
     }
 
     fn move_aside(&self, op: &StagedOperation, i: usize) -> Result<()> {
-        let a = &op.actions[i];
-        if a.kind != ActionKind::FileDelete {
-            // An overwrite was copied aside when its new content was uploaded.
-            return Ok(());
-        }
+        // Nothing is copied. An overwrite was copied aside when its new content was
+        // uploaded. A deleted key is deleted only in `commit_state`, after the `commit`
+        // decision exists: an operation that is undone (decision `abort`, created first)
+        // never deleted anything, so a copy of a deleted key would never be read (`undo`
+        // restores only what the operation wrote over).
+        let _ = (op, i);
         self.writable()?;
         failpoint::hit("during_move_aside");
-        if let Some(l) = self.planned(&a.path) {
-            let old = self.old_rel(&op.operation_id, i);
-            let record = self.upload_rel(&op.operation_id, &format!("old-{i}"));
-            self.copy(&a.path, &old, l.size, &record)?;
-        }
         Ok(())
     }
 
@@ -1247,15 +1399,27 @@ impl BundleStore for S3Store {
     fn commit_state(&self, op: &StagedOperation) -> Result<Committed> {
         self.writable()?;
         let id = &op.operation_id;
-        // The staged post-state, which must still be the planned one.
+        // The staged post-state, which must still be the planned one: as this process
+        // wrote it in `begin` (a create-once PUT), else read back (an operation staged by
+        // another run: `promote`).
         let staged = self.staging_rel(id, POST_STATE_FILE);
-        let (post, _) = self.get(&staged)?.ok_or_else(|| {
-            Error::Failed(format!(
-                "{}: {} is gone: the operation stops before its commit point",
-                self.bundle.display(),
-                self.shown(&staged)
-            ))
-        })?;
+        let mine = (lock(&self.written).as_ref())
+            .filter(|w| w.op == *id)
+            .map(|w| w.post.clone());
+        let post = match mine {
+            Some(post) => post,
+            None => self
+                .get(&staged)?
+                .ok_or_else(|| {
+                    Error::Failed(format!(
+                        "{}: {} is gone: the operation stops before its commit point",
+                        self.bundle.display(),
+                        self.shown(&staged)
+                    ))
+                })?
+                .0
+                .to_vec(),
+        };
         if crate::hash::sha256_hex(&post) != op.post_state_sha256 {
             return Err(Error::Failed(format!(
                 "{}: {} was changed after it was staged: the operation stops before its commit point",
@@ -1289,7 +1453,11 @@ impl BundleStore for S3Store {
         self.writable()?;
         // The decision: whoever creates it first decides.
         match self.decide(id, "commit")?.as_str() {
-            "commit" => {}
+            "commit" => {
+                if let Some(w) = lock(&self.written).as_mut().filter(|w| w.op == *id) {
+                    w.committed = Some(final_state.clone());
+                }
+            }
             other => {
                 return Err(Error::ConcurrentChange(format!(
                     "operation {id} was decided '{other}' by a recovery on another host before it could commit; it is rolled back there"
@@ -1390,14 +1558,18 @@ impl BundleStore for S3Store {
                 }
             }
         }
-        self.abort_uploads(op)?;
+        let entry = self.list_entry(id)?;
+        self.abort_uploads(op, &entry)?;
         self.writable()?;
-        self.remove_entry(id)
+        self.remove_listed_entry(id, entry)
     }
 
     fn clean_up(&self, op: &StagedOperation) -> Result<()> {
         self.writable()?;
-        if self.decision(&op.operation_id)?.as_deref() != Some("commit") {
+        // The `commit` decision this process created need not be read back.
+        let mine = (lock(&self.written).as_ref())
+            .is_some_and(|w| w.op == op.operation_id && w.committed.is_some());
+        if !mine && self.decision(&op.operation_id)?.as_deref() != Some("commit") {
             return Err(Error::Failed(format!(
                 "{}: operation {} has no commit decision; it cannot be finished",
                 self.bundle.display(),
@@ -1409,10 +1581,11 @@ impl BundleStore for S3Store {
         // is always the last one, and `recover` (whose `roll_forward` comes here too)
         // writes it.
         self.log_operation(op, &finished)?;
-        self.abort_uploads(op)?;
+        let entry = self.list_entry(&op.operation_id)?;
+        self.abort_uploads(op, &entry)?;
         failpoint::hit("during_cleanup");
         self.writable()?;
-        self.remove_entry(&op.operation_id)
+        self.remove_listed_entry(&op.operation_id, entry)
     }
 
     fn roll_forward(&self, op: &StagedOperation) -> Result<Option<ReplacedState>> {
@@ -1426,10 +1599,11 @@ impl BundleStore for S3Store {
         }
         let finished = self.finish_commit(op, true)?;
         self.log_operation(op, &finished)?;
-        self.abort_uploads(op)?;
+        let entry = self.list_entry(&op.operation_id)?;
+        self.abort_uploads(op, &entry)?;
         failpoint::hit("during_cleanup");
         self.writable()?;
-        self.remove_entry(&op.operation_id)?;
+        self.remove_listed_entry(&op.operation_id, entry)?;
         Ok(finished.replaced)
     }
 
