@@ -367,6 +367,20 @@ impl<'de> Deserialize<'de> for S3Key {
     }
 }
 
+/// Fills `slot` with the map's next value, once: a key given twice is an error naming it
+/// (the `s3:` and `azure:` blocks are read key by key).
+fn set<'de, T: Deserialize<'de>, A: MapAccess<'de>>(
+    slot: &mut Option<T>,
+    name: &'static str,
+    map: &mut A,
+) -> Result<(), A::Error> {
+    if slot.is_some() {
+        return Err(de::Error::duplicate_field(name));
+    }
+    *slot = Some(map.next_value()?);
+    Ok(())
+}
+
 impl<'de> Deserialize<'de> for RawS3 {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct S3Visitor;
@@ -376,17 +390,6 @@ impl<'de> Deserialize<'de> for RawS3 {
                 write!(f, "a mapping with keys {}", S3_KEYS.join(", "))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawS3, A::Error> {
-                fn set<'de, T: Deserialize<'de>, A: MapAccess<'de>>(
-                    slot: &mut Option<T>,
-                    name: &'static str,
-                    map: &mut A,
-                ) -> Result<(), A::Error> {
-                    if slot.is_some() {
-                        return Err(de::Error::duplicate_field(name));
-                    }
-                    *slot = Some(map.next_value()?);
-                    Ok(())
-                }
                 let mut r = RawS3::default();
                 while let Some(k) = map.next_key::<S3Key>()? {
                     let m = &mut map;

@@ -12,9 +12,6 @@ pub mod holder;
 pub mod log;
 pub mod records;
 
-pub use crate::backend::types::{
-    Fingerprint, Fingerprints, Placed, Proof, StagingEntry, StateBytes,
-};
 pub use bundle::{Bundle, TMP_PREFIX, bundle_unsafe};
 
 use crate::backend::{Backend, BundleStore, Committed};
@@ -190,7 +187,7 @@ impl BundleStore for Bundle {
     }
 }
 
-use crate::backend::types::{Entry, Storage};
+use crate::backend::types::{Entry, Placed, Proof, StagingEntry, StateBytes, Storage};
 use crate::error::{Error, IoContext, Result};
 use crate::fs::tree::{Meta, Tree};
 use crate::state::STATE_FILE;
@@ -481,6 +478,7 @@ fn find_bundles(dir: &crate::fs::Dir, path: &Path, out: &mut Vec<PathBuf>) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::types::Fingerprints;
 
     fn placed(ino: u64) -> Placed {
         Placed {

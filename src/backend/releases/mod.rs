@@ -21,10 +21,8 @@
 mod build;
 pub mod log;
 
-use crate::backend::local::{
-    Bundle, Fingerprint, LOCK_FILE, Placed, Proof, StagingEntry, StateBytes,
-};
-use crate::backend::types::Storage;
+use crate::backend::local::{Bundle, LOCK_FILE};
+use crate::backend::types::{Fingerprint, Placed, Proof, StagingEntry, StateBytes, Storage};
 use crate::backend::{Backend, BundleStore, Committed, Verdict};
 use crate::config::ReleaseSettings;
 use crate::error::{Error, IoContext, Result};

@@ -11,6 +11,7 @@
 use super::{
     Bounded, CacheRule, ContentTypes, DEFAULT_CONCURRENCY, DEFAULT_LEASE_SECONDS, RawCacheRule,
     S3Settings, StrRule, StrVisitor, check_authority, check_prefix, is_credential_key, is_http,
+    set,
 };
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -220,17 +221,6 @@ impl<'de> Deserialize<'de> for RawAzure {
                 write!(f, "a mapping with keys {}", AZURE_KEYS.join(", "))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawAzure, A::Error> {
-                fn set<'de, T: Deserialize<'de>, A: MapAccess<'de>>(
-                    slot: &mut Option<T>,
-                    name: &'static str,
-                    map: &mut A,
-                ) -> Result<(), A::Error> {
-                    if slot.is_some() {
-                        return Err(de::Error::duplicate_field(name));
-                    }
-                    *slot = Some(map.next_value()?);
-                    Ok(())
-                }
                 let mut r = RawAzure::default();
                 while let Some(k) = map.next_key::<AzureKey>()? {
                     let m = &mut map;

@@ -22,8 +22,8 @@ pub use steps::fingerprint;
 
 use super::holder::Holder;
 use super::records::{self, RECORD_DIR, RecordError};
-use super::{Fingerprint, LEGACY_STAGING_DIR, LOCK_FILE, STAGING_DIR};
-use crate::backend::types::{Replaced, StagingEntry, StateBytes};
+use super::{LEGACY_STAGING_DIR, LOCK_FILE, STAGING_DIR};
+use crate::backend::types::{Fingerprint, Replaced, StagingEntry, StateBytes};
 use crate::backend::{Committed, StateFileId};
 use crate::error::{Error, IoContext, Result};
 use crate::failpoint;
