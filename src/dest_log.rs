@@ -156,7 +156,7 @@ pub fn to_text(logs: &[DestinationLog]) -> String {
 pub fn to_jsonl(logs: &[DestinationLog]) -> Result<String> {
     let mut out = String::new();
     for e in logs.iter().flat_map(|d| &d.entries) {
-        out.push_str(&serde_json::to_string(e).map_err(|e| Error::Failed(e.to_string()))?);
+        out.push_str(&serde_json::to_string(e)?);
         out.push('\n');
     }
     Ok(out)

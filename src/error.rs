@@ -17,10 +17,10 @@ pub enum Error {
     /// Invalid configuration (exit 2). The message names the file, the key path and what is
     /// accepted.
     #[error("{0}")]
-    Config(String),
+    Config(#[from] ConfigError),
     /// Invalid source bundle or manifest (exit 1).
     #[error("invalid source: {0}")]
-    Source(String),
+    Source(#[from] SourceError),
     /// Filesystem error with the path it concerns (exit 1).
     #[error("{action} {path}: {source}")]
     Io {
@@ -36,13 +36,8 @@ pub enum Error {
     #[error("unsafe storage: {0}")]
     Unsafe(String),
     /// The journal could not be used (exit 1).
-    #[error("journal {path}: {message}")]
-    Journal {
-        /// Journal file.
-        path: PathBuf,
-        /// What went wrong.
-        message: String,
-    },
+    #[error("{0}")]
+    Journal(#[from] JournalError),
     /// A destination lock could not be taken in time (exit 1).
     #[error("{0}")]
     Lock(String),
@@ -52,6 +47,10 @@ pub enum Error {
     /// Anything else that failed while executing (exit 1).
     #[error("{0}")]
     Failed(String),
+    /// A document distributor writes (a report, a manifest, a plan file) could not be
+    /// rendered as JSON (exit 1; kind `failed`).
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
     /// A record in a destination that distributor did not write (SPEC §17): the message
     /// names it, its owner and what to do (exit 1; a publication's conflict
     /// `untrusted_record`, exit 3).
@@ -84,12 +83,34 @@ impl Error {
         }
     }
 
-    /// The process exit code this error maps to (SPEC §10).
+    /// A destination's setting refused where the destination is opened: a
+    /// [`ConfigError::Setting`].
+    pub fn setting(message: impl Into<String>) -> Self {
+        Error::Config(ConfigError::Setting(message.into()))
+    }
+
+    /// An invalid source bundle: a [`SourceError::Invalid`].
+    pub fn invalid_source(message: impl Into<String>) -> Self {
+        Error::Source(SourceError::Invalid(message.into()))
+    }
+
+    /// The process exit code this error maps to (SPEC §10): the one place an error's kind
+    /// decides it. Usage and config errors are 2, a required recovery 4, anything else 1
+    /// (3, a conflict, is a plan's outcome, never an error).
     pub fn exit_code(&self) -> u8 {
         match self.root() {
             Error::Usage(_) | Error::Config(_) => 2,
             Error::RecoveryRequired(_) => 4,
-            _ => 1,
+            Error::Source(_)
+            | Error::Io { .. }
+            | Error::Unsafe(_)
+            | Error::Journal(_)
+            | Error::Lock(_)
+            | Error::Failed(_)
+            | Error::Json(_)
+            | Error::Untrusted(_)
+            | Error::ConcurrentChange(_)
+            | Error::Committed { .. } => 1,
         }
     }
 
@@ -101,12 +122,12 @@ impl Error {
             Error::Source(_) => "invalid_source",
             Error::Io { .. } => "io",
             Error::Unsafe(_) => "unsafe_storage",
-            Error::Journal { .. } => "journal",
+            Error::Journal(_) => "journal",
             Error::Lock(_) => "lock_timeout",
             Error::RecoveryRequired(_) => "recovery_required",
             Error::ConcurrentChange(_) => "concurrent_change",
             Error::Untrusted(_) => "untrusted_record",
-            Error::Failed(_) | Error::Committed { .. } => "failed",
+            Error::Failed(_) | Error::Json(_) | Error::Committed { .. } => "failed",
         }
     }
 
@@ -138,4 +159,170 @@ impl<T> IoContext<T> for std::io::Result<T> {
     fn ctx(self, action: &'static str, path: impl Into<PathBuf>) -> Result<T> {
         self.map_err(|e| Error::io(action, path, e))
     }
+}
+
+/// A config file that cannot be used (SPEC §2), or a destination's setting refused where
+/// the destination is opened: [`Error::Config`], exit 2. Each names the file or the
+/// setting, the key path and what is accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Larger than a config may be: refused before it is read.
+    #[error(
+        "config {}: is {size} bytes ({}); a config is at most {} ({limit} bytes) and is refused before it is read",
+        file.display(),
+        crate::units::human_size(*size),
+        crate::units::human_size(*limit)
+    )]
+    TooLarge {
+        /// The config file.
+        file: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The most a config may be.
+        limit: u64,
+    },
+    /// The file could not be read.
+    #[error("config {}: cannot read: {error}", file.display())]
+    Unreadable {
+        /// The config file.
+        file: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The value at a key path is refused.
+    #[error("config {}: {key}: {message}{at}", file.display())]
+    Key {
+        /// The config file.
+        file: PathBuf,
+        /// The key path (`destinations[0].path`, `(top level)`).
+        key: String,
+        /// Why, and what is accepted.
+        message: String,
+        /// Where the value is written (` at line L column C`), or empty.
+        at: String,
+    },
+    /// The file as a whole is refused (a pipeline served twice, a destination nothing
+    /// can be published to).
+    #[error("config {}: {message}", file.display())]
+    File {
+        /// The config file.
+        file: PathBuf,
+        /// Why, and what is accepted.
+        message: String,
+    },
+    /// A destination's setting refused where the destination is opened (its `s3:` or
+    /// `azure:` block, an endpoint): the message names the setting and what is accepted.
+    #[error("{0}")]
+    Setting(String),
+}
+
+/// What went wrong with the journal (SPEC §7): [`Error::Journal`], exit 1. Each names the
+/// journal file.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The journal path names a directory.
+    #[error(
+        "journal {}: is a directory; the journal is a file (SQLite database), e.g. {}",
+        path.display(),
+        path.join("journal.sqlite3").display()
+    )]
+    IsADirectory {
+        /// The journal path.
+        path: PathBuf,
+    },
+    /// The file is not an SQLite database, or it is corrupt.
+    #[error(
+        "journal {}: is not a distributor journal (file is not an SQLite database, or it is corrupt)",
+        path.display()
+    )]
+    NotADatabase {
+        /// The journal file.
+        path: PathBuf,
+    },
+    /// The journal's directory could not be made.
+    #[error("journal {}: cannot create directory {}: {error}", path.display(), dir.display())]
+    CreateDir {
+        /// The journal file.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// SQLite failed.
+    #[error("journal {}: {error}", path.display())]
+    Sqlite {
+        /// The journal file.
+        path: PathBuf,
+        /// SQLite's error.
+        error: rusqlite::Error,
+    },
+    /// The database is refused as it is: another program's, a newer schema, a migration
+    /// that failed, no WAL.
+    #[error("journal {}: {message}", path.display())]
+    Schema {
+        /// The journal file.
+        path: PathBuf,
+        /// What is refused and why.
+        message: String,
+    },
+    /// A row cannot be written as the schema wants it, or does not read back as written.
+    #[error("journal {}: {message}", path.display())]
+    Corrupt {
+        /// The journal file.
+        path: PathBuf,
+        /// Which row and what is wrong with it.
+        message: String,
+    },
+}
+
+/// An invalid source bundle or manifest (SPEC §3): [`Error::Source`], exit 1, kind
+/// `invalid_source`.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The manifest could not be read.
+    #[error(
+        "cannot read manifest {}: {error}{hint}{}",
+        file.display(),
+        origin.as_ref().map(|o| format!(" ({o})")).unwrap_or_default()
+    )]
+    ManifestUnreadable {
+        /// The manifest file.
+        file: PathBuf,
+        /// Why.
+        error: std::io::Error,
+        /// What to do about it (`; write it with ...`), or empty.
+        hint: String,
+        /// Where the bundle directory was named (`source.path ...`), when the config
+        /// named it.
+        origin: Option<String>,
+    },
+    /// The manifest is not JSON, or breaks a rule of SPEC §3.
+    #[error("manifest {}: {message}", file.display())]
+    Manifest {
+        /// The manifest file.
+        file: PathBuf,
+        /// What is wrong, and what is accepted.
+        message: String,
+    },
+    /// An output whose bytes are not what the manifest lists.
+    #[error(
+        "output '{path}' changed: read {size} bytes with sha256 {sha256}, the manifest says {listed_size} bytes with sha256 {listed_sha256}"
+    )]
+    Changed {
+        /// The output's path in the bundle.
+        path: String,
+        /// The size read.
+        size: u64,
+        /// The sha256 read, lowercase hex.
+        sha256: String,
+        /// The size the manifest lists.
+        listed_size: u64,
+        /// The sha256 the manifest lists.
+        listed_sha256: String,
+    },
+    /// Anything else the bundle breaks (a symlink, a special file, a missing directory):
+    /// the message names the file and the rule.
+    #[error("{0}")]
+    Invalid(String),
 }

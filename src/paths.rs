@@ -7,39 +7,83 @@ pub const MAX_PATH: usize = 4096;
 /// Maximum length of a path segment, in bytes.
 pub const MAX_SEGMENT: usize = 255;
 
+/// A relative path that breaks a rule of SPEC §3.2; its text says which rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// The empty path.
+    #[error("empty path")]
+    Empty,
+    /// Longer than [`MAX_PATH`] bytes.
+    #[error("longer than {0} bytes")]
+    TooLong(usize),
+    /// Absolute.
+    #[error("absolute path; accepted: a relative path")]
+    Absolute,
+    /// A backslash.
+    #[error("contains a backslash; accepted: '/'-separated segments")]
+    Backslash,
+    /// NUL or another control character.
+    #[error("contains NUL or a control character")]
+    Control,
+    /// `//` or a trailing `/`.
+    #[error("contains an empty segment ('//' or a trailing '/')")]
+    EmptySegment,
+    /// A `.` or `..` segment.
+    #[error("contains a '{0}' segment")]
+    DotSegment(&'static str),
+    /// A segment longer than [`MAX_SEGMENT`] bytes.
+    #[error("a segment is longer than {0} bytes")]
+    SegmentTooLong(usize),
+    /// A top-level name distributor keeps for itself.
+    #[error(
+        "top-level name '{0}' is reserved (names starting with .distributor: .distributor.json, .distributor.lock, .distributor/)"
+    )]
+    Reserved(String),
+    /// The same path twice in one set.
+    #[error("path '{0}' appears more than once")]
+    Duplicate(String),
+    /// A path that is also a directory on the way to another path of the set.
+    #[error("path '{dir}' is a directory prefix of '{below}'")]
+    Prefix {
+        /// The path that is a directory of the other.
+        dir: String,
+        /// A path below it.
+        below: String,
+    },
+}
+
 /// Checks one path against §3.2 (all rules but uniqueness and prefixes, which need the
 /// whole set). The error says which rule it breaks.
-pub fn check_safe_path(p: &str) -> Result<(), String> {
+pub fn check_safe_path(p: &str) -> Result<(), PathError> {
     if p.is_empty() {
-        return Err("empty path".into());
+        return Err(PathError::Empty);
     }
     if p.len() > MAX_PATH {
-        return Err(format!("longer than {MAX_PATH} bytes"));
+        return Err(PathError::TooLong(MAX_PATH));
     }
     if p.starts_with('/') {
-        return Err("absolute path; accepted: a relative path".into());
+        return Err(PathError::Absolute);
     }
     if p.contains('\\') {
-        return Err("contains a backslash; accepted: '/'-separated segments".into());
+        return Err(PathError::Backslash);
     }
     if p.chars().any(|c| c.is_control()) {
-        return Err("contains NUL or a control character".into());
+        return Err(PathError::Control);
     }
     for seg in p.split('/') {
         match seg {
-            "" => return Err("contains an empty segment ('//' or a trailing '/')".into()),
-            "." | ".." => return Err(format!("contains a '{seg}' segment")),
+            "" => return Err(PathError::EmptySegment),
+            "." => return Err(PathError::DotSegment(".")),
+            ".." => return Err(PathError::DotSegment("..")),
             s if s.len() > MAX_SEGMENT => {
-                return Err(format!("a segment is longer than {MAX_SEGMENT} bytes"));
+                return Err(PathError::SegmentTooLong(MAX_SEGMENT));
             }
             _ => {}
         }
     }
     let top = p.split('/').next().unwrap_or(p);
     if top.starts_with(".distributor") {
-        return Err(format!(
-            "top-level name '{top}' is reserved (names starting with .distributor: .distributor.json, .distributor.lock, .distributor/)"
-        ));
+        return Err(PathError::Reserved(top.to_string()));
     }
     Ok(())
 }
@@ -51,11 +95,11 @@ pub fn check_safe_path(p: &str) -> Result<(), String> {
 /// (manifests and state files list them sorted, outputs and links each, so this is a
 /// merge), a duplicate is a path equal to the one before it; a prefix is a path that is
 /// also a directory on the way to another, and directories are few.
-pub fn check_path_set<'a>(paths: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
+pub fn check_path_set<'a>(paths: impl IntoIterator<Item = &'a str>) -> Result<(), PathError> {
     let mut all: Vec<&str> = paths.into_iter().collect();
     all.sort();
     if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
-        return Err(format!("path '{}' appears more than once", w[0]));
+        return Err(PathError::Duplicate(w[0].to_string()));
     }
     let mut dirs: HashSet<&str> = HashSet::default();
     for p in &all {
@@ -72,7 +116,10 @@ pub fn check_path_set<'a>(paths: impl IntoIterator<Item = &'a str>) -> Result<()
             let below = (all.iter())
                 .find(|q| q.strip_prefix(*dir).is_some_and(|r| r.starts_with('/')))
                 .expect("a directory is one on the way to a path");
-            Err(format!("path '{dir}' is a directory prefix of '{below}'"))
+            Err(PathError::Prefix {
+                dir: dir.to_string(),
+                below: below.to_string(),
+            })
         }
     }
 }
@@ -152,15 +199,15 @@ mod tests {
         assert!(check_path_set(["a/b/c", "a/b"]).is_err());
         assert!(check_path_set(["a", "ab/c", "a.b"]).is_ok());
         assert_eq!(
-            check_path_set(["x/y", "a/b/c", "a/b", "a/b/d"]),
+            check_path_set(["x/y", "a/b/c", "a/b", "a/b/d"]).map_err(|e| e.to_string()),
             Err("path 'a/b' is a directory prefix of 'a/b/c'".into())
         );
         assert_eq!(
-            check_path_set(["a/b/c", "a", "a-b/c"]),
+            check_path_set(["a/b/c", "a", "a-b/c"]).map_err(|e| e.to_string()),
             Err("path 'a' is a directory prefix of 'a/b/c'".into())
         );
         assert_eq!(
-            check_path_set(["b", "a/x", "b"]),
+            check_path_set(["b", "a/x", "b"]).map_err(|e| e.to_string()),
             Err("path 'b' appears more than once".into())
         );
         assert!(check_path_set(["a-b", "a/b", "a.c/d", "a0"]).is_ok());

@@ -154,10 +154,7 @@ fn render<T: serde::Serialize>(
     text: impl FnOnce(&T) -> String,
 ) -> crate::error::Result<String> {
     if json {
-        Ok(format!(
-            "{}\n",
-            serde_json::to_string_pretty(report).map_err(|e| Error::Failed(e.to_string()))?
-        ))
+        Ok(format!("{}\n", serde_json::to_string_pretty(report)?))
     } else {
         Ok(text(report))
     }

@@ -2,7 +2,7 @@
 
 use super::CommandOutput;
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Result};
 use crate::source::Source;
 use clap::Args;
 use std::fmt::Write;
@@ -32,11 +32,14 @@ pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
             ("releases.dir", releases_dir),
         ] {
             if let Some(why) = path.and_then(crate::backend::local::blocked_by_file) {
-                return Err(Error::Config(format!(
-                    "config {}: destinations[{i}].{key} (destination {}): {why}; nothing can be published there (accepted: a directory, or a path whose existing ancestors are directories)",
-                    config.file.display(),
-                    d.id
-                )));
+                return Err(ConfigError::File {
+                    file: config.file.clone(),
+                    message: format!(
+                        "destinations[{i}].{key} (destination {}): {why}; nothing can be published there (accepted: a directory, or a path whose existing ancestors are directories)",
+                        d.id
+                    ),
+                }
+                .into());
             }
         }
     }

@@ -21,7 +21,7 @@ pub use releases::{
 };
 pub use s3::{CacheRule, S3Settings};
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::model::{
     Backend, DestinationNewer, ID_RULE, OnConflict, PathMappingMode, ReconciliationMode,
     SameCreatedDigestMismatch, StateMode, TakeoverMode, is_valid_id,
@@ -360,17 +360,17 @@ impl Config {
         if let Ok(m) = std::fs::metadata(file)
             && m.len() > crate::limits::CONFIG_BYTES
         {
-            return Err(Error::Config(format!(
-                "config {}: is {} bytes ({}); a config is at most {} ({} bytes) and is refused before it is read",
-                file.display(),
-                m.len(),
-                crate::units::human_size(m.len()),
-                crate::units::human_size(crate::limits::CONFIG_BYTES),
-                crate::limits::CONFIG_BYTES
-            )));
+            return Err(ConfigError::TooLarge {
+                file: file.to_path_buf(),
+                size: m.len(),
+                limit: crate::limits::CONFIG_BYTES,
+            }
+            .into());
         }
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| Error::Config(format!("config {}: cannot read: {e}", file.display())))?;
+        let text = std::fs::read_to_string(file).map_err(|error| ConfigError::Unreadable {
+            file: file.to_path_buf(),
+            error,
+        })?;
         Config::parse(&text, file)
     }
 
@@ -384,12 +384,14 @@ impl Config {
                 .map(|(line, column)| format!(" at line {line} column {column}"))
                 .unwrap_or_default()
         };
-        let err = |key: &str, msg: String| {
-            Error::Config(format!(
-                "config {}: {key}: {msg}{}",
-                file.display(),
-                at(key)
-            ))
+        let err = |key: &str, message: String| -> Error {
+            ConfigError::Key {
+                file: file.to_path_buf(),
+                key: key.to_string(),
+                message,
+                at: at(key),
+            }
+            .into()
         };
         let de = serde_yaml::Deserializer::from_str(text);
         let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
@@ -400,11 +402,12 @@ impl Config {
                 path
             };
             // Already located by serde_yaml: not looked up again.
-            Error::Config(format!(
-                "config {}: {key}: {}",
-                file.display(),
-                diagnose::explain(&key, e.into_inner().to_string(), text)
-            ))
+            ConfigError::Key {
+                file: file.to_path_buf(),
+                message: diagnose::explain(&key, e.into_inner().to_string(), text),
+                key,
+                at: String::new(),
+            }
         })?;
         if raw.version != 1 {
             return Err(err(
@@ -475,13 +478,18 @@ impl Config {
             let key = format!("destinations[{i}]");
             if let Some(first) = ids.insert(d.id.0.clone(), i) {
                 let (this, first) = (format!("{key}.id"), format!("destinations[{first}].id"));
-                return Err(Error::Config(format!(
-                    "config {}: {this}: duplicate destination id '{}'{}; {first}{} has it already; each destination needs its own id",
-                    file.display(),
-                    d.id.0,
-                    at(&this),
-                    at(&first)
-                )));
+                return Err(ConfigError::Key {
+                    file: file.to_path_buf(),
+                    message: format!(
+                        "duplicate destination id '{}'{}; {first}{} has it already; each destination needs its own id",
+                        d.id.0,
+                        at(&this),
+                        at(&first)
+                    ),
+                    key: this,
+                    at: String::new(),
+                }
+                .into());
             }
             let mut path_origin = None;
             let misplaced = match d.backend {

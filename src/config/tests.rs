@@ -12,7 +12,7 @@ fn parse(yaml: &str) -> Result<Config> {
 fn parse_err(yaml: &str) -> String {
     match parse(yaml) {
         Ok(c) => panic!("accepted: {c:?}"),
-        Err(Error::Config(m)) => m,
+        Err(Error::Config(m)) => m.to_string(),
         Err(e) => panic!("not a config error: {e}"),
     }
 }

@@ -15,7 +15,7 @@ pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 
 use crate::backend::types::Fingerprint;
 use crate::clock::now;
-use crate::error::{Error, Result};
+use crate::error::{Error, JournalError, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -155,9 +155,10 @@ impl Journal {
             return Err(is_a_directory(path));
         }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| Error::Journal {
+            std::fs::create_dir_all(dir).map_err(|error| JournalError::CreateDir {
                 path: path.to_path_buf(),
-                message: format!("cannot create directory {}: {e}", dir.display()),
+                dir: dir.to_path_buf(),
+                error,
             })?;
         }
         let conn = Connection::open(path).map_err(|e| jerr(path, e))?;
@@ -166,9 +167,9 @@ impl Journal {
             path: path.to_path_buf(),
         };
         let version = j.configure()?;
-        migrate::migrate_from(&mut j.conn, version).map_err(|m| Error::Journal {
+        migrate::migrate_from(&mut j.conn, version).map_err(|message| JournalError::Schema {
             path: path.to_path_buf(),
-            message: m,
+            message,
         })?;
         Ok(j)
     }
@@ -189,9 +190,9 @@ impl Journal {
             path: path.to_path_buf(),
         };
         let version = j.configure()?;
-        migrate::migrate_from(&mut j.conn, version).map_err(|m| Error::Journal {
+        migrate::migrate_from(&mut j.conn, version).map_err(|message| JournalError::Schema {
             path: path.to_path_buf(),
-            message: m,
+            message,
         })?;
         Ok(Some(j))
     }
@@ -203,10 +204,11 @@ impl Journal {
         self.conn
             .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| jerr(&self.path, e))?;
-        let version = migrate::refuse_foreign(&self.conn).map_err(|message| Error::Journal {
-            path: self.path.clone(),
-            message,
-        })?;
+        let version =
+            migrate::refuse_foreign(&self.conn).map_err(|message| JournalError::Schema {
+                path: self.path.clone(),
+                message,
+            })?;
         // Switching a new journal to WAL needs an exclusive lock, and SQLite answers
         // "database is locked" at once, without its busy handler, while another process is
         // doing the same: retry for as long as the busy timeout.
@@ -228,10 +230,11 @@ impl Journal {
             }
         };
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Error::Journal {
+            return Err(JournalError::Schema {
                 path: self.path.clone(),
                 message: format!("cannot enable WAL (journal_mode is {mode})"),
-            });
+            }
+            .into());
         }
         self.conn
             .execute_batch(
@@ -661,16 +664,17 @@ impl Journal {
             return Ok(Some(stored));
         };
         let actions = read_actions(&self.conn, &self.path, set)?;
-        let actions = serde_json::to_string(&actions).map_err(|e| Error::Journal {
+        let actions = serde_json::to_string(&actions).map_err(|e| JournalError::Corrupt {
             path: self.path.clone(),
             message: format!("cannot render the actions of {operation_id}: {e}"),
         })?;
         let body = stored.trim_end();
         let Some(body) = body.strip_suffix('}') else {
-            return Err(Error::Journal {
+            return Err(JournalError::Corrupt {
                 path: self.path.clone(),
                 message: format!("plan_json of {operation_id} is not a JSON object"),
-            });
+            }
+            .into());
         };
         let sep = if body.trim_end().ends_with('{') {
             ""
@@ -703,9 +707,11 @@ fn insert_actions<'a>(
         )
         .map_err(|e| jerr(path, e))?;
     for (i, a) in actions.enumerate() {
-        let bad = |what: String| Error::Journal {
-            path: path.to_path_buf(),
-            message: format!("cannot record action {i} of {operation_id}: {what}"),
+        let bad = |what: String| {
+            Error::from(JournalError::Corrupt {
+                path: path.to_path_buf(),
+                message: format!("cannot record action {i} of {operation_id}: {what}"),
+            })
         };
         let kind = ACTION_KINDS
             .iter()
@@ -747,9 +753,11 @@ fn read_actions(conn: &Connection, path: &Path, set: i64) -> Result<Vec<ActionRe
     while let Some(r) = rows.next().map_err(err)? {
         let seq: i64 = r.get(0).map_err(err)?;
         let code: i64 = r.get(1).map_err(err)?;
-        let corrupt = |what: &str| Error::Journal {
-            path: path.to_path_buf(),
-            message: format!("journal_action_rows ({set}, {seq}): {what}"),
+        let corrupt = |what: &str| {
+            Error::from(JournalError::Corrupt {
+                path: path.to_path_buf(),
+                message: format!("journal_action_rows ({set}, {seq}): {what}"),
+            })
         };
         if seq != out.len() as i64 {
             return Err(corrupt("actions are not numbered 0, 1, 2, ..."));
@@ -839,12 +847,13 @@ pub(crate) fn read_fingerprints(
             Ok(wanted.open() > 0)
         })
         .map_err(|e| match e {
-            Stopped::Parse(e) => Error::Journal {
+            Stopped::Parse(e) => JournalError::Corrupt {
                 path: journal.to_path_buf(),
                 message: format!(
                     "journal_placement_sets row {id} is not a JSON array of [path, size, mtime_ns, ino, sha256, ctime_ns]: {e}"
                 ),
-            },
+            }
+            .into(),
             Stopped::By(e) => e,
         })?;
     }
@@ -884,9 +893,11 @@ fn offer_commit_set(
     wanted: &mut crate::backend::types::Fingerprints<'_>,
 ) -> Result<()> {
     let err = |e| jerr(journal, e);
-    let corrupt = |what: String| Error::Journal {
-        path: journal.to_path_buf(),
-        message: format!("journal_placement_sets row {id}: {what}"),
+    let corrupt = |what: String| {
+        Error::from(JournalError::Corrupt {
+            path: journal.to_path_buf(),
+            message: format!("journal_placement_sets row {id}: {what}"),
+        })
     };
     let mut stmt = conn
         .prepare_cached(
@@ -1058,7 +1069,7 @@ fn insert_commit_set(
         },
     );
     let mut json = Vec::with_capacity(placements.len() * 64 + 2);
-    serde_json::to_writer(&mut json, &set).map_err(|e| Error::Journal {
+    serde_json::to_writer(&mut json, &set).map_err(|e| JournalError::Corrupt {
         path: path.to_path_buf(),
         message: format!("cannot record the placements of {operation_id}: {e}"),
     })?;
@@ -1097,7 +1108,7 @@ fn insert_placement_set(
             )
         })
         .collect();
-    let json = serde_json::to_string(&set).map_err(|e| Error::Journal {
+    let json = serde_json::to_string(&set).map_err(|e| JournalError::Corrupt {
         path: path.to_path_buf(),
         message: format!("cannot record the placements of {operation_id}: {e}"),
     })?;
@@ -1139,30 +1150,24 @@ const LATEST_PLACEMENTS: &str = "SELECT path, size, mtime_ns, ino, sha256 FROM j
 
 /// The error for a journal path that names a directory.
 pub(crate) fn is_a_directory(path: &Path) -> Error {
-    Error::Journal {
+    JournalError::IsADirectory {
         path: path.to_path_buf(),
-        message: format!(
-            "is a directory; the journal is a file (SQLite database), e.g. {}",
-            path.join("journal.sqlite3").display()
-        ),
     }
+    .into()
 }
 
 /// How long a journal statement waits for another process's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub(crate) fn jerr(path: &Path, e: rusqlite::Error) -> Error {
-    let message = match &e {
+pub(crate) fn jerr(path: &Path, error: rusqlite::Error) -> Error {
+    let path = path.to_path_buf();
+    match &error {
         rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::NotADatabase => {
-            "is not a distributor journal (file is not an SQLite database, or it is corrupt)"
-                .to_string()
+            JournalError::NotADatabase { path }
         }
-        _ => e.to_string(),
-    };
-    Error::Journal {
-        path: path.to_path_buf(),
-        message,
+        _ => JournalError::Sqlite { path, error },
     }
+    .into()
 }
 
 /// What [`Journal::republishable_state`] finds: the owner, state mode and source of the

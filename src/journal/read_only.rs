@@ -20,7 +20,7 @@
 //! [`super::Journal::open`] refuses it.
 
 use super::{jerr, migrate};
-use crate::error::{Error, Result};
+use crate::error::{Error, JournalError, Result};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 
@@ -124,7 +124,7 @@ impl JournalView {
         .map_err(|e| jerr(path, e))?;
         conn.busy_timeout(super::BUSY_TIMEOUT)
             .map_err(|e| jerr(path, e))?;
-        migrate::refuse_foreign(&conn).map_err(|message| Error::Journal {
+        migrate::refuse_foreign(&conn).map_err(|message| JournalError::Schema {
             path: path.to_path_buf(),
             message,
         })?;

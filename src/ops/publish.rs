@@ -7,7 +7,7 @@ use super::common::{
 };
 use crate::backend::{self, BundleStore, types};
 use crate::config::{Config, Destination, PathMapping};
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::execute::{ExecContext, Progress, execute};
 use crate::hash::ContentHash;
 use crate::journal::{Journal, JournalView};
@@ -204,11 +204,15 @@ pub fn bundle_path(config: &Config, dest: &Destination, source: &Source) -> Resu
                     &dest.id,
                 )
                 .map_err(|m| {
-                    Error::Config(format!(
-                        "config {}: destinations[{}].path_mapping.template: {m}",
-                        config.file.display(),
-                        config.index_of(dest)
-                    ))
+                    Error::from(ConfigError::Key {
+                        file: config.file.clone(),
+                        key: format!(
+                            "destinations[{}].path_mapping.template",
+                            config.index_of(dest)
+                        ),
+                        message: m,
+                        at: String::new(),
+                    })
                 })?;
             dest.path.join(rel)
         }

@@ -332,8 +332,7 @@ pub fn read(file: &Path, sha256: Option<&str>) -> Result<(PlanFile, String)> {
 impl PlanFile {
     /// The rendered file (pretty JSON, a final newline) and its sha256.
     pub fn render(&self) -> Result<(Vec<u8>, String)> {
-        let mut bytes =
-            serde_json::to_vec_pretty(self).map_err(|e| Error::Failed(e.to_string()))?;
+        let mut bytes = serde_json::to_vec_pretty(self)?;
         bytes.push(b'\n');
         let sha = sha256_hex(&bytes);
         Ok((bytes, sha))

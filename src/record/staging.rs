@@ -349,7 +349,7 @@ impl StagedOperation {
 
     /// The bytes of `plan.json`.
     pub fn to_json(&self) -> Result<Vec<u8>> {
-        serde_json::to_vec_pretty(self).map_err(|e| Error::Failed(e.to_string()))
+        serde_json::to_vec_pretty(self).map_err(Error::from)
     }
 
     /// The bytes [`to_json`](Self::to_json) returns, written to `w` as they are

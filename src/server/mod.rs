@@ -23,7 +23,7 @@ pub mod routes;
 pub mod spool;
 
 use crate::config::Config;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{ConfigError, Error, IoContext, Result};
 use crate::journal::Journal;
 use crate::ops::common::resolve_journal;
 use auth::Tokens;
@@ -153,24 +153,35 @@ fn load_pipelines(opts: &ServeOptions) -> Result<(HashMap<String, Arc<Pipeline>>
     for file in &opts.configs {
         let config = Config::load(file)?;
         if let Some(other) = pipelines.get(&config.pipeline_id) {
-            return Err(Error::Config(format!(
-                "config {}: pipeline id '{}' is already served from {}; each pipeline may be served once",
-                file.display(),
-                config.pipeline_id,
-                other.config.file.display()
-            )));
+            return Err(ConfigError::File {
+                file: file.to_path_buf(),
+                message: format!(
+                    "pipeline id '{}' is already served from {}; each pipeline may be served once",
+                    config.pipeline_id,
+                    other.config.file.display()
+                ),
+            }
+            .into());
         }
         if config.upload_tokens.is_empty() && !opts.allow_unauthenticated {
-            return Err(Error::Config(format!(
-                "config {}: server.upload_tokens: pipeline '{}' has no upload token; add one (name and sha256 of the bearer token), or pass --allow-unauthenticated to serve it without tokens on a loopback address",
-                file.display(),
-                config.pipeline_id
-            )));
+            return Err(ConfigError::Key {
+                file: file.to_path_buf(),
+                key: "server.upload_tokens".into(),
+                message: format!(
+                    "pipeline '{}' has no upload token; add one (name and sha256 of the bearer token), or pass --allow-unauthenticated to serve it without tokens on a loopback address",
+                    config.pipeline_id
+                ),
+                at: String::new(),
+            }
+            .into());
         }
         for t in &config.upload_tokens {
             tokens
                 .add(&config.pipeline_id, &t.name, &t.sha256)
-                .map_err(|m| Error::Config(format!("config {}: {m}", file.display())))?;
+                .map_err(|message| ConfigError::File {
+                    file: file.to_path_buf(),
+                    message,
+                })?;
         }
         let journal = resolve_journal(opts.journal.as_deref(), Some(&config))?;
         Journal::open(&journal)?;

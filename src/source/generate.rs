@@ -62,14 +62,14 @@ pub fn write_manifest_excluding(
     let mut link_entries = Vec::new();
     for (rel, target) in links {
         let target = resolve_inside(dir, &rel).ok_or_else(|| {
-            Error::Source(format!(
+            Error::invalid_source(format!(
                 "symlink {rel} -> {} points outside {} (or at nothing)",
                 target.display(),
                 dir.display()
             ))
         })?;
         if !outputs.iter().any(|o| o.path == target) {
-            return Err(Error::Source(format!(
+            return Err(Error::invalid_source(format!(
                 "symlink {rel} -> {target} does not point at a regular file of the bundle"
             )));
         }
@@ -86,9 +86,8 @@ pub fn write_manifest_excluding(
     };
     manifest
         .validate()
-        .map_err(|e| Error::Source(format!("{}: {e}", dir.display())))?;
-    let mut text =
-        serde_json::to_string_pretty(&manifest).map_err(|e| Error::Failed(e.to_string()))?;
+        .map_err(|e| Error::invalid_source(format!("{}: {e}", dir.display())))?;
+    let mut text = serde_json::to_string_pretty(&manifest)?;
     text.push('\n');
     let file = dir.join(MANIFEST_FILE);
     std::fs::write(&file, text).ctx("write", &file)?;
@@ -112,7 +111,7 @@ fn walk(
         let entry = entry.ctx("list", &dir)?;
         let name = entry.file_name();
         let name = name.to_str().ok_or_else(|| {
-            Error::Source(format!(
+            Error::invalid_source(format!(
                 "{}: file name is not UTF-8",
                 entry.path().display()
             ))
@@ -126,7 +125,7 @@ fn walk(
         if rel.is_empty() && name == MANIFEST_FILE {
             // It is about to be replaced: never write through a symlink or into a directory.
             if !ft.is_file() {
-                return Err(Error::Source(format!(
+                return Err(Error::invalid_source(format!(
                     "{} exists and is not a regular file; remove it first",
                     entry.path().display()
                 )));
@@ -145,7 +144,7 @@ fn walk(
             files.push(child);
             progress.done(1);
         } else {
-            return Err(Error::Source(format!(
+            return Err(Error::invalid_source(format!(
                 "{} is neither a regular file, a directory nor a symlink",
                 entry.path().display()
             )));

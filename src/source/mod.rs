@@ -12,7 +12,7 @@ pub use crate::paths::{ancestors, check_path_set, check_safe_path, relative_link
 pub use generate::{write_manifest, write_manifest_excluding};
 pub use open::{hash_file, hash_source, open_source, open_source_sized};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SourceError};
 use crate::fs::tree::Tree;
 use crate::hash::ContentHash;
 use crate::model::{SourceRef, is_valid_source_id, parse_time};
@@ -111,7 +111,8 @@ impl Manifest {
                 .iter()
                 .map(|o| o.path.as_str())
                 .chain(self.links.iter().map(|l| l.path.as_str())),
-        )?;
+        )
+        .map_err(|e| e.to_string())?;
         Ok(created)
     }
 
@@ -148,9 +149,13 @@ pub fn content_mismatch(
     listed_size: u64,
     listed_sha256: &ContentHash,
 ) -> Error {
-    Error::Source(format!(
-        "output '{path}' changed: read {size} bytes with sha256 {sha256}, the manifest says {listed_size} bytes with sha256 {listed_sha256}"
-    ))
+    Error::Source(SourceError::Changed {
+        path: path.to_string(),
+        size,
+        sha256: sha256.hex(),
+        listed_size,
+        listed_sha256: listed_sha256.hex(),
+    })
 }
 
 /// A source whose manifest and structure are verified.
@@ -185,14 +190,14 @@ impl Source {
             .unwrap_or_else(|| "source.path".to_string());
         match std::fs::metadata(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::Source(format!(
+                return Err(Error::invalid_source(format!(
                     "{origin}: {} does not exist (pass --source DIR, or correct source.path in {})",
                     dir.display(),
                     config.file.display()
                 )));
             }
             Ok(m) if !m.is_dir() => {
-                return Err(Error::Source(format!(
+                return Err(Error::invalid_source(format!(
                     "{origin}: {} is not a directory; source.path names the bundle directory, the one holding {MANIFEST_FILE}",
                     dir.display()
                 )));
@@ -200,9 +205,14 @@ impl Source {
             _ => {}
         }
         Source::open(dir).map_err(|e| match e {
-            Error::Source(m) if m.starts_with("cannot read manifest") => {
-                Error::Source(format!("{m} ({origin})"))
-            }
+            Error::Source(SourceError::ManifestUnreadable {
+                file, error, hint, ..
+            }) => Error::Source(SourceError::ManifestUnreadable {
+                file,
+                error,
+                hint,
+                origin: Some(origin),
+            }),
             e => e,
         })
     }
@@ -227,7 +237,7 @@ impl Source {
         if let Ok(m) = std::fs::metadata(file)
             && m.len() > limit
         {
-            return Err(Error::Source(crate::limits::over(
+            return Err(Error::invalid_source(crate::limits::over(
                 &format!("manifest {}", file.display()),
                 m.len(),
                 limit,
@@ -247,13 +257,18 @@ impl Source {
                 ),
                 _ => String::new(),
             };
-            Error::Source(format!(
-                "cannot read manifest {}: {e}{hint}",
-                file.display()
-            ))
+            Error::Source(SourceError::ManifestUnreadable {
+                file: file.to_path_buf(),
+                error: e,
+                hint,
+                origin: None,
+            })
         })?;
-        let mut manifest: Manifest = serde_json::from_slice(&text)
-            .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;
+        let mut manifest: Manifest =
+            serde_json::from_slice(&text).map_err(|e| SourceError::Manifest {
+                file: file.to_path_buf(),
+                message: e.to_string(),
+            })?;
         drop(text);
         // Parsing grows the lists by doubling: up to half of each is spare, held for the
         // whole run (a million outputs: tens of megabytes).
@@ -261,7 +276,10 @@ impl Source {
         manifest.links.shrink_to_fit();
         let created = manifest
             .validate()
-            .map_err(|e| Error::Source(format!("manifest {}: {e}", file.display())))?;
+            .map_err(|message| SourceError::Manifest {
+                file: file.to_path_buf(),
+                message,
+            })?;
         let digest = manifest.digest();
         Ok(Source {
             dir,
@@ -387,13 +405,13 @@ impl<'a> SourceFile<'a> {
             Err(e)
                 if e.kind() == std::io::ErrorKind::InvalidInput || crate::fs::is_redirect(&e) =>
             {
-                Err(Error::Source(format!(
+                Err(Error::invalid_source(format!(
                     "{}: {e}; a bundle holds regular files only",
                     self.path.display()
                 )))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !tree.has_parent(self.rel) => {
-                Err(Error::Source(format!(
+                Err(Error::invalid_source(format!(
                     "{}: its directory is missing or is not a real directory (a symlink?) any more; a bundle holds regular files in real directories only",
                     self.path.display()
                 )))
@@ -440,22 +458,23 @@ fn check_bundle_file<'a>(
         if !last && dirs_checked.contains(&rel[..end]) {
             continue;
         }
-        let md = std::fs::symlink_metadata(&cur)
-            .map_err(|e| Error::Source(format!("output '{rel}': {}: {e}", cur.display())))?;
+        let md = std::fs::symlink_metadata(&cur).map_err(|e| {
+            Error::invalid_source(format!("output '{rel}': {}: {e}", cur.display()))
+        })?;
         if md.file_type().is_symlink() {
-            return Err(Error::Source(format!(
+            return Err(Error::invalid_source(format!(
                 "output '{rel}': {} is a symlink; outputs must be regular files",
                 cur.display()
             )));
         }
         if last && !md.is_file() {
-            return Err(Error::Source(format!(
+            return Err(Error::invalid_source(format!(
                 "output '{rel}': {} is not a regular file",
                 cur.display()
             )));
         }
         if !last && !md.is_dir() {
-            return Err(Error::Source(format!(
+            return Err(Error::invalid_source(format!(
                 "output '{rel}': {} is not a directory",
                 cur.display()
             )));
@@ -464,7 +483,7 @@ fn check_bundle_file<'a>(
             dirs_checked.insert(&rel[..end]);
         }
         if last && md.len() != size {
-            return Err(Error::Source(format!(
+            return Err(Error::invalid_source(format!(
                 "output '{rel}': {}: size is {} bytes, the manifest says {size}",
                 cur.display(),
                 md.len()

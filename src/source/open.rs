@@ -20,7 +20,7 @@ pub fn open_source_sized(path: &Path) -> Result<(std::fs::File, u64)> {
     match crate::fs::open_file_path(path) {
         Ok((f, st)) => Ok((f, st.st_size as u64)),
         Err(e) if e.kind() == std::io::ErrorKind::InvalidInput || crate::fs::is_redirect(&e) => {
-            Err(Error::Source(format!(
+            Err(Error::invalid_source(format!(
                 "{}: {e}; a bundle holds regular files only",
                 path.display()
             )))

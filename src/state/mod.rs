@@ -597,6 +597,7 @@ fn validate(s: &State) -> Result<(), String> {
             .map(|o| o.path.as_str())
             .chain(s.links.iter().map(|l| l.path.as_str())),
     )
+    .map_err(|e| e.to_string())
 }
 
 impl State {

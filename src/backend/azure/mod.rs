@@ -120,7 +120,7 @@ impl Dialect for Azure {
     ) -> Result<Clients> {
         let shown = format!("az://{container}");
         if location.use_emulator && !location.allow_http {
-            return Err(Error::Config(format!(
+            return Err(Error::setting(format!(
                 "azure destination {shown}: azure.use_emulator requires azure.allow_http: true (the emulator speaks plain http)"
             )));
         }
@@ -132,7 +132,7 @@ impl Dialect for Azure {
             })
             .or_else(|| location.use_emulator.then(|| EMULATOR_ACCOUNT.to_string()))
             .ok_or_else(|| {
-                Error::Config(format!(
+                Error::setting(format!(
                     "azure destination {shown}: no storage account named: set azure.account (or AZURE_STORAGE_ACCOUNT_NAME in the environment)"
                 ))
             })?;
@@ -148,7 +148,7 @@ impl Dialect for Azure {
                 .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
             && !location.allow_http
         {
-            return Err(Error::Config(format!(
+            return Err(Error::setting(format!(
                 "azure endpoint {ep} is plain http: set azure.allow_http: true to use it (accepted otherwise: an https:// endpoint)"
             )));
         }
@@ -190,7 +190,7 @@ impl Dialect for Azure {
             builder = builder.with_config(k, v);
         }
         let client = Arc::new(builder.build().map_err(|e| {
-            Error::Config(format!("azure destination {shown}: {}", chain_text(&e)))
+            Error::setting(format!("azure destination {shown}: {}", chain_text(&e)))
         })?);
         Ok(Clients {
             client: client.clone(),

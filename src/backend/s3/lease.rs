@@ -137,7 +137,7 @@ pub fn check_workable_for(block: &str, lease_seconds: u64) -> Result<()> {
     let least = (10..=3600)
         .find(|&s| renew_every(Duration::from_secs(s)) >= MIN_RENEWAL)
         .unwrap_or(3600);
-    Err(Error::Config(format!(
+    Err(Error::setting(format!(
         "{block}.lease_seconds {lease_seconds} is too short to publish with: its holder may write for {} s after each renewal and sends no request in the last {} s of that, which leaves it no time to renew; set {block}.lease_seconds to {least} or more (default 60)",
         holder_limit(lease).as_secs_f64(),
         FLOOR.as_secs()

@@ -339,7 +339,7 @@ impl Dialect for Aws {
             && ep.starts_with("http://")
             && !location.allow_http
         {
-            return Err(Error::Config(format!(
+            return Err(Error::setting(format!(
                 "s3 endpoint {ep}{named} is plain http: set s3.allow_http: true to use it (accepted otherwise: an https:// endpoint)"
             )));
         }
@@ -370,7 +370,7 @@ impl Dialect for Aws {
         let client = Arc::new(
             builder
                 .build()
-                .map_err(|e| Error::Config(format!("s3 destination s3://{bucket}: {e}")))?,
+                .map_err(|e| Error::setting(format!("s3 destination s3://{bucket}: {e}")))?,
         );
         Ok(Clients {
             client: client.clone(),

@@ -36,7 +36,7 @@ fn settings(yaml: &str) -> S3Settings {
 fn parse_err(yaml: &str) -> String {
     match parse(yaml) {
         Ok(c) => panic!("accepted: {c:?}\n{yaml}"),
-        Err(Error::Config(m)) => m,
+        Err(Error::Config(m)) => m.to_string(),
         Err(e) => panic!("not a config error: {e}"),
     }
 }
