@@ -30,11 +30,6 @@ pub const STDERR_TAIL: usize = 4096;
 /// Between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
 
-/// Journal event of a hook that exited 0.
-pub const HOOK_OK: &str = "hook_ok";
-/// Journal event of a hook that failed, timed out or could not be started.
-pub const HOOK_FAILED: &str = "hook_failed";
-
 /// Which hooks an operation's outcome calls for.
 fn trigger(d: &DestinationReport) -> Option<&'static str> {
     // Applied with an operation: committed (an unchanged publication has none, a refused
@@ -82,7 +77,11 @@ pub fn run_for(config: &Config, report: &mut Report, journal: &std::path::Path) 
                     journal_handle = crate::journal::Journal::open(journal).ok();
                 }
                 if let Some(j) = &journal_handle {
-                    let ev = if outcome.ok { HOOK_OK } else { HOOK_FAILED };
+                    let ev = if outcome.ok {
+                        crate::journal::Event::HookOk
+                    } else {
+                        crate::journal::Event::HookFailed
+                    };
                     if let Err(e) = j.event(op, ev, Some(&outcome.detail())) {
                         eprintln!("warning: the journal did not take the hook's result: {e}");
                     }

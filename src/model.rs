@@ -73,8 +73,9 @@ impl Serialize for Owner {
     }
 }
 
-/// The identity of a source bundle as recorded in state and reports.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The identity of a source bundle as recorded in state and reports. The default, all
+/// empty, is no source (an operation that published none: a `prune`, a settings change).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceRef {
     /// Manifest id.

@@ -26,7 +26,7 @@ use crate::backend::types::Placed;
 use crate::backend::{BundleStore, Committed, Verdict};
 use crate::error::{Error, Result};
 use crate::failpoint;
-use crate::journal::{Journal, event};
+use crate::journal::{Event, Journal};
 use crate::record::StagedOperation;
 
 /// An operation begun in the journal, not yet past its commit point.
@@ -99,7 +99,7 @@ impl<'a> Transaction<'a> {
                 match self.store.undo(&self.staged) {
                     Ok(()) => {
                         self.journal
-                            .event(op, event::ROLLED_BACK, Some(&e.to_string()))?;
+                            .event(op, Event::RolledBack, Some(&e.to_string()))?;
                         Err(e)
                     }
                     Err(u) => Err(Error::RecoveryRequired(format!(
@@ -162,13 +162,13 @@ impl Passed<'_> {
         failpoint::hit("after_journal_commit");
         if let Some(detail) = activated {
             journal
-                .event(op, event::ACTIVATED, Some(detail))
+                .event(op, Event::Activated, Some(detail))
                 .map_err(late)?;
         }
         // The destination log's entry, then the staging entry's removal (SPEC §18).
         (journal.with_log_tail(store, || store.clean_up(&staged))).map_err(late)?;
         after(journal).map_err(late)?;
-        journal.event(op, event::COMPLETED, None).map_err(late)?;
+        journal.event(op, Event::Completed, None).map_err(late)?;
         Ok(staged.operation_id)
     }
 }
@@ -200,7 +200,7 @@ impl Passed<'_> {
             .settle(
                 op,
                 &bundle,
-                event::HELD_FOR_PROMOTE,
+                Event::HeldForPromote,
                 Some(&held_detail(&staged)),
                 active,
             )
@@ -254,7 +254,7 @@ fn late(staged: &StagedOperation, store: &dyn BundleStore, e: Error) -> Error {
 pub fn record_removal(
     journal: &mut Journal,
     record: &crate::journal::OperationRecord,
-    events: &[(&str, Option<&str>)],
+    events: &[(Event, Option<&str>)],
     fingerprints: &[(String, crate::backend::types::Fingerprint)],
     log: impl FnOnce(&str) -> Result<()>,
 ) -> Result<()> {

@@ -25,7 +25,7 @@ use crate::clock::now;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::hash::{ContentHash, sha256_hex};
-use crate::journal::{ActionRecord, Journal, OperationRecord, event};
+use crate::journal::{ActionRecord, Event, Journal, OperationRecord};
 use crate::plan::DestinationPlan;
 use crate::source::Source;
 
@@ -203,7 +203,7 @@ fn prune_and_settle(
         })
         .unwrap_or_default();
     let fingerprints = releases.fingerprints(&outputs)?;
-    journal.settle(op_id, bundle, event::PRUNED, Some(&detail), &fingerprints)?;
+    journal.settle(op_id, bundle, Event::Pruned, Some(&detail), &fingerprints)?;
     Ok(pruned)
 }
 
@@ -240,7 +240,7 @@ fn run_steps(
         crate::progress::Ticker::to(progress),
     )?;
     store.make_staged_durable()?;
-    journal.event(&staged.operation_id, event::STAGED, None)?;
+    journal.event(&staged.operation_id, Event::Staged, None)?;
     failpoint::hit("after_staging");
 
     // 5. Move aside what is overwritten or deleted; directories standing where a file goes
@@ -257,7 +257,7 @@ fn run_steps(
             store.remove_emptied_dir(rel)?;
         }
     }
-    journal.event(&staged.operation_id, event::MOVED_ASIDE, None)?;
+    journal.event(&staged.operation_id, Event::MovedAside, None)?;
     failpoint::hit("after_move_aside");
 
     // 6. Place files, then links. Each fingerprint is taken after its file's rename.
@@ -273,7 +273,7 @@ fn run_steps(
             store.link(staged, i)?;
         }
     }
-    journal.event(&staged.operation_id, event::PLACED, None)?;
+    journal.event(&staged.operation_id, Event::Placed, None)?;
     failpoint::hit("after_links");
 
     // 7. Commit point.
@@ -332,15 +332,8 @@ pub fn journal_records(
         decision: o.decision.clone(),
         takeover_mode: o.takeover_mode.clone(),
         previous_owner: o.previous_owner.clone(),
-        previous_source: o
-            .previous_source
-            .as_ref()
-            .map(|s| (s.id.clone(), s.created_at.clone(), s.digest.clone())),
-        source: (
-            o.source.id.clone(),
-            o.source.created_at.clone(),
-            o.source.digest.clone(),
-        ),
+        previous_source: o.previous_source.clone(),
+        source: o.source.clone(),
         pre_state_sha256: staged.pre_state_sha256.clone(),
         post_state_sha256: staged.post_state_sha256.clone(),
         takeovers_json: serde_json::to_string(&o.takeovers).map_err(json)?,

@@ -21,51 +21,103 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Events an operation goes through.
-pub mod event {
-    /// New content is staged and verified.
-    pub const STAGED: &str = "staged";
-    /// Replaced and deleted paths are moved aside.
-    pub const MOVED_ASIDE: &str = "moved_aside";
-    /// New content is in place.
-    pub const PLACED: &str = "placed";
-    /// The state file was renamed into place (commit point).
-    pub const COMMITTED: &str = "committed";
-    /// Cleanup finished.
-    pub const COMPLETED: &str = "completed";
-    /// An error undid the operation in process.
-    pub const ROLLED_BACK: &str = "rolled_back";
-    /// `recover` finished the operation.
-    pub const RECOVERED_FORWARD: &str = "recovered_forward";
-    /// `recover` undid the operation.
-    pub const RECOVERED_BACK: &str = "recovered_back";
-    /// `recover`, rolling an operation forward on an object store (SPEC §17), found a
-    /// state object that was neither its pre- nor its post-state and overwrote it: the
-    /// detail names the replaced object's sha256 and ETag and where its copy is kept.
-    /// Precedes `recovered_forward`; ends nothing.
-    pub const STATE_REPLACED: &str = "state_replaced";
-    /// `recover` found neither pre- nor post-state.
-    pub const DIVERGED: &str = "diverged";
-    /// `recover` wrote the operation's row from the `plan.json` in its staging directory,
-    /// because this journal had never seen it (another host, a lost journal).
-    pub const ADOPTED: &str = "adopted";
-    /// An operator ended a diverged operation without recovering it
+/// The events an operation goes through, each written in `journal_events.event` as its
+/// name ([`Event::as_str`]): statuses are derived from them (schema views).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// `staged`: new content is staged and verified.
+    Staged,
+    /// `moved_aside`: replaced and deleted paths are moved aside.
+    MovedAside,
+    /// `placed`: new content is in place.
+    Placed,
+    /// `committed`: the state file was renamed into place (commit point).
+    Committed,
+    /// `completed`: cleanup finished.
+    Completed,
+    /// `rolled_back`: an error undid the operation in process.
+    RolledBack,
+    /// `recovered_forward`: `recover` finished the operation.
+    RecoveredForward,
+    /// `recovered_back`: `recover` undid the operation.
+    RecoveredBack,
+    /// `state_replaced`: `recover`, rolling an operation forward on an object store (SPEC
+    /// §17), found a state object that was neither its pre- nor its post-state and
+    /// overwrote it: the detail names the replaced object's sha256 and ETag and where its
+    /// copy is kept. Precedes `recovered_forward`; ends nothing.
+    StateReplaced,
+    /// `diverged`: `recover` found neither pre- nor post-state.
+    Diverged,
+    /// `adopted`: `recover` wrote the operation's row from the `plan.json` in its staging
+    /// directory, because this journal had never seen it (another host, a lost journal).
+    Adopted,
+    /// `abandoned`: an operator ended a diverged operation without recovering it
     /// (`recover --abandon`); the destination was not touched.
-    pub const ABANDONED: &str = "abandoned";
-    /// `recover` found no staging entry for the operation (SPEC §13): it was applied
-    /// elsewhere or never applied; nothing was touched. The detail says which.
-    pub const CLOSED: &str = "closed";
-    /// Retention ran after an activation (SPEC §15): the detail names the releases it
-    /// removed, or why it failed (a warning; the publication stands).
-    pub const PRUNED: &str = "pruned";
-    /// A rollback activated an earlier release (SPEC §15): the detail names the release
-    /// activated, the one rolled back from, and the source digest now held.
-    pub const ACTIVATED: &str = "activated";
-    /// A publication refused for its conflicts (SPEC §16): its only event.
-    pub const REFUSED: &str = "refused";
-    /// `publish --stage` (SPEC §19): the release is built, verified and logged, not
-    /// activated; `distributor promote` activates it. Terminal: the status `staged`.
-    pub const HELD_FOR_PROMOTE: &str = "held_for_promote";
+    Abandoned,
+    /// `closed`: `recover` found no staging entry for the operation (SPEC §13): it was
+    /// applied elsewhere or never applied; nothing was touched. The detail says which.
+    Closed,
+    /// `pruned`: retention ran after an activation (SPEC §15): the detail names the
+    /// releases it removed, or why it failed (a warning; the publication stands).
+    Pruned,
+    /// `activated`: a rollback activated an earlier release (SPEC §15): the detail names
+    /// the release activated, the one rolled back from, and the source digest now held.
+    Activated,
+    /// `refused`: a publication refused for its conflicts (SPEC §16): its only event.
+    Refused,
+    /// `held_for_promote`: `publish --stage` (SPEC §19): the release is built, verified
+    /// and logged, not activated; `distributor promote` activates it. Terminal: the
+    /// status `staged`.
+    HeldForPromote,
+    /// `settings_changed`: `releases settings` changed a releases destination's settings;
+    /// the detail says from what to what.
+    SettingsChanged,
+    /// `hook_ok`: a hook exited 0 (SPEC §19).
+    HookOk,
+    /// `hook_failed`: a hook failed, timed out or could not be started.
+    HookFailed,
+}
+
+impl Event {
+    /// The event's name, as the journal stores it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::Staged => "staged",
+            Event::MovedAside => "moved_aside",
+            Event::Placed => "placed",
+            Event::Committed => "committed",
+            Event::Completed => "completed",
+            Event::RolledBack => "rolled_back",
+            Event::RecoveredForward => "recovered_forward",
+            Event::RecoveredBack => "recovered_back",
+            Event::StateReplaced => "state_replaced",
+            Event::Diverged => "diverged",
+            Event::Adopted => "adopted",
+            Event::Abandoned => "abandoned",
+            Event::Closed => "closed",
+            Event::Pruned => "pruned",
+            Event::Activated => "activated",
+            Event::Refused => "refused",
+            Event::HeldForPromote => "held_for_promote",
+            Event::SettingsChanged => "settings_changed",
+            Event::HookOk => "hook_ok",
+            Event::HookFailed => "hook_failed",
+        }
+    }
+}
+
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl rusqlite::ToSql for Event {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(rusqlite::types::ToSqlOutput::Borrowed(
+            rusqlite::types::ValueRef::Text(self.as_str().as_bytes()),
+        ))
+    }
 }
 
 /// The operation row appended before anything runs.
@@ -93,10 +145,10 @@ pub struct OperationRecord {
     pub takeover_mode: String,
     /// Previous owner.
     pub previous_owner: Option<String>,
-    /// Previous source id, created_at, digest.
-    pub previous_source: Option<(String, String, String)>,
-    /// New source id, created_at, digest.
-    pub source: (String, String, String),
+    /// The source the bundle path held before.
+    pub previous_source: Option<crate::model::SourceRef>,
+    /// The source published (all empty when none is: a `prune`, a settings change).
+    pub source: crate::model::SourceRef,
     /// sha256 of the state file before (None when absent).
     pub pre_state_sha256: Option<String>,
     /// sha256 of the state file the operation writes.
@@ -278,21 +330,21 @@ impl Journal {
     pub fn finished_operation(
         &mut self,
         op: &OperationRecord,
-        events: &[(&str, Option<&str>)],
+        events: &[(Event, Option<&str>)],
         placements: &[(String, Fingerprint)],
     ) -> Result<()> {
         self.insert_operation(op, None, events, placements)
     }
 
     /// Appends a publication refused for its conflicts (they are in its `plan_json`) with
-    /// its terminal [`event::REFUSED`] event, in one transaction: it never reads as
+    /// its terminal [`Event::Refused`] event, in one transaction: it never reads as
     /// unfinished, and an audit shows who tried what.
     pub fn refused_operation(&mut self, op: &OperationRecord, detail: &str) -> Result<()> {
-        self.insert_operation(op, None, &[(event::REFUSED, Some(detail))], &[])
+        self.insert_operation(op, None, &[(Event::Refused, Some(detail))], &[])
     }
 
     /// Appends an operation found only in a destination's staging, its actions and an
-    /// [`event::ADOPTED`] event, in one transaction.
+    /// [`Event::Adopted`] event, in one transaction.
     pub fn adopt_operation<'a>(
         &mut self,
         op: &OperationRecord,
@@ -302,7 +354,7 @@ impl Journal {
         self.insert_operation(
             op,
             Some(&mut actions.into_iter()),
-            &[(event::ADOPTED, Some(detail))],
+            &[(Event::Adopted, Some(detail))],
             &[],
         )
     }
@@ -311,7 +363,7 @@ impl Journal {
         &mut self,
         op: &OperationRecord,
         actions: Option<&mut dyn Iterator<Item = ActionRecord<'a>>>,
-        events: &[(&str, Option<&str>)],
+        events: &[(Event, Option<&str>)],
         placements: &[(String, Fingerprint)],
     ) -> Result<()> {
         let path = self.path.clone();
@@ -334,12 +386,12 @@ impl Journal {
                 op.decision,
                 op.takeover_mode,
                 op.previous_owner,
-                op.previous_source.as_ref().map(|s| &s.0),
-                op.previous_source.as_ref().map(|s| &s.1),
-                op.previous_source.as_ref().map(|s| &s.2),
-                op.source.0,
-                op.source.1,
-                op.source.2,
+                op.previous_source.as_ref().map(|s| &s.id),
+                op.previous_source.as_ref().map(|s| &s.created_at),
+                op.previous_source.as_ref().map(|s| &s.digest),
+                op.source.id,
+                op.source.created_at,
+                op.source.digest,
                 op.pre_state_sha256,
                 op.post_state_sha256,
                 op.takeovers_json,
@@ -362,7 +414,7 @@ impl Journal {
     }
 
     /// Appends one event.
-    pub fn event(&self, operation_id: &str, event: &str, detail: Option<&str>) -> Result<()> {
+    pub fn event(&self, operation_id: &str, event: Event, detail: Option<&str>) -> Result<()> {
         self.conn
             .execute(
                 "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
@@ -397,7 +449,7 @@ impl Journal {
         });
         tx.execute(
             "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
-            params![operation_id, now(), event::COMMITTED, detail],
+            params![operation_id, now(), Event::Committed, detail],
         )
         .map_err(|e| jerr(&path, e))?;
         if let Some(f) = committed.state_file() {
@@ -480,7 +532,7 @@ impl Journal {
         &mut self,
         operation_id: &str,
         bundle_path: &str,
-        event: &str,
+        event: Event,
         detail: Option<&str>,
         placements: &[(String, Fingerprint)],
     ) -> Result<()> {
@@ -574,7 +626,7 @@ impl Journal {
         self.conn
             .query_row(
                 "SELECT EXISTS (SELECT 1 FROM journal_events WHERE operation_id = ?1 AND event = ?2)",
-                [op, event::COMMITTED],
+                params![op, Event::Committed],
                 |r| r.get::<_, bool>(0),
             )
             .map_err(|e| jerr(&self.path, e))
@@ -1222,7 +1274,11 @@ mod tests {
             takeover_mode: s("same_pipeline"),
             previous_owner: None,
             previous_source: None,
-            source: (s("s"), s("2026-12-02T06:00:00Z"), s("d")),
+            source: crate::model::SourceRef {
+                id: s("s"),
+                created_at: s("2026-12-02T06:00:00Z"),
+                digest: s("d"),
+            },
             pre_state_sha256: None,
             post_state_sha256: s("p"),
             takeovers_json: s("[]"),

@@ -57,14 +57,8 @@ pub(crate) fn journal_refused(
         decision: plan.decision.to_string(),
         takeover_mode: plan.takeover_mode.to_string(),
         previous_owner: plan.previous.as_ref().map(|p| p.owner.to_string()),
-        previous_source: plan.previous.as_ref().map(|p| {
-            (
-                p.source.id.clone(),
-                p.source.created_at.clone(),
-                p.source.digest.clone(),
-            )
-        }),
-        source: (src.id, src.created_at, src.digest),
+        previous_source: plan.previous.as_ref().map(|p| p.source.clone()),
+        source: src,
         pre_state_sha256: None,
         // Nothing was committed: no state file is the operation's.
         post_state_sha256: String::new(),

@@ -11,7 +11,7 @@ use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::execute::record_removal;
-use crate::journal::{Journal, OperationRecord, event};
+use crate::journal::{Event, Journal, OperationRecord};
 use crate::ops::common::check_recovery;
 use crate::progress::Ticker;
 use crate::state::StateFile;
@@ -260,13 +260,7 @@ fn prune_one(
     };
     let op_id = uuid::Uuid::new_v4().to_string();
     let owner = state.as_ref().and_then(|s| s.owners.first());
-    let source = owner.map_or((String::new(), String::new(), String::new()), |o| {
-        (
-            o.source.id.clone(),
-            o.source.created_at.clone(),
-            o.source.digest.clone(),
-        )
-    });
+    let source = owner.map(|o| o.source.clone()).unwrap_or_default();
     let state_sha = crate::backend::state_sha256(&store)?
         .ok()
         .flatten()
@@ -300,7 +294,7 @@ fn prune_one(
     record_removal(
         journal,
         &record,
-        &[(event::PRUNED, Some(&detail)), (event::COMPLETED, None)],
+        &[(Event::Pruned, Some(&detail)), (Event::Completed, None)],
         &fingerprints,
         |journal_id| {
             if pruned.is_err() {

@@ -28,7 +28,7 @@ use crate::config::{Config, PathMapping};
 use crate::error::{Error, Result};
 use crate::execute::{POST_STATE_FILE, PRE_STATE_FILE, StagedOperation, journal_records};
 use crate::failpoint;
-use crate::journal::{Journal, event, query};
+use crate::journal::{Event, Journal, query};
 use crate::progress::{Bytes, Ticker};
 use crate::state::STATE_FILE;
 use serde::Serialize;
@@ -407,7 +407,7 @@ pub fn abandon(op: &str, opts: &RecoverOptions) -> Result<RecoverReport> {
     if !opts.dry_run {
         journal.event(
             &d.operation_id,
-            event::ABANDONED,
+            Event::Abandoned,
             Some(&format!("by {}: {message}", opts.actor)),
         )?;
     }
@@ -690,7 +690,7 @@ fn recover_one(
             {
                 j.event(
                     op,
-                    event::DIVERGED,
+                    Event::Diverged,
                     Some(&format!("by {}: staging moved: {}", opts.actor, r.message)),
                 )?;
             }
@@ -752,7 +752,7 @@ fn recover_one(
             {
                 j.event(
                     op,
-                    event::HELD_FOR_PROMOTE,
+                    Event::HeldForPromote,
                     Some(&format!("by {}: {}", opts.actor, r.message)),
                 )?;
             }
@@ -769,7 +769,7 @@ fn recover_one(
         {
             j.event(
                 op,
-                event::CLOSED,
+                Event::Closed,
                 Some(&format!("by {}: {}", opts.actor, r.message)),
             )?;
         }
@@ -852,7 +852,7 @@ fn recover_one(
         {
             j.event(
                 op,
-                event::DIVERGED,
+                Event::Diverged,
                 Some(&format!("by {}: {}", opts.actor, r.message)),
             )?;
         }
@@ -907,30 +907,30 @@ fn recover_one(
                 if let Some(j) = journal.as_deref() {
                     j.event(
                         op,
-                        event::STATE_REPLACED,
+                        Event::StateReplaced,
                         Some(&format!("by {}: {m}", opts.actor)),
                     )?;
                 }
                 r.replaced_state = Some(replaced);
             }
-            event::RECOVERED_FORWARD
+            Event::RecoveredForward
         }
         Outcome::RolledBack => {
             store.undo(&staged)?;
-            event::RECOVERED_BACK
+            Event::RecoveredBack
         }
-        _ => event::DIVERGED,
+        _ => Event::Diverged,
     };
     failpoint::hit("recover_before_event");
     // A diverged operation stays diverged until someone acts: record it once.
-    let repeat = ev == event::DIVERGED && status.as_deref() == Some("diverged");
+    let repeat = ev == Event::Diverged && status.as_deref() == Some("diverged");
     if let Some(j) = journal.filter(|_| !repeat) {
         j.event(op, ev, Some(&format!("by {}: {}", opts.actor, r.message)))?;
         // A stage rolled forward is held for promote, as its own run would have ended it.
-        if ev == event::RECOVERED_FORWARD && staged.releases.as_ref().is_some_and(|r| r.stages) {
+        if ev == Event::RecoveredForward && staged.releases.as_ref().is_some_and(|r| r.stages) {
             j.event(
                 op,
-                event::HELD_FOR_PROMOTE,
+                Event::HeldForPromote,
                 Some(&crate::execute::held_detail(&staged)),
             )?;
         }

@@ -11,15 +11,12 @@ use crate::backend::releases::log::RecordedSettings;
 use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
-use crate::journal::{Journal, OperationRecord, event};
+use crate::journal::{Event, Journal, OperationRecord};
 use crate::ops::common::check_recovery;
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// The journal event of a settings change: its detail says from what to what.
-pub const SETTINGS_CHANGED: &str = "settings_changed";
 
 /// What to record and how.
 #[derive(Debug, Clone)]
@@ -242,7 +239,7 @@ fn one(
         takeover_mode: dest.takeover.to_string(),
         previous_owner: None,
         previous_source: None,
-        source: (String::new(), String::new(), String::new()),
+        source: crate::model::SourceRef::default(),
         pre_state_sha256: Some(state_sha.clone()),
         post_state_sha256: state_sha,
         takeovers_json: "[]".into(),
@@ -250,7 +247,10 @@ fn one(
     };
     journal.finished_operation(
         &record,
-        &[(SETTINGS_CHANGED, Some(&detail)), (event::COMPLETED, None)],
+        &[
+            (Event::SettingsChanged, Some(&detail)),
+            (Event::Completed, None),
+        ],
         &[],
     )?;
     d.operation_id = Some(op_id);
