@@ -150,7 +150,7 @@ impl Error {
 }
 
 /// Extension to attach a path and action to `std::io::Result`.
-pub trait IoContext<T> {
+pub(crate) trait IoContext<T> {
     /// Wraps an I/O error with what was being done and to which path.
     fn ctx(self, action: &'static str, path: impl Into<PathBuf>) -> Result<T>;
 }

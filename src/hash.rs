@@ -120,7 +120,7 @@ impl<'de> serde::Deserialize<'de> for ContentHash {
 /// A sha256 that bytes are written into (`io::Write`), for text hashed as it is produced
 /// rather than collected first.
 #[derive(Default)]
-pub struct HashWriter(Sha256);
+pub(crate) struct HashWriter(Sha256);
 
 impl HashWriter {
     /// Lowercase hex sha256 of everything written.
@@ -141,14 +141,14 @@ impl std::io::Write for HashWriter {
 }
 
 /// True when `s` is 64 lowercase hex characters.
-pub fn is_sha256_hex(s: &str) -> bool {
+pub(crate) fn is_sha256_hex(s: &str) -> bool {
     s.len() == 64
         && s.bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// The 32 bytes that a 64-digit lowercase hex sha256 spells; `None` for anything else.
-pub fn sha256_bytes(hex: &str) -> Option<[u8; 32]> {
+pub(crate) fn sha256_bytes(hex: &str) -> Option<[u8; 32]> {
     if !is_sha256_hex(hex) {
         return None;
     }
@@ -162,7 +162,7 @@ pub fn sha256_bytes(hex: &str) -> Option<[u8; 32]> {
 
 /// Why [`read_to_end_of`] stopped before the end.
 #[derive(Debug)]
-pub enum ReadOrSink {
+pub(crate) enum ReadOrSink {
     /// Reading failed.
     Read(std::io::Error),
     /// The sink failed.
@@ -180,7 +180,7 @@ pub enum ReadOrSink {
 /// `opened_size` and is read on until a read returns 0. Either way the bytes read are what
 /// the file held at the last read, as with reading until a read returns 0, and the
 /// caller's check of size and sha256 against the manifest catches the change (SPEC §3.1).
-pub fn read_to_end_of(
+pub(crate) fn read_to_end_of(
     f: &mut impl Read,
     opened_size: u64,
     buf: &mut [u8],
@@ -204,7 +204,7 @@ pub fn read_to_end_of(
 }
 
 /// Size and sha256 of what `f` reads, to its end (`path` names it in errors).
-pub fn hash_reader(mut f: impl Read, path: &Path) -> Result<(u64, ContentHash)> {
+pub(crate) fn hash_reader(mut f: impl Read, path: &Path) -> Result<(u64, ContentHash)> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut size = 0u64;

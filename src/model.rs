@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// True when `s` is a valid pipeline or destination id: `^[a-z0-9][a-z0-9._-]{0,63}$`.
-pub fn is_valid_id(s: &str) -> bool {
+pub(crate) fn is_valid_id(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 64
@@ -19,7 +19,7 @@ pub fn is_valid_id(s: &str) -> bool {
 }
 
 /// True when `s` is a valid source id: `^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$`.
-pub fn is_valid_source_id(s: &str) -> bool {
+pub(crate) fn is_valid_source_id(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 128
@@ -29,10 +29,10 @@ pub fn is_valid_source_id(s: &str) -> bool {
 }
 
 /// Accepted form of ids, for error messages.
-pub const ID_RULE: &str = "lowercase letters, digits, '.', '_' or '-', starting with a letter or digit, at most 64 characters";
+pub(crate) const ID_RULE: &str = "lowercase letters, digits, '.', '_' or '-', starting with a letter or digit, at most 64 characters";
 
 /// Parses an RFC 3339 timestamp with an offset.
-pub fn parse_time(s: &str) -> Option<DateTime<FixedOffset>> {
+pub(crate) fn parse_time(s: &str) -> Option<DateTime<FixedOffset>> {
     DateTime::parse_from_rfc3339(s).ok()
 }
 
@@ -337,7 +337,7 @@ impl FileOp {
 
 /// Serializes the items of a slice through `F` as a sequence, without collecting them
 /// first (a million-file state or placement set is written straight from its records).
-pub struct Seq<'a, T, F>(pub &'a [T], pub F);
+pub(crate) struct Seq<'a, T, F>(pub &'a [T], pub F);
 
 impl<T, R: Serialize, F: Fn(&T) -> R> Serialize for Seq<'_, T, F> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

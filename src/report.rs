@@ -205,11 +205,6 @@ impl Files {
     pub fn len(&self) -> usize {
         self.listed.len() + self.unchanged.as_ref().map_or(0, |m| m.outputs.len())
     }
-
-    /// Whether there is no row.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl Serialize for Files {
@@ -339,7 +334,7 @@ impl Summary {
 }
 
 impl Report {
-    /// About how long [`Report::to_json`] is, in bytes.
+    /// About how long the report is as JSON ([`Report::write_json`]), in bytes.
     pub fn json_len_estimate(&self) -> usize {
         self.destinations
             .iter()
@@ -370,16 +365,8 @@ impl Report {
         }
     }
 
-    /// Pretty JSON with a trailing newline.
-    pub fn to_json(&self) -> String {
-        // A report of many files is megabytes long: written into a buffer of about its size
-        // instead of one doubled again and again.
-        let mut out = Vec::with_capacity(self.json_len_estimate());
-        self.write_json(&mut out).expect("report serializes");
-        String::from_utf8(out).expect("serde_json writes UTF-8")
-    }
-
-    /// Writes [`Report::to_json`] to `w` as it is serialized, without holding it whole.
+    /// Writes the report to `w` as pretty JSON with a trailing newline, as it is
+    /// serialized, without holding it whole.
     pub fn write_json(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
         serde_json::to_writer_pretty(&mut *w, self)?;
         w.write_all(b"\n")

@@ -75,12 +75,6 @@ impl clap::builder::TypedValueParser for Hinted {
     }
 }
 
-/// The man page `distributor(1)`, roff, from the same definitions (`docs/man/distributor.1`
-/// is this; a test fails when it is not current).
-pub fn man_page() -> Result<String> {
-    Ok(man_pages()?.remove(0).1)
-}
-
 /// Every man page, from the same definitions: `distributor(1)`, then one per command
 /// (`distributor-publish(1)`, and `distributor-releases-adopt(1)` for the commands under
 /// `releases`), each with the exit status and environment sections. `(file name, roff)`;

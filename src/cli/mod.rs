@@ -20,16 +20,16 @@ mod validate;
 mod verify;
 
 use crate::error::Error;
-pub use actor::cli_actor;
+pub(crate) use actor::cli_actor;
 use clap::{Parser, Subcommand};
-pub use completions::{man_page, man_pages};
+pub use completions::man_pages;
 use std::io::Write;
 use std::process::ExitCode;
 
 /// Publishes producer bundles into configured destinations, safely.
 #[derive(Debug, Parser)]
 #[command(name = "distributor", version, about, long_about = None)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
     /// After a command that changes or checks destinations, write its gauges to PATH in
@@ -59,7 +59,7 @@ enum Command {
 }
 
 /// What a command produced: text for stdout and the exit code.
-pub struct CommandOutput {
+pub(crate) struct CommandOutput {
     /// Printed to stdout.
     pub stdout: String,
     /// A `--json` report, printed to stdout after `stdout` as it is serialized: a report
@@ -97,7 +97,7 @@ fn lock_timeout(secs: f64) -> crate::error::Result<std::time::Duration> {
 /// How a command that changes destinations runs (SPEC §2, §16): its report's form, its
 /// journal, how long it waits for a lock, and who it says runs it.
 #[derive(Debug, clap::Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -126,7 +126,7 @@ impl RunArgs {
 
 /// How much a text report shows (SPEC §16).
 #[derive(Debug, clap::Args)]
-pub struct TextArgs {
+pub(crate) struct TextArgs {
     /// List every file and link (a text report lists at most 20 per destination).
     #[arg(long, conflicts_with = "quiet")]
     pub files: bool,

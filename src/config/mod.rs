@@ -804,7 +804,7 @@ fn absolute_dir_of(file: &Path) -> Result<PathBuf> {
 }
 
 /// Lexically normalises an absolute path: drops `.`, resolves `..` against the text.
-pub fn normalize(p: &Path) -> PathBuf {
+pub(crate) fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in p.components() {
         match c {

@@ -263,7 +263,7 @@ pub fn list(j: &Journal, f: &Filter) -> Result<Vec<OperationSummary>> {
 
 /// The `--action` values besides the decisions: the journal's own operations that are not
 /// publications (`distributor prune` and retention, `distributor releases adopt`).
-pub const OPERATIONS: &[&str] = &["prune", "adopt", "settings"];
+pub(crate) const OPERATIONS: &[&str] = &["prune", "adopt", "settings"];
 
 /// Every accepted `--action` value: the decisions, then [`OPERATIONS`].
 pub fn actions() -> Vec<&'static str> {
@@ -275,7 +275,7 @@ pub fn actions() -> Vec<&'static str> {
 }
 
 /// Refuses (usage error) text that cannot be an operation id or the start of one.
-pub fn check_operation_id(id: &str) -> Result<()> {
+pub(crate) fn check_operation_id(id: &str) -> Result<()> {
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
         return Err(Error::Usage(format!(
             "'{id}' is not an operation id (a UUID, or the start of one)"
@@ -383,7 +383,7 @@ pub fn show(j: &Journal, id: &str) -> Result<Option<OperationDetail>> {
 
 /// The distinct values of `column` (`pipeline_id`, `destination_id` or `decision`) in
 /// the journal, sorted: what a `history` filter can match.
-pub fn distinct(j: &Journal, column: &str) -> Result<Vec<String>> {
+pub(crate) fn distinct(j: &Journal, column: &str) -> Result<Vec<String>> {
     let column = match column {
         "pipeline_id" | "destination_id" | "decision" => column,
         other => return Err(Error::Failed(format!("not a filter column: {other}"))),
@@ -403,7 +403,7 @@ pub fn distinct(j: &Journal, column: &str) -> Result<Vec<String>> {
 
 /// Normalises a `--since`/`--until` value to the journal's time format (UTC, milliseconds,
 /// `Z`), so times compare as text. Accepts RFC 3339 or a date `YYYY-MM-DD` (midnight UTC).
-pub fn time_bound(s: &str) -> std::result::Result<String, String> {
+pub(crate) fn time_bound(s: &str) -> std::result::Result<String, String> {
     use chrono::{NaiveDate, SecondsFormat, Utc};
     if let Some(t) = crate::model::parse_time(s) {
         return Ok(t

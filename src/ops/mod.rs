@@ -3,12 +3,12 @@
 //! call them; they reach storage only through `backend/`, and run writing plans through
 //! `execute/`.
 
-pub mod adopt;
-pub mod common;
-pub mod inspect;
-pub mod promote;
-pub mod prune;
-pub mod publish;
+pub(crate) mod adopt;
+pub(crate) mod common;
+pub(crate) mod inspect;
+pub(crate) mod promote;
+pub(crate) mod prune;
+pub(crate) mod publish;
 pub mod recover;
-pub mod release_settings;
-pub mod rollback;
+pub(crate) mod release_settings;
+pub(crate) mod rollback;

@@ -15,7 +15,7 @@ pub use planner::{PlanInput, plan_destination};
 pub use takeover::takeover_permitted;
 pub use unchanged::{Republication, records_exactly};
 
-pub use crate::backend::types::{Entry, Hold, Replaced, Storage};
+pub use crate::backend::types::{Entry, Replaced, Storage};
 
 use crate::hash::ContentHash;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef, StateMode, TakeoverMode};

@@ -8,9 +8,11 @@ mod generate;
 
 mod open;
 
-pub use crate::paths::{ancestors, check_path_set, check_safe_path, relative_link_target};
-pub use generate::{write_manifest, write_manifest_excluding};
-pub use open::{hash_file, hash_source, open_source, open_source_sized};
+pub use crate::paths::relative_link_target;
+pub(crate) use crate::paths::{ancestors, check_path_set, check_safe_path};
+pub use generate::write_manifest;
+pub(crate) use generate::write_manifest_excluding;
+pub(crate) use open::{hash_file, hash_source, open_source, open_source_sized};
 
 use crate::error::{Error, Result, SourceError};
 use crate::fs::tree::Tree;
@@ -23,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// File name of the manifest at the bundle root.
-pub const MANIFEST_FILE: &str = "distributor-manifest.json";
+pub(crate) const MANIFEST_FILE: &str = "distributor-manifest.json";
 
 /// One output file of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,7 +144,7 @@ impl Manifest {
 
 /// The error for an output whose bytes are not what the manifest lists: the source is
 /// invalid. One wording for staging, dry runs and `validate --source`.
-pub fn content_mismatch(
+pub(crate) fn content_mismatch(
     path: &str,
     size: u64,
     sha256: &ContentHash,

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// File name of the state at the root of a bundle path.
-pub const STATE_FILE: &str = ".distributor.json";
+pub(crate) const STATE_FILE: &str = ".distributor.json";
 
 /// One owner's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -334,7 +334,7 @@ fn short_way<'de, R: serde_json::de::Read<'de>>(open: Open<R>) -> Option<Result<
 /// The planned post-state `bytes` (rendered before anything was uploaded) with each
 /// output's ETag filled in by `etag_of(path, sha256)`, as state version 2 (SPEC §14).
 /// An output no ETag is known for is an error: the state would not prove it.
-pub fn fill_etags(
+pub(crate) fn fill_etags(
     bytes: &[u8],
     mut etag_of: impl FnMut(&str, &ContentHash) -> Option<String>,
 ) -> Result<Vec<u8>, String> {
