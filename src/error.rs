@@ -47,6 +47,9 @@ pub enum Error {
     /// Anything else that failed while executing (exit 1).
     #[error("{0}")]
     Failed(String),
+    /// A releases destination refuses an operation as it is (exit 1; kind `failed`).
+    #[error("{0}")]
+    Releases(#[from] ReleasesError),
     /// A document distributor writes (a report, a manifest, a plan file) could not be
     /// rendered as JSON (exit 1; kind `failed`).
     #[error("{0}")]
@@ -107,6 +110,7 @@ impl Error {
             | Error::Journal(_)
             | Error::Lock(_)
             | Error::Failed(_)
+            | Error::Releases(_)
             | Error::Json(_)
             | Error::Untrusted(_)
             | Error::ConcurrentChange(_)
@@ -127,7 +131,9 @@ impl Error {
             Error::RecoveryRequired(_) => "recovery_required",
             Error::ConcurrentChange(_) => "concurrent_change",
             Error::Untrusted(_) => "untrusted_record",
-            Error::Failed(_) | Error::Json(_) | Error::Committed { .. } => "failed",
+            Error::Failed(_) | Error::Releases(_) | Error::Json(_) | Error::Committed { .. } => {
+                "failed"
+            }
         }
     }
 
@@ -325,4 +331,125 @@ pub enum SourceError {
     /// the message names the file and the rule.
     #[error("{0}")]
     Invalid(String),
+}
+
+/// A releases destination (SPEC §15) that refuses an operation on it as it is: a
+/// rollback, a promote, an adoption, a prune. [`Error::Releases`], exit 1, kind `failed`.
+#[derive(Debug, thiserror::Error)]
+pub enum ReleasesError {
+    /// Nothing was published (or staged) at the destination's path.
+    #[error("{}: {what}", path.display())]
+    NothingThere {
+        /// The destination's path.
+        path: PathBuf,
+        /// What that means for the operation.
+        what: &'static str,
+    },
+    /// The recorded releases settings are not the config's (`releases_mismatch`).
+    #[error("releases_mismatch: {why}; {outcome}")]
+    Mismatch {
+        /// How they differ.
+        why: String,
+        /// What was not done.
+        outcome: &'static str,
+    },
+    /// `path` and the destination log disagree about the active release
+    /// (`path_changed`).
+    #[error("path_changed: {why}; {what}")]
+    PathChanged {
+        /// How they disagree.
+        why: String,
+        /// Why the operation cannot go on, and what to do.
+        what: &'static str,
+    },
+    /// No release is active: nothing to roll back.
+    #[error("{}: no release is active; nothing to roll back", path.display())]
+    NoneActive {
+        /// The destination's path.
+        path: PathBuf,
+    },
+    /// The release to activate is the active one.
+    #[error("release {release} is already active at {}", path.display())]
+    AlreadyActive {
+        /// The release.
+        release: String,
+        /// The destination's path.
+        path: PathBuf,
+    },
+    /// The active release holds no state file.
+    #[error("the active release {release} holds no state")]
+    ActiveWithoutState {
+        /// The active release.
+        release: String,
+    },
+    /// The active release's state file is not valid state.
+    #[error(
+        "the active release {}holds invalid state ({why}){outcome}",
+        release.as_ref().map(|r| format!("{r} ")).unwrap_or_default()
+    )]
+    InvalidActiveState {
+        /// The active release, when the message names it.
+        release: Option<String>,
+        /// Why the state is not valid.
+        why: String,
+        /// What was not done (`; nothing promoted`), or empty.
+        outcome: &'static str,
+    },
+    /// The release (a staged one, for a promote) holds no records of the owner that
+    /// would activate it.
+    #[error(
+        "{}release {release} holds no records of {owner}; {outcome}",
+        if *staged { "staged " } else { "" }
+    )]
+    NoRecordsOf {
+        /// Whether the release is a staged one.
+        staged: bool,
+        /// The release.
+        release: String,
+        /// The owner (`pipeline/destination`).
+        owner: String,
+        /// What was not done.
+        outcome: &'static str,
+    },
+    /// A staged release was promoted already.
+    #[error(
+        "release {release} was promoted already, by operation {operation_id} ({entry}); to activate it again, `distributor rollback --to {release}`"
+    )]
+    PromotedAlready {
+        /// The release.
+        release: String,
+        /// The promote that activated it.
+        operation_id: String,
+        /// That promote's log entry, described.
+        entry: String,
+    },
+    /// An adoption's path and releases directory are on different filesystems.
+    #[error(
+        "{} and {} are on different filesystems; adoption exchanges the directory with a symlink in one rename, which needs one filesystem",
+        path.display(),
+        dir.display()
+    )]
+    DifferentFilesystems {
+        /// The destination's path.
+        path: PathBuf,
+        /// Its releases directory.
+        dir: PathBuf,
+    },
+    /// An adoption found no state file: nothing at the path is managed.
+    #[error(
+        "{} holds no .distributor.json: nothing there is managed; move it away, and the first publication makes the first release",
+        path.display()
+    )]
+    NothingManaged {
+        /// The destination's path.
+        path: PathBuf,
+    },
+    /// An adoption found a state file that is not valid state.
+    #[error("{}: .distributor.json is not valid state ({why}); not adopted", path.display())]
+    InvalidState {
+        /// The destination's path.
+        path: PathBuf,
+        /// Why the state is not valid.
+        why: String,
+    },
 }

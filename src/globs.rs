@@ -20,39 +20,63 @@ pub struct PathGlobs {
     dirs: GlobSet,
 }
 
+/// A glob [`PathGlobs::new`] refuses: each names the glob and what is accepted
+/// ([`ACCEPTED`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GlobError {
+    /// The empty glob.
+    #[error("an empty glob; {ACCEPTED}")]
+    Empty,
+    /// A glob starting with `/`.
+    #[error("glob '{0}' starts with '/': paths are bundle-relative; {ACCEPTED}")]
+    Absolute(String),
+    /// A glob of only `/`.
+    #[error("glob '{0}' names no directory; {ACCEPTED}")]
+    NoDirectory(String),
+    /// A glob the glob syntax refuses: `why` is globset's reason.
+    #[error("invalid glob '{glob}': {why}; {ACCEPTED}")]
+    Invalid {
+        /// The glob.
+        glob: String,
+        /// Why.
+        why: String,
+    },
+    /// The globs together could not be compiled.
+    #[error("invalid globs: {0}; {ACCEPTED}")]
+    Set(String),
+}
+
 impl PathGlobs {
     /// Compiles `patterns`; an error names the first bad one and what is accepted.
-    pub fn new(patterns: &[String]) -> Result<PathGlobs, String> {
+    pub fn new(patterns: &[String]) -> Result<PathGlobs, GlobError> {
         let mut b = GlobSetBuilder::new();
         let mut dirs = GlobSetBuilder::new();
         for p in patterns {
             if p.is_empty() {
-                return Err(format!("an empty glob; {ACCEPTED}"));
+                return Err(GlobError::Empty);
             }
             if p.starts_with('/') {
-                return Err(format!(
-                    "glob '{p}' starts with '/': paths are bundle-relative; {ACCEPTED}"
-                ));
+                return Err(GlobError::Absolute(p.clone()));
             }
             let dir = p.trim_end_matches('/');
             if dir.is_empty() {
-                return Err(format!("glob '{p}' names no directory; {ACCEPTED}"));
+                return Err(GlobError::NoDirectory(p.clone()));
             }
             let g = GlobBuilder::new(dir)
                 .literal_separator(true)
                 .backslash_escape(true)
                 .build()
-                .map_err(|e| format!("invalid glob '{p}': {}; {ACCEPTED}", e.kind()))?;
+                .map_err(|e| GlobError::Invalid {
+                    glob: p.clone(),
+                    why: e.kind().to_string(),
+                })?;
             if dir.len() < p.len() {
                 dirs.add(g);
             } else {
                 b.add(g);
             }
         }
-        let built = |b: GlobSetBuilder| {
-            b.build()
-                .map_err(|e| format!("invalid globs: {}; {ACCEPTED}", e.kind()))
-        };
+        let built = |b: GlobSetBuilder| b.build().map_err(|e| GlobError::Set(e.kind().to_string()));
         Ok(PathGlobs {
             patterns: patterns.to_vec(),
             set: built(b)?,
@@ -134,7 +158,7 @@ mod tests {
     #[test]
     fn bad_globs_are_named() {
         for bad in ["", "/abs", "a[", "{a", "/", "a[/"] {
-            let e = PathGlobs::new(&[bad.to_string()]).unwrap_err();
+            let e = PathGlobs::new(&[bad.to_string()]).unwrap_err().to_string();
             assert!(e.contains("accepted: a glob"), "{bad}: {e}");
         }
     }

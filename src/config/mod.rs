@@ -589,7 +589,7 @@ impl Config {
                 ),
             };
             let verify_ignore = crate::globs::PathGlobs::new(&d.verify.unwrap_or_default().ignore)
-                .map_err(|m| err(&format!("{key}.verify.ignore"), m))?;
+                .map_err(|m| err(&format!("{key}.verify.ignore"), m.to_string()))?;
             let guard =
                 guard::settings(&key, d.guard.unwrap_or_default()).map_err(|(k, m)| err(&k, m))?;
             let hooks = hooks::settings(&format!("{key}.hooks"), d.hooks.unwrap_or_default())

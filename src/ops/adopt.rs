@@ -10,7 +10,7 @@
 use crate::backend::BundleStore;
 use crate::backend::releases::ReleaseStore;
 use crate::config::{Config, Destination};
-use crate::error::{Error, Result};
+use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
 use crate::model::Decision;
 use crate::ops::common::check_recovery;
@@ -193,25 +193,26 @@ fn adopt_one(
     }
     // Known once releases.dir exists (a dry run before it does cannot tell).
     if let Ok(false) = store.same_filesystem() {
-        return Err(Error::Failed(format!(
-            "{} and {} are on different filesystems; adoption exchanges the directory with a symlink in one rename, which needs one filesystem",
-            dest.path.display(),
-            settings.dir.display()
-        )));
+        return Err(ReleasesError::DifferentFilesystems {
+            path: dest.path.clone(),
+            dir: settings.dir.clone(),
+        }
+        .into());
     }
     let state = match store.read_state()?.parse() {
         StateFile::Valid(s) => s,
         StateFile::Absent => {
-            return Err(Error::Failed(format!(
-                "{} holds no .distributor.json: nothing there is managed; move it away, and the first publication makes the first release",
-                dest.path.display()
-            )));
+            return Err(ReleasesError::NothingManaged {
+                path: dest.path.clone(),
+            }
+            .into());
         }
         StateFile::Invalid(why) => {
-            return Err(Error::Failed(format!(
-                "{}: .distributor.json is not valid state ({why}); not adopted",
-                dest.path.display()
-            )));
+            return Err(ReleasesError::InvalidState {
+                path: dest.path.clone(),
+                why,
+            }
+            .into());
         }
         StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why)),
     };

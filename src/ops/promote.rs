@@ -18,7 +18,7 @@ use crate::backend::BundleStore;
 use crate::backend::local::log::Entry;
 use crate::backend::releases::ReleaseStore;
 use crate::config::{Config, Destination};
-use crate::error::{Error, Result};
+use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef};
 use crate::ops::common::Outcome;
@@ -187,11 +187,12 @@ fn find_stage(store: &ReleaseStore, dest: &Destination, prefix: &str) -> Result<
     if let Some(p) = (entries.iter())
         .find(|e| e.command == "promote" && e.release_activated.as_deref() == Some(&release))
     {
-        return Err(Error::Failed(format!(
-            "release {release} was promoted already, by operation {} ({}); to activate it again, `distributor rollback --to {release}`",
-            p.operation_id,
-            p.describe()
-        )));
+        return Err(ReleasesError::PromotedAlready {
+            release,
+            operation_id: p.operation_id.clone(),
+            entry: p.describe(),
+        }
+        .into());
     }
     if !store.releases()?.contains(&release) {
         let pruned = (entries.iter()).find(|e| e.removed_releases.contains(&release));
@@ -244,9 +245,11 @@ fn promote_one(
         StateFile::Valid(s) => Some(s),
         StateFile::Absent => None,
         StateFile::Invalid(why) => {
-            return Err(Error::Failed(format!(
-                "the active release holds invalid state ({why}); nothing promoted"
-            ))
+            return Err(Error::from(ReleasesError::InvalidActiveState {
+                release: None,
+                why,
+                outcome: "; nothing promoted",
+            })
             .into());
         }
         StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why).into()),
@@ -256,9 +259,12 @@ fn promote_one(
         .and_then(|s| s.owner(&me))
         .map(|o| o.source.clone())
         .ok_or_else(|| {
-            Error::Failed(format!(
-                "staged release {release} holds no records of {me}; nothing promoted"
-            ))
+            Error::from(ReleasesError::NoRecordsOf {
+                staged: true,
+                release: release.clone(),
+                owner: me.to_string(),
+                outcome: "nothing promoted",
+            })
         })?;
     // Judged when it runs (SPEC §19, §22): the path, the stage's base, the guard.
     if let Some(why) = store.path_changed() {

@@ -9,7 +9,7 @@ use crate::backend::BundleStore;
 use crate::backend::releases::{PruneBy, ReleaseStore, log::Verdict};
 use crate::clock::now;
 use crate::config::{Config, Destination};
-use crate::error::{Error, Result};
+use crate::error::{Error, ReleasesError, Result};
 use crate::execute::record_removal;
 use crate::journal::{Event, Journal, OperationRecord};
 use crate::ops::common::check_recovery;
@@ -206,9 +206,11 @@ fn prune_one(
         return Ok(());
     };
     if let Some(why) = store.mismatch()? {
-        return Err(Error::Failed(format!(
-            "releases_mismatch: {why}; nothing pruned"
-        )));
+        return Err(ReleasesError::Mismatch {
+            why,
+            outcome: "nothing pruned",
+        }
+        .into());
     }
     // Retention removes nothing while path is not what the log says, or the log has bad
     // entries: say why.

@@ -15,7 +15,7 @@ use crate::backend::BundleStore;
 use crate::backend::releases::ReleaseStore;
 use crate::clock::now;
 use crate::config::{Config, Destination};
-use crate::error::{Error, Result};
+use crate::error::{Error, ReleasesError, Result};
 use crate::execute::{ExecContext, Origin, StagedOperation, Transaction, execute, retain};
 use crate::hash::sha256_hex;
 use crate::journal::{Journal, query};
@@ -195,9 +195,9 @@ pub(crate) struct Opening<'a> {
     /// The lock, unless a dry run.
     pub lock: Option<crate::backend::LockRequest<'a>>,
     /// After the path, when nothing is there.
-    pub nothing_there: &'a str,
+    pub nothing_there: &'static str,
     /// After a `releases_mismatch`.
-    pub nothing_done: &'a str,
+    pub nothing_done: &'static str,
 }
 
 /// Opens (and, unless a dry run, locks) a releases destination for an activation: refused
@@ -210,13 +210,18 @@ pub(crate) fn open_releases(
     journal: Option<&Journal>,
     view: Option<&crate::journal::JournalView>,
 ) -> Result<ReleaseStore> {
-    let store = ReleaseStore::open(&dest.path, settings, open.lock)?
-        .ok_or_else(|| Error::Failed(format!("{}: {}", dest.path.display(), open.nothing_there)))?;
+    let store = ReleaseStore::open(&dest.path, settings, open.lock)?.ok_or_else(|| {
+        ReleasesError::NothingThere {
+            path: dest.path.clone(),
+            what: open.nothing_there,
+        }
+    })?;
     if let Some(why) = store.mismatch()? {
-        return Err(Error::Failed(format!(
-            "releases_mismatch: {why}; {}",
-            open.nothing_done
-        )));
+        return Err(ReleasesError::Mismatch {
+            why,
+            outcome: open.nothing_done,
+        }
+        .into());
     }
     if let Some(j) = journal {
         check_recovery(j, &store)?;
@@ -260,14 +265,18 @@ fn rollback_one(
     let changed = store.path_changed().map(str::to_string);
     if let Some(why) = &changed {
         if opts.to.is_none() {
-            return Err(Error::Failed(format!(
-                "path_changed: {why}; a rollback steps back from the active release, which the log and path disagree about: name the release to activate with --to OP_ID"
-            )).into());
+            return Err(Error::from(ReleasesError::PathChanged {
+                why: why.clone(),
+                what: "a rollback steps back from the active release, which the log and path disagree about: name the release to activate with --to OP_ID",
+            })
+            .into());
         }
         if shared {
-            return Err(Error::Failed(format!(
-                "path_changed: {why}; a shared root's rollback builds on the active release, which the log and path disagree about: put path back first"
-            )).into());
+            return Err(Error::from(ReleasesError::PathChanged {
+                why: why.clone(),
+                what: "a shared root's rollback builds on the active release, which the log and path disagree about: put path back first",
+            })
+            .into());
         }
     }
     let logged = store.log_view()?.active().map(str::to_string);
@@ -276,10 +285,9 @@ fn rollback_one(
         (_, _, Some(a)) => a.to_string(),
         (_, Some(l), None) => l,
         (_, None, None) => {
-            return Err(Error::Failed(format!(
-                "{}: no release is active; nothing to roll back",
-                dest.path.display()
-            ))
+            return Err(Error::from(ReleasesError::NoneActive {
+                path: dest.path.clone(),
+            })
             .into());
         }
     };
@@ -296,10 +304,10 @@ fn rollback_one(
         None => store.rollback_target(who)?,
     };
     if target == current && !shared && changed.is_none() {
-        return Err(Error::Failed(format!(
-            "release {target} is already active at {}",
-            dest.path.display()
-        ))
+        return Err(Error::from(ReleasesError::AlreadyActive {
+            release: target,
+            path: dest.path.clone(),
+        })
         .into());
     }
     let to = store.release_state(&target)?;
@@ -319,14 +327,14 @@ fn rollback_one(
     let from = match active_state {
         StateFile::Valid(s) => s,
         StateFile::Absent => {
-            return Err(
-                Error::Failed(format!("the active release {current} holds no state")).into(),
-            );
+            return Err(Error::from(ReleasesError::ActiveWithoutState { release: current }).into());
         }
         StateFile::Invalid(why) => {
-            return Err(Error::Failed(format!(
-                "the active release {current} holds invalid state ({why})"
-            ))
+            return Err(Error::from(ReleasesError::InvalidActiveState {
+                release: Some(current),
+                why,
+                outcome: "",
+            })
             .into());
         }
         StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why).into()),
@@ -392,9 +400,12 @@ fn rollback_owner(
     undoes: &str,
 ) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
     let Some(record) = to.owner(me).cloned() else {
-        return Err(Error::Failed(format!(
-            "release {target} holds no records of {me}; nothing to roll back to"
-        ))
+        return Err(Error::from(ReleasesError::NoRecordsOf {
+            staged: false,
+            release: target.to_string(),
+            owner: me.to_string(),
+            outcome: "nothing to roll back to",
+        })
         .into());
     };
     let outputs: Vec<_> = (to.outputs.iter())
