@@ -32,6 +32,8 @@ use std::time::Duration;
 use types::Storage;
 use types::{Placed, Proof, StagingEntry, StateBytes};
 
+pub use types::Capabilities;
+
 /// A kind of storage destinations can live on.
 pub trait Backend: std::fmt::Debug + Sync {
     /// Its name in messages (`local`).
@@ -39,6 +41,9 @@ pub trait Backend: std::fmt::Debug + Sync {
 
     /// How many files it is worth working on at once (staging, probing, removing).
     fn concurrency(&self) -> usize;
+
+    /// What it can do, and how it proves what it holds.
+    fn capabilities(&self) -> Capabilities;
 
     /// Why the bundle path `bundle` below the destination path `base` cannot be used,
     /// if it cannot (the planner's `unsafe_storage`).
@@ -85,6 +90,14 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// [`Backend::concurrency`]).
     fn concurrency(&self) -> usize;
 
+    /// What it can do, and how it proves what it holds (its backend's
+    /// [`Backend::capabilities`]).
+    fn capabilities(&self) -> Capabilities;
+
+    /// The store itself, for a downcast to a backend's own type where a step only that
+    /// backend has is wanted ([`releases::ReleaseStore::of`]).
+    fn as_any(&self) -> &dyn std::any::Any;
+
     /// What stands at `.distributor.json`.
     fn read_state(&self) -> Result<StateBytes>;
 
@@ -111,27 +124,12 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         Ok(None)
     }
 
-    /// Where the storage is, when a bundle path alone does not say (an object store's
-    /// endpoint and region), for the staging record and the journal.
-    fn location(&self) -> Option<s3::S3Location> {
-        None
-    }
-
-    /// What the staging record keeps of a releases destination (SPEC §15); `None`
-    /// elsewhere.
-    fn releases_record(&self) -> Option<releases::ReleasesRecord> {
-        None
-    }
-
-    /// The releases destination this is, for the steps only it has (retention, the
-    /// fingerprints taken after it).
-    fn as_releases(&self) -> Option<&releases::ReleaseStore> {
-        None
-    }
-
-    /// The `state_version` this storage holds (1 local, 2 s3: outputs carry ETags).
-    fn state_version(&self) -> u32 {
-        1
+    /// Puts in the staging record of an operation about to begin what the record keeps of
+    /// this store, so that `recover` finds it again from the record alone: where an object
+    /// store is (`store`: its endpoint, region and settings), what a releases destination
+    /// builds (`releases`). Nothing where the bundle path alone says (the default).
+    fn describe(&self, staged: &mut StagedOperation) {
+        let _ = staged;
     }
 
     /// Where operation `op` stands, from storage alone: past its commit point (roll
@@ -475,6 +473,16 @@ pub fn for_destination(dest: &crate::config::Destination) -> Result<Box<dyn Back
         (Some(s), _) => Ok(Box::new(s3::S3Backend::from_settings(s)?)),
         (None, Some(r)) => Ok(Box::new(releases::ReleasesBackend::new(r))),
         (None, None) => Ok(Box::new(local::LocalBackend)),
+    }
+}
+
+/// What the backend of `dest` can do ([`Backend::capabilities`]), from its config alone:
+/// what the planner reads, with no store opened.
+pub fn capabilities(dest: &crate::config::Destination) -> Capabilities {
+    match (&dest.s3, &dest.releases) {
+        (Some(s), _) => s3::capabilities(s),
+        (None, Some(_)) => releases::CAPABILITIES,
+        (None, None) => local::CAPABILITIES,
     }
 }
 

@@ -56,8 +56,7 @@ impl<'a> Transaction<'a> {
         store: &'a dyn BundleStore,
         mut staged: StagedOperation,
     ) -> Result<Transaction<'a>> {
-        staged.store = store.location();
-        staged.releases = store.releases_record();
+        store.describe(&mut staged);
         staged.record_dir = store.record_dir(true)?;
         staged.origin.journal_id = Some(journal.journal_id()?);
         let (record, actions) = journal_records(&staged)?;

@@ -20,6 +20,7 @@ pub use crate::record::{
 };
 
 use crate::backend::BundleStore;
+use crate::backend::releases::ReleaseStore;
 use crate::backend::types::Placed;
 use crate::clock::now;
 use crate::error::{Error, Result};
@@ -70,7 +71,7 @@ pub fn execute(
     // republication of that source may take as read while the state file stands as
     // written (the journal keeps its identity, `Passed::republishable`).
     let republishable = ctx.command == "publish"
-        && store.as_releases().is_none()
+        && store.capabilities().keeps_state_file_id
         && crate::plan::records_exactly(
             &state,
             &crate::model::Owner::new(ctx.pipeline_id, plan.destination_id.clone()),
@@ -80,7 +81,7 @@ pub fn execute(
     let post = state.render();
     // Only retention reads the post-state again (a releases destination); elsewhere its
     // records (about 180 B per output) are freed before staging.
-    let state = store.as_releases().is_some().then_some(state);
+    let state = store.capabilities().releases.then_some(state);
     let pre = store.read_state()?;
     let staged = StagedOperation::from_plan(
         plan,
@@ -109,14 +110,14 @@ pub fn execute(
         // A stage: built and verified, held for `distributor promote` (SPEC §19). Its
         // links changed the ctimes of the active release's files: their fingerprints are
         // taken again, or the next publication would hash every one of them.
-        let active = match store.as_releases() {
+        let active = match ReleaseStore::of(store) {
             Some(releases) => active_fingerprints(releases)?,
             None => Vec::new(),
         };
         return passed.hold(&active);
     }
     passed.finish(&placements, None, |journal| {
-        match (store.as_releases(), &state) {
+        match (ReleaseStore::of(store), &state) {
             (Some(releases), Some(state)) => {
                 retain(releases, state, &op_id, &bundle.to_string_lossy(), journal)
             }
@@ -128,7 +129,7 @@ pub fn execute(
 /// The placement fingerprints of the active release's recorded files (per its state), as
 /// they are now.
 fn active_fingerprints(
-    releases: &crate::backend::releases::ReleaseStore,
+    releases: &ReleaseStore,
 ) -> Result<Vec<(String, crate::backend::types::Fingerprint)>> {
     let crate::state::StateFile::Valid(active) = releases.read_state()?.parse() else {
         return Ok(Vec::new());
@@ -144,7 +145,7 @@ fn active_fingerprints(
 /// fingerprints of the active release's files taken after it, since its links and
 /// unlinks changed their ctimes (SPEC §13).
 pub fn retain(
-    releases: &crate::backend::releases::ReleaseStore,
+    releases: &ReleaseStore,
     state: &crate::state::State,
     op_id: &str,
     bundle: &str,
@@ -172,7 +173,7 @@ pub fn retain(
 /// Prunes, then journals the event `pruned` with the fingerprints of `state`'s outputs
 /// in the active release. The outer error is the journal's; the inner, retention's.
 fn prune_and_settle(
-    releases: &crate::backend::releases::ReleaseStore,
+    releases: &ReleaseStore,
     state: Option<&crate::state::State>,
     op_id: &str,
     bundle: &str,

@@ -22,6 +22,7 @@
 //! record describes.
 
 use crate::backend::local::STAGING_DIR;
+use crate::backend::releases::ReleaseStore;
 use crate::backend::types::StagingEntry;
 use crate::backend::{self, Backend, BundleStore, Verdict, state_sha256};
 use crate::config::{Config, PathMapping};
@@ -731,7 +732,7 @@ fn recover_one(
         };
         let applied = recorded.as_ref().is_some_and(|s| {
             r.state_sha256.as_deref() == Some(s.post_state_sha256.as_str())
-                || store.is_some_and(|st| st.location().is_some() && names_op(st))
+                || store.is_some_and(|st| st.capabilities().commits_by_decision && names_op(st))
         });
         r.outcome = Outcome::Closed;
         r.message = closed_message(applied, unfinished_record, opts.dry_run);
@@ -889,7 +890,7 @@ fn recover_one(
             releases_diverged_message(bundle, &op_dir, &staged, store)
         }
         Outcome::Diverged => diverged_message(bundle, &op_dir, &staged, &now, true),
-        o if store.location().is_some() => explain_decided(o, opts.dry_run),
+        o if store.capabilities().commits_by_decision => explain_decided(o, opts.dry_run),
         o => explain(o, staged.pre_state_sha256.is_some(), opts.dry_run),
     };
     if opts.dry_run {
@@ -1032,7 +1033,7 @@ fn outcome_word(o: Outcome) -> &'static str {
 /// Whether the destination log of the bundle path `store` holds records an entry of
 /// operation `op`.
 fn logged(store: &dyn BundleStore, bundle: &Path, op: &str) -> Result<bool> {
-    if let Some(r) = store.as_releases() {
+    if let Some(r) = ReleaseStore::of(store) {
         return Ok(r.log_view()?.log.names_operation(op));
     }
     if let Some(log) = store.read_log()? {
@@ -1055,7 +1056,7 @@ fn releases_diverged_message(
     let rec = staged.releases.as_ref().expect("a releases operation");
     let target = rec.target(&staged.operation_id);
     let dir = &rec.settings.dir;
-    let now = match store.as_releases().and_then(|r| r.active_release()) {
+    let now = match ReleaseStore::of(store).and_then(|r| r.active_release()) {
         Some(r) => format!("names release {r}"),
         None => "is not a symlink to a release (missing, or a plain directory)".to_string(),
     };

@@ -28,9 +28,16 @@ pub struct LocalBackend;
 /// the cores, is the limit.
 const CONCURRENCY: usize = crate::parallel::LOCAL_THREADS;
 
+/// What a local bundle path, published in place, can do.
+pub const CAPABILITIES: crate::backend::Capabilities = crate::backend::Capabilities::LOCAL;
+
 impl Backend for LocalBackend {
     fn name(&self) -> &'static str {
         "local"
+    }
+
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        CAPABILITIES
     }
 
     fn concurrency(&self) -> usize {
@@ -65,6 +72,12 @@ impl BundleStore for Bundle {
     }
     fn concurrency(&self) -> usize {
         CONCURRENCY
+    }
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        CAPABILITIES
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
     fn read_state(&self) -> Result<StateBytes> {
         Bundle::read_state(self)

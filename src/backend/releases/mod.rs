@@ -40,6 +40,9 @@ pub const ADOPTED_PREFIX: &str = ".distributor-adopted-";
 
 pub use crate::record::ReleasesRecord;
 
+/// What a local destination with release directories can do.
+pub const CAPABILITIES: crate::backend::Capabilities = crate::backend::Capabilities::RELEASES;
+
 /// The releases backend of one destination.
 #[derive(Debug, Clone)]
 pub struct ReleasesBackend {
@@ -58,6 +61,10 @@ impl ReleasesBackend {
 impl Backend for ReleasesBackend {
     fn name(&self) -> &'static str {
         "local"
+    }
+
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        CAPABILITIES
     }
 
     fn concurrency(&self) -> usize {
@@ -175,6 +182,41 @@ impl LogView {
 }
 
 impl ReleaseStore {
+    /// What the staging record keeps of this destination (SPEC §15): its settings, the
+    /// release active before, and what the operation activates, stages, undoes or adopts.
+    pub fn releases_record(&self) -> ReleasesRecord {
+        let rollback = self
+            .rollback_to
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let promoting = self
+            .promoting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        ReleasesRecord {
+            settings: self.settings.clone(),
+            active_before: self.active_release().map(str::to_string),
+            activates: rollback.as_ref().and_then(|r| r.0.clone()).or(promoting),
+            stages: self.staging_only.load(std::sync::atomic::Ordering::Relaxed),
+            undoes: rollback.map(|r| r.1),
+            adopts: self.adopting.load(std::sync::atomic::Ordering::Relaxed),
+            adopts_dir: self
+                .adopting
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .then(|| self.active.as_ref()?.dir().identity().ok())
+                .flatten()
+                .map(|i| [i.dev, i.ino]),
+        }
+    }
+
+    /// The releases destination `store` is, for the steps only it has (retention, the
+    /// fingerprints taken after it, rollback, promote); `None` for any other store.
+    pub fn of(store: &dyn BundleStore) -> Option<&ReleaseStore> {
+        store.as_any().downcast_ref()
+    }
+
     /// Opens the destination at `path`; with `lock`, takes the lock in `releases.dir`
     /// (creating it and `path`'s parent when asked). `None` when neither `path` nor
     /// `releases.dir` exists (nothing was ever published), or when locking without
@@ -1073,35 +1115,16 @@ impl BundleStore for ReleaseStore {
         }
     }
 
-    fn releases_record(&self) -> Option<ReleasesRecord> {
-        let rollback = self
-            .rollback_to
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let promoting = self
-            .promoting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        Some(ReleasesRecord {
-            settings: self.settings.clone(),
-            active_before: self.active_release().map(str::to_string),
-            activates: rollback.as_ref().and_then(|r| r.0.clone()).or(promoting),
-            stages: self.staging_only.load(std::sync::atomic::Ordering::Relaxed),
-            undoes: rollback.map(|r| r.1),
-            adopts: self.adopting.load(std::sync::atomic::Ordering::Relaxed),
-            adopts_dir: self
-                .adopting
-                .load(std::sync::atomic::Ordering::Relaxed)
-                .then(|| self.active.as_ref()?.dir().identity().ok())
-                .flatten()
-                .map(|i| [i.dev, i.ino]),
-        })
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        CAPABILITIES
     }
 
-    fn as_releases(&self) -> Option<&ReleaseStore> {
-        Some(self)
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn describe(&self, staged: &mut StagedOperation) {
+        staged.releases = Some(self.releases_record());
     }
 
     fn verdict(&self, op: &StagedOperation) -> Result<Verdict> {

@@ -149,6 +149,15 @@ pub fn split_bundle_path(bundle: &Path) -> Option<(String, String)> {
     (!bucket.is_empty() && !prefix.is_empty()).then(|| (bucket.to_string(), prefix.to_string()))
 }
 
+/// What an object-store destination with settings `s` can do: its dialect's
+/// capabilities.
+pub fn capabilities(s: &S3Settings) -> crate::backend::Capabilities {
+    let kind = if s.azure.is_some() { "azure" } else { "s3" };
+    dialect::named(kind).map_or(crate::backend::Capabilities::OBJECT_STORE, |d| {
+        d.capabilities()
+    })
+}
+
 /// True when `bundle` names an object-store bundle path (`s3://…`, `az://…`).
 pub fn is_s3_path(bundle: &Path) -> bool {
     bundle
@@ -454,6 +463,10 @@ impl S3Backend {
 }
 
 impl Backend for S3Backend {
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        self.dialect.capabilities()
+    }
+
     fn name(&self) -> &'static str {
         self.dialect.name()
     }

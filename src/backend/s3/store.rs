@@ -1020,12 +1020,16 @@ impl BundleStore for S3Store {
         self.backend.concurrency
     }
 
-    fn state_version(&self) -> u32 {
-        2
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        self.backend.dialect.capabilities()
     }
 
-    fn location(&self) -> Option<super::S3Location> {
-        Some(self.backend.location.clone())
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn describe(&self, staged: &mut StagedOperation) {
+        staged.store = Some(self.backend.location.clone());
     }
 
     fn read_state(&self) -> Result<StateBytes> {
