@@ -227,7 +227,15 @@ pub fn quarantine(
             let store = backend
                 .lock(&dest.path, &dest.path, how)?
                 .ok_or_else(|| nothing_there(dest))?;
-            store.quarantine_log(seq, by)?
+            match store.log() {
+                Some(log) => log.quarantine_log(seq, by)?,
+                None => {
+                    return Err(Error::Failed(format!(
+                        "{}: its log is not kept through the storage interface",
+                        store.path().display()
+                    )));
+                }
+            }
         }
         None => return Err(unsupported(dest)),
     };
@@ -275,7 +283,11 @@ fn read_stored(dest: &Destination, bundle: &std::path::Path) -> Result<log::Log>
     let backend = crate::backend::for_destination(dest)?;
     let store = backend.open(&dest.path, bundle)?;
     Ok(match store {
-        Some(s) => s.read_log()?.unwrap_or_default(),
+        Some(s) => s
+            .log()
+            .map(|l| l.read_log())
+            .transpose()?
+            .unwrap_or_default(),
         None => log::Log::default(),
     })
 }

@@ -19,9 +19,9 @@ pub use crate::record::{
     STATE_TMP_FILE, StagedAction, StagedOperation, StagingLayout,
 };
 
-use crate::backend::BundleStore;
 use crate::backend::releases::ReleaseStore;
 use crate::backend::types::Placed;
+use crate::backend::{BundleStore, StoreRead};
 use crate::clock::now;
 use crate::error::{Error, Result};
 use crate::failpoint;

@@ -6,8 +6,8 @@
 
 use crate::backend::local::records::RECORD_DIR;
 use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE};
-use crate::backend::types::Proof;
 use crate::backend::releases::ReleaseStore;
+use crate::backend::types::Proof;
 use crate::backend::{self, BundleStore};
 use crate::config::{Destination, PathMapping};
 use crate::error::Result;
@@ -251,7 +251,7 @@ fn log_error(bundle: &Path, store: Option<&dyn BundleStore>) -> Option<String> {
             Err(e) => Some(e.to_string()),
         };
     }
-    match store.read_log() {
+    match store.log().map(|l| l.read_log()).transpose() {
         Ok(Some(l)) => return l.bad_message(),
         Ok(None) => {}
         Err(e) => return Some(e.to_string()),

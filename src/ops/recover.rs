@@ -1036,7 +1036,7 @@ fn logged(store: &dyn BundleStore, bundle: &Path, op: &str) -> Result<bool> {
     if let Some(r) = ReleaseStore::of(store) {
         return Ok(r.log_view()?.log.names_operation(op));
     }
-    if let Some(log) = store.read_log()? {
+    if let Some(log) = store.log().map(|l| l.read_log()).transpose()? {
         return Ok(log.names_operation(op));
     }
     let log = crate::backend::local::log::read_below(bundle)

@@ -11,8 +11,8 @@
 //! records come back: a new release is built from the current one with that owner's
 //! files taken from the target, planned and executed like a publication of them.
 
-use crate::backend::BundleStore;
 use crate::backend::releases::ReleaseStore;
+use crate::backend::{RecordStore, Steps, StoreRead};
 use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};

@@ -8,8 +8,8 @@ use super::{
 use crate::backend::Capabilities;
 use crate::config::Destination;
 use crate::model::{
-    ConflictKind, Decision, DestinationNewer, FileOp, OnConflict, Owner,
-    ReconciliationMode, SameCreatedDigestMismatch, SourceRef, StateMode, TakeoverMode,
+    ConflictKind, Decision, DestinationNewer, FileOp, OnConflict, Owner, ReconciliationMode,
+    SameCreatedDigestMismatch, SourceRef, StateMode, TakeoverMode,
 };
 use crate::source::{Source, relative_link_target};
 use crate::state::{OwnerRecord, RecordedLink, RecordedOutput, State, StateFile};
