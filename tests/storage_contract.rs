@@ -130,9 +130,8 @@ impl Fixture {
                 (server.dest_keys(&bucket, "dest"), Some((server, bucket)))
             }
         };
-        let yaml = format!(
-            "version: 1\npipeline:\n  id: contract\ndestinations:\n  - id: d\n{keys}"
-        );
+        let yaml =
+            format!("version: 1\npipeline:\n  id: contract\ndestinations:\n  - id: d\n{keys}");
         let file = env.config("distributor.yaml", &yaml);
         let config = Config::parse(&yaml, &file).unwrap_or_else(|e| panic!("{yaml}: {e}"));
         let dest = config.destinations[0].clone();
@@ -329,7 +328,11 @@ fn staged_ops(store: &dyn BundleStore) -> Vec<String> {
 /// What the probe sees at `path`.
 fn probed(store: &dyn BundleStore, path: &str) -> Entry<'static> {
     let storage = store
-        .probe(&[(path, None)], &Default::default(), distributor::progress::Ticker::NONE)
+        .probe(
+            &[(path, None)],
+            &Default::default(),
+            distributor::progress::Ticker::NONE,
+        )
         .expect("probe");
     match storage.get(path) {
         Entry::File { size, .. } => Entry::File {
@@ -369,7 +372,10 @@ fn an_operation_commits_and_cleans_up(kind: Kind) {
     let files: &[(&str, &[u8])] = &[("a.txt", b"alpha\n"), ("sub/b.txt", b"bravo!\n")];
     let staged = run_to_commit(&fx, &*store, &op_id(1), files);
     // The record reads back as written, and its entry is listed.
-    assert_eq!(store.read_record(&op_id(1)).unwrap().as_ref(), Some(&staged));
+    assert_eq!(
+        store.read_record(&op_id(1)).unwrap().as_ref(),
+        Some(&staged)
+    );
     assert_eq!(staged_ops(&*store), [op_id(1)]);
     let committed = store.commit_state(&staged).expect("commit_state");
     assert_eq!(store.verdict(&staged).unwrap(), Verdict::Forward);
@@ -442,7 +448,10 @@ fn a_staging_entry_is_listed_until_removed(kind: Kind) {
     let op = &staged.operation_id;
     assert_eq!(staged_ops(&*store), std::slice::from_ref(op));
     assert_eq!(store.read_record(op).unwrap().as_ref(), Some(&staged));
-    assert!(store.staging_holds_files(op).unwrap(), "the record is files");
+    assert!(
+        store.staging_holds_files(op).unwrap(),
+        "the record is files"
+    );
     // Beginning the same operation twice is refused: a record is written once. What the
     // refused attempt leaves is at most an unfinished record, which changed nothing.
     assert!(store.begin(&staged, pre.bytes(), &post).is_err());
@@ -492,13 +501,21 @@ fn a_held_lock_is_seen_from_a_store_opened_for_reading(kind: Kind) {
         .expect("the bundle path exists once locked");
     let holder = reading.lock_holder().unwrap();
     assert!(
-        holder.as_deref().is_some_and(|h| h.contains("cli:contract")),
+        holder
+            .as_deref()
+            .is_some_and(|h| h.contains("cli:contract")),
         "the holder names the actor: {holder:?}"
     );
     assert!(reading.locked_before().unwrap());
     // A store opened for reading refuses the writing steps.
     let pre = reading.read_state().unwrap();
-    let (staged, post) = operation(&*reading, &op_id(1), pre.bytes(), &[("a.txt", b"a\n")], false);
+    let (staged, post) = operation(
+        &*reading,
+        &op_id(1),
+        pre.bytes(),
+        &[("a.txt", b"a\n")],
+        false,
+    );
     assert!(reading.begin(&staged, pre.bytes(), &post).is_err());
     drop(locked);
     assert_eq!(reading.lock_holder().unwrap(), None);
@@ -511,7 +528,11 @@ fn the_capabilities_say_what_the_store_does(kind: Kind) {
     let store = fx.lock(&*backend);
     let caps = store.capabilities();
     assert_eq!(caps, backend.capabilities());
-    assert_eq!(caps, backend::capabilities(&fx.dest), "the config says the same");
+    assert_eq!(
+        caps,
+        backend::capabilities(&fx.dest),
+        "the config says the same"
+    );
     assert_eq!(store.log().is_some(), caps.log_behind_interface);
     assert_eq!(ReleaseStore::of(&*store).is_some(), caps.releases);
     let expected = match kind {

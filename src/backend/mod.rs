@@ -470,16 +470,22 @@ pub fn for_record(
     location: Option<&s3::S3Location>,
     releases: Option<&releases::ReleasesRecord>,
 ) -> Result<Box<dyn Backend>> {
-    match location {
-        Some(l) => Ok(Box::new(s3::S3Backend::for_location(bundle, l)?)),
-        None if releases.is_some() => Ok(Box::new(releases::ReleasesBackend::new(
-            &releases.expect("checked").settings,
-        ))),
-        None if s3::is_s3_path(bundle) => Err(crate::error::Error::Failed(format!(
-            "{}: the record does not say which endpoint and region hold it; run `distributor recover --config` with the destination's config",
+    match (location, s3::ObjectKey::parse(bundle)) {
+        (Some(l), Some(key)) => Ok(Box::new(s3::S3Backend::for_key(&key, l)?)),
+        (Some(_), None) => Err(crate::error::Error::Failed(format!(
+            "{} is not an s3 bundle path (s3://<bucket>/<prefix>)",
             bundle.display()
         ))),
-        None => Ok(Box::new(local::LocalBackend)),
+        (None, _) if releases.is_some() => Ok(Box::new(releases::ReleasesBackend::new(
+            &releases.expect("checked").settings,
+        ))),
+        (None, _) if s3::ObjectKey::is_spelled(bundle) => {
+            Err(crate::error::Error::Failed(format!(
+                "{}: the record does not say which endpoint and region hold it; run `distributor recover --config` with the destination's config",
+                bundle.display()
+            )))
+        }
+        (None, _) => Ok(Box::new(local::LocalBackend)),
     }
 }
 

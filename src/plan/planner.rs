@@ -1180,10 +1180,8 @@ fn storage_conflicts(plan: &mut DestinationPlan, input: &PlanInput<'_>, caps: Ca
     // The key prefix: the bundle path `s3://<bucket>/<prefix>` (`az://<container>/…`)
     // without its bucket.
     let bundle = input.bundle_path.to_string_lossy();
-    let prefix_len = bundle
-        .split_once("://")
-        .and_then(|(_, b)| b.split_once('/'))
-        .map_or(0, |(_, prefix)| prefix.len());
+    let prefix_len =
+        crate::backend::s3::ObjectKey::parse(input.bundle_path).map_or(0, |k| k.prefix().len());
     let manifest = &input.source.manifest;
     for o in &manifest.outputs {
         if caps.drops_trailing_dots
