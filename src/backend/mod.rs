@@ -284,6 +284,113 @@ pub trait LogStore {
     fn quarantine_log(&self, seq: u64, by: local::log::Entry) -> Result<u64>;
 }
 
+/// One operation in one locked store, from its staging record on: what the executor,
+/// `rollback` and `recover` take its steps through, naming an action by its index in the
+/// record and never passing the record again. [`Operation::begin`] writes the record and
+/// returns it; [`Operation::of`] takes up an operation whose record already stands (found
+/// in staging by `recover`, or one whose steps failed). The steps are the store's
+/// [`Steps`], each given this operation's record.
+#[derive(Clone, Copy)]
+pub struct Operation<'s> {
+    store: &'s dyn BundleStore,
+    record: &'s StagedOperation,
+}
+
+impl<'s> Operation<'s> {
+    /// Writes the staging record of `record` in `store` ([`RecordStore::begin`]: whole and
+    /// atomically, before anything else changes), with the states before (`pre`) and
+    /// after (`post`): the operation, begun.
+    pub fn begin(
+        store: &'s dyn BundleStore,
+        record: &'s StagedOperation,
+        pre: Option<&[u8]>,
+        post: &[u8],
+    ) -> Result<Operation<'s>> {
+        store.begin(record, pre, post)?;
+        Ok(Operation { store, record })
+    }
+
+    /// The operation of `record`, whose staging record stands in `store`.
+    pub fn of(store: &'s dyn BundleStore, record: &'s StagedOperation) -> Operation<'s> {
+        Operation { store, record }
+    }
+
+    /// Its record.
+    pub fn record(&self) -> &'s StagedOperation {
+        self.record
+    }
+
+    /// The store it runs in.
+    pub fn store(&self) -> &'s dyn BundleStore {
+        self.store
+    }
+
+    /// Stages the file of action `i` from `source` ([`Steps::stage_source`]): its size
+    /// and sha256 as copied.
+    pub fn stage(
+        &self,
+        i: usize,
+        source: &crate::source::SourceFile<'_>,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, ContentHash)> {
+        self.store
+            .stage_source(self.record, i, source, buf, on_bytes)
+    }
+
+    /// Makes what was staged durable ([`Steps::make_staged_durable`]).
+    pub fn make_staged_durable(&self) -> Result<()> {
+        self.store.make_staged_durable()
+    }
+
+    /// Moves aside what action `i` replaces or deletes ([`Steps::move_aside`]).
+    pub fn move_aside(&self, i: usize) -> Result<()> {
+        self.store.move_aside(self.record, i)
+    }
+
+    /// Removes the emptied directories standing where the file at `rel` goes
+    /// ([`Steps::remove_emptied_dir`]).
+    pub fn remove_emptied_dir(&self, rel: &str) -> Result<()> {
+        self.store.remove_emptied_dir(rel)
+    }
+
+    /// Places the file staged for action `i` ([`Steps::place`]).
+    pub fn place(&self, i: usize) -> Result<Option<Placed>> {
+        self.store.place(self.record, i)
+    }
+
+    /// Creates the link of action `i` ([`Steps::link`]).
+    pub fn link(&self, i: usize) -> Result<()> {
+        self.store.link(self.record, i)
+    }
+
+    /// The commit point ([`Steps::commit_state`]).
+    pub fn commit(&self) -> Result<Committed> {
+        self.store.commit_state(self.record)
+    }
+
+    /// Where it stands, from storage alone ([`StoreRead::verdict`]).
+    pub fn verdict(&self) -> Result<Verdict> {
+        self.store.verdict(self.record)
+    }
+
+    /// Rolls it back from what staging holds ([`Steps::undo`]).
+    pub fn undo(&self) -> Result<()> {
+        self.store.undo(self.record)
+    }
+
+    /// After the commit point: its log entry where the store keeps one, then its staging
+    /// removed ([`Steps::clean_up`]).
+    pub fn clean_up(&self) -> Result<()> {
+        self.store.clean_up(self.record)
+    }
+
+    /// `recover`'s roll-forward ([`Steps::roll_forward`]).
+    pub fn roll_forward(&self) -> Result<Option<ReplacedState>> {
+        self.store.roll_forward(self.record)
+    }
+}
+
 /// The last state-changing entry of a destination log (SPEC §18: a publish, rollback,
 /// adopt, promote or recover entry; prune and quarantine entries change no state), as
 /// [`BundleStore::last_logged_operation`] reads it.

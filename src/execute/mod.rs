@@ -21,7 +21,7 @@ pub use crate::record::{
 
 use crate::backend::releases::ReleaseStore;
 use crate::backend::types::Placed;
-use crate::backend::{BundleStore, StoreRead};
+use crate::backend::{BundleStore, Operation, StoreRead};
 use crate::clock::now;
 use crate::error::{Error, Result};
 use crate::failpoint;
@@ -222,7 +222,7 @@ fn run_steps(
 ) -> Result<(crate::backend::Committed, Vec<(usize, Placed)>)> {
     // The staging record first, whole and atomically (SPEC §13); the states before and
     // after are kept there, not in memory (the commit point reads the post-state back).
-    store.begin(staged, pre.bytes(), &post)?;
+    let op = Operation::begin(store, staged, pre.bytes(), &post)?;
     drop((pre, post));
 
     // 4. Stage, hashing while copying, several files at once (stage.rs); then make it
@@ -233,21 +233,15 @@ fn run_steps(
             .map(|f| &f.path)
             .eq(writes.iter().map(|&i| &staged.actions[i].path))
     );
-    stage::stage(
-        store,
-        staged,
-        &writes,
-        source,
-        crate::progress::Ticker::to(progress),
-    )?;
-    store.make_staged_durable()?;
+    stage::stage(op, &writes, source, crate::progress::Ticker::to(progress))?;
+    op.make_staged_durable()?;
     journal.event(&staged.operation_id, event::STAGED, None)?;
     failpoint::hit("after_staging");
 
     // 5. Move aside what is overwritten or deleted; directories standing where a file goes
     // hold only moved-aside content then.
     for (i, _) in staged.moves() {
-        store.move_aside(staged, i)?;
+        op.move_aside(i)?;
     }
     // (Only where the parent existed before the operation: in a directory it creates,
     // nothing stands in the way.)
@@ -255,7 +249,7 @@ fn run_steps(
     for rel in staged.writes() {
         let parent = rel.rsplit_once('/').map(|(d, _)| d);
         if !parent.is_some_and(|d| new_dirs.contains(d)) {
-            store.remove_emptied_dir(rel)?;
+            op.remove_emptied_dir(rel)?;
         }
     }
     journal.event(&staged.operation_id, event::MOVED_ASIDE, None)?;
@@ -264,21 +258,21 @@ fn run_steps(
     // 6. Place files, then links. Each fingerprint is taken after its file's rename.
     let mut placements = Vec::with_capacity(writes.len());
     for &i in &writes {
-        if let Some(fingerprint) = store.place(staged, i)? {
+        if let Some(fingerprint) = op.place(i)? {
             placements.push((i, fingerprint));
         }
     }
     failpoint::hit("after_placement");
     for (i, a) in staged.actions.iter().enumerate() {
         if a.kind.is_link() && a.kind.writes() {
-            store.link(staged, i)?;
+            op.link(i)?;
         }
     }
     journal.event(&staged.operation_id, event::PLACED, None)?;
     failpoint::hit("after_links");
 
     // 7. Commit point.
-    let committed = store.commit_state(staged)?;
+    let committed = op.commit()?;
     failpoint::hit("after_state_write");
     Ok((committed, placements))
 }

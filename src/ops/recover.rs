@@ -24,7 +24,7 @@
 use crate::backend::local::STAGING_DIR;
 use crate::backend::releases::ReleaseStore;
 use crate::backend::types::StagingEntry;
-use crate::backend::{self, Backend, BundleStore, Verdict, state_sha256};
+use crate::backend::{self, Backend, BundleStore, Operation, Verdict, state_sha256};
 use crate::config::{Config, PathMapping};
 use crate::error::{Error, Result};
 use crate::execute::{POST_STATE_FILE, PRE_STATE_FILE, StagedOperation, journal_records};
@@ -899,8 +899,10 @@ fn recover_one(
     let ev = match r.outcome {
         Outcome::RolledForward => {
             let replaced = match journal.as_deref() {
-                Some(j) => j.with_log_tail(store, || store.roll_forward(&staged))?,
-                None => store.roll_forward(&staged)?,
+                Some(j) => {
+                    j.with_log_tail(store, || Operation::of(store, &staged).roll_forward())?
+                }
+                None => Operation::of(store, &staged).roll_forward()?,
             };
             if let Some(replaced) = replaced {
                 let m = replaced_message(&replaced);
@@ -917,7 +919,7 @@ fn recover_one(
             event::RECOVERED_FORWARD
         }
         Outcome::RolledBack => {
-            store.undo(&staged)?;
+            Operation::of(store, &staged).undo()?;
             event::RECOVERED_BACK
         }
         _ => event::DIVERGED,
