@@ -10,7 +10,6 @@
 use crate::backend::local::log::{self, Bad, Entry};
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{Error, IoContext, Result};
-use crate::model::Backend;
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -50,11 +49,12 @@ pub fn read_logs(config: &Config, opts: &LogOptions) -> Result<(Vec<DestinationL
     let mut out = Vec::new();
     let mut code = 0;
     for dest in selected {
+        let behind_interface = crate::backend::capabilities(dest).log_behind_interface;
         let (bases, unlisted) = match log_bases(dest) {
             Ok(b) => (b, None),
-            // An object store that cannot be listed is this destination's error; the
-            // others are still read.
-            Err(e) if dest.s3.is_some() => (Vec::new(), Some(e)),
+            // A store that keeps its log behind the storage interface (an object store)
+            // and cannot be listed is this destination's error; the others are still read.
+            Err(e) if behind_interface => (Vec::new(), Some(e)),
             Err(e) => return Err(e),
         };
         if let Some(e) = unlisted {
@@ -82,7 +82,7 @@ pub fn read_logs(config: &Config, opts: &LogOptions) -> Result<(Vec<DestinationL
                 bad: Vec::new(),
                 error: None,
             };
-            let read = match dest.s3.is_some() {
+            let read = match behind_interface {
                 true => read_stored(dest, &base),
                 false => read_one(&base),
             };
@@ -205,6 +205,7 @@ pub fn quarantine(
     by.actor = actor.to_string();
     by.pipeline_id = config.pipeline_id.clone();
     by.destination_id = dest.id.clone();
+    let behind_interface = crate::backend::capabilities(dest).log_behind_interface;
     let how = crate::backend::LockRequest {
         timeout: lock_timeout,
         create: false,
@@ -216,18 +217,26 @@ pub fn quarantine(
                 .ok_or_else(|| nothing_there(dest))?;
             log::quarantine(store.record_base()?, seq, by)?
         }
-        None if dest.path_mapping == PathMapping::Fixed && dest.backend == Backend::Local => {
+        None if dest.path_mapping == PathMapping::Fixed && !behind_interface => {
             let b = crate::backend::local::Bundle::lock(&dest.path, &dest.path, how)?
                 .ok_or_else(|| nothing_there(dest))?;
             log::quarantine(b.dir(), seq, by)?
         }
         // An object store: under its lease (SPEC §14), through the storage interface.
-        None if dest.path_mapping == PathMapping::Fixed && dest.s3.is_some() => {
+        None if dest.path_mapping == PathMapping::Fixed && behind_interface => {
             let backend = crate::backend::for_destination(dest)?;
             let store = backend
                 .lock(&dest.path, &dest.path, how)?
                 .ok_or_else(|| nothing_there(dest))?;
-            store.quarantine_log(seq, by)?
+            match store.log() {
+                Some(log) => log.quarantine_log(seq, by)?,
+                None => {
+                    return Err(Error::Failed(format!(
+                        "{}: its log is not kept through the storage interface",
+                        store.path().display()
+                    )));
+                }
+            }
         }
         None => return Err(unsupported(dest)),
     };
@@ -275,7 +284,11 @@ fn read_stored(dest: &Destination, bundle: &std::path::Path) -> Result<log::Log>
     let backend = crate::backend::for_destination(dest)?;
     let store = backend.open(&dest.path, bundle)?;
     Ok(match store {
-        Some(s) => s.read_log()?.unwrap_or_default(),
+        Some(s) => s
+            .log()
+            .map(|l| l.read_log())
+            .transpose()?
+            .unwrap_or_default(),
         None => log::Log::default(),
     })
 }

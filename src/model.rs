@@ -131,15 +131,6 @@ string_enum!(
         Azure = "azure" }
 );
 impl Backend {
-    /// The `state_version` its destinations hold (SPEC §14: object-store state records
-    /// ETags).
-    pub fn state_version(self) -> u32 {
-        match self {
-            Backend::Local => 1,
-            Backend::S3 | Backend::Azure => 2,
-        }
-    }
-
     /// Whether its destinations are key prefixes in an object store (s3, azure).
     pub fn is_object_store(self) -> bool {
         self != Backend::Local

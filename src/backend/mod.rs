@@ -32,6 +32,8 @@ use std::time::Duration;
 use types::Storage;
 use types::{Placed, Proof, StagingEntry, StateBytes};
 
+pub use types::Capabilities;
+
 /// A kind of storage destinations can live on.
 pub trait Backend: std::fmt::Debug + Sync {
     /// Its name in messages (`local`).
@@ -39,6 +41,9 @@ pub trait Backend: std::fmt::Debug + Sync {
 
     /// How many files it is worth working on at once (staging, probing, removing).
     fn concurrency(&self) -> usize;
+
+    /// What it can do, and how it proves what it holds.
+    fn capabilities(&self) -> Capabilities;
 
     /// Why the bundle path `bundle` below the destination path `base` cannot be used,
     /// if it cannot (the planner's `unsafe_storage`).
@@ -75,22 +80,38 @@ pub struct LockRequest<'a> {
     pub actor: &'a str,
 }
 
-/// One bundle path, opened. Every writing step needs the lock ([`Backend::lock`]); a
-/// bundle path opened for reading refuses them.
-pub trait BundleStore: std::fmt::Debug + Sync {
+/// One bundle path, opened: its read side ([`StoreRead`]), its staging records
+/// ([`RecordStore`]) and the steps of an operation ([`Steps`]); a store that keeps its
+/// destination log behind the interface also answers [`BundleStore::log`]. Every writing
+/// step needs the lock ([`Backend::lock`]); a bundle path opened for reading refuses them.
+pub trait BundleStore: StoreRead + RecordStore + Steps {
+    /// The destination log (SPEC §18) where this store keeps it behind the storage
+    /// interface (an object store's `<prefix>/.distributor/log/`): `Some` exactly where
+    /// [`Capabilities::log_behind_interface`] says so. `None` where the log is read from
+    /// the filesystem instead ([`local::log::read`]).
+    fn log(&self) -> Option<&dyn LogStore> {
+        None
+    }
+}
+
+/// The read side of one bundle path: what `status`, `verify`, planning and `recover`
+/// look at, none of which needs the lock. A store opened for reading offers all of it.
+pub trait StoreRead: std::fmt::Debug + Sync {
     /// The bundle path.
     fn path(&self) -> &Path;
 
-    /// How many files it is worth working on at once (its backend's
     /// [`Backend::concurrency`]).
     fn concurrency(&self) -> usize;
+
+    /// [`Backend::capabilities`]).
+    fn capabilities(&self) -> Capabilities;
+
+    /// backend has is wanted ([`releases::ReleaseStore::of`]).
+    fn as_any(&self) -> &dyn std::any::Any;
 
     /// What stands at `.distributor.json`.
     fn read_state(&self) -> Result<StateBytes>;
 
-    /// `.distributor.json` parsed, with the sha256 of the bytes parsed (`None` when no
-    /// regular file holds them). The local backend parses a large file as it reads it,
-    /// never holding its bytes whole, and allocates for `outputs` outputs up front (how
     /// many it likely records: the manifest's count).
     fn read_state_parsed(&self, outputs: usize) -> Result<(StateFile, Option<ContentHash>)> {
         let _ = outputs;
@@ -98,44 +119,16 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         Ok((read.parse(), read.bytes().map(ContentHash::of)))
     }
 
-    /// The sha256 of `.distributor.json`'s bytes, `None` when no regular file holds them:
-    /// whether it changed since [`BundleStore::read_state_parsed`].
+    /// whether it changed since [`StoreRead::read_state_parsed`].
     fn state_sha256(&self) -> Result<Option<ContentHash>> {
         Ok(self.read_state()?.bytes().map(ContentHash::of))
     }
 
-    /// The identity of `.distributor.json` (one `lstat`, nothing read), when it is a
-    /// regular file distributor believes (SPEC §17) in a store that keeps identities
     /// (local bundle paths); `None` otherwise.
     fn state_file_id(&self) -> Result<Option<StateFileId>> {
         Ok(None)
     }
 
-    /// Where the storage is, when a bundle path alone does not say (an object store's
-    /// endpoint and region), for the staging record and the journal.
-    fn location(&self) -> Option<s3::S3Location> {
-        None
-    }
-
-    /// What the staging record keeps of a releases destination (SPEC §15); `None`
-    /// elsewhere.
-    fn releases_record(&self) -> Option<releases::ReleasesRecord> {
-        None
-    }
-
-    /// The releases destination this is, for the steps only it has (retention, the
-    /// fingerprints taken after it).
-    fn as_releases(&self) -> Option<&releases::ReleaseStore> {
-        None
-    }
-
-    /// The `state_version` this storage holds (1 local, 2 s3: outputs carry ETags).
-    fn state_version(&self) -> u32 {
-        1
-    }
-
-    /// Where operation `op` stands, from storage alone: past its commit point (roll
-    /// forward), before it (roll back), or neither (diverged). The local backend reads
     /// the state file (SPEC §8); an object store reads the operation's decision record.
     fn verdict(&self, op: &StagedOperation) -> Result<Verdict> {
         Ok(match state_sha256(self)? {
@@ -145,8 +138,6 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         })
     }
 
-    /// The planner's view of the given paths and their ancestors (see
-    /// [`local::probe`]); `progress` hears of each of `paths` looked up (and the bytes
     /// hashed for a proof).
     fn probe<'a>(
         &self,
@@ -155,8 +146,6 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         progress: crate::progress::Ticker<'_>,
     ) -> Result<Storage<'a>>;
 
-    /// The sha256 of the file at `rel`, read whole, where the probe proves content by
-    /// metadata alone (an object store's ETag: `verify --deep`); `None` where the probe
     /// already hashed it (the local backend) or nothing is there.
     fn content_sha256(&self, _rel: &str) -> Result<Option<crate::hash::ContentHash>> {
         Ok(None)
@@ -171,23 +160,61 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// Whether any distributor process ever locked this bundle path (its lock exists).
     fn locked_before(&self) -> Result<bool>;
 
-    /// Whether another process holds this bundle path's lock right now (SPEC §16 `busy`):
     /// who, as its lock record says. Writes nothing and waits for nothing.
     fn lock_holder(&self) -> Result<Option<String>>;
 
     /// What `.distributor/staging/` holds (and an earlier version's `.distributor-staging/`).
     fn staging_entries(&self) -> Result<Vec<StagingEntry>>;
 
-    /// The staging record of `op`, checked to describe its staging entry; `None` when the
-    /// entry has none.
-    fn read_record(&self, op: &str) -> Result<Option<StagedOperation>>;
-
     /// Whether the staging entry of `op` holds anything but directories.
     fn staging_holds_files(&self, op: &str) -> Result<bool>;
+
+    /// no log yet (the default).
+    fn last_logged_operation(&self) -> Result<Option<LoggedOperation>> {
+        Ok(None)
+    }
+}
+
+/// The staging records of one bundle path (SPEC §17): written whole before an operation
+/// changes anything, read back by `recover`, removed once the operation is done or found
+/// to have changed nothing.
+pub trait RecordStore: StoreRead {
+    /// builds (`releases`). Nothing where the bundle path alone says (the default).
+    fn describe(&self, staged: &mut StagedOperation) {
+        let _ = staged;
+    }
+
+    /// there is none (nothing made yet, or an object store).
+    fn record_dir(&self, create: bool) -> Result<Option<crate::record::RecordDir>> {
+        let _ = create;
+        Ok(None)
+    }
 
     /// Writes the staging record, whole and atomically, before anything else changes.
     fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()>;
 
+    /// entry has none.
+    fn read_record(&self, op: &str) -> Result<Option<StagedOperation>>;
+
+    /// Removes the staging entry of `op`.
+    fn remove_staging(&self, op: &str) -> Result<()>;
+
+    /// Removes an unfinished staging record of `op` (it never changed anything).
+    fn remove_unfinished(&self, op: &str) -> Result<()>;
+
+    /// backends have one.
+    fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
+        Err(crate::error::Error::Failed(format!(
+            "{}: no staging of an earlier version to adopt for {op}",
+            self.path().display()
+        )))
+    }
+}
+
+/// The steps of one operation, each naming the operation's record and an action index,
+/// in the order the executor takes them ([`RecordStore::begin`] first), then the commit
+/// point, and the rollback or cleanup that follows.
+pub trait Steps {
     /// Stages the file of action `i` from `source`, hashing while copying: size and sha256.
     fn stage(
         &self,
@@ -198,9 +225,6 @@ pub trait BundleStore: std::fmt::Debug + Sync {
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, crate::hash::ContentHash)>;
 
-    /// [`BundleStore::stage`] from a source file that may hold its directory's handle
-    /// ([`crate::source::SourceDirs`]): storage that reads sources through the local
-    /// filesystem opens it there, relative to that handle, instead of by its full path.
     /// By default it is staged by its path.
     fn stage_source(
         &self,
@@ -222,15 +246,12 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// Removes the emptied directories standing where a file goes.
     fn remove_emptied_dir(&self, rel: &str) -> Result<()>;
 
-    /// Places the file staged for action `i`; its placement fingerprint, where the
     /// backend proves content by one (an object store proves it by the state's ETag).
     fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Placed>>;
 
     /// Creates the link of action `i`.
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()>;
 
-    /// The commit point: the state file becomes the post-state staged by `begin` (read
-    /// back from the staging record, and checked against the sha256 it names, rather than
     /// held in memory through the operation).
     fn commit_state(&self, op: &StagedOperation) -> Result<Committed>;
 
@@ -240,72 +261,133 @@ pub trait BundleStore: std::fmt::Debug + Sync {
     /// Removes staging and prunes what deletions emptied (after the commit point).
     fn clean_up(&self, op: &StagedOperation) -> Result<()>;
 
-    /// `recover`'s roll-forward of an operation past its commit point: [`BundleStore::clean_up`],
-    /// and on an object store whose state object holds neither the operation's pre- nor
-    /// its post-state (SPEC §17, after `decision = commit`), that object copied to
-    /// `.distributor/replaced/<op>.json` and overwritten with the post-state: what it
     /// replaced.
     fn roll_forward(&self, op: &StagedOperation) -> Result<Option<ReplacedState>> {
         self.clean_up(op).map(|()| None)
     }
+}
 
-    /// Removes the staging entry of `op`.
-    fn remove_staging(&self, op: &str) -> Result<()>;
+/// A destination log kept behind the storage interface (SPEC §18), reached through
+/// [`BundleStore::log`].
+pub trait LogStore {
+    /// The log read and judged: its entries, oldest first, and its bad ones, each naming
+    /// its key.
+    fn read_log(&self) -> Result<local::log::Log>;
 
-    /// Removes an unfinished staging record of `op` (it never changed anything).
-    fn remove_unfinished(&self, op: &str) -> Result<()>;
+    /// The log's tail as journals remember it for this store (SPEC §18 "Finding the
+    /// tail"): a writer lists the log from the entry last seen rather than from the
+    /// start. The journal keeps it (`Journal::with_log_tail`).
+    fn log_cursor(&self) -> &LogCursor;
 
-    /// Device and inode of the record directory (`.distributor/`) staging records are
-    /// written in (SPEC §17), made first when `create` (under the lock); `None` where
-    /// there is none (nothing made yet, or an object store).
-    fn record_dir(&self, create: bool) -> Result<Option<crate::record::RecordDir>> {
-        let _ = create;
-        Ok(None)
+    /// `distributor log --quarantine SEQ`: moves entry `seq` to `.distributor/quarantine/`
+    /// and appends `by`, which records the move; returns `by`'s seq. Needs the lock.
+    fn quarantine_log(&self, seq: u64, by: local::log::Entry) -> Result<u64>;
+}
+
+/// One operation in one locked store, from its staging record on: what the executor,
+/// `rollback` and `recover` take its steps through, naming an action by its index in the
+/// record and never passing the record again. [`Operation::begin`] writes the record and
+/// returns it; [`Operation::of`] takes up an operation whose record already stands (found
+/// in staging by `recover`, or one whose steps failed). The steps are the store's
+/// [`Steps`], each given this operation's record.
+#[derive(Clone, Copy)]
+pub struct Operation<'s> {
+    store: &'s dyn BundleStore,
+    record: &'s StagedOperation,
+}
+
+impl<'s> Operation<'s> {
+    /// Writes the staging record of `record` in `store` ([`RecordStore::begin`]: whole and
+    /// atomically, before anything else changes), with the states before (`pre`) and
+    /// after (`post`): the operation, begun.
+    pub fn begin(
+        store: &'s dyn BundleStore,
+        record: &'s StagedOperation,
+        pre: Option<&[u8]>,
+        post: &[u8],
+    ) -> Result<Operation<'s>> {
+        store.begin(record, pre, post)?;
+        Ok(Operation { store, record })
     }
 
-    /// The destination log (SPEC §18) of a store that keeps it behind this interface (an
-    /// object store's `<prefix>/.distributor/log/`), read and judged: its entries, oldest
-    /// first, and its bad ones, each naming its key. `None` where the log is read from the
-    /// filesystem instead ([`local::log::read`]).
-    fn read_log(&self) -> Result<Option<local::log::Log>> {
-        Ok(None)
+    /// The operation of `record`, whose staging record stands in `store`.
+    pub fn of(store: &'s dyn BundleStore, record: &'s StagedOperation) -> Operation<'s> {
+        Operation { store, record }
     }
 
-    /// The destination log's tail as journals remember it for this store (SPEC §18
-    /// "Finding the tail"), where a writer lists the log from the entry last seen rather
-    /// than from the start: object stores. The journal keeps it (`Journal::with_log_tail`).
-    fn log_cursor(&self) -> Option<&LogCursor> {
-        None
+    /// Its record.
+    pub fn record(&self) -> &'s StagedOperation {
+        self.record
     }
 
-    /// `distributor log --quarantine SEQ` on a store that keeps its log behind this
-    /// interface: moves entry `seq` to `.distributor/quarantine/` and appends `by`, which
-    /// records the move; returns `by`'s seq. Needs the lock.
-    fn quarantine_log(&self, seq: u64, by: local::log::Entry) -> Result<u64> {
-        let _ = (seq, by);
-        Err(crate::error::Error::Failed(format!(
-            "{}: its log is not kept through the storage interface",
-            self.path().display()
-        )))
+    /// The store it runs in.
+    pub fn store(&self) -> &'s dyn BundleStore {
+        self.store
     }
 
-    /// What the destination log's last state-changing entry says the state is at (SPEC
-    /// §18), for `verify`'s `log_mismatch`. `None` when the log has nothing to compare
-    /// with: no log or no state-changing entry in it (a destination an earlier version
-    /// published), bad entries (reported as such, `log_error`), or a backend that keeps
-    /// no log yet (the default).
-    fn last_logged_operation(&self) -> Result<Option<LoggedOperation>> {
-        Ok(None)
+    /// Stages the file of action `i` from `source` ([`Steps::stage_source`]): its size
+    /// and sha256 as copied.
+    pub fn stage(
+        &self,
+        i: usize,
+        source: &crate::source::SourceFile<'_>,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, ContentHash)> {
+        self.store
+            .stage_source(self.record, i, source, buf, on_bytes)
     }
 
-    /// Moves an earlier version's staging entry of `op` into the record directory (SPEC
-    /// §17 "Upgrading"), for an operation the journal in use records; only the local
-    /// backends have one.
-    fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
-        Err(crate::error::Error::Failed(format!(
-            "{}: no staging of an earlier version to adopt for {op}",
-            self.path().display()
-        )))
+    /// Makes what was staged durable ([`Steps::make_staged_durable`]).
+    pub fn make_staged_durable(&self) -> Result<()> {
+        self.store.make_staged_durable()
+    }
+
+    /// Moves aside what action `i` replaces or deletes ([`Steps::move_aside`]).
+    pub fn move_aside(&self, i: usize) -> Result<()> {
+        self.store.move_aside(self.record, i)
+    }
+
+    /// Removes the emptied directories standing where the file at `rel` goes
+    /// ([`Steps::remove_emptied_dir`]).
+    pub fn remove_emptied_dir(&self, rel: &str) -> Result<()> {
+        self.store.remove_emptied_dir(rel)
+    }
+
+    /// Places the file staged for action `i` ([`Steps::place`]).
+    pub fn place(&self, i: usize) -> Result<Option<Placed>> {
+        self.store.place(self.record, i)
+    }
+
+    /// Creates the link of action `i` ([`Steps::link`]).
+    pub fn link(&self, i: usize) -> Result<()> {
+        self.store.link(self.record, i)
+    }
+
+    /// The commit point ([`Steps::commit_state`]).
+    pub fn commit(&self) -> Result<Committed> {
+        self.store.commit_state(self.record)
+    }
+
+    /// Where it stands, from storage alone ([`StoreRead::verdict`]).
+    pub fn verdict(&self) -> Result<Verdict> {
+        self.store.verdict(self.record)
+    }
+
+    /// Rolls it back from what staging holds ([`Steps::undo`]).
+    pub fn undo(&self) -> Result<()> {
+        self.store.undo(self.record)
+    }
+
+    /// After the commit point: its log entry where the store keeps one, then its staging
+    /// removed ([`Steps::clean_up`]).
+    pub fn clean_up(&self) -> Result<()> {
+        self.store.clean_up(self.record)
+    }
+
+    /// `recover`'s roll-forward ([`Steps::roll_forward`]).
+    pub fn roll_forward(&self) -> Result<Option<ReplacedState>> {
+        self.store.roll_forward(self.record)
     }
 }
 
@@ -478,6 +560,16 @@ pub fn for_destination(dest: &crate::config::Destination) -> Result<Box<dyn Back
     }
 }
 
+/// What the backend of `dest` can do ([`Backend::capabilities`]), from its config alone:
+/// what the planner reads, with no store opened.
+pub fn capabilities(dest: &crate::config::Destination) -> Capabilities {
+    match (&dest.s3, &dest.releases) {
+        (Some(s), _) => s3::capabilities(s),
+        (None, Some(_)) => releases::CAPABILITIES,
+        (None, None) => local::CAPABILITIES,
+    }
+}
+
 /// The backend of an operation found in a journal or in staging: its record names the
 /// store when it is not the local filesystem.
 pub fn for_record(
@@ -485,23 +577,29 @@ pub fn for_record(
     location: Option<&s3::S3Location>,
     releases: Option<&releases::ReleasesRecord>,
 ) -> Result<Box<dyn Backend>> {
-    match location {
-        Some(l) => Ok(Box::new(s3::S3Backend::for_location(bundle, l)?)),
-        None if releases.is_some() => Ok(Box::new(releases::ReleasesBackend::new(
-            &releases.expect("checked").settings,
-        ))),
-        None if s3::is_s3_path(bundle) => Err(crate::error::Error::Failed(format!(
-            "{}: the record does not say which endpoint and region hold it; run `distributor recover --config` with the destination's config",
+    match (location, s3::ObjectKey::parse(bundle)) {
+        (Some(l), Some(key)) => Ok(Box::new(s3::S3Backend::for_key(&key, l)?)),
+        (Some(_), None) => Err(crate::error::Error::Failed(format!(
+            "{} is not an s3 bundle path (s3://<bucket>/<prefix>)",
             bundle.display()
         ))),
-        None => Ok(Box::new(local::LocalBackend)),
+        (None, _) if releases.is_some() => Ok(Box::new(releases::ReleasesBackend::new(
+            &releases.expect("checked").settings,
+        ))),
+        (None, _) if s3::ObjectKey::is_spelled(bundle) => {
+            Err(crate::error::Error::Failed(format!(
+                "{}: the record does not say which endpoint and region hold it; run `distributor recover --config` with the destination's config",
+                bundle.display()
+            )))
+        }
+        (None, _) => Ok(Box::new(local::LocalBackend)),
     }
 }
 
 /// The sha256 of the state file `store` holds now; `Err` text when something other than a
 /// regular file stands there.
 pub fn state_sha256(
-    store: &(impl BundleStore + ?Sized),
+    store: &(impl StoreRead + ?Sized),
 ) -> Result<std::result::Result<Option<String>, String>> {
     Ok(match store.read_state()? {
         StateBytes::Absent => Ok(None),

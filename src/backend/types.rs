@@ -342,3 +342,76 @@ impl Replaced {
         }
     }
 }
+
+/// What a kind of storage can do, and how it proves what it holds: what the planner, the
+/// executor and the operations ask of a store ([`crate::backend::BundleStore::capabilities`])
+/// or of a destination's config ([`crate::backend::capabilities`]), instead of asking
+/// which backend it is. Each backend states its own; nothing above `backend/` names one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The `state_version` its state holds (SPEC §4, §14): 1, or 2 where every output
+    /// records the ETag that proves its content.
+    pub state_version: u32,
+    /// Whether the probe proves a file's content by metadata alone (an object store's
+    /// ETag) rather than by a placement fingerprint or by hashing: `verify --deep` then
+    /// reads and hashes every file ([`crate::backend::BundleStore::content_sha256`]).
+    pub proves_by_etag: bool,
+    /// Whether its commit point is a decision record rather than the state file (SPEC
+    /// §17): an operation whose record says `commit` stands even where the state object
+    /// names it without holding its post-state bytes, and `recover` explains its outcome
+    /// by that record.
+    pub commits_by_decision: bool,
+    /// Whether its commit point takes the identity of the state file it wrote
+    /// ([`crate::backend::StateFileId`]), so that a republication may take that state as
+    /// read while the file keeps it.
+    pub keeps_state_file_id: bool,
+    /// Whether it keeps the destination log (SPEC §18) behind the storage interface
+    /// ([`crate::backend::BundleStore::log`]) rather than in files read directly.
+    pub log_behind_interface: bool,
+    /// Whether it builds release directories (SPEC §15): its store is a
+    /// [`crate::backend::releases::ReleaseStore`] (retention, rollback, promote, adopt).
+    pub releases: bool,
+    /// Whether it holds symlinks.
+    pub links: bool,
+    /// The longest key it accepts, in bytes, bucket or container excluded; `None` where
+    /// only the filesystem limits names.
+    pub max_key_len: Option<usize>,
+    /// Whether it drops a trailing `.` from a key's segment (Azure Blob Storage), so an
+    /// output named that way would land at another key.
+    pub drops_trailing_dots: bool,
+}
+
+impl Capabilities {
+    /// A local bundle path, published in place.
+    pub const LOCAL: Capabilities = Capabilities {
+        state_version: 1,
+        proves_by_etag: false,
+        commits_by_decision: false,
+        keeps_state_file_id: true,
+        log_behind_interface: false,
+        releases: false,
+        links: true,
+        max_key_len: None,
+        drops_trailing_dots: false,
+    };
+
+    /// A local destination with release directories.
+    pub const RELEASES: Capabilities = Capabilities {
+        keeps_state_file_id: false,
+        releases: true,
+        ..Capabilities::LOCAL
+    };
+
+    /// A key prefix in an object store (SPEC §14), before its dialect's own limits.
+    pub const OBJECT_STORE: Capabilities = Capabilities {
+        state_version: 2,
+        proves_by_etag: true,
+        commits_by_decision: true,
+        keeps_state_file_id: false,
+        log_behind_interface: true,
+        releases: false,
+        links: false,
+        max_key_len: Some(1024),
+        drops_trailing_dots: false,
+    };
+}

@@ -23,7 +23,7 @@
 
 use super::journal_records;
 use crate::backend::types::Placed;
-use crate::backend::{BundleStore, Committed, Verdict};
+use crate::backend::{BundleStore, Committed, Operation, Verdict};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::journal::{Event, Journal};
@@ -56,8 +56,7 @@ impl<'a> Transaction<'a> {
         store: &'a dyn BundleStore,
         mut staged: StagedOperation,
     ) -> Result<Transaction<'a>> {
-        staged.store = store.location();
-        staged.releases = store.releases_record();
+        store.describe(&mut staged);
         staged.record_dir = store.record_dir(true)?;
         staged.origin.journal_id = Some(journal.journal_id()?);
         let (record, actions) = journal_records(&staged)?;
@@ -91,12 +90,12 @@ impl<'a> Transaction<'a> {
                 },
                 t,
             )),
-            Err(e) if self.store.verdict(&self.staged)? == Verdict::Forward => {
+            Err(e) if Operation::of(self.store, &self.staged).verdict()? == Verdict::Forward => {
                 Err(late(&self.staged, self.store, e))
             }
             Err(e) => {
                 let op = &self.staged.operation_id;
-                match self.store.undo(&self.staged) {
+                match Operation::of(self.store, &self.staged).undo() {
                     Ok(()) => {
                         self.journal
                             .event(op, Event::RolledBack, Some(&e.to_string()))?;
@@ -166,7 +165,8 @@ impl Passed<'_> {
                 .map_err(late)?;
         }
         // The destination log's entry, then the staging entry's removal (SPEC §18).
-        (journal.with_log_tail(store, || store.clean_up(&staged))).map_err(late)?;
+        let operation = Operation::of(store, &staged);
+        (journal.with_log_tail(store, || operation.clean_up())).map_err(late)?;
         after(journal).map_err(late)?;
         journal.event(op, Event::Completed, None).map_err(late)?;
         Ok(staged.operation_id)
@@ -194,7 +194,8 @@ impl Passed<'_> {
         let late = |e| late(&staged, store, e);
         journal.commit(committed, op, &bundle, &[]).map_err(late)?;
         failpoint::hit("after_journal_commit");
-        (journal.with_log_tail(store, || store.clean_up(&staged))).map_err(late)?;
+        let operation = Operation::of(store, &staged);
+        (journal.with_log_tail(store, || operation.clean_up())).map_err(late)?;
         failpoint::hit("before_held_for_promote");
         journal
             .settle(

@@ -19,8 +19,9 @@ pub use crate::record::{
     STATE_TMP_FILE, StagedAction, StagedOperation, StagingLayout,
 };
 
-use crate::backend::BundleStore;
+use crate::backend::releases::ReleaseStore;
 use crate::backend::types::Placed;
+use crate::backend::{BundleStore, Operation, StoreRead};
 use crate::clock::now;
 use crate::error::{Error, Result};
 use crate::failpoint;
@@ -70,7 +71,7 @@ pub fn execute(
     // republication of that source may take as read while the state file stands as
     // written (the journal keeps its identity, `Passed::republishable`).
     let republishable = ctx.command == "publish"
-        && store.as_releases().is_none()
+        && store.capabilities().keeps_state_file_id
         && crate::plan::records_exactly(
             &state,
             &crate::model::Owner::new(ctx.pipeline_id, plan.destination_id.clone()),
@@ -80,7 +81,7 @@ pub fn execute(
     let post = state.render();
     // Only retention reads the post-state again (a releases destination); elsewhere its
     // records (about 180 B per output) are freed before staging.
-    let state = store.as_releases().is_some().then_some(state);
+    let state = store.capabilities().releases.then_some(state);
     let pre = store.read_state()?;
     let staged = StagedOperation::from_plan(
         plan,
@@ -109,14 +110,14 @@ pub fn execute(
         // A stage: built and verified, held for `distributor promote` (SPEC §19). Its
         // links changed the ctimes of the active release's files: their fingerprints are
         // taken again, or the next publication would hash every one of them.
-        let active = match store.as_releases() {
+        let active = match ReleaseStore::of(store) {
             Some(releases) => active_fingerprints(releases)?,
             None => Vec::new(),
         };
         return passed.hold(&active);
     }
     passed.finish(&placements, None, |journal| {
-        match (store.as_releases(), &state) {
+        match (ReleaseStore::of(store), &state) {
             (Some(releases), Some(state)) => {
                 retain(releases, state, &op_id, &bundle.to_string_lossy(), journal)
             }
@@ -128,7 +129,7 @@ pub fn execute(
 /// The placement fingerprints of the active release's recorded files (per its state), as
 /// they are now.
 fn active_fingerprints(
-    releases: &crate::backend::releases::ReleaseStore,
+    releases: &ReleaseStore,
 ) -> Result<Vec<(String, crate::backend::types::Fingerprint)>> {
     let crate::state::StateFile::Valid(active) = releases.read_state()?.parse() else {
         return Ok(Vec::new());
@@ -144,7 +145,7 @@ fn active_fingerprints(
 /// fingerprints of the active release's files taken after it, since its links and
 /// unlinks changed their ctimes (SPEC §13).
 pub fn retain(
-    releases: &crate::backend::releases::ReleaseStore,
+    releases: &ReleaseStore,
     state: &crate::state::State,
     op_id: &str,
     bundle: &str,
@@ -172,7 +173,7 @@ pub fn retain(
 /// Prunes, then journals the event `pruned` with the fingerprints of `state`'s outputs
 /// in the active release. The outer error is the journal's; the inner, retention's.
 fn prune_and_settle(
-    releases: &crate::backend::releases::ReleaseStore,
+    releases: &ReleaseStore,
     state: Option<&crate::state::State>,
     op_id: &str,
     bundle: &str,
@@ -221,7 +222,7 @@ fn run_steps(
 ) -> Result<(crate::backend::Committed, Vec<(usize, Placed)>)> {
     // The staging record first, whole and atomically (SPEC §13); the states before and
     // after are kept there, not in memory (the commit point reads the post-state back).
-    store.begin(staged, pre.bytes(), &post)?;
+    let op = Operation::begin(store, staged, pre.bytes(), &post)?;
     drop((pre, post));
 
     // 4. Stage, hashing while copying, several files at once (stage.rs); then make it
@@ -232,21 +233,15 @@ fn run_steps(
             .map(|f| &f.path)
             .eq(writes.iter().map(|&i| &staged.actions[i].path))
     );
-    stage::stage(
-        store,
-        staged,
-        &writes,
-        source,
-        crate::progress::Ticker::to(progress),
-    )?;
-    store.make_staged_durable()?;
+    stage::stage(op, &writes, source, crate::progress::Ticker::to(progress))?;
+    op.make_staged_durable()?;
     journal.event(&staged.operation_id, Event::Staged, None)?;
     failpoint::hit("after_staging");
 
     // 5. Move aside what is overwritten or deleted; directories standing where a file goes
     // hold only moved-aside content then.
     for (i, _) in staged.moves() {
-        store.move_aside(staged, i)?;
+        op.move_aside(i)?;
     }
     // (Only where the parent existed before the operation: in a directory it creates,
     // nothing stands in the way.)
@@ -254,7 +249,7 @@ fn run_steps(
     for rel in staged.writes() {
         let parent = rel.rsplit_once('/').map(|(d, _)| d);
         if !parent.is_some_and(|d| new_dirs.contains(d)) {
-            store.remove_emptied_dir(rel)?;
+            op.remove_emptied_dir(rel)?;
         }
     }
     journal.event(&staged.operation_id, Event::MovedAside, None)?;
@@ -263,21 +258,21 @@ fn run_steps(
     // 6. Place files, then links. Each fingerprint is taken after its file's rename.
     let mut placements = Vec::with_capacity(writes.len());
     for &i in &writes {
-        if let Some(fingerprint) = store.place(staged, i)? {
+        if let Some(fingerprint) = op.place(i)? {
             placements.push((i, fingerprint));
         }
     }
     failpoint::hit("after_placement");
     for (i, a) in staged.actions.iter().enumerate() {
         if a.kind.is_link() && a.kind.writes() {
-            store.link(staged, i)?;
+            op.link(i)?;
         }
     }
     journal.event(&staged.operation_id, Event::Placed, None)?;
     failpoint::hit("after_links");
 
     // 7. Commit point.
-    let committed = store.commit_state(staged)?;
+    let committed = op.commit()?;
     failpoint::hit("after_state_write");
     Ok((committed, placements))
 }

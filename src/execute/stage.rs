@@ -12,14 +12,12 @@
 //! Must never: write anywhere but `new/`, follow a symlink, or accept a file whose bytes
 //! differ from the manifest.
 
-use crate::backend::BundleStore;
+use crate::backend::Operation;
 use crate::error::Result;
 use crate::failpoint;
 use crate::parallel;
 use crate::progress::{Bytes, Ticker};
 use crate::source::{Source, SourceDirs};
-
-use super::StagedOperation;
 
 /// Copy buffer per thread: large enough that big files take few system calls.
 const BUF_SIZE: usize = 1 << 20;
@@ -27,12 +25,12 @@ const BUF_SIZE: usize = 1 << 20;
 /// Stages the files of the actions `writes` (indexes into `op.actions`), on as many
 /// threads as the storage suits.
 pub(super) fn stage(
-    store: &dyn BundleStore,
-    op: &StagedOperation,
+    operation: Operation<'_>,
     writes: &[usize],
     source: &Source,
     progress: Ticker<'_>,
 ) -> Result<()> {
+    let op = operation.record();
     if progress.is_on() {
         let bytes = writes.iter().filter_map(|&i| op.actions[i].size).sum();
         (progress.on(&op.destination_id)).start(
@@ -45,18 +43,17 @@ pub(super) fn stage(
     let dirs = source.dirs(writes.iter().map(|&i| op.actions[i].path.as_str()))?;
     // Every file is worth a thread: creating it alone costs more than starting one.
     let result = parallel::try_map_on(
-        parallel::threads_up_to(store.concurrency(), writes.len()),
+        parallel::threads_up_to(operation.store().concurrency(), writes.len()),
         writes,
         || vec![0u8; BUF_SIZE],
-        |&i, buf| stage_one(store, op, i, &dirs, buf, progress),
+        |&i, buf| stage_one(operation, i, &dirs, buf, progress),
     );
     progress.finish();
     result.map(|_| ())
 }
 
 fn stage_one(
-    store: &dyn BundleStore,
-    op: &StagedOperation,
+    operation: Operation<'_>,
     i: usize,
     dirs: &SourceDirs<'_>,
     buf: &mut [u8],
@@ -64,8 +61,8 @@ fn stage_one(
 ) -> Result<()> {
     failpoint::hit("during_staging");
     let mut on_bytes = |n: u64| progress.bytes(n);
-    let a = &op.actions[i];
-    let (size, sha256) = store.stage_source(op, i, &dirs.file(&a.path), buf, &mut on_bytes)?;
+    let a = &operation.record().actions[i];
+    let (size, sha256) = operation.stage(i, &dirs.file(&a.path), buf, &mut on_bytes)?;
     let (want_size, want_sha) = (a.size.unwrap_or_default(), a.sha256.unwrap_or_default());
     if size != want_size || sha256 != want_sha {
         return Err(crate::source::content_mismatch(

@@ -7,7 +7,7 @@
 //! state does not record: a release is a complete copy, and distributor neither adopts
 //! nor deletes content it does not manage.
 
-use crate::backend::BundleStore;
+use crate::backend::StoreRead;
 use crate::backend::releases::ReleaseStore;
 use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};

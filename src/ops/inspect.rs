@@ -6,6 +6,7 @@
 
 use crate::backend::local::records::RECORD_DIR;
 use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE};
+use crate::backend::releases::ReleaseStore;
 use crate::backend::types::Proof;
 use crate::backend::{self, BundleStore};
 use crate::config::{Destination, PathMapping};
@@ -209,7 +210,7 @@ fn status_of(
         }
     }
     s.log_error = log_error(bundle, store.as_deref());
-    s.releases = match store.as_ref().and_then(|s| s.as_releases()) {
+    s.releases = match store.as_deref().and_then(ReleaseStore::of) {
         Some(r) => Some(r.retention()?),
         None => None,
     };
@@ -244,13 +245,13 @@ fn status_of(
 /// `None` when there are none.
 fn log_error(bundle: &Path, store: Option<&dyn BundleStore>) -> Option<String> {
     let store = store?;
-    if let Some(r) = store.as_releases() {
+    if let Some(r) = ReleaseStore::of(store) {
         return match r.log_view() {
             Ok(v) => v.untrusted(),
             Err(e) => Some(e.to_string()),
         };
     }
-    match store.read_log() {
+    match store.log().map(|l| l.read_log()).transpose() {
         Ok(Some(l)) => return l.bad_message(),
         Ok(None) => {}
         Err(e) => return Some(e.to_string()),
@@ -389,7 +390,7 @@ fn read_state(
         return Ok((StateFile::Absent, None));
     };
     let (state, sha) = s.read_state_parsed(0)?;
-    let state = state.for_version(s.state_version());
+    let state = state.for_version(s.capabilities().state_version);
     let StateFile::Untrusted(why, _) = &state else {
         return Ok((state, None));
     };
@@ -465,7 +466,7 @@ fn verify_one(
 /// own, and a log with nothing to compare with is never a mismatch.
 fn log_mismatch_of(store: &dyn BundleStore, state: &StateFile) -> Result<Option<String>> {
     use crate::log_mismatch::{StateSays, judge};
-    let says = match (store.as_releases(), state) {
+    let says = match (ReleaseStore::of(store), state) {
         (Some(r), _) if !r.is_plain() => StateSays::Release(r.active_release()),
         (_, StateFile::Valid(st)) => StateSays::Owners(Some(st)),
         (_, StateFile::Absent) => StateSays::Owners(None),
@@ -524,7 +525,7 @@ fn compare(
     let storage = store.probe(&paths, &Default::default(), progress)?;
     // --deep on storage whose probe proves content by metadata alone (an object store's
     // ETag): every file it holds at the recorded size is read and hashed, a second pass.
-    let downloads = deep && store.location().is_some();
+    let downloads = deep && store.capabilities().proves_by_etag;
     if downloads && progress.is_on() {
         let (files, bytes) = (st.outputs.iter())
             .filter(|o| matches!(storage.get(&o.path), Entry::File { size, .. } if *size == o.size))

@@ -14,7 +14,7 @@
 //! Must never: activate a release no `stage` entry names, one promoted already, or one
 //! built against another release than the active one.
 
-use crate::backend::BundleStore;
+use crate::backend::StoreRead;
 use crate::backend::local::log::Entry;
 use crate::backend::releases::ReleaseStore;
 use crate::config::{Config, Destination};

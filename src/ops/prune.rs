@@ -5,7 +5,7 @@
 //! removed, with the active release's placement fingerprints taken after it: unlinking a
 //! release's files changes the ctime of those the active release shares).
 
-use crate::backend::BundleStore;
+use crate::backend::StoreRead;
 use crate::backend::releases::{PruneBy, ReleaseStore, log::Verdict};
 use crate::clock::now;
 use crate::config::{Config, Destination};

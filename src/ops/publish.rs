@@ -5,6 +5,7 @@
 use super::common::{
     Outcome, Pending, check_recovery, journal_refused, overall_exit_code, pending,
 };
+use crate::backend::releases::ReleaseStore;
 use crate::backend::{self, BundleStore, types};
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{ConfigError, Error, Result};
@@ -361,7 +362,7 @@ impl StateMemo {
             StateFile::Untrusted(..) if sha.is_some() && sha == self.vouched => parsed.believed(),
             other => other,
         };
-        let state = Rc::new(parsed.for_version(s.state_version()));
+        let state = Rc::new(parsed.for_version(s.capabilities().state_version));
         self.last = sha.map(|sha| (sha, Rc::clone(&state)));
         Ok(state)
     }
@@ -1096,7 +1097,7 @@ fn publish_one(
     }
     let mut command = "publish";
     if opts.stage {
-        let releases = store.as_releases().ok_or_else(|| {
+        let releases = ReleaseStore::of(store).ok_or_else(|| {
             Error::Usage(format!(
                 "--stage: destination '{}' has no releases block",
                 dest.id
@@ -1124,7 +1125,7 @@ fn publish_one(
                     "staged as release {op}, not activated: `distributor promote --destination {} {op}` activates it",
                     dest.id
                 );
-            } else if store.as_releases().is_some() {
+            } else if store.capabilities().releases {
                 r.releases_removed = crate::journal::query::releases_removed(journal, &op)?;
                 r.release_activated = Some(op);
             }

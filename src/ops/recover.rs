@@ -22,8 +22,9 @@
 //! record describes.
 
 use crate::backend::local::STAGING_DIR;
+use crate::backend::releases::ReleaseStore;
 use crate::backend::types::StagingEntry;
-use crate::backend::{self, Backend, BundleStore, Verdict, state_sha256};
+use crate::backend::{self, Backend, BundleStore, Operation, Verdict, state_sha256};
 use crate::config::{Config, PathMapping};
 use crate::error::{Error, Result};
 use crate::execute::{POST_STATE_FILE, PRE_STATE_FILE, StagedOperation, journal_records};
@@ -731,7 +732,7 @@ fn recover_one(
         };
         let applied = recorded.as_ref().is_some_and(|s| {
             r.state_sha256.as_deref() == Some(s.post_state_sha256.as_str())
-                || store.is_some_and(|st| st.location().is_some() && names_op(st))
+                || store.is_some_and(|st| st.capabilities().commits_by_decision && names_op(st))
         });
         r.outcome = Outcome::Closed;
         r.message = closed_message(applied, unfinished_record, opts.dry_run);
@@ -889,7 +890,7 @@ fn recover_one(
             releases_diverged_message(bundle, &op_dir, &staged, store)
         }
         Outcome::Diverged => diverged_message(bundle, &op_dir, &staged, &now, true),
-        o if store.location().is_some() => explain_decided(o, opts.dry_run),
+        o if store.capabilities().commits_by_decision => explain_decided(o, opts.dry_run),
         o => explain(o, staged.pre_state_sha256.is_some(), opts.dry_run),
     };
     if opts.dry_run {
@@ -898,8 +899,10 @@ fn recover_one(
     let ev = match r.outcome {
         Outcome::RolledForward => {
             let replaced = match journal.as_deref() {
-                Some(j) => j.with_log_tail(store, || store.roll_forward(&staged))?,
-                None => store.roll_forward(&staged)?,
+                Some(j) => {
+                    j.with_log_tail(store, || Operation::of(store, &staged).roll_forward())?
+                }
+                None => Operation::of(store, &staged).roll_forward()?,
             };
             if let Some(replaced) = replaced {
                 let m = replaced_message(&replaced);
@@ -916,7 +919,7 @@ fn recover_one(
             Event::RecoveredForward
         }
         Outcome::RolledBack => {
-            store.undo(&staged)?;
+            Operation::of(store, &staged).undo()?;
             Event::RecoveredBack
         }
         _ => Event::Diverged,
@@ -1032,10 +1035,10 @@ fn outcome_word(o: Outcome) -> &'static str {
 /// Whether the destination log of the bundle path `store` holds records an entry of
 /// operation `op`.
 fn logged(store: &dyn BundleStore, bundle: &Path, op: &str) -> Result<bool> {
-    if let Some(r) = store.as_releases() {
+    if let Some(r) = ReleaseStore::of(store) {
         return Ok(r.log_view()?.log.names_operation(op));
     }
-    if let Some(log) = store.read_log()? {
+    if let Some(log) = store.log().map(|l| l.read_log()).transpose()? {
         return Ok(log.names_operation(op));
     }
     let log = crate::backend::local::log::read_below(bundle)
@@ -1055,7 +1058,7 @@ fn releases_diverged_message(
     let rec = staged.releases.as_ref().expect("a releases operation");
     let target = rec.target(&staged.operation_id);
     let dir = &rec.settings.dir;
-    let now = match store.as_releases().and_then(|r| r.active_release()) {
+    let now = match ReleaseStore::of(store).and_then(|r| r.active_release()) {
         Some(r) => format!("names release {r}"),
         None => "is not a symlink to a release (missing, or a plain directory)".to_string(),
     };

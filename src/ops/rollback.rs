@@ -11,8 +11,8 @@
 //! records come back: a new release is built from the current one with that owner's
 //! files taken from the target, planned and executed like a publication of them.
 
-use crate::backend::BundleStore;
 use crate::backend::releases::ReleaseStore;
+use crate::backend::{Operation, StoreRead};
 use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
@@ -679,10 +679,8 @@ pub(crate) fn run_activation(
     )?;
     let tx = Transaction::begin(journal, store, staged)?;
     let detail = detail(tx.staged());
-    let (passed, ()) = tx.act(|staged, _| {
-        store.begin(staged, pre, &post)?;
-        Ok((store.commit_state(staged)?, ()))
-    })?;
+    let (passed, ()) =
+        tx.act(|staged, _| Ok((Operation::begin(store, staged, pre, &post)?.commit()?, ())))?;
     let bundle = plan.bundle_path.to_string_lossy();
     passed.finish(&[], Some(&detail), |journal| {
         retain(store, &state, &op_id, &bundle, journal)

@@ -5,10 +5,11 @@ use super::{
     Conflict, DestinationPlan, Entry, FileAction, LinkAction, Previous, Replaced, Storage,
     TakeoverEntry, takeover_permitted,
 };
+use crate::backend::Capabilities;
 use crate::config::Destination;
 use crate::model::{
-    Backend, ConflictKind, Decision, DestinationNewer, FileOp, OnConflict, Owner,
-    ReconciliationMode, SameCreatedDigestMismatch, SourceRef, StateMode, TakeoverMode,
+    ConflictKind, Decision, DestinationNewer, FileOp, OnConflict, Owner, ReconciliationMode,
+    SameCreatedDigestMismatch, SourceRef, StateMode, TakeoverMode,
 };
 use crate::source::{Source, relative_link_target};
 use crate::state::{OwnerRecord, RecordedLink, RecordedOutput, State, StateFile};
@@ -178,14 +179,13 @@ pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
         ));
         return finish_conflict(plan);
     }
-    if d.backend.is_object_store() {
-        object_store_conflicts(&mut plan, input, d.backend);
-        if !plan.conflicts.is_empty() {
-            return finish_conflict(plan);
-        }
+    let caps = crate::backend::capabilities(d);
+    storage_conflicts(&mut plan, input, caps);
+    if !plan.conflicts.is_empty() {
+        return finish_conflict(plan);
     }
     let empty = State {
-        version: d.backend.state_version(),
+        version: caps.state_version,
         mode: d.state_mode,
         owners: vec![],
         outputs: vec![],
@@ -1112,7 +1112,7 @@ impl<'a, 's> Planner<'a, 's> {
         };
         let mut state = match d.state_mode {
             StateMode::SingleOwner => State {
-                version: d.backend.state_version(),
+                version: crate::backend::capabilities(d).state_version,
                 mode: d.state_mode,
                 owners: vec![mine],
                 outputs,
@@ -1145,7 +1145,7 @@ impl<'a, 's> Planner<'a, 's> {
                     .collect();
                 owners.push(mine);
                 State {
-                    version: d.backend.state_version(),
+                    version: crate::backend::capabilities(d).state_version,
                     mode: d.state_mode,
                     owners,
                     outputs: keep_out.into_iter().chain(outputs).collect(),
@@ -1172,20 +1172,19 @@ impl<'a, 's> Planner<'a, 's> {
     }
 }
 
-/// What an object store cannot hold (SPEC §14, §21): links, keys longer than 1024 bytes,
-/// and on azure a key with a segment ending in `.` (Azure drops the dot). None is
-/// forceable.
-fn object_store_conflicts(plan: &mut DestinationPlan, input: &PlanInput<'_>, backend: Backend) {
+/// What the destination's storage cannot hold, as its [`Capabilities`] say (SPEC §14,
+/// §21): links where it holds none, keys longer than its limit (an object store's 1024
+/// bytes), and where it drops a trailing dot (azure) a key with a segment ending in `.`.
+/// None is forceable.
+fn storage_conflicts(plan: &mut DestinationPlan, input: &PlanInput<'_>, caps: Capabilities) {
     // The key prefix: the bundle path `s3://<bucket>/<prefix>` (`az://<container>/…`)
     // without its bucket.
     let bundle = input.bundle_path.to_string_lossy();
-    let prefix_len = bundle
-        .split_once("://")
-        .and_then(|(_, b)| b.split_once('/'))
-        .map_or(0, |(_, prefix)| prefix.len());
+    let prefix_len =
+        crate::backend::s3::ObjectKey::parse(input.bundle_path).map_or(0, |k| k.prefix().len());
     let manifest = &input.source.manifest;
     for o in &manifest.outputs {
-        if backend == Backend::Azure
+        if caps.drops_trailing_dots
             && let Some(seg) = o.path.split('/').find(|s| s.ends_with('.'))
         {
             plan.conflicts.push(Conflict::new(
@@ -1198,18 +1197,20 @@ fn object_store_conflicts(plan: &mut DestinationPlan, input: &PlanInput<'_>, bac
             ));
         }
         let key_len = prefix_len + 1 + o.path.len();
-        if key_len > MAX_KEY_LEN {
+        if let Some(max) = caps.max_key_len
+            && key_len > max
+        {
             plan.conflicts.push(Conflict::new(
                 ConflictKind::KeyTooLong,
                 Some(&o.path),
                 None,
                 format!(
-                    "its key under {bundle} would be {key_len} bytes; object stores accept at most {MAX_KEY_LEN}"
+                    "its key under {bundle} would be {key_len} bytes; object stores accept at most {max}"
                 ),
             ));
         }
     }
-    for l in &manifest.links {
+    for l in manifest.links.iter().filter(|_| !caps.links) {
         plan.conflicts.push(Conflict::new(
             ConflictKind::UnsupportedLink,
             Some(&l.path),
@@ -1221,9 +1222,6 @@ fn object_store_conflicts(plan: &mut DestinationPlan, input: &PlanInput<'_>, bac
         ));
     }
 }
-
-/// The longest key an object store accepts, in bytes.
-const MAX_KEY_LEN: usize = 1024;
 
 /// Ends a plan stopped by a non-forceable conflict found before reconciliation.
 fn finish_conflict(mut plan: DestinationPlan) -> DestinationPlan {

@@ -18,7 +18,7 @@ use super::planner::unchanged_reason;
 use super::{DestinationPlan, Entry, LinkAction, Previous, Replaced, Storage};
 use crate::config::Destination;
 use crate::journal::CommittedSource;
-use crate::model::{Backend, Decision, FileOp, Owner, StateMode};
+use crate::model::{Decision, FileOp, Owner, StateMode};
 use crate::source::{LinkEntry, OutputEntry, Source, relative_link_target};
 use crate::state::{OwnerRecord, State, StateFile};
 use std::cmp::Ordering;
@@ -106,7 +106,7 @@ impl<'a> Republication<'a> {
     /// Whether a republication to `d` can be decided this way at all: a local bundle path
     /// that is not a releases destination.
     pub fn may_be(d: &Destination) -> bool {
-        d.backend == Backend::Local && d.releases.is_none()
+        crate::backend::capabilities(d).keeps_state_file_id
     }
 
     /// The source published again.

@@ -112,6 +112,13 @@ impl Dialect for Azure {
         "az://"
     }
 
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        crate::backend::Capabilities {
+            drops_trailing_dots: true,
+            ..crate::backend::Capabilities::OBJECT_STORE
+        }
+    }
+
     fn connect(
         &self,
         container: &str,

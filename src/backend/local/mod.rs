@@ -28,9 +28,16 @@ pub struct LocalBackend;
 /// the cores, is the limit.
 const CONCURRENCY: usize = crate::parallel::LOCAL_THREADS;
 
+/// What a local bundle path, published in place, can do.
+pub const CAPABILITIES: crate::backend::Capabilities = crate::backend::Capabilities::LOCAL;
+
 impl Backend for LocalBackend {
     fn name(&self) -> &'static str {
         "local"
+    }
+
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        CAPABILITIES
     }
 
     fn concurrency(&self) -> usize {
@@ -59,28 +66,42 @@ impl Backend for LocalBackend {
     }
 }
 
-impl BundleStore for Bundle {
+impl crate::backend::StoreRead for Bundle {
     fn path(&self) -> &Path {
         Bundle::path(self)
     }
+
     fn concurrency(&self) -> usize {
         CONCURRENCY
     }
+
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        CAPABILITIES
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn read_state(&self) -> Result<StateBytes> {
         Bundle::read_state(self)
     }
+
     fn read_state_parsed(
         &self,
         outputs: usize,
     ) -> Result<(crate::state::StateFile, Option<ContentHash>)> {
         Bundle::read_state_parsed(self, outputs)
     }
+
     fn state_sha256(&self) -> Result<Option<ContentHash>> {
         Bundle::state_sha256(self)
     }
+
     fn state_file_id(&self) -> Result<Option<crate::backend::StateFileId>> {
         Bundle::state_file_id(self)
     }
+
     fn probe<'a>(
         &self,
         paths: &[(&'a str, Option<Proof<'a>>)],
@@ -89,12 +110,15 @@ impl BundleStore for Bundle {
     ) -> Result<Storage<'a>> {
         probe_in(self, paths, dirs_wanted, progress)
     }
+
     fn list_files(&self) -> Result<Vec<String>> {
         Bundle::list_files(self)
     }
+
     fn dir_exists(&self, rel: &str) -> Result<bool> {
         Bundle::dir_exists(self, rel)
     }
+
     fn locked_before(&self) -> Result<bool> {
         Ok(self
             .dir()
@@ -102,21 +126,51 @@ impl BundleStore for Bundle {
             .ctx("stat", self.path().join(LOCK_FILE))?
             .is_some())
     }
+
     fn lock_holder(&self) -> Result<Option<String>> {
         Bundle::lock_holder(self)
     }
+
     fn staging_entries(&self) -> Result<Vec<StagingEntry>> {
         Bundle::staging_entries(self)
     }
-    fn read_record(&self, op: &str) -> Result<Option<StagedOperation>> {
-        Bundle::read_record(self, op)
-    }
+
     fn staging_holds_files(&self, op: &str) -> Result<bool> {
         Bundle::staging_holds_files(self, op)
     }
+
+    fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
+        Ok(log::read(self.dir())?.last_state_change())
+    }
+}
+
+impl crate::backend::RecordStore for Bundle {
+    fn record_dir(&self, create: bool) -> Result<Option<crate::record::RecordDir>> {
+        Bundle::record_dir(self, create)
+    }
+
     fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
         Bundle::begin(self, op, pre, post)
     }
+
+    fn read_record(&self, op: &str) -> Result<Option<StagedOperation>> {
+        Bundle::read_record(self, op)
+    }
+
+    fn remove_staging(&self, op: &str) -> Result<()> {
+        Bundle::remove_staging(self, op)
+    }
+
+    fn remove_unfinished(&self, op: &str) -> Result<()> {
+        Bundle::remove_unfinished(self, op)
+    }
+
+    fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
+        Bundle::adopt_legacy_staging(self, op)
+    }
+}
+
+impl crate::backend::Steps for Bundle {
     fn stage(
         &self,
         op: &StagedOperation,
@@ -128,6 +182,7 @@ impl BundleStore for Bundle {
         let source = crate::source::SourceFile::at_path(source.to_path_buf());
         Bundle::stage(self, op, i, &source, buf, on_bytes)
     }
+
     fn stage_source(
         &self,
         op: &StagedOperation,
@@ -138,27 +193,35 @@ impl BundleStore for Bundle {
     ) -> Result<(u64, crate::hash::ContentHash)> {
         Bundle::stage(self, op, i, source, buf, on_bytes)
     }
+
     fn make_staged_durable(&self) -> Result<()> {
         Bundle::make_staged_durable(self)
     }
+
     fn move_aside(&self, op: &StagedOperation, i: usize) -> Result<()> {
         Bundle::move_aside(self, op, i)
     }
+
     fn remove_emptied_dir(&self, rel: &str) -> Result<()> {
         Bundle::remove_emptied_dir(self, rel)
     }
+
     fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Placed>> {
         Bundle::place(self, op, i).map(Some)
     }
+
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()> {
         Bundle::link(self, op, i)
     }
+
     fn commit_state(&self, op: &StagedOperation) -> Result<Committed> {
         Bundle::commit_state(self, op)
     }
+
     fn undo(&self, op: &StagedOperation) -> Result<()> {
         Bundle::undo(self, op)
     }
+
     fn clean_up(&self, op: &StagedOperation) -> Result<()> {
         // The destination log's entry (SPEC §18) exists before the staging entry goes, so
         // a missing entry is always the last one, and `recover` (which cleans up through
@@ -170,22 +233,9 @@ impl BundleStore for Bundle {
         }
         Bundle::clean_up(self, op)
     }
-    fn remove_staging(&self, op: &str) -> Result<()> {
-        Bundle::remove_staging(self, op)
-    }
-    fn remove_unfinished(&self, op: &str) -> Result<()> {
-        Bundle::remove_unfinished(self, op)
-    }
-    fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
-        Bundle::adopt_legacy_staging(self, op)
-    }
-    fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
-        Ok(log::read(self.dir())?.last_state_change())
-    }
-    fn record_dir(&self, create: bool) -> Result<Option<crate::record::RecordDir>> {
-        Bundle::record_dir(self, create)
-    }
 }
+
+impl BundleStore for Bundle {}
 
 use crate::backend::types::{Entry, Placed, Proof, StagingEntry, StateBytes, Storage};
 use crate::error::{Error, IoContext, Result};
@@ -273,7 +323,9 @@ pub fn probe<'a>(
 /// The first staging record in `store` distributor does not believe (SPEC §17): the
 /// operator's message. The one place it is taken from staging, for the planner's
 /// `untrusted_record` and for `status` and `verify`.
-pub fn untrusted_staging(store: &(impl BundleStore + ?Sized)) -> Result<Option<String>> {
+pub fn untrusted_staging(
+    store: &(impl crate::backend::StoreRead + ?Sized),
+) -> Result<Option<String>> {
     Ok(store.staging_entries()?.into_iter().find_map(|e| match e {
         StagingEntry::Untrusted(_, why) => Some(why),
         _ => None,

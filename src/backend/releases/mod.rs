@@ -40,6 +40,9 @@ pub const ADOPTED_PREFIX: &str = ".distributor-adopted-";
 
 pub use crate::record::ReleasesRecord;
 
+/// What a local destination with release directories can do.
+pub const CAPABILITIES: crate::backend::Capabilities = crate::backend::Capabilities::RELEASES;
+
 /// The releases backend of one destination.
 #[derive(Debug, Clone)]
 pub struct ReleasesBackend {
@@ -58,6 +61,10 @@ impl ReleasesBackend {
 impl Backend for ReleasesBackend {
     fn name(&self) -> &'static str {
         "local"
+    }
+
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        CAPABILITIES
     }
 
     fn concurrency(&self) -> usize {
@@ -175,6 +182,41 @@ impl LogView {
 }
 
 impl ReleaseStore {
+    /// What the staging record keeps of this destination (SPEC §15): its settings, the
+    /// release active before, and what the operation activates, stages, undoes or adopts.
+    pub fn releases_record(&self) -> ReleasesRecord {
+        let rollback = self
+            .rollback_to
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let promoting = self
+            .promoting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        ReleasesRecord {
+            settings: self.settings.clone(),
+            active_before: self.active_release().map(str::to_string),
+            activates: rollback.as_ref().and_then(|r| r.0.clone()).or(promoting),
+            stages: self.staging_only.load(std::sync::atomic::Ordering::Relaxed),
+            undoes: rollback.map(|r| r.1),
+            adopts: self.adopting.load(std::sync::atomic::Ordering::Relaxed),
+            adopts_dir: self
+                .adopting
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .then(|| self.active.as_ref()?.dir().identity().ok())
+                .flatten()
+                .map(|i| [i.dev, i.ino]),
+        }
+    }
+
+    /// The releases destination `store` is, for the steps only it has (retention, the
+    /// fingerprints taken after it, rollback, promote); `None` for any other store.
+    pub fn of(store: &dyn BundleStore) -> Option<&ReleaseStore> {
+        store.as_any().downcast_ref()
+    }
+
     /// Opens the destination at `path`; with `lock`, takes the lock in `releases.dir`
     /// (creating it and `path`'s parent when asked). `None` when neither `path` nor
     /// `releases.dir` exists (nothing was ever published), or when locking without
@@ -1047,13 +1089,21 @@ fn open_release(root: &Bundle, name: &str, path: &Path) -> Result<Bundle> {
     }
 }
 
-impl BundleStore for ReleaseStore {
+impl crate::backend::StoreRead for ReleaseStore {
     fn path(&self) -> &Path {
         &self.path
     }
 
     fn concurrency(&self) -> usize {
         crate::parallel::LOCAL_THREADS
+    }
+
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        CAPABILITIES
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn read_state(&self) -> Result<StateBytes> {
@@ -1071,37 +1121,6 @@ impl BundleStore for ReleaseStore {
             Some(a) => a.read_state_parsed(outputs),
             None => Ok((crate::state::StateFile::Absent, None)),
         }
-    }
-
-    fn releases_record(&self) -> Option<ReleasesRecord> {
-        let rollback = self
-            .rollback_to
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let promoting = self
-            .promoting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        Some(ReleasesRecord {
-            settings: self.settings.clone(),
-            active_before: self.active_release().map(str::to_string),
-            activates: rollback.as_ref().and_then(|r| r.0.clone()).or(promoting),
-            stages: self.staging_only.load(std::sync::atomic::Ordering::Relaxed),
-            undoes: rollback.map(|r| r.1),
-            adopts: self.adopting.load(std::sync::atomic::Ordering::Relaxed),
-            adopts_dir: self
-                .adopting
-                .load(std::sync::atomic::Ordering::Relaxed)
-                .then(|| self.active.as_ref()?.dir().identity().ok())
-                .flatten()
-                .map(|i| [i.dev, i.ino]),
-        })
-    }
-
-    fn as_releases(&self) -> Option<&ReleaseStore> {
-        Some(self)
     }
 
     fn verdict(&self, op: &StagedOperation) -> Result<Verdict> {
@@ -1170,14 +1189,6 @@ impl BundleStore for ReleaseStore {
         }
     }
 
-    fn lock_holder(&self) -> Result<Option<String>> {
-        // The lock of a destination with releases is in `releases.dir`.
-        match &self.root {
-            Some(r) => r.lock_holder(),
-            None => Ok(None),
-        }
-    }
-
     fn locked_before(&self) -> Result<bool> {
         match &self.root {
             Some(r) => Ok(r
@@ -1189,6 +1200,14 @@ impl BundleStore for ReleaseStore {
         }
     }
 
+    fn lock_holder(&self) -> Result<Option<String>> {
+        // The lock of a destination with releases is in `releases.dir`.
+        match &self.root {
+            Some(r) => r.lock_holder(),
+            None => Ok(None),
+        }
+    }
+
     fn staging_entries(&self) -> Result<Vec<StagingEntry>> {
         match &self.root {
             Some(r) => r.staging_entries(),
@@ -1196,18 +1215,84 @@ impl BundleStore for ReleaseStore {
         }
     }
 
-    fn read_record(&self, op: &str) -> Result<Option<StagedOperation>> {
-        self.root()?.read_record(op)
-    }
-
     fn staging_holds_files(&self, op: &str) -> Result<bool> {
         self.root()?.staging_holds_files(op)
+    }
+
+    /// The last logged activation: the release it made active. A plain directory not
+    /// adopted yet is a bundle path of its own, with its own log.
+    fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
+        if self.is_plain() {
+            return match &self.active {
+                Some(plain) => plain.last_logged_operation(),
+                None => Ok(None),
+            };
+        }
+        let view = self.log_view()?;
+        if view.untrusted().is_some() {
+            return Ok(None);
+        }
+        let Some(last) = view.activations.last() else {
+            return Ok(None);
+        };
+        let entry = (view.log.entries.iter())
+            .rfind(|e| {
+                e.operation_id == last.operation_id
+                    && e.release_activated.as_deref() == Some(last.release.as_str())
+            })
+            .map_or_else(
+                || {
+                    format!(
+                        "the last line of {} (operation {}, activated {})",
+                        log::LOG_FILE,
+                        last.operation_id,
+                        last.activated_at
+                    )
+                },
+                |e| e.describe(),
+            );
+        Ok(Some(crate::backend::LoggedOperation {
+            operation_id: last.release.clone(),
+            entry,
+            logged: view.activations.iter().map(|a| a.release.clone()).collect(),
+        }))
+    }
+}
+
+impl crate::backend::RecordStore for ReleaseStore {
+    fn describe(&self, staged: &mut StagedOperation) {
+        staged.releases = Some(self.releases_record());
+    }
+
+    fn record_dir(&self, create: bool) -> Result<Option<crate::record::RecordDir>> {
+        match &self.root {
+            Some(r) => r.record_dir(create),
+            None => Ok(None),
+        }
     }
 
     fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
         self.begin_release(op, pre, post)
     }
 
+    fn read_record(&self, op: &str) -> Result<Option<StagedOperation>> {
+        self.root()?.read_record(op)
+    }
+
+    fn remove_staging(&self, op: &str) -> Result<()> {
+        self.root()?.remove_staging(op)
+    }
+
+    fn remove_unfinished(&self, op: &str) -> Result<()> {
+        self.root()?.remove_unfinished(op)
+    }
+
+    fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
+        self.root()?.adopt_legacy_staging(op)
+    }
+}
+
+impl crate::backend::Steps for ReleaseStore {
     fn stage(
         &self,
         op: &StagedOperation,
@@ -1264,65 +1349,9 @@ impl BundleStore for ReleaseStore {
     fn clean_up(&self, op: &StagedOperation) -> Result<()> {
         self.finish_activation(op)
     }
-
-    fn remove_staging(&self, op: &str) -> Result<()> {
-        self.root()?.remove_staging(op)
-    }
-
-    fn remove_unfinished(&self, op: &str) -> Result<()> {
-        self.root()?.remove_unfinished(op)
-    }
-
-    fn adopt_legacy_staging(&self, op: &str) -> Result<()> {
-        self.root()?.adopt_legacy_staging(op)
-    }
-
-    fn record_dir(&self, create: bool) -> Result<Option<crate::record::RecordDir>> {
-        match &self.root {
-            Some(r) => r.record_dir(create),
-            None => Ok(None),
-        }
-    }
-
-    /// The last logged activation: the release it made active. A plain directory not
-    /// adopted yet is a bundle path of its own, with its own log.
-    fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
-        if self.is_plain() {
-            return match &self.active {
-                Some(plain) => plain.last_logged_operation(),
-                None => Ok(None),
-            };
-        }
-        let view = self.log_view()?;
-        if view.untrusted().is_some() {
-            return Ok(None);
-        }
-        let Some(last) = view.activations.last() else {
-            return Ok(None);
-        };
-        let entry = (view.log.entries.iter())
-            .rfind(|e| {
-                e.operation_id == last.operation_id
-                    && e.release_activated.as_deref() == Some(last.release.as_str())
-            })
-            .map_or_else(
-                || {
-                    format!(
-                        "the last line of {} (operation {}, activated {})",
-                        log::LOG_FILE,
-                        last.operation_id,
-                        last.activated_at
-                    )
-                },
-                |e| e.describe(),
-            );
-        Ok(Some(crate::backend::LoggedOperation {
-            operation_id: last.release.clone(),
-            entry,
-            logged: view.activations.iter().map(|a| a.release.clone()).collect(),
-        }))
-    }
 }
+
+impl BundleStore for ReleaseStore {}
 
 #[cfg(test)]
 mod tests {

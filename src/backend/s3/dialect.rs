@@ -39,6 +39,12 @@ pub(crate) trait Dialect: std::fmt::Debug + Send + Sync {
     /// The scheme of its bundle paths (`s3://`, `az://`).
     fn scheme(&self) -> &'static str;
 
+    /// What its destinations can do: an object store's, with this kind's own limits on
+    /// keys.
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        crate::backend::Capabilities::OBJECT_STORE
+    }
+
     /// Builds the clients of `bucket` (a container on azure) at `location`, their HTTP
     /// connector reading the store's clock into `clock`.
     fn connect(&self, bucket: &str, location: S3Location, clock: &StoreClock) -> Result<Clients>;

@@ -23,10 +23,12 @@
 pub(crate) mod clock;
 mod credentials;
 mod dialect;
+mod key;
 mod lease;
 mod store;
 
 pub(crate) use dialect::{Clients, Dialect};
+pub use key::ObjectKey;
 pub use lease::{check_workable, check_workable_for};
 pub use store::S3Store;
 
@@ -138,22 +140,18 @@ pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
 }
 
 /// The bucket (container) and key prefix of `s3://<bucket>/<prefix>` or
-/// `az://<container>/<prefix>`.
-pub fn split_bundle_path(bundle: &Path) -> Option<(String, String)> {
-    let s = bundle.to_str()?;
-    let rest = dialect::ALL
-        .iter()
-        .find_map(|d| s.strip_prefix(d.scheme()))?;
-    let (bucket, prefix) = rest.split_once('/')?;
-    let prefix = prefix.trim_end_matches('/');
-    (!bucket.is_empty() && !prefix.is_empty()).then(|| (bucket.to_string(), prefix.to_string()))
+/// `az://<container>/<prefix>` ([`ObjectKey`]).
+fn split_bundle_path(bundle: &Path) -> Option<(String, String)> {
+    ObjectKey::parse(bundle).map(|k| (k.bucket().to_string(), k.prefix().to_string()))
 }
 
-/// True when `bundle` names an object-store bundle path (`s3://…`, `az://…`).
-pub fn is_s3_path(bundle: &Path) -> bool {
-    bundle
-        .to_str()
-        .is_some_and(|s| dialect::ALL.iter().any(|d| s.starts_with(d.scheme())))
+/// What an object-store destination with settings `s` can do: its dialect's
+/// capabilities.
+pub fn capabilities(s: &S3Settings) -> crate::backend::Capabilities {
+    let kind = if s.azure.is_some() { "azure" } else { "s3" };
+    dialect::named(kind).map_or(crate::backend::Capabilities::OBJECT_STORE, |d| {
+        d.capabilities()
+    })
 }
 
 impl S3Backend {
@@ -205,15 +203,10 @@ impl S3Backend {
         )
     }
 
-    /// The backend of an operation found in a journal or a staging record.
-    pub fn for_location(bundle: &Path, location: &S3Location) -> Result<S3Backend> {
-        let (bucket, _) = split_bundle_path(bundle).ok_or_else(|| {
-            Error::Failed(format!(
-                "{} is not an s3 bundle path (s3://<bucket>/<prefix>)",
-                bundle.display()
-            ))
-        })?;
-        S3Backend::new(&bucket, location.clone(), 16, Headers::default())
+    /// The backend of an operation found in a journal or a staging record: the bucket
+    /// its bundle path names, reached as the record's `location` says.
+    pub fn for_key(key: &ObjectKey, location: &S3Location) -> Result<S3Backend> {
+        S3Backend::new(key.bucket(), location.clone(), 16, Headers::default())
     }
 
     /// Where it lives, for the staging record and the journal.
@@ -454,6 +447,10 @@ impl S3Backend {
 }
 
 impl Backend for S3Backend {
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        self.dialect.capabilities()
+    }
+
     fn name(&self) -> &'static str {
         self.dialect.name()
     }

@@ -17,6 +17,7 @@
 
 use super::lease::{LOCK_OBJECT, Lease, Outcome};
 use super::{S3Backend, block_on, store_error};
+use crate::backend::StoreRead;
 use crate::backend::types::{Entry, Placed, Proof, StagingEntry, StateBytes, Storage};
 use crate::backend::{BundleStore, Committed, ReplacedState, Verdict};
 use crate::error::{Error, Result};
@@ -1011,7 +1012,7 @@ impl S3Store {
     }
 }
 
-impl BundleStore for S3Store {
+impl crate::backend::StoreRead for S3Store {
     fn path(&self) -> &Path {
         &self.bundle
     }
@@ -1020,12 +1021,12 @@ impl BundleStore for S3Store {
         self.backend.concurrency
     }
 
-    fn state_version(&self) -> u32 {
-        2
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        self.backend.dialect.capabilities()
     }
 
-    fn location(&self) -> Option<super::S3Location> {
-        Some(self.backend.location.clone())
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn read_state(&self) -> Result<StateBytes> {
@@ -1039,6 +1040,24 @@ impl BundleStore for S3Store {
             *lock(&self.state_read) = Some(out.clone());
         }
         Ok(out)
+    }
+
+    fn verdict(&self, op: &StagedOperation) -> Result<Verdict> {
+        Ok(match self.decision(&op.operation_id)?.as_deref() {
+            Some("commit") => Verdict::Forward,
+            Some("abort") => Verdict::Back,
+            Some(_) => Verdict::Diverged,
+            None => {
+                let now = self
+                    .get(STATE_FILE)?
+                    .map(|(b, _)| crate::hash::sha256_hex(&b));
+                if now == op.pre_state_sha256 {
+                    Verdict::Back
+                } else {
+                    Verdict::Diverged
+                }
+            }
+        })
     }
 
     fn probe<'a>(
@@ -1270,21 +1289,18 @@ impl BundleStore for S3Store {
         Ok(out)
     }
 
-    fn read_record(&self, op: &str) -> Result<Option<StagedOperation>> {
-        let rel = self.staging_rel(op, PLAN_FILE);
-        match self.get(&rel)? {
-            Some((bytes, _)) => Ok(Some(StagedOperation::parse(
-                &bytes,
-                Path::new(&self.shown(&rel)),
-                &self.bundle,
-                op,
-            )?)),
-            None => Ok(None),
-        }
-    }
-
     fn staging_holds_files(&self, op: &str) -> Result<bool> {
         Ok(!self.list_under(&self.staging_of(op))?.is_empty())
+    }
+
+    fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
+        Ok(self.read_destination_log()?.last_state_change())
+    }
+}
+
+impl crate::backend::RecordStore for S3Store {
+    fn describe(&self, staged: &mut StagedOperation) {
+        staged.store = Some(self.backend.location.clone());
     }
 
     fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
@@ -1319,6 +1335,31 @@ impl BundleStore for S3Store {
         Ok(())
     }
 
+    fn read_record(&self, op: &str) -> Result<Option<StagedOperation>> {
+        let rel = self.staging_rel(op, PLAN_FILE);
+        match self.get(&rel)? {
+            Some((bytes, _)) => Ok(Some(StagedOperation::parse(
+                &bytes,
+                Path::new(&self.shown(&rel)),
+                &self.bundle,
+                op,
+            )?)),
+            None => Ok(None),
+        }
+    }
+
+    fn remove_staging(&self, op: &str) -> Result<()> {
+        self.writable()?;
+        self.remove_entry(op)
+    }
+
+    fn remove_unfinished(&self, op: &str) -> Result<()> {
+        self.writable()?;
+        self.remove_entry(op)
+    }
+}
+
+impl crate::backend::Steps for S3Store {
     fn stage(
         &self,
         op: &StagedOperation,
@@ -1491,24 +1532,6 @@ impl BundleStore for S3Store {
         )))
     }
 
-    fn verdict(&self, op: &StagedOperation) -> Result<Verdict> {
-        Ok(match self.decision(&op.operation_id)?.as_deref() {
-            Some("commit") => Verdict::Forward,
-            Some("abort") => Verdict::Back,
-            Some(_) => Verdict::Diverged,
-            None => {
-                let now = self
-                    .get(STATE_FILE)?
-                    .map(|(b, _)| crate::hash::sha256_hex(&b));
-                if now == op.pre_state_sha256 {
-                    Verdict::Back
-                } else {
-                    Verdict::Diverged
-                }
-            }
-        })
-    }
-
     fn undo(&self, op: &StagedOperation) -> Result<()> {
         self.writable()?;
         let id = &op.operation_id;
@@ -1606,31 +1629,25 @@ impl BundleStore for S3Store {
         self.remove_listed_entry(&op.operation_id, entry)?;
         Ok(finished.replaced)
     }
+}
 
-    fn remove_staging(&self, op: &str) -> Result<()> {
-        self.writable()?;
-        self.remove_entry(op)
+impl crate::backend::LogStore for S3Store {
+    fn read_log(&self) -> Result<crate::backend::local::log::Log> {
+        self.read_destination_log()
     }
 
-    fn remove_unfinished(&self, op: &str) -> Result<()> {
-        self.writable()?;
-        self.remove_entry(op)
-    }
-
-    fn read_log(&self) -> Result<Option<crate::backend::local::log::Log>> {
-        self.read_destination_log().map(Some)
-    }
-
-    fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
-        Ok(self.read_destination_log()?.last_state_change())
-    }
-
-    fn log_cursor(&self) -> Option<&crate::backend::LogCursor> {
-        Some(&self.cursor)
+    fn log_cursor(&self) -> &crate::backend::LogCursor {
+        &self.cursor
     }
 
     fn quarantine_log(&self, seq: u64, by: crate::backend::local::log::Entry) -> Result<u64> {
         self.quarantine_entry(seq, by)
+    }
+}
+
+impl BundleStore for S3Store {
+    fn log(&self) -> Option<&dyn crate::backend::LogStore> {
+        Some(self)
     }
 }
 
