@@ -93,7 +93,7 @@ impl World {
 
     /// The objects a reader sees: everything but distributor's own state object and the
     /// check object of a run killed during its conditional-write check (never content; a
-    /// later run removes it once it is a minute old).
+    /// later publication removes it once it is a minute old).
     fn content(&self) -> BTreeMap<String, (String, Vec<u8>)> {
         let mut o = self.objects();
         o.remove(&format!("{PREFIX}/.distributor.json"));

@@ -265,6 +265,68 @@ fn credential_process_runs_once_per_run() {
     );
 }
 
+/// A `credential_process` helper that never exits stops the run after the load timeout
+/// (a test build shortens the minute to 2 s), with an error naming the profile and the
+/// timeout; nothing reaches the bucket.
+#[test]
+fn a_hung_credential_process_times_out_naming_the_profile() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    let started = w.env.path("helper-pid");
+    // The helper says it started (its pid, for the test to end it), then hangs.
+    let script = w.env.write(
+        "credentials.sh",
+        &format!(
+            "#!/bin/sh\necho $$ > '{}.tmp'\nmv '{0}.tmp' '{0}'\nexec sleep 600\n",
+            started.display()
+        ),
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    w.aws_file(
+        "config",
+        &format!(
+            "[profile slow]\ncredential_process = {}\n",
+            script.display()
+        ),
+    );
+    let began = std::time::Instant::now();
+    let r = w.publish(&[
+        ("AWS_PROFILE", "slow"),
+        ("DISTRIBUTOR_AWS_CREDENTIALS_TIMEOUT_SECONDS", "2"),
+    ]);
+    let took = began.elapsed();
+    // The helper ran (and hangs still): end it by the pid it wrote.
+    let pid = std::fs::read_to_string(&started).expect("the helper started and wrote its pid");
+    if let Some(pid) = pid
+        .trim()
+        .parse()
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+    r.expect_code(1);
+    let said = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        said.contains("no answer within 2 s")
+            && said.contains("the profile `slow` (AWS_PROFILE")
+            && said.contains("credential_process"),
+        "{said}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(120),
+        "the run took {took:?}: the helper's 600 s, not the timeout"
+    );
+    assert!(
+        w.s3_signers().is_empty(),
+        "requests reached the bucket: {:?}",
+        w.s3_signers()
+    );
+}
+
 /// A role assumed from a `source_profile`: STS is called with the source profile's keys
 /// (AWS_ENDPOINT_URL_STS points it at moto, through the proxy), and the bucket sees only
 /// the role's temporary keys.

@@ -992,7 +992,7 @@ fn check_round(
 
     // A conditional-write check object left by a publisher killed between its creation
     // and its removal: never content (planning and verify skip it), and removed by the
-    // next run that takes the lease once it is a minute old. Counted, not an error.
+    // next publication once it is a minute old. Counted, not an error.
     let probes: Vec<String> = objects
         .keys()
         .filter(|k| k[base.len()..].starts_with(".distributor-probe-"))

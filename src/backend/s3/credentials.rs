@@ -20,6 +20,14 @@
 //! aws-config's own identity cache (`LazyCache`) is built for its generated clients (it
 //! wants their runtime components); the few lines of [`Cache`] do the same job here.
 //!
+//! Loading is bounded: a source that does not answer (a `credential_process` helper that
+//! hangs, an SSO or STS endpoint that never replies) fails after [`LOAD_TIMEOUT`] with an
+//! error naming the profile, instead of holding the run forever. aws-config 1.x has no
+//! bound of its own there (its `LazyCache` has one, which this module does not use, and
+//! its `credential_process` waits for the helper without a limit), so [`ChainCredentials`] puts one
+//! around the whole chain. A helper still running then is left to finish on its own:
+//! aws-config does not hand out its child process to be killed.
+//!
 //! This module never logs, prints or journals a credential; an error says which source
 //! failed and why, never the instance-metadata address.
 
@@ -33,6 +41,25 @@ use object_store::aws::AwsCredential;
 use object_store::client::CredentialProvider;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
+
+/// How long loading credentials from the chain may take before it fails: enough for a
+/// `credential_process` helper that asks a vault, or for a person to answer an MFA
+/// prompt it shows; a helper that hangs stops the run after this, not never.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// [`LOAD_TIMEOUT`], which test builds may shorten
+/// (`DISTRIBUTOR_AWS_CREDENTIALS_TIMEOUT_SECONDS`), so a test of a hung helper need not
+/// wait a minute.
+fn load_timeout() -> Duration {
+    if cfg!(feature = "failpoints")
+        && let Some(n) = std::env::var("DISTRIBUTOR_AWS_CREDENTIALS_TIMEOUT_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    {
+        return Duration::from_secs(n);
+    }
+    LOAD_TIMEOUT
+}
 
 /// How long before they expire cached credentials are replaced.
 const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(5 * 60);
@@ -57,6 +84,10 @@ pub(crate) fn shared() -> Arc<ChainCredentials> {
 pub(crate) struct ChainCredentials {
     chain: tokio::sync::OnceCell<DefaultCredentialsChain>,
     cache: tokio::sync::Mutex<Option<Cached>>,
+    /// The last load that failed, and when it ended: requests that waited for it get its
+    /// error instead of each starting a load of their own (with a hung helper, one
+    /// timeout each, one after the other).
+    failed: std::sync::Mutex<Option<(std::time::Instant, CredentialError)>>,
 }
 
 /// Credentials in the cache, and when they are to be replaced (never, for keys without
@@ -69,7 +100,7 @@ struct Cached {
 
 /// Why the chain gave no credentials. Travels inside object_store's error as its source,
 /// so [`super::store_error`] can say it plainly.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum CredentialError {
     /// No source of the chain had any; the text says what was half set, if anything.
     #[error("no AWS credentials: none was found{0}; {CREDENTIAL_CHAIN}")]
@@ -81,6 +112,23 @@ pub(crate) enum CredentialError {
         "AWS credentials could not be loaded: {0}. Fix that source, or set credentials another way; {CREDENTIAL_CHAIN}"
     )]
     Failed(String),
+    /// The chain did not answer in time (a `credential_process` that does not exit…).
+    #[error(
+        "AWS credentials could not be loaded: no answer within {} s from the credential chain for {profile} (a credential_process that does not exit, or an SSO, STS or container endpoint that does not answer); make that source answer, or set credentials another way; {CREDENTIAL_CHAIN}",
+        .seconds
+    )]
+    TimedOut { profile: String, seconds: u64 },
+}
+
+/// The profile the chain reads, as an error names it.
+fn profile_named(var: impl Fn(&str) -> Option<String>) -> String {
+    let config = var("AWS_CONFIG_FILE")
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "~/.aws/config".into());
+    match var("AWS_PROFILE").filter(|v| !v.trim().is_empty()) {
+        Some(p) => format!("the profile `{p}` (AWS_PROFILE; {config})"),
+        None => format!("the profile `default` ({config})"),
+    }
 }
 
 impl ChainCredentials {
@@ -105,14 +153,17 @@ impl ChainCredentials {
     /// Credentials from the cache, or fresh ones from the chain when there are none or
     /// they expire within [`REFRESH_BEFORE_EXPIRY`].
     async fn credential(&self) -> Result<Arc<AwsCredential>, CredentialError> {
-        self.cached(self.chain().await).await
+        self.cached(self.chain().await, load_timeout()).await
     }
 
-    /// Credentials from the cache, or fresh ones from `source`.
+    /// Credentials from the cache, or fresh ones from `source`, which has `limit` to
+    /// give them.
     async fn cached(
         &self,
         source: &impl ProvideCredentials,
+        limit: Duration,
     ) -> Result<Arc<AwsCredential>, CredentialError> {
+        let asked = std::time::Instant::now();
         let mut cache = self.cache.lock().await;
         let now = SystemTime::now();
         if let Some(c) = cache.as_ref()
@@ -120,7 +171,26 @@ impl ChainCredentials {
         {
             return Ok(Arc::clone(&c.credential));
         }
-        let fresh = source.provide_credentials().await.map_err(describe)?;
+        // A load that ended while this request waited for it: its error.
+        if let Some((ended, e)) = lock(&self.failed).as_ref()
+            && *ended >= asked
+        {
+            return Err(e.clone());
+        }
+        let loaded = match tokio::time::timeout(limit, source.provide_credentials()).await {
+            Ok(loaded) => loaded.map_err(describe),
+            Err(_) => Err(CredentialError::TimedOut {
+                profile: profile_named(|k| std::env::var(k).ok()),
+                seconds: limit.as_secs(),
+            }),
+        };
+        let fresh = match loaded {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                *lock(&self.failed) = Some((std::time::Instant::now(), e.clone()));
+                return Err(e);
+            }
+        };
         let credential = Arc::new(AwsCredential {
             key_id: fresh.access_key_id().to_string(),
             secret_key: fresh.secret_access_key().to_string(),
@@ -132,6 +202,10 @@ impl ChainCredentials {
         });
         Ok(credential)
     }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// When credentials fetched at `now` that expire at `expiry` are replaced: 5 minutes
@@ -294,8 +368,8 @@ mod tests {
         };
         let cache = ChainCredentials::default();
         let (a, b) = crate::backend::s3::block_on(async {
-            let a = cache.cached(&source).await.unwrap();
-            let b = cache.cached(&source).await.unwrap();
+            let a = cache.cached(&source, LOAD_TIMEOUT).await.unwrap();
+            let b = cache.cached(&source, LOAD_TIMEOUT).await.unwrap();
             (a.key_id.clone(), b.key_id.clone())
         });
         (a, b, source.calls.load(std::sync::atomic::Ordering::SeqCst))
@@ -310,6 +384,63 @@ mod tests {
         // Keys already expired when fetched: the next request fetches again.
         let gone = Some(Duration::ZERO);
         assert_eq!(fetch_twice(gone), ("AKID1".into(), "AKID2".into(), 2));
+    }
+
+    /// A source that never answers, counting how often it was asked.
+    #[derive(Debug, Default)]
+    struct Hung {
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl ProvideCredentials for Hung {
+        fn provide_credentials<'a>(
+            &'a self,
+        ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            aws_credential_types::provider::future::ProvideCredentials::new(std::future::pending())
+        }
+    }
+
+    #[test]
+    fn a_source_that_never_answers_times_out_once_for_every_request_that_waited() {
+        let source = Hung::default();
+        let cache = ChainCredentials::default();
+        let limit = Duration::from_millis(200);
+        let (a, b, c) = crate::backend::s3::block_on(async {
+            futures_util::join!(
+                cache.cached(&source, limit),
+                cache.cached(&source, limit),
+                cache.cached(&source, limit)
+            )
+        });
+        for r in [a, b, c] {
+            let e = r.expect_err("no credentials from a source that never answers");
+            assert!(
+                matches!(e, CredentialError::TimedOut { seconds: 0, .. }),
+                "{e}"
+            );
+        }
+        // One load for the three requests: the two that waited got its error.
+        assert_eq!(source.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // A request after it loads again.
+        let again = crate::backend::s3::block_on(cache.cached(&source, limit));
+        assert!(again.is_err());
+        assert_eq!(source.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // The message names the profile and the timeout.
+        let e = CredentialError::TimedOut {
+            profile: profile_named(|k| (k == "AWS_PROFILE").then(|| "ci".to_string())),
+            seconds: 60,
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("no answer within 60 s")
+                && text.contains("the profile `ci` (AWS_PROFILE; ~/.aws/config)")
+                && text.contains("credential_process"),
+            "{text}"
+        );
     }
 
     #[test]

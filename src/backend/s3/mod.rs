@@ -414,25 +414,44 @@ impl Dialect for Aws {
     }
 }
 
+/// How old a check object must be, by the store's clock, before a run removes it: a
+/// minute. Test builds may change it (`DISTRIBUTOR_S3_STALE_PROBE_SECONDS`), so a test
+/// need not wait a minute for one to count as left by a killed run.
+fn stale_probe_age() -> Duration {
+    if cfg!(feature = "failpoints")
+        && let Some(n) = std::env::var("DISTRIBUTOR_S3_STALE_PROBE_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    {
+        return Duration::from_secs(n);
+    }
+    Duration::from_secs(60)
+}
+
 impl S3Backend {
     /// Removes check objects (`.distributor-probe-<uuid>`) a run killed during its check
-    /// left behind: those older than a minute by the store's clock (a check in flight on
-    /// another host takes milliseconds). One listing of the prefix's top level.
-    fn remove_stale_probes(&self, prefix: &str, lease: &lease::Lease) -> Result<()> {
-        let top = Key::from(prefix);
-        let listed = lease
-            .send(self.client.list_with_delimiter(Some(&top)))?
-            .map_err(|e| store_error("list", &self.shown(&format!("{prefix}/")), e))?;
+    /// left behind at the prefix's top level: those older than a minute by the store's
+    /// clock (a check in flight on another host takes milliseconds). `listed` is the
+    /// listing of the whole prefix planning makes under the lease (no listing of its own).
+    pub(super) fn remove_stale_probes(
+        &self,
+        prefix: &str,
+        listed: &[object_store::ObjectMeta],
+        lease: &lease::Lease,
+    ) -> Result<()> {
         let Some(now) = self.clock.now() else {
             return Ok(());
         };
-        for m in listed.objects {
-            let name = m.location.filename().unwrap_or_default();
+        let top = format!("{prefix}/.distributor-probe-");
+        for m in listed {
+            let key = m.location.as_ref();
             let modified = std::time::SystemTime::from(m.last_modified);
-            if name.starts_with(".distributor-probe-")
+            if key
+                .strip_prefix(&top)
+                .is_some_and(|rest| !rest.contains('/'))
                 && now
                     .duration_since(modified)
-                    .is_ok_and(|age| age > Duration::from_secs(60))
+                    .is_ok_and(|age| age >= stale_probe_age())
             {
                 match lease.send(self.client.delete(&m.location))? {
                     Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
@@ -485,7 +504,6 @@ impl Backend for S3Backend {
         lease::check_workable_for(self.dialect.name(), self.location.lease_seconds)?;
         self.check_conditional_writes(&prefix)?;
         let lease = lease::Lease::acquire(self, bundle, &prefix, how.timeout, how.actor)?;
-        self.remove_stale_probes(&prefix, &lease)?;
         Ok(Some(Box::new(S3Store::new(
             self.clone(),
             bundle,

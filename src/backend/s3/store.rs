@@ -177,6 +177,19 @@ pub struct S3Store {
     cursor: crate::backend::LogCursor,
     /// The operation this process committed here (its log entry cannot exist yet).
     committed_here: Mutex<Option<String>>,
+    /// The state object this process's own commit wrote: the operation, the state's
+    /// sha256 and the ETag the conditional PUT returned. Finishing that operation believes
+    /// it instead of reading the state object back: the PUT succeeded on the planned ETag
+    /// while the lease was held, so it is the committed state.
+    committed_state: Mutex<Option<(String, String, String)>>,
+    /// The destination log's tail as the listing of the whole prefix made under the lease
+    /// (`probe`) showed it, kept up to date by the entries this store writes: only the
+    /// lease holder writes entries, so the log needs no listing of its own before this
+    /// store's next entry (SPEC §18: a number found taken is still `concurrent_change`).
+    log_listed: Mutex<Option<u64>>,
+    /// The staging keys (`.distributor/staging/…`) this process created and has not
+    /// deleted, so removing its own finished operation's entry needs no listing of it.
+    staged: Mutex<BTreeSet<String>>,
     /// What this process wrote into its own operation's staging, so its own steps need
     /// not read it back: the operation, its `post-state.json` (from `begin`), and its
     /// `state.json` once `commit_state` created the `commit` decision.
@@ -276,6 +289,9 @@ impl S3Store {
             legacy: Mutex::new(BTreeSet::new()),
             cursor,
             committed_here: Mutex::new(None),
+            committed_state: Mutex::new(None),
+            log_listed: Mutex::new(None),
+            staged: Mutex::new(BTreeSet::new()),
             written: Mutex::new(None),
             log_refused: Default::default(),
         }
@@ -404,13 +420,31 @@ impl S3Store {
                 },
             ))?
             .map_err(|e| store_error("write", &self.shown(rel), e))?;
+        self.created(rel);
         Ok(r.e_tag)
+    }
+
+    /// Notes a key this process created, when it is a staging key.
+    fn created(&self, rel: &str) {
+        if rel
+            .strip_prefix(STAGING)
+            .is_some_and(|r| r.starts_with('/'))
+        {
+            lock(&self.staged).insert(rel.to_string());
+        }
     }
 
     /// Copies `from` (of `size` bytes) to `to` inside the store: one CopyObject up to the
     /// single-copy limit, else part by part (ranged reads uploaded as a multipart upload,
     /// its id kept in staging under `record` so a killed run's parts are aborted).
     fn copy(&self, from: &str, to: &str, size: u64, record: &str) -> Result<()> {
+        self.copy_unnoted(from, to, size, record)?;
+        self.created(to);
+        Ok(())
+    }
+
+    /// [`S3Store::copy`], without noting what it created.
+    fn copy_unnoted(&self, from: &str, to: &str, size: u64, record: &str) -> Result<()> {
         let what = |e| store_error(&format!("copy {} to", self.shown(from)), &self.shown(to), e);
         let (from_key, to_key) = (self.key(from)?, self.key(to)?);
         if !self.backend.dialect.copies_in_store() {
@@ -516,7 +550,10 @@ impl S3Store {
 
     fn delete(&self, rel: &str) -> Result<()> {
         match self.send(self.client().delete(&self.key(rel)?))? {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                lock(&self.staged).remove(rel);
+                Ok(())
+            }
             Err(e) => Err(store_error("delete", &self.shown(rel), e)),
         }
     }
@@ -530,8 +567,13 @@ impl S3Store {
             format!("{}/{rel}/", self.prefix)
         };
         let metas = super::list(&self.backend, self.lease.as_ref(), &base)?;
+        Ok(self.listed(metas))
+    }
+
+    /// A listing's objects as bundle-relative keys with size and ETag.
+    fn listed(&self, metas: Vec<object_store::ObjectMeta>) -> Vec<(String, Listed)> {
         let strip = format!("{}/", self.prefix);
-        Ok(metas
+        metas
             .into_iter()
             .filter_map(|m| {
                 let k = m.location.as_ref().strip_prefix(&strip)?.to_string();
@@ -543,7 +585,7 @@ impl S3Store {
                     },
                 ))
             })
-            .collect())
+            .collect()
     }
 
     /// Deletes keys in batches: object_store's `delete_stream` sends one `DeleteObjects`
@@ -566,6 +608,12 @@ impl S3Store {
             }
             Ok(())
         })?;
+        if done.is_ok() {
+            let mut staged = lock(&self.staged);
+            for r in &rels {
+                staged.remove(r);
+            }
+        }
         done.map_err(|e| {
             let what = match rels.len() {
                 1 => self.shown(&rels[0]),
@@ -894,6 +942,17 @@ impl S3Store {
     /// and overwritten, conditionally on the ETag read, and returned.
     fn finish_commit(&self, op: &StagedOperation, replace: bool) -> Result<Finished> {
         let id = &op.operation_id;
+        // The state object this process's commit wrote: no read back.
+        if !replace
+            && let Some((_, sha, etag)) =
+                (lock(&self.committed_state).as_ref()).filter(|(o, _, _)| o == id)
+        {
+            return Ok(Finished {
+                state_sha256: sha.clone(),
+                state_etag: Some(etag.clone()),
+                replaced: None,
+            });
+        }
         // `state.json` as this process wrote it when it decided the commit, else read.
         let known = (lock(&self.written).as_ref())
             .filter(|w| w.op == *id)
@@ -1066,7 +1125,25 @@ impl crate::backend::StoreRead for S3Store {
         dirs_wanted: &foldhash::HashSet<&str>,
         progress: crate::progress::Ticker<'_>,
     ) -> Result<Storage<'a>> {
-        let all = self.list_under("")?;
+        let metas = super::list(
+            &self.backend,
+            self.lease.as_ref(),
+            &format!("{}/", self.prefix),
+        )?;
+        if let Some(lease) = &self.lease {
+            // Under the lease this listing also serves what would take listings of their
+            // own: the check objects killed runs left, and the destination log's tail.
+            self.backend
+                .remove_stale_probes(&self.prefix, &metas, lease)?;
+        }
+        let all = self.listed(metas);
+        if self.lease.is_some() {
+            let tail = (all.iter())
+                .filter_map(|(k, _)| log::listed_seq(k))
+                .max()
+                .unwrap_or(0);
+            *lock(&self.log_listed) = Some(tail);
+        }
         let staging: Vec<String> = (all.iter())
             .filter(|(k, _)| {
                 [STAGING, LEGACY_STAGING]
@@ -1525,11 +1602,12 @@ impl crate::backend::Steps for S3Store {
         } else {
             PutMode::Create
         };
-        self.put(STATE_FILE, final_state.clone(), mode)?;
+        let etag = self.put(STATE_FILE, final_state.clone(), mode)?;
         *lock(&self.committed_here) = Some(id.clone());
-        Ok(Committed::passed_with_state(crate::hash::sha256_hex(
-            &final_state,
-        )))
+        let sha = crate::hash::sha256_hex(&final_state);
+        // A store that returned no ETag: finishing reads the state object back for it.
+        *lock(&self.committed_state) = etag.map(|e| (id.clone(), sha.clone(), e));
+        Ok(Committed::passed_with_state(sha))
     }
 
     fn undo(&self, op: &StagedOperation) -> Result<()> {
@@ -1604,7 +1682,26 @@ impl crate::backend::Steps for S3Store {
         // is always the last one, and `recover` (whose `roll_forward` comes here too)
         // writes it.
         self.log_operation(op, &finished)?;
-        let entry = self.list_entry(&op.operation_id)?;
+        // This process's own operation: its entry holds what this process created there
+        // (every create-once record, copy aside and upload record it wrote and did not
+        // delete; a `decision` it found created is removed in any case), so it is not
+        // listed. Whatever else a crash could leave there is an unfinished entry once
+        // `plan.json` is gone, which `recover` removes.
+        let entry = if mine {
+            let under = format!("{}/", self.staging_of(&op.operation_id));
+            (lock(&self.staged).iter())
+                .filter(|k| k.starts_with(&under))
+                .map(|k| {
+                    let unlisted = Listed {
+                        size: 0,
+                        etag: None,
+                    };
+                    (k.clone(), unlisted)
+                })
+                .collect()
+        } else {
+            self.list_entry(&op.operation_id)?
+        };
         self.abort_uploads(op, &entry)?;
         failpoint::hit("during_cleanup");
         self.writable()?;

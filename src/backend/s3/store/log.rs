@@ -49,6 +49,23 @@ fn entry_rel(seq: u64) -> String {
     format!("{LOG}/{}", file_name(seq))
 }
 
+/// The seq a bundle-relative key names in `log/` or `quarantine/`, as [`S3Store::log_tail`]
+/// counts them: in `log/` only `<seq>.json`, in `quarantine/` also `<seq>.<n>.json`.
+pub(super) fn listed_seq(rel: &str) -> Option<u64> {
+    [LOG, QUARANTINE].into_iter().find_map(|dir| {
+        let name = rel.strip_prefix(dir)?.strip_prefix('/')?;
+        seq_in(dir, name)
+    })
+}
+
+/// The seq of `name`, an object directly in `dir` (`log/` or `quarantine/`).
+fn seq_in(dir: &str, name: &str) -> Option<u64> {
+    let exact = name.len() == 25 || dir == QUARANTINE;
+    (!name.contains('/') && exact)
+        .then(|| seq_of(name))
+        .flatten()
+}
+
 impl S3Store {
     /// The seqs named directly in `dir` (`log/` or `quarantine/`), sorted, with each
     /// object's size; with `after`, only the names after that seq's (one listing from
@@ -74,13 +91,7 @@ impl S3Store {
             .iter()
             .filter_map(|m| {
                 let name = m.location.as_ref().strip_prefix(&strip)?;
-                // In `log/` only `<seq>.json` is an entry; `quarantine/` also keeps
-                // `<seq>.<n>.json`.
-                let exact = name.len() == 25 || dir == QUARANTINE;
-                (!name.contains('/') && exact)
-                    .then(|| seq_of(name))
-                    .flatten()
-                    .map(|seq| (seq, m.size))
+                seq_in(dir, name).map(|seq| (seq, m.size))
             })
             .collect();
         out.sort();
@@ -91,6 +102,10 @@ impl S3Store {
     /// from that entry on, believed when it shows that entry; else the whole log and
     /// `quarantine/` (a quarantined number is not taken again).
     fn log_tail(&self) -> Result<u64> {
+        // Listed under the lease with the whole prefix, and kept since.
+        if let Some(tail) = *lock(&self.log_listed) {
+            return Ok(tail);
+        }
         if let Some(known) = self.cursor.known().filter(|k| *k > 0) {
             let seen = self.listed_seqs(LOG, Some(known - 1))?;
             if seen.iter().any(|(s, _)| *s == known) {
@@ -223,6 +238,9 @@ impl S3Store {
             Err(e) => return Err(store_error("write", &self.shown(&rel), e)),
         }
         self.cursor.set_reached(seq);
+        if let Some(tail) = lock(&self.log_listed).as_mut() {
+            *tail = (*tail).max(seq);
+        }
         Ok(seq)
     }
 
