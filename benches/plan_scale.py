@@ -6,8 +6,10 @@ A shared_root destination holds N files (default 100,000 small files, 100 per
 directory) of one owner, published once (untimed). Then each round runs, in rotating
 order:
 
-- `floor`: `examples/floor.rs`, reading and parsing the manifest and the state (paths
-  only) and `lstat`ing every source and destination file, on one thread;
+- `floor`: `examples/floor.rs` without a journal: parsing and checking the manifest and
+  taking its digest, reading and parsing the state (paths only) and `lstat`ing every
+  source and destination file, on one thread (the floor of the state-reading path; with
+  the journal as a third argument it is the floor of the path that skips the state);
 - `publish`: `distributor publish` of the same bundle (decision `unchanged`: the journal's
   placement fingerprints vouch for every file, nothing is hashed or written);
 - `plan`: `distributor plan` of the same bundle (the dry run; the journal read only).
