@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// File name of the manifest at the bundle root.
-pub(crate) const MANIFEST_FILE: &str = "distributor-manifest.json";
+pub const MANIFEST_FILE: &str = "distributor-manifest.json";
 
 /// One output file of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
