@@ -280,3 +280,14 @@ pub fn hit(_name: &str) {}
 pub fn io(_name: &str) -> std::io::Result<()> {
     Ok(())
 }
+
+/// A limit or age a test build reads from the environment variable `var` (bytes, seconds)
+/// so its tests need not upload gigabytes or wait minutes; `None` when unset or not a
+/// number, and always in a release build.
+pub fn test_setting<T: std::str::FromStr>(var: &str) -> Option<T> {
+    if cfg!(feature = "failpoints") {
+        std::env::var(var).ok().and_then(|v| v.parse().ok())
+    } else {
+        None
+    }
+}

@@ -51,14 +51,8 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(60);
 /// (`DISTRIBUTOR_AWS_CREDENTIALS_TIMEOUT_SECONDS`), so a test of a hung helper need not
 /// wait a minute.
 fn load_timeout() -> Duration {
-    if cfg!(feature = "failpoints")
-        && let Some(n) = std::env::var("DISTRIBUTOR_AWS_CREDENTIALS_TIMEOUT_SECONDS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    {
-        return Duration::from_secs(n);
-    }
-    LOAD_TIMEOUT
+    crate::failpoint::test_setting("DISTRIBUTOR_AWS_CREDENTIALS_TIMEOUT_SECONDS")
+        .map_or(LOAD_TIMEOUT, Duration::from_secs)
 }
 
 /// How long before they expire cached credentials are replaced.

@@ -418,14 +418,8 @@ impl Dialect for Aws {
 /// minute. Test builds may change it (`DISTRIBUTOR_S3_STALE_PROBE_SECONDS`), so a test
 /// need not wait a minute for one to count as left by a killed run.
 fn stale_probe_age() -> Duration {
-    if cfg!(feature = "failpoints")
-        && let Some(n) = std::env::var("DISTRIBUTOR_S3_STALE_PROBE_SECONDS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    {
-        return Duration::from_secs(n);
-    }
-    Duration::from_secs(60)
+    crate::failpoint::test_setting("DISTRIBUTOR_S3_STALE_PROBE_SECONDS")
+        .map_or(Duration::from_secs(60), Duration::from_secs)
 }
 
 impl S3Backend {

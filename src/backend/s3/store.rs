@@ -71,28 +71,14 @@ const COPY_PART: u64 = 64 * 1024 * 1024;
 /// (`DISTRIBUTOR_S3_COPY_LIMIT`, bytes), so the part-by-part copy runs on small files.
 fn single_copy_limit() -> u64 {
     const AWS: u64 = 5 * 1024 * 1024 * 1024;
-    if cfg!(feature = "failpoints")
-        && let Some(n) = std::env::var("DISTRIBUTOR_S3_COPY_LIMIT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    {
-        return n;
-    }
-    AWS
+    crate::failpoint::test_setting("DISTRIBUTOR_S3_COPY_LIMIT").unwrap_or(AWS)
 }
 
 /// The largest file sent in one PUT: [`SINGLE_PUT`]. Test builds may change it
 /// (`DISTRIBUTOR_S3_SINGLE_PUT_LIMIT`, bytes), so multipart uploads run on small files
 /// and the threshold can be measured.
 fn single_put_limit() -> u64 {
-    if cfg!(feature = "failpoints")
-        && let Some(n) = std::env::var("DISTRIBUTOR_S3_SINGLE_PUT_LIMIT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    {
-        return n;
-    }
-    SINGLE_PUT
+    crate::failpoint::test_setting("DISTRIBUTOR_S3_SINGLE_PUT_LIMIT").unwrap_or(SINGLE_PUT)
 }
 
 /// A share of [`SINGLE_PUT_BUDGET`], held while a large single PUT's bytes are in
