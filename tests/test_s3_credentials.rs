@@ -269,6 +269,10 @@ fn credential_process_runs_once_per_run() {
 /// (a test build shortens the minute to 2 s), with an error naming the profile and the
 /// timeout; nothing reaches the bucket.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
 fn a_hung_credential_process_times_out_naming_the_profile() {
     let moto = require_moto!();
     let w = World::new(moto);

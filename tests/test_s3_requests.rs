@@ -29,16 +29,28 @@ const CHANGED: usize = 10;
 const DROPPED: usize = 2;
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
 fn on_moto() {
     requests_per_change(require_moto!());
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
 fn on_seaweedfs() {
     requests_per_change(require_seaweedfs!());
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --all-features"
+)]
 fn on_azurite() {
     requests_per_change(require_azurite!());
 }
