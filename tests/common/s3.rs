@@ -43,7 +43,9 @@
 //!
 //! A server is killed when the test process ends (`PR_SET_PDEATHSIG`, armed from a thread
 //! that lives as long as the process). Its output is `moto-server-<pid>.log` /
-//! `seaweedfs-<pid>/weed.log` under `CARGO_TARGET_TMPDIR`. SeaweedFS keeps its data,
+//! `azurite-<pid>.log` in `/dev/shm/distributor-test-servers-<uid>/` (in memory, so a busy
+//! disk cannot stall the servers' synchronous log writes; under `CARGO_TARGET_TMPDIR`
+//! where there is no `/dev/shm`), `seaweedfs-<pid>/weed.log` under `CARGO_TARGET_TMPDIR`. SeaweedFS keeps its data,
 //! config and own logs in `seaweedfs-<pid>/` there (its gRPC sockets go to
 //! `/tmp/seaweedfs-*-<port>.sock` whatever `TMPDIR` says); the directories and sockets of
 //! earlier test processes that are gone are removed when the next one starts its server.
@@ -390,6 +392,7 @@ fn start(kind: ServerKind) -> Result<Option<S3Server>, String> {
         None => return Ok(None),
     };
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let logs = log_dir(tmp);
     let pid = std::process::id();
     let (launch, log, access_key, secret_key) = match kind {
         ServerKind::Moto => (
@@ -404,7 +407,7 @@ fn start(kind: ServerKind) -> Result<Option<S3Server>, String> {
                 }),
                 dir: None,
             },
-            tmp.join(format!("moto-server-{pid}.log")),
+            logs.join(format!("moto-server-{pid}.log")),
             "test".to_string(),
             "test".to_string(),
         ),
@@ -442,7 +445,7 @@ fn start(kind: ServerKind) -> Result<Option<S3Server>, String> {
                     }),
                     dir: Some(dir),
                 },
-                tmp.join(format!("azurite-{pid}.log")),
+                logs.join(format!("azurite-{pid}.log")),
                 super::azurite::ACCOUNT.to_string(),
                 super::azurite::KEY.to_string(),
             )
@@ -557,6 +560,36 @@ fn seaweedfs_launch(binary: &Path, dir: &Path, config: &Path) -> Launch {
 
 /// Removes the `seaweedfs-<pid>` directories of test processes that are gone (their
 /// servers died with them).
+/// Where moto and Azurite write their request logs: in memory (`/dev/shm`) where the
+/// machine has it, else beside the tests' other files. Both servers write each request's
+/// line synchronously, so a log on a busy disk stalls them: Azurite answered nothing for
+/// 36 s while 16 GB were deleted on the same disk, past the client's 30 s timeout. The
+/// logs of test processes that have ended are removed first.
+fn log_dir(tmp: &Path) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let dir = shm.join(format!(
+        "distributor-test-servers-{}",
+        rustix::process::getuid().as_raw()
+    ));
+    if !shm.is_dir() || std::fs::create_dir_all(&dir).is_err() {
+        return tmp.to_path_buf();
+    }
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".log"))
+                .and_then(|n| n.rsplit('-').next())
+                .and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    dir
+}
+
 fn remove_stale_seaweedfs_dirs(tmp: &Path) {
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return;
