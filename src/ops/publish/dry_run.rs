@@ -5,7 +5,7 @@
 use super::plan::{judge_saved, plan_one, saved_entry};
 use super::read::Unlocked;
 use super::{PublishOptions, bundle_path, code_of, stands_during_recovery, status_of, untrusted};
-use crate::backend::types;
+use crate::backend::{self, types};
 use crate::config::{Config, Destination};
 use crate::error::Error;
 use crate::execute::Progress;
@@ -74,7 +74,7 @@ pub(super) fn plan_and_read(
             "busy: another distributor process is publishing here now ({who}); this plan may change when it finishes"
         );
     }
-    if dest.s3.is_some() {
+    if matches!(backend::kind_of(dest), backend::Kind::ObjectStore(_)) {
         // A real run checks once that the store honours conditional writes; a dry run
         // writes nothing, so it cannot (SPEC §14).
         if !report.message.is_empty() {

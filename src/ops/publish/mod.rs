@@ -20,6 +20,7 @@ mod republication;
 mod run;
 
 use super::common::{Outcome, journal_refused, overall_exit_code};
+use crate::backend::{Kind, kind_of};
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{ConfigError, Error, Result};
 use crate::execute::Progress;
@@ -78,7 +79,7 @@ pub fn publish_with_progress(
 ) -> Result<Outcome> {
     let selected = config.select(&opts.destinations)?;
     if opts.stage
-        && let Some(d) = selected.iter().find(|d| d.releases.is_none())
+        && let Some(d) = (selected.iter()).find(|d| !matches!(kind_of(d), Kind::Releases(_)))
     {
         return Err(Error::Usage(format!(
             "--stage: destination '{}' has no releases block; only a destination with releases stages a release for `distributor promote` (select others with --destination)",

@@ -37,12 +37,14 @@ pub(super) struct Location {
 
 impl Location {
     fn of_destination(dest: &crate::config::Destination) -> Option<Location> {
-        let l = Location {
-            s3: dest.s3.as_ref().map(backend::s3::S3Location::from_settings),
-            releases: dest
-                .releases
-                .as_ref()
-                .map(|r| backend::releases::ReleasesRecord {
+        match backend::kind_of(dest) {
+            backend::Kind::ObjectStore(s) => Some(Location {
+                s3: Some(backend::s3::S3Location::from_settings(s)),
+                releases: None,
+            }),
+            backend::Kind::Releases(r) => Some(Location {
+                s3: None,
+                releases: Some(backend::releases::ReleasesRecord {
                     settings: r.clone(),
                     active_before: None,
                     activates: None,
@@ -51,8 +53,9 @@ impl Location {
                     adopts_dir: None,
                     stages: false,
                 }),
-        };
-        (l.s3.is_some() || l.releases.is_some()).then_some(l)
+            }),
+            backend::Kind::Local => None,
+        }
     }
 
     pub(super) fn backend(l: Option<&Location>, bundle: &Path) -> Result<Box<dyn Backend>> {
