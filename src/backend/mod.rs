@@ -551,22 +551,44 @@ pub enum Verdict {
     Diverged,
 }
 
+/// Which backend a destination's config selects, with the block that configures it.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind<'d> {
+    /// An object store (`backend: s3` or `azure`, its block).
+    ObjectStore(&'d crate::config::S3Settings),
+    /// A local destination with a `releases:` block (SPEC §15).
+    Releases(&'d crate::config::ReleaseSettings),
+    /// A local bundle path, published in place.
+    Local,
+}
+
+/// The backend `dest`'s config selects: the one place a config block picks a backend
+/// ([`for_destination`], [`capabilities`], and the operations that say something of one
+/// kind, ask here).
+pub fn kind_of(dest: &crate::config::Destination) -> Kind<'_> {
+    match (&dest.s3, &dest.releases) {
+        (Some(s), _) => Kind::ObjectStore(s),
+        (None, Some(r)) => Kind::Releases(r),
+        (None, None) => Kind::Local,
+    }
+}
+
 /// The backend of a destination: the local filesystem, or the destination's bucket.
 pub fn for_destination(dest: &crate::config::Destination) -> Result<Box<dyn Backend>> {
-    match (&dest.s3, &dest.releases) {
-        (Some(s), _) => Ok(Box::new(s3::S3Backend::from_settings(s)?)),
-        (None, Some(r)) => Ok(Box::new(releases::ReleasesBackend::new(r))),
-        (None, None) => Ok(Box::new(local::LocalBackend)),
+    match kind_of(dest) {
+        Kind::ObjectStore(s) => Ok(Box::new(s3::S3Backend::from_settings(s)?)),
+        Kind::Releases(r) => Ok(Box::new(releases::ReleasesBackend::new(r))),
+        Kind::Local => Ok(Box::new(local::LocalBackend)),
     }
 }
 
 /// What the backend of `dest` can do ([`Backend::capabilities`]), from its config alone:
 /// what the planner reads, with no store opened.
 pub fn capabilities(dest: &crate::config::Destination) -> Capabilities {
-    match (&dest.s3, &dest.releases) {
-        (Some(s), _) => s3::capabilities(s),
-        (None, Some(_)) => releases::CAPABILITIES,
-        (None, None) => local::CAPABILITIES,
+    match kind_of(dest) {
+        Kind::ObjectStore(s) => s3::capabilities(s),
+        Kind::Releases(_) => releases::CAPABILITIES,
+        Kind::Local => local::CAPABILITIES,
     }
 }
 

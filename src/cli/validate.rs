@@ -1,6 +1,7 @@
 //! `distributor validate --config F [--source DIR]`.
 
 use super::CommandOutput;
+use crate::backend::{Kind, kind_of};
 use crate::config::Config;
 use crate::error::{ConfigError, Result};
 use crate::source::Source;
@@ -23,10 +24,11 @@ pub struct ValidateArgs {
 pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
     let config = Config::load(&a.config)?;
     for (i, d) in config.destinations.iter().enumerate() {
-        if d.s3.is_some() {
-            continue;
-        }
-        let releases_dir = d.releases.as_ref().map(|r| r.dir.as_path());
+        let releases_dir = match kind_of(d) {
+            Kind::ObjectStore(_) => continue,
+            Kind::Releases(r) => Some(r.dir.as_path()),
+            Kind::Local => None,
+        };
         for (key, path) in [
             ("path", Some(d.path.as_path())),
             ("releases.dir", releases_dir),
@@ -65,8 +67,8 @@ pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
         // SPEC §14 accepts 10 to 3600, but a lease under 14 s leaves its holder no time
         // to renew (the amendments' deadline and 5 s floor): say so before a run refuses it.
         let block = d.backend.as_str();
-        if let Some(Err(e)) =
-            (d.s3.as_ref()).map(|s| crate::backend::s3::check_workable_for(block, s.lease_seconds))
+        if let Kind::ObjectStore(s) = kind_of(d)
+            && let Err(e) = crate::backend::s3::check_workable_for(block, s.lease_seconds)
         {
             let _ = writeln!(
                 out,

@@ -1,0 +1,281 @@
+//! Appending to the journal: an operation with its actions (or whole, refused, adopted),
+//! its events, the commit with its placement fingerprints, and where a destination log
+//! ended. Each in one transaction; never an UPDATE or DELETE.
+
+use super::placements::{insert_commit_set, insert_placement_set};
+use super::{ACTION_KINDS, ActionRecord, Event, Journal, OperationRecord, jerr};
+use crate::backend::types::Fingerprint;
+use crate::clock::now;
+use crate::error::{Error, JournalError, Result};
+use rusqlite::params;
+use std::path::Path;
+
+impl Journal {
+    /// Appends the operation and all its actions in one transaction.
+    pub fn begin_operation<'a>(
+        &mut self,
+        op: &OperationRecord,
+        actions: impl IntoIterator<Item = ActionRecord<'a>>,
+    ) -> Result<()> {
+        self.insert_operation(op, Some(&mut actions.into_iter()), &[], &[])
+    }
+
+    /// Appends an operation that was carried out whole before it was journaled (a
+    /// `prune`: removals that need no recovery), its events and placement fingerprints, in
+    /// one transaction: it never reads as unfinished.
+    pub fn finished_operation(
+        &mut self,
+        op: &OperationRecord,
+        events: &[(Event, Option<&str>)],
+        placements: &[(String, Fingerprint)],
+    ) -> Result<()> {
+        self.insert_operation(op, None, events, placements)
+    }
+
+    /// Appends a publication refused for its conflicts (they are in its `plan_json`) with
+    /// its terminal [`Event::Refused`] event, in one transaction: it never reads as
+    /// unfinished, and an audit shows who tried what.
+    pub fn refused_operation(&mut self, op: &OperationRecord, detail: &str) -> Result<()> {
+        self.insert_operation(op, None, &[(Event::Refused, Some(detail))], &[])
+    }
+
+    /// Appends an operation found only in a destination's staging, its actions and an
+    /// [`Event::Adopted`] event, in one transaction.
+    pub fn adopt_operation<'a>(
+        &mut self,
+        op: &OperationRecord,
+        actions: impl IntoIterator<Item = ActionRecord<'a>>,
+        detail: &str,
+    ) -> Result<()> {
+        self.insert_operation(
+            op,
+            Some(&mut actions.into_iter()),
+            &[(Event::Adopted, Some(detail))],
+            &[],
+        )
+    }
+
+    fn insert_operation<'a>(
+        &mut self,
+        op: &OperationRecord,
+        actions: Option<&mut dyn Iterator<Item = ActionRecord<'a>>>,
+        events: &[(Event, Option<&str>)],
+        placements: &[(String, Fingerprint)],
+    ) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.write_transaction()?;
+        tx.execute(
+            "INSERT INTO journal_operations (operation_id, started_at, command, actor, pipeline_id, destination_id,
+               bundle_path, state_mode, decision, takeover_mode, previous_owner, previous_source_id,
+               previous_source_created_at, previous_source_digest, source_id, source_created_at, source_digest,
+               pre_state_sha256, post_state_sha256, takeovers_json, plan_json)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+            params![
+                op.operation_id,
+                op.started_at,
+                op.command,
+                op.actor,
+                op.pipeline_id,
+                op.destination_id,
+                op.bundle_path,
+                op.state_mode,
+                op.decision,
+                op.takeover_mode,
+                op.previous_owner,
+                op.previous_source.as_ref().map(|s| &s.id),
+                op.previous_source.as_ref().map(|s| &s.created_at),
+                op.previous_source.as_ref().map(|s| &s.digest),
+                op.source.id,
+                op.source.created_at,
+                op.source.digest,
+                op.pre_state_sha256,
+                op.post_state_sha256,
+                op.takeovers_json,
+                op.plan_json,
+            ],
+        )
+        .map_err(|e| jerr(&path, e))?;
+        if let Some(actions) = actions {
+            insert_actions(&tx, &path, &op.operation_id, actions)?;
+        }
+        insert_placement_set(&tx, &path, &op.operation_id, &op.bundle_path, placements)?;
+        for (event, detail) in events {
+            tx.execute(
+                "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
+                params![op.operation_id, now(), event, detail],
+            )
+            .map_err(|e| jerr(&path, e))?;
+        }
+        tx.commit().map_err(|e| jerr(&path, e))
+    }
+
+    /// Appends one event.
+    pub fn event(&self, operation_id: &str, event: Event, detail: Option<&str>) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
+                params![operation_id, now(), event, detail],
+            )
+            .map(|_| ())
+            .map_err(|e| jerr(&self.path, e))
+    }
+
+    /// Appends the commit event and the placement fingerprints in one transaction, given
+    /// the proof that storage passed the commit point. Each placement names the action
+    /// (by its index in the plan, `seq`) that placed the file: the fingerprints are one row
+    /// of `journal_placement_sets` (schema 8) whose elements are `[seq, mtime_ns -
+    /// mtime_base, ino, ctime_ns - ctime_base]`, the path, size and sha256 being the
+    /// action's.
+    pub fn commit(
+        &mut self,
+        committed: crate::backend::Committed,
+        operation_id: &str,
+        bundle_path: &str,
+        placements: &[(usize, crate::backend::types::Placed)],
+    ) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.write_transaction()?;
+        insert_commit_set(&tx, &path, operation_id, bundle_path, placements)?;
+        // A state other than the planned post-state (an object store's, with the ETags
+        // its uploads returned) is named in the event.
+        let detail = committed.state_sha256().map(|sha| {
+            format!(
+                "state written with sha256 {sha}: the planned post-state with each output's etag"
+            )
+        });
+        tx.execute(
+            "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
+            params![operation_id, now(), Event::Committed, detail],
+        )
+        .map_err(|e| jerr(&path, e))?;
+        if let Some(f) = committed.state_file() {
+            tx.execute(
+                "INSERT INTO journal_state_files (operation_id, bundle_path, dev, ino, size, mtime_ns, ctime_ns)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    operation_id,
+                    bundle_path,
+                    f.dev as i64,
+                    f.ino as i64,
+                    f.size as i64,
+                    f.mtime_ns,
+                    f.ctime_ns
+                ],
+            )
+            .map_err(|e| jerr(&path, e))?;
+        }
+        tx.commit().map_err(|e| jerr(&path, e))
+    }
+
+    /// Appends an event of a committed operation and, in the same transaction, placement
+    /// fingerprints taken after it (a releases destination takes them once its links and
+    /// its pruning are done, SPEC §13): they are read before the commit's own set.
+    pub fn settle(
+        &mut self,
+        operation_id: &str,
+        bundle_path: &str,
+        event: Event,
+        detail: Option<&str>,
+        placements: &[(String, Fingerprint)],
+    ) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.write_transaction()?;
+        insert_placement_set(&tx, &path, operation_id, bundle_path, placements)?;
+        tx.execute(
+            "INSERT INTO journal_events (operation_id, at, event, detail) VALUES (?1, ?2, ?3, ?4)",
+            params![operation_id, now(), event, detail],
+        )
+        .map_err(|e| jerr(&path, e))?;
+        tx.commit().map_err(|e| jerr(&path, e))
+    }
+
+    /// Records that the destination log at `location` ended at `seq`.
+    pub fn record_log_tail(&self, location: &str, seq: u64) -> Result<()> {
+        if self.log_tail(location)? == Some(seq) {
+            return Ok(());
+        }
+        self.conn
+            .execute(
+                "INSERT INTO journal_log_tails (location, seq, at) VALUES (?1, ?2, ?3)",
+                rusqlite::params![location, seq as i64, now()],
+            )
+            .map(|_| ())
+            .map_err(|e| jerr(&self.path, e))
+    }
+
+    /// Runs `step`, a step of `store` that may add an entry to its destination log (the
+    /// cleanup after a commit, a roll-forward), telling the store where this journal last
+    /// saw the log end, and keeps where the store left it (SPEC §18 "Finding the tail").
+    /// Stores that keep no cursor just run the step. The tail is a hint: when it cannot be
+    /// read or kept, the step still runs and its outcome stands (the next writer lists
+    /// the whole log).
+    pub fn with_log_tail<T>(
+        &self,
+        store: &dyn crate::backend::BundleStore,
+        step: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let Some(cursor) = store.log().map(|l| l.log_cursor()) else {
+            return step();
+        };
+        cursor.set_known(self.log_tail(cursor.location()).ok().flatten());
+        let out = step();
+        if let Some(seq) = cursor.reached() {
+            let _ = self.record_log_tail(cursor.location(), seq);
+        }
+        out
+    }
+}
+
+/// Appends `actions` as the action set of `operation_id` (schema 8): one row of
+/// `journal_action_sets`, and a row per action in `journal_action_rows`, the kind as its
+/// code and the sha256 as 32 bytes.
+fn insert_actions<'a>(
+    tx: &rusqlite::Transaction<'_>,
+    path: &Path,
+    operation_id: &str,
+    actions: &mut dyn Iterator<Item = ActionRecord<'a>>,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO journal_action_sets (operation_id) VALUES (?1)",
+        [operation_id],
+    )
+    .map_err(|e| jerr(path, e))?;
+    let set = tx.last_insert_rowid();
+    let mut stmt = tx
+        .prepare(
+            "INSERT INTO journal_action_rows (action_set, seq, kind, path, size, sha256, target, replaces)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .map_err(|e| jerr(path, e))?;
+    for (i, a) in actions.enumerate() {
+        let bad = |what: String| {
+            Error::from(JournalError::Corrupt {
+                path: path.to_path_buf(),
+                message: format!("cannot record action {i} of {operation_id}: {what}"),
+            })
+        };
+        let kind = ACTION_KINDS
+            .iter()
+            .position(|k| *k == a.kind)
+            .ok_or_else(|| bad(format!("unknown kind {:?}", a.kind)))?;
+        let sha = match &a.sha256 {
+            Some(h) => Some(
+                crate::hash::sha256_bytes(h)
+                    .ok_or_else(|| bad(format!("sha256 {h:?} is not 64 lowercase hex digits")))?,
+            ),
+            None => None,
+        };
+        stmt.execute(params![
+            set,
+            i as i64,
+            kind as i64,
+            a.path,
+            a.size.map(|s| s as i64),
+            sha.as_ref().map(|b| &b[..]),
+            a.target,
+            a.replaces,
+        ])
+        .map_err(|e| jerr(path, e))?;
+    }
+    Ok(())
+}
