@@ -36,7 +36,25 @@ pub struct Building {
 /// one release cannot change another that shares the file.
 const READ_ONLY: u32 = 0o444;
 
-impl ReleaseStore {
+/// One operation in a releases destination: the release it builds, made by
+/// [`ReleaseStore`]'s `operation` and dropped with the operation. It reads and writes the
+/// destination through its store.
+#[derive(Debug)]
+pub(super) struct ReleaseOperation<'s> {
+    pub(super) store: &'s ReleaseStore,
+    /// The release being built, and the directories below it opened so far.
+    pub(super) building: std::sync::Mutex<Option<Building>>,
+}
+
+impl std::ops::Deref for ReleaseOperation<'_> {
+    type Target = ReleaseStore;
+
+    fn deref(&self) -> &ReleaseStore {
+        self.store
+    }
+}
+
+impl ReleaseOperation<'_> {
     /// `begin`: the staging record in `releases.dir`, the settings record when it is the
     /// first, then the release directory, filled with what the operation carries over.
     pub(super) fn begin_release(
@@ -69,7 +87,7 @@ impl ReleaseStore {
             let skip: foldhash::HashSet<&str> =
                 op.actions.iter().map(|a| a.path.as_str()).collect();
             // An adopted directory's files become read-only as they become a release's.
-            carry(active.dir(), &release, &skip, Self::adopts(op))?;
+            carry(active.dir(), &release, &skip, ReleaseStore::adopts(op))?;
         }
         let mut dirs = foldhash::HashMap::default();
         dirs.insert(String::new(), release);
@@ -78,16 +96,6 @@ impl ReleaseStore {
             dirs,
         });
         Ok(())
-    }
-
-    /// Records the settings in `.distributor/releases.json` when `releases.dir` has none
-    /// yet (and leaves `{"moved_to": ".distributor/"}` at the old name, which Part II
-    /// binaries refuse).
-    fn record_settings(&self) -> Result<()> {
-        if self.recorded_settings()?.is_some() {
-            return Ok(());
-        }
-        self.write_settings(&log::RecordedSettings::of(&self.path, &self.settings))
     }
 
     /// The directory `rel` of the release being built for `op`, created (with its
@@ -169,7 +177,7 @@ impl ReleaseStore {
     /// `path`, and an fsync of `path`'s parent.
     pub(super) fn activate(&self, op: &StagedOperation) -> Result<Committed> {
         let root = self.root()?;
-        if self.link == Link::Plain && !Self::adopts(op) {
+        if self.link == Link::Plain && !ReleaseStore::adopts(op) {
             // `rollback --to` while path_changed: a directory someone put at `path` is
             // theirs; distributor never replaces it.
             return Err(Error::Failed(format!(
@@ -197,12 +205,63 @@ impl ReleaseStore {
             .sync_filesystem()
             .ctx("sync filesystem of", &self.settings.dir)?;
         self.check_still_in_place(root)?;
-        if Self::stages(op) {
+        if ReleaseStore::stages(op) {
             // A stage (SPEC §19): the release is complete and durable, its state file its
             // commit point; `path` is left as it is for `distributor promote`.
             return Ok(Committed::passed());
         }
         self.swap(op, &op.operation_id)
+    }
+
+    /// `undo`: removes the release `op` was building (never one `path` names), its
+    /// temporary symlink, then its staging. Idempotent.
+    pub(super) fn undo_release(&self, op: &StagedOperation) -> Result<()> {
+        let root = self.root()?;
+        op.check(&self.path)?;
+        let id = &op.operation_id;
+        let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());
+        let target = rollback.clone().unwrap_or_else(|| id.clone());
+        if self.current()? == Link::Release(target.clone()) {
+            return Err(Error::Failed(format!(
+                "{} names release {target}: the operation passed its commit point; it is rolled forward, not back",
+                self.path.display()
+            )));
+        }
+        self.remove_activation_links(id)?;
+        failpoint::hit("undo_remove_placed");
+        // Only retention removes a release the log names (SPEC §17): a replayed staging
+        // record must not take a logged release with it.
+        let logged = (self.log_view()?.log.entries.iter()).any(|e| {
+            e.release_activated.as_deref() == Some(id)
+                || e.release_deactivated.as_deref() == Some(id)
+                || e.release_staged.as_deref() == Some(id)
+        });
+        if rollback.is_none() && !logged {
+            root.dir()
+                .remove_tree(id)
+                .ctx("remove release", self.settings.dir.join(id))?;
+        } else if rollback.is_none() {
+            eprintln!(
+                "warning: {} is named by the destination log; undoing operation {id} leaves it for retention",
+                self.settings.dir.join(id).display()
+            );
+        }
+        *self.building.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        failpoint::hit("undo_before_remove_staging");
+        root.remove_unfinished(id)?;
+        root.remove_staging(id)
+    }
+}
+
+impl ReleaseStore {
+    /// Records the settings in `.distributor/releases.json` when `releases.dir` has none
+    /// yet (and leaves `{"moved_to": ".distributor/"}` at the old name, which Part II
+    /// binaries refuse).
+    fn record_settings(&self) -> Result<()> {
+        if self.recorded_settings()?.is_some() {
+            return Ok(());
+        }
+        self.write_settings(&log::RecordedSettings::of(&self.path, &self.settings))
     }
 
     /// Whether operation `op` stages its release without activating it.
@@ -343,45 +402,6 @@ impl ReleaseStore {
             }
         }
         Ok(())
-    }
-
-    /// `undo`: removes the release `op` was building (never one `path` names), its
-    /// temporary symlink, then its staging. Idempotent.
-    pub(super) fn undo_release(&self, op: &StagedOperation) -> Result<()> {
-        let root = self.root()?;
-        op.check(&self.path)?;
-        let id = &op.operation_id;
-        let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());
-        let target = rollback.clone().unwrap_or_else(|| id.clone());
-        if self.current()? == Link::Release(target.clone()) {
-            return Err(Error::Failed(format!(
-                "{} names release {target}: the operation passed its commit point; it is rolled forward, not back",
-                self.path.display()
-            )));
-        }
-        self.remove_activation_links(id)?;
-        failpoint::hit("undo_remove_placed");
-        // Only retention removes a release the log names (SPEC §17): a replayed staging
-        // record must not take a logged release with it.
-        let logged = (self.log_view()?.log.entries.iter()).any(|e| {
-            e.release_activated.as_deref() == Some(id)
-                || e.release_deactivated.as_deref() == Some(id)
-                || e.release_staged.as_deref() == Some(id)
-        });
-        if rollback.is_none() && !logged {
-            root.dir()
-                .remove_tree(id)
-                .ctx("remove release", self.settings.dir.join(id))?;
-        } else if rollback.is_none() {
-            eprintln!(
-                "warning: {} is named by the destination log; undoing operation {id} leaves it for retention",
-                self.settings.dir.join(id).display()
-            );
-        }
-        *self.building.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        failpoint::hit("undo_before_remove_staging");
-        root.remove_unfinished(id)?;
-        root.remove_staging(id)
     }
 
     /// `clean_up` after the commit point: the temporary symlink goes, the activation is

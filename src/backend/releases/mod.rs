@@ -135,8 +135,6 @@ pub struct ReleaseStore {
     link: Link,
     /// The active release, opened for reading.
     active: Option<Bundle>,
-    /// The release an operation builds, and the directories below it opened so far.
-    building: Mutex<Option<build::Building>>,
     /// A rollback: the earlier release it activates (single owner), and the release whose
     /// activation it undoes.
     rollback_to: Mutex<Option<(Option<String>, String)>>,
@@ -301,7 +299,6 @@ impl ReleaseStore {
             root,
             link,
             active,
-            building: Mutex::new(None),
             rollback_to: Mutex::new(None),
             adopting: Default::default(),
             staging_only: Default::default(),
@@ -1271,8 +1268,11 @@ impl crate::backend::RecordStore for ReleaseStore {
         }
     }
 
-    fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
-        self.begin_release(op, pre, post)
+    fn operation(&self) -> Box<dyn crate::backend::Steps + Sync + '_> {
+        Box::new(build::ReleaseOperation {
+            store: self,
+            building: Default::default(),
+        })
     }
 
     fn read_record(&self, op: &str) -> Result<Option<StagedOperation>> {
@@ -1292,20 +1292,12 @@ impl crate::backend::RecordStore for ReleaseStore {
     }
 }
 
-impl crate::backend::Steps for ReleaseStore {
-    fn stage(
-        &self,
-        op: &StagedOperation,
-        i: usize,
-        source: &Path,
-        buf: &mut [u8],
-        on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, crate::hash::ContentHash)> {
-        let source = crate::source::SourceFile::at_path(source.to_path_buf());
-        self.root()?.stage(op, i, &source, buf, on_bytes)
+impl crate::backend::Steps for build::ReleaseOperation<'_> {
+    fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
+        self.begin_release(op, pre, post)
     }
 
-    fn stage_source(
+    fn stage(
         &self,
         op: &StagedOperation,
         i: usize,
