@@ -25,7 +25,9 @@ use common::Env;
 use common::s3::{S3Server, ServerKind, s3_env};
 use distributor::backend::releases::ReleaseStore;
 use distributor::backend::types::{Entry, StagingEntry, StateBytes};
-use distributor::backend::{self, Backend, BundleStore, LockRequest, Verdict};
+use distributor::backend::{
+    self, Backend, BundleStore, LockRequest, Operation, OperationState, Verdict,
+};
 use distributor::config::{Config, Destination};
 use distributor::hash::{ContentHash, sha256_hex};
 use distributor::record::StagedOperation;
@@ -280,35 +282,39 @@ fn operation(
     (staged, post)
 }
 
-/// Runs an operation up to (not through) its commit point, as the executor does: the
-/// state read, the record written, every file staged, made durable and placed.
+/// Runs an operation up to (not through) its commit point, as the executor does, in the
+/// operation state `state` (which its later steps go on in): the state read, the record
+/// written, every file staged, made durable and placed.
 fn run_to_commit(
     fx: &Fixture,
     store: &dyn BundleStore,
+    state: &OperationState<'_>,
     op: &str,
     files: &[(&str, &[u8])],
 ) -> StagedOperation {
     let pre = store.read_state().expect("read_state");
     let (staged, post) = operation(store, op, pre.bytes(), files, true);
-    store.begin(&staged, pre.bytes(), &post).expect("begin");
+    let steps = Operation::with(store, &staged, state);
+    steps.begin(pre.bytes(), &post).expect("begin");
     let mut buf = vec![0u8; 64 * 1024];
     for (i, (name, bytes)) in files.iter().enumerate() {
-        let source = fx.source(name, bytes);
-        let (size, sha) = store
-            .stage(&staged, i, &source, &mut buf, &mut |_| {})
+        let source = distributor::source::SourceFile::at_path(fx.source(name, bytes));
+        let (size, sha) = steps
+            .stage(i, &source, &mut buf, &mut |_| {})
             .expect("stage");
         assert_eq!((size, sha), (bytes.len() as u64, ContentHash::of(bytes)));
     }
-    store.make_staged_durable().expect("make_staged_durable");
+    steps.make_staged_durable().expect("make_staged_durable");
     for (i, _) in staged.moves() {
-        store.move_aside(&staged, i).expect("move_aside");
+        steps.move_aside(i).expect("move_aside");
     }
     for (i, _) in files.iter().enumerate() {
-        let placed = store.place(&staged, i).expect("place");
+        let placed = steps.place(i).expect("place");
         if store.capabilities().proves_by_etag {
             assert!(placed.is_none(), "an ETag proves content: no fingerprint");
         }
     }
+    drop(steps);
     staged
 }
 
@@ -374,15 +380,17 @@ fn an_operation_commits_and_cleans_up(kind: Kind) {
     let backend = fx.backend();
     let store = fx.lock(&*backend);
     let files: &[(&str, &[u8])] = &[("a.txt", b"alpha\n"), ("sub/b.txt", b"bravo!\n")];
-    let staged = run_to_commit(&fx, &*store, &op_id(1), files);
+    let held = OperationState::new(&*store);
+    let staged = run_to_commit(&fx, &*store, &held, &op_id(1), files);
+    let op = Operation::with(&*store, &staged, &held);
     // The record reads back as written, and its entry is listed.
     assert_eq!(
         store.read_record(&op_id(1)).unwrap().as_ref(),
         Some(&staged)
     );
     assert_eq!(staged_ops(&*store), [op_id(1)]);
-    let committed = store.commit_state(&staged).expect("commit_state");
-    assert_eq!(store.verdict(&staged).unwrap(), Verdict::Forward);
+    let committed = op.commit().expect("commit_state");
+    assert_eq!(op.verdict().unwrap(), Verdict::Forward);
     // The state written is the post-state, in the store's version, every output recorded,
     // as a store opened after the commit point reads it (a releases store goes on
     // reading the release that was active when it was opened).
@@ -408,7 +416,7 @@ fn an_operation_commits_and_cleans_up(kind: Kind) {
         "ETags recorded exactly where they prove content: {:?}",
         state.outputs
     );
-    store.clean_up(&staged).expect("clean_up");
+    op.clean_up().expect("clean_up");
     assert_eq!(staged_ops(&*store), Vec::<String>::new());
     assert_eq!(published(&*reading()), ["a.txt", "sub/b.txt"]);
     for (name, bytes) in files {
@@ -422,6 +430,8 @@ fn an_operation_commits_and_cleans_up(kind: Kind) {
         );
     }
     // And so does the next operation's store.
+    drop(op);
+    drop(held);
     drop(store);
     assert_eq!(fx.lock(&*backend).read_state().unwrap(), now);
 }
@@ -430,15 +440,18 @@ fn an_operation_undone_before_its_commit_leaves_nothing(kind: Kind) {
     let fx = Fixture::new(kind);
     let backend = fx.backend();
     let store = fx.lock(&*backend);
-    let staged = run_to_commit(&fx, &*store, &op_id(1), &[("a.txt", b"alpha\n")]);
-    assert_eq!(store.verdict(&staged).unwrap(), Verdict::Back);
-    store.undo(&staged).expect("undo");
+    let held = OperationState::new(&*store);
+    let staged = run_to_commit(&fx, &*store, &held, &op_id(1), &[("a.txt", b"alpha\n")]);
+    let op = Operation::with(&*store, &staged, &held);
+    assert_eq!(op.verdict().unwrap(), Verdict::Back);
+    op.undo().expect("undo");
     assert_eq!(store.read_state().unwrap(), StateBytes::Absent);
     assert_eq!(staged_ops(&*store), Vec::<String>::new());
     assert_eq!(published(&*store), Vec::<String>::new());
     assert_eq!(probed(&*store, "a.txt"), Entry::Missing);
-    // Undo is idempotent: `recover` may run it again after an interrupted one.
-    store.undo(&staged).expect("undo again");
+    // Undo is idempotent: `recover` may run it again after an interrupted one, in an
+    // operation of its own.
+    Operation::of(&*store, &staged).undo().expect("undo again");
     assert_eq!(published(&*store), Vec::<String>::new());
 }
 
@@ -448,7 +461,9 @@ fn a_staging_entry_is_listed_until_removed(kind: Kind) {
     let store = fx.lock(&*backend);
     let pre = store.read_state().unwrap();
     let (staged, post) = operation(&*store, &op_id(1), pre.bytes(), &[("a.txt", b"a\n")], true);
-    store.begin(&staged, pre.bytes(), &post).expect("begin");
+    Operation::of(&*store, &staged)
+        .begin(pre.bytes(), &post)
+        .expect("begin");
     let op = &staged.operation_id;
     assert_eq!(staged_ops(&*store), std::slice::from_ref(op));
     assert_eq!(store.read_record(op).unwrap().as_ref(), Some(&staged));
@@ -458,7 +473,11 @@ fn a_staging_entry_is_listed_until_removed(kind: Kind) {
     );
     // Beginning the same operation twice is refused: a record is written once. What the
     // refused attempt leaves is at most an unfinished record, which changed nothing.
-    assert!(store.begin(&staged, pre.bytes(), &post).is_err());
+    assert!(
+        Operation::of(&*store, &staged)
+            .begin(pre.bytes(), &post)
+            .is_err()
+    );
     for e in store.staging_entries().unwrap() {
         match e {
             StagingEntry::Operation(o) => assert_eq!(&o, op),
@@ -479,15 +498,20 @@ fn the_verdict_is_back_forward_or_diverged(kind: Kind) {
     let backend = fx.backend();
     let store = fx.lock(&*backend);
     // Forward past the commit point.
-    let first = run_to_commit(&fx, &*store, &op_id(1), &[("a.txt", b"one\n")]);
-    assert_eq!(store.verdict(&first).unwrap(), Verdict::Back);
-    let _ = store.commit_state(&first).expect("commit_state");
-    assert_eq!(store.verdict(&first).unwrap(), Verdict::Forward);
-    store.clean_up(&first).expect("clean_up");
+    let held = OperationState::new(&*store);
+    let first = run_to_commit(&fx, &*store, &held, &op_id(1), &[("a.txt", b"one\n")]);
+    let op = Operation::with(&*store, &first, &held);
+    assert_eq!(op.verdict().unwrap(), Verdict::Back);
+    let _ = op.commit().expect("commit_state");
+    assert_eq!(op.verdict().unwrap(), Verdict::Forward);
+    op.clean_up().expect("clean_up");
+    drop(op);
+    drop(held);
     drop(store);
     // Back before it, over an existing state, in the next operation's store.
     let store = fx.lock(&*backend);
-    let second = run_to_commit(&fx, &*store, &op_id(2), &[("b.txt", b"two\n")]);
+    let held = OperationState::new(&*store);
+    let second = run_to_commit(&fx, &*store, &held, &op_id(2), &[("b.txt", b"two\n")]);
     assert!(second.pre_state_sha256.is_some());
     assert_eq!(store.verdict(&second).unwrap(), Verdict::Back);
     // Diverged when someone else changed the state meanwhile.
@@ -520,7 +544,11 @@ fn a_held_lock_is_seen_from_a_store_opened_for_reading(kind: Kind) {
         &[("a.txt", b"a\n")],
         false,
     );
-    assert!(reading.begin(&staged, pre.bytes(), &post).is_err());
+    assert!(
+        Operation::of(&*reading, &staged)
+            .begin(pre.bytes(), &post)
+            .is_err()
+    );
     drop(locked);
     assert_eq!(reading.lock_holder().unwrap(), None);
     assert_eq!(staged_ops(&*reading), Vec::<String>::new());
@@ -554,8 +582,10 @@ fn the_capabilities_say_what_the_store_does(kind: Kind) {
         expected
     );
     // A store that keeps the state file's identity answers it once there is one.
-    let staged = run_to_commit(&fx, &*store, &op_id(1), &[("a.txt", b"a\n")]);
-    let committed = store.commit_state(&staged).expect("commit_state");
+    let held = OperationState::new(&*store);
+    let staged = run_to_commit(&fx, &*store, &held, &op_id(1), &[("a.txt", b"a\n")]);
+    let op = Operation::with(&*store, &staged, &held);
+    let committed = op.commit().expect("commit_state");
     assert_eq!(
         committed.state_file().is_some(),
         caps.keeps_state_file_id,
@@ -565,7 +595,7 @@ fn the_capabilities_say_what_the_store_does(kind: Kind) {
         store.state_file_id().unwrap().is_some(),
         caps.keeps_state_file_id
     );
-    store.clean_up(&staged).expect("clean_up");
+    op.clean_up().expect("clean_up");
     if let Some(log) = store.log() {
         let read = log.read_log().expect("read_log");
         assert_eq!(read.entries.len(), 1, "the operation's log entry");

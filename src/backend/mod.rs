@@ -81,10 +81,11 @@ pub struct LockRequest<'a> {
 }
 
 /// One bundle path, opened: its read side ([`StoreRead`]), its staging records
-/// ([`RecordStore`]) and the steps of an operation ([`Steps`]); a store that keeps its
-/// destination log behind the interface also answers [`BundleStore::log`]. Every writing
-/// step needs the lock ([`Backend::lock`]); a bundle path opened for reading refuses them.
-pub trait BundleStore: StoreRead + RecordStore + Steps {
+/// ([`RecordStore`]), which also make each operation's [`Steps`]
+/// ([`RecordStore::operation`]); a store that keeps its destination log behind the
+/// interface also answers [`BundleStore::log`]. Every writing step needs the lock
+/// ([`Backend::lock`]); a bundle path opened for reading refuses them.
+pub trait BundleStore: StoreRead + RecordStore {
     /// The destination log (SPEC §18) where this store keeps it behind the storage
     /// interface (an object store's `<prefix>/.distributor/log/`): `Some` exactly where
     /// [`Capabilities::log_behind_interface`] says so. `None` where the log is read from
@@ -190,8 +191,11 @@ pub trait RecordStore: StoreRead {
         Ok(None)
     }
 
-    /// Writes the staging record, whole and atomically, before anything else changes.
-    fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()>;
+    /// A new operation in this store: the object its steps ([`Steps`]) go through, made by
+    /// the backend, which keeps there what it knows of that one operation while it runs
+    /// (what it uploaded and wrote into staging, the release it builds); the store keeps
+    /// only what is the destination's. Writes nothing; dropped with the operation.
+    fn operation(&self) -> Box<dyn Steps + Sync + '_>;
 
     /// entry has none.
     fn read_record(&self, op: &str) -> Result<Option<StagedOperation>>;
@@ -212,30 +216,22 @@ pub trait RecordStore: StoreRead {
 }
 
 /// The steps of one operation, each naming the operation's record and an action index,
-/// in the order the executor takes them ([`RecordStore::begin`] first), then the commit
-/// point, and the rollback or cleanup that follows.
+/// in the order the executor takes them ([`Steps::begin`] first), then the commit point,
+/// and the rollback or cleanup that follows. Implemented by the object a store's
+/// [`RecordStore::operation`] makes, which lives as long as the operation.
 pub trait Steps {
+    /// Writes the staging record, whole and atomically, before anything else changes.
+    fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()>;
+
     /// Stages the file of action `i` from `source`, hashing while copying: size and sha256.
     fn stage(
-        &self,
-        op: &StagedOperation,
-        i: usize,
-        source: &Path,
-        buf: &mut [u8],
-        on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, crate::hash::ContentHash)>;
-
-    /// By default it is staged by its path.
-    fn stage_source(
         &self,
         op: &StagedOperation,
         i: usize,
         source: &crate::source::SourceFile<'_>,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, crate::hash::ContentHash)> {
-        self.stage(op, i, source.path(), buf, on_bytes)
-    }
+    ) -> Result<(u64, crate::hash::ContentHash)>;
 
     /// Makes what was staged durable before anything is placed.
     fn make_staged_durable(&self) -> Result<()>;
@@ -246,13 +242,15 @@ pub trait Steps {
     /// Removes the emptied directories standing where a file goes.
     fn remove_emptied_dir(&self, rel: &str) -> Result<()>;
 
+    /// Places the file staged for action `i`: its placement fingerprint where the
     /// backend proves content by one (an object store proves it by the state's ETag).
     fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Placed>>;
 
     /// Creates the link of action `i`.
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()>;
 
-    /// held in memory through the operation).
+    /// The commit point: the post-state written where the store keeps its state (read
+    /// back from the staging record, or held in memory through the operation).
     fn commit_state(&self, op: &StagedOperation) -> Result<Committed>;
 
     /// Rolls the operation back from what staging holds.
@@ -261,9 +259,66 @@ pub trait Steps {
     /// Removes staging and prunes what deletions emptied (after the commit point).
     fn clean_up(&self, op: &StagedOperation) -> Result<()>;
 
-    /// replaced.
+    /// `recover`'s roll-forward: [`Steps::clean_up`], and the state object it replaced
+    /// when it overwrote one that was neither the state before nor after (an object
+    /// store, SPEC §17); `None` when nothing was replaced.
     fn roll_forward(&self, op: &StagedOperation) -> Result<Option<ReplacedState>> {
         self.clean_up(op).map(|()| None)
+    }
+}
+
+/// A store whose steps keep nothing per operation takes them itself: its
+/// [`RecordStore::operation`] is `Box::new(self)`.
+impl<T: Steps + ?Sized> Steps for &T {
+    fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
+        (**self).begin(op, pre, post)
+    }
+
+    fn stage(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        source: &crate::source::SourceFile<'_>,
+        buf: &mut [u8],
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(u64, crate::hash::ContentHash)> {
+        (**self).stage(op, i, source, buf, on_bytes)
+    }
+
+    fn make_staged_durable(&self) -> Result<()> {
+        (**self).make_staged_durable()
+    }
+
+    fn move_aside(&self, op: &StagedOperation, i: usize) -> Result<()> {
+        (**self).move_aside(op, i)
+    }
+
+    fn remove_emptied_dir(&self, rel: &str) -> Result<()> {
+        (**self).remove_emptied_dir(rel)
+    }
+
+    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Placed>> {
+        (**self).place(op, i)
+    }
+
+    fn link(&self, op: &StagedOperation, i: usize) -> Result<()> {
+        (**self).link(op, i)
+    }
+
+    fn commit_state(&self, op: &StagedOperation) -> Result<Committed> {
+        (**self).commit_state(op)
+    }
+
+    fn undo(&self, op: &StagedOperation) -> Result<()> {
+        (**self).undo(op)
+    }
+
+    fn clean_up(&self, op: &StagedOperation) -> Result<()> {
+        (**self).clean_up(op)
+    }
+
+    fn roll_forward(&self, op: &StagedOperation) -> Result<Option<ReplacedState>> {
+        (**self).roll_forward(op)
     }
 }
 
@@ -284,35 +339,69 @@ pub trait LogStore {
     fn quarantine_log(&self, seq: u64, by: local::log::Entry) -> Result<u64>;
 }
 
-/// One operation in one locked store, from its staging record on: what the executor,
-/// `rollback` and `recover` take its steps through, naming an action by its index in the
-/// record and never passing the record again. [`Operation::begin`] writes the record and
-/// returns it; [`Operation::of`] takes up an operation whose record already stands (found
-/// in staging by `recover`, or one whose steps failed). The steps are the store's
-/// [`Steps`], each given this operation's record.
-#[derive(Clone, Copy)]
+/// The backend's state of one operation, apart from its record: what the lifecycle
+/// (`execute::lifecycle`) keeps from the operation's first step to its cleanup, so the
+/// steps after the commit point know what the steps before it did (an object store's
+/// uploads and the staging keys it wrote, a release being built). Made by the store's
+/// [`RecordStore::operation`]; dropped with the operation.
+pub struct OperationState<'s>(Box<dyn Steps + Sync + 's>);
+
+impl<'s> OperationState<'s> {
+    /// A new operation's state in `store`.
+    pub fn new(store: &'s dyn BundleStore) -> OperationState<'s> {
+        OperationState(store.operation())
+    }
+}
+
+/// One operation in one locked store: what the executor, `rollback` and `recover` take
+/// its steps through, naming an action by its index in the record and never passing the
+/// record again. [`Operation::of`] makes it (with a new [`OperationState`], or
+/// [`Operation::with`] the one the lifecycle keeps); [`Operation::begin`] writes its
+/// staging record, the first step; an operation whose record already stands (found in
+/// staging by `recover`) is taken up where it is. The steps are the backend's [`Steps`],
+/// each given this operation's record.
 pub struct Operation<'s> {
     store: &'s dyn BundleStore,
     record: &'s StagedOperation,
+    steps: StepsOf<'s>,
+}
+
+/// The steps an [`Operation`] goes through: its own, or those of a state kept elsewhere.
+enum StepsOf<'s> {
+    Own(OperationState<'s>),
+    Kept(&'s (dyn Steps + Sync + 's)),
 }
 
 impl<'s> Operation<'s> {
-    /// Writes the staging record of `record` in `store` ([`RecordStore::begin`]: whole and
-    /// atomically, before anything else changes), with the states before (`pre`) and
-    /// after (`post`): the operation, begun.
-    pub fn begin(
-        store: &'s dyn BundleStore,
-        record: &'s StagedOperation,
-        pre: Option<&[u8]>,
-        post: &[u8],
-    ) -> Result<Operation<'s>> {
-        store.begin(record, pre, post)?;
-        Ok(Operation { store, record })
+    /// The operation of `record` in `store`, with a new state: begun with
+    /// [`Operation::begin`], or taken up where its staging record stands.
+    pub fn of(store: &'s dyn BundleStore, record: &'s StagedOperation) -> Operation<'s> {
+        Operation {
+            store,
+            record,
+            steps: StepsOf::Own(OperationState::new(store)),
+        }
     }
 
-    /// The operation of `record`, whose staging record stands in `store`.
-    pub fn of(store: &'s dyn BundleStore, record: &'s StagedOperation) -> Operation<'s> {
-        Operation { store, record }
+    /// The operation of `record` in `store` whose state `state` keeps (made for this
+    /// store).
+    pub fn with(
+        store: &'s dyn BundleStore,
+        record: &'s StagedOperation,
+        state: &'s OperationState<'_>,
+    ) -> Operation<'s> {
+        Operation {
+            store,
+            record,
+            steps: StepsOf::Kept(&*state.0),
+        }
+    }
+
+    fn steps(&self) -> &(dyn Steps + Sync + '_) {
+        match &self.steps {
+            StepsOf::Own(s) => &*s.0,
+            StepsOf::Kept(s) => *s,
+        }
     }
 
     /// Its record.
@@ -325,8 +414,14 @@ impl<'s> Operation<'s> {
         self.store
     }
 
-    /// Stages the file of action `i` from `source` ([`Steps::stage_source`]): its size
-    /// and sha256 as copied.
+    /// Writes its staging record ([`Steps::begin`]: whole and atomically, before anything
+    /// else changes), with the states before (`pre`) and after (`post`).
+    pub fn begin(&self, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
+        self.steps().begin(self.record, pre, post)
+    }
+
+    /// Stages the file of action `i` from `source` ([`Steps::stage`]): its size and
+    /// sha256 as copied.
     pub fn stage(
         &self,
         i: usize,
@@ -334,39 +429,38 @@ impl<'s> Operation<'s> {
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, ContentHash)> {
-        self.store
-            .stage_source(self.record, i, source, buf, on_bytes)
+        self.steps().stage(self.record, i, source, buf, on_bytes)
     }
 
     /// Makes what was staged durable ([`Steps::make_staged_durable`]).
     pub fn make_staged_durable(&self) -> Result<()> {
-        self.store.make_staged_durable()
+        self.steps().make_staged_durable()
     }
 
     /// Moves aside what action `i` replaces or deletes ([`Steps::move_aside`]).
     pub fn move_aside(&self, i: usize) -> Result<()> {
-        self.store.move_aside(self.record, i)
+        self.steps().move_aside(self.record, i)
     }
 
     /// Removes the emptied directories standing where the file at `rel` goes
     /// ([`Steps::remove_emptied_dir`]).
     pub fn remove_emptied_dir(&self, rel: &str) -> Result<()> {
-        self.store.remove_emptied_dir(rel)
+        self.steps().remove_emptied_dir(rel)
     }
 
     /// Places the file staged for action `i` ([`Steps::place`]).
     pub fn place(&self, i: usize) -> Result<Option<Placed>> {
-        self.store.place(self.record, i)
+        self.steps().place(self.record, i)
     }
 
     /// Creates the link of action `i` ([`Steps::link`]).
     pub fn link(&self, i: usize) -> Result<()> {
-        self.store.link(self.record, i)
+        self.steps().link(self.record, i)
     }
 
     /// The commit point ([`Steps::commit_state`]).
     pub fn commit(&self) -> Result<Committed> {
-        self.store.commit_state(self.record)
+        self.steps().commit_state(self.record)
     }
 
     /// Where it stands, from storage alone ([`StoreRead::verdict`]).
@@ -376,18 +470,18 @@ impl<'s> Operation<'s> {
 
     /// Rolls it back from what staging holds ([`Steps::undo`]).
     pub fn undo(&self) -> Result<()> {
-        self.store.undo(self.record)
+        self.steps().undo(self.record)
     }
 
     /// After the commit point: its log entry where the store keeps one, then its staging
     /// removed ([`Steps::clean_up`]).
     pub fn clean_up(&self) -> Result<()> {
-        self.store.clean_up(self.record)
+        self.steps().clean_up(self.record)
     }
 
     /// `recover`'s roll-forward ([`Steps::roll_forward`]).
     pub fn roll_forward(&self) -> Result<Option<ReplacedState>> {
-        self.store.roll_forward(self.record)
+        self.steps().roll_forward(self.record)
     }
 }
 

@@ -23,7 +23,7 @@
 
 use super::journal_records;
 use crate::backend::types::Placed;
-use crate::backend::{BundleStore, Committed, Operation, Verdict};
+use crate::backend::{BundleStore, Committed, Operation, OperationState, Verdict};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::journal::{Event, Journal};
@@ -34,6 +34,8 @@ pub struct Transaction<'a> {
     journal: &'a mut Journal,
     store: &'a dyn BundleStore,
     staged: StagedOperation,
+    /// The backend's state of the operation, from its staging record to its cleanup.
+    state: OperationState<'a>,
 }
 
 /// An operation past its commit point: the publication stands whatever fails now, and
@@ -66,6 +68,7 @@ impl<'a> Transaction<'a> {
             journal,
             store,
             staged,
+            state: OperationState::new(store),
         })
     }
 
@@ -74,28 +77,33 @@ impl<'a> Transaction<'a> {
         &self.staged
     }
 
-    /// Runs `steps` (the staging record, the changes, the commit point). An error the
-    /// storage shows to be past the commit point is reported as such; any other is undone
-    /// and journaled `rolled_back` (or, when the undo fails too, left to `recover`).
+    /// Runs `steps` on the operation (its staging record, the changes, the commit point).
+    /// An error the storage shows to be past the commit point is reported as such; any
+    /// other is undone and journaled `rolled_back` (or, when the undo fails too, left to
+    /// `recover`).
     pub fn act<T>(
         self,
-        steps: impl FnOnce(&StagedOperation, &Journal) -> Result<(Committed, T)>,
+        steps: impl FnOnce(&Operation<'_>, &Journal) -> Result<(Committed, T)>,
     ) -> Result<(Passed<'a>, T)> {
-        match steps(&self.staged, self.journal) {
-            Ok((committed, t)) => Ok((
-                Passed {
-                    tx: self,
-                    committed,
-                    republishable: false,
-                },
-                t,
-            )),
-            Err(e) if Operation::of(self.store, &self.staged).verdict()? == Verdict::Forward => {
+        let operation = Operation::with(self.store, &self.staged, &self.state);
+        match steps(&operation, self.journal) {
+            Ok((committed, t)) => {
+                drop(operation);
+                Ok((
+                    Passed {
+                        tx: self,
+                        committed,
+                        republishable: false,
+                    },
+                    t,
+                ))
+            }
+            Err(e) if operation.verdict()? == Verdict::Forward => {
                 Err(late(&self.staged, self.store, e))
             }
             Err(e) => {
                 let op = &self.staged.operation_id;
-                match Operation::of(self.store, &self.staged).undo() {
+                match operation.undo() {
                     Ok(()) => {
                         self.journal
                             .event(op, Event::RolledBack, Some(&e.to_string()))?;
@@ -151,6 +159,7 @@ impl Passed<'_> {
             journal,
             store,
             staged,
+            state,
         } = tx;
         let op = staged.operation_id.as_str();
         let bundle = store.path().to_string_lossy();
@@ -165,8 +174,9 @@ impl Passed<'_> {
                 .map_err(late)?;
         }
         // The destination log's entry, then the staging entry's removal (SPEC §18).
-        let operation = Operation::of(store, &staged);
+        let operation = Operation::with(store, &staged, &state);
         (journal.with_log_tail(store, || operation.clean_up())).map_err(late)?;
+        drop(operation);
         after(journal).map_err(late)?;
         journal.event(op, Event::Completed, None).map_err(late)?;
         Ok(staged.operation_id)
@@ -188,14 +198,16 @@ impl Passed<'_> {
             journal,
             store,
             staged,
+            state,
         } = tx;
         let op = staged.operation_id.as_str();
         let bundle = store.path().to_string_lossy();
         let late = |e| late(&staged, store, e);
         journal.commit(committed, op, &bundle, &[]).map_err(late)?;
         failpoint::hit("after_journal_commit");
-        let operation = Operation::of(store, &staged);
+        let operation = Operation::with(store, &staged, &state);
         (journal.with_log_tail(store, || operation.clean_up())).map_err(late)?;
+        drop(operation);
         failpoint::hit("before_held_for_promote");
         journal
             .settle(

@@ -93,18 +93,8 @@ pub fn execute(
     )?;
     let tx = Transaction::begin(journal, store, staged)?;
     let stages = (tx.staged().releases.as_ref()).is_some_and(|r| r.stages);
-    let (passed, placements) = tx.act(|staged, journal| {
-        run_steps(
-            plan,
-            source,
-            staged,
-            store,
-            pre,
-            post,
-            journal,
-            ctx.progress,
-        )
-    })?;
+    let (passed, placements) =
+        tx.act(|op, journal| run_steps(plan, source, op, pre, post, journal, ctx.progress))?;
     let passed = passed.republishable(republishable);
     if stages {
         // A stage: built and verified, held for `distributor promote` (SPEC §19). Its
@@ -213,8 +203,7 @@ fn prune_and_settle(
 fn run_steps(
     plan: &DestinationPlan,
     source: &Source,
-    staged: &StagedOperation,
-    store: &dyn BundleStore,
+    op: &Operation<'_>,
     pre: crate::backend::types::StateBytes,
     post: Vec<u8>,
     journal: &Journal,
@@ -222,8 +211,9 @@ fn run_steps(
 ) -> Result<(crate::backend::Committed, Vec<(usize, Placed)>)> {
     // The staging record first, whole and atomically (SPEC §13); the states before and
     // after are kept there, not in memory (the commit point reads the post-state back).
-    let op = Operation::begin(store, staged, pre.bytes(), &post)?;
+    op.begin(pre.bytes(), &post)?;
     drop((pre, post));
+    let staged = op.record();
 
     // 4. Stage, hashing while copying, several files at once (stage.rs); then make it
     // durable before anything is renamed into the bundle path.

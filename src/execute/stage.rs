@@ -25,7 +25,7 @@ const BUF_SIZE: usize = 1 << 20;
 /// Stages the files of the actions `writes` (indexes into `op.actions`), on as many
 /// threads as the storage suits.
 pub(super) fn stage(
-    operation: Operation<'_>,
+    operation: &Operation<'_>,
     writes: &[usize],
     source: &Source,
     progress: Ticker<'_>,
@@ -53,7 +53,7 @@ pub(super) fn stage(
 }
 
 fn stage_one(
-    operation: Operation<'_>,
+    operation: &Operation<'_>,
     i: usize,
     dirs: &SourceDirs<'_>,
     buf: &mut [u8],

@@ -11,8 +11,8 @@
 //! records come back: a new release is built from the current one with that owner's
 //! files taken from the target, planned and executed like a publication of them.
 
+use crate::backend::StoreRead;
 use crate::backend::releases::ReleaseStore;
-use crate::backend::{Operation, StoreRead};
 use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
@@ -679,8 +679,10 @@ pub(crate) fn run_activation(
     )?;
     let tx = Transaction::begin(journal, store, staged)?;
     let detail = detail(tx.staged());
-    let (passed, ()) =
-        tx.act(|staged, _| Ok((Operation::begin(store, staged, pre, &post)?.commit()?, ())))?;
+    let (passed, ()) = tx.act(|op, _| {
+        op.begin(pre, &post)?;
+        Ok((op.commit()?, ()))
+    })?;
     let bundle = plan.bundle_path.to_string_lossy();
     passed.finish(&[], Some(&detail), |journal| {
         retain(store, &state, &op_id, &bundle, journal)

@@ -149,8 +149,10 @@ impl crate::backend::RecordStore for Bundle {
         Bundle::record_dir(self, create)
     }
 
-    fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
-        Bundle::begin(self, op, pre, post)
+    fn operation(&self) -> Box<dyn crate::backend::Steps + Sync + '_> {
+        // What a local operation keeps (the directories it opened and changed) the
+        // bundle path keeps.
+        Box::new(self)
     }
 
     fn read_record(&self, op: &str) -> Result<Option<StagedOperation>> {
@@ -171,19 +173,11 @@ impl crate::backend::RecordStore for Bundle {
 }
 
 impl crate::backend::Steps for Bundle {
-    fn stage(
-        &self,
-        op: &StagedOperation,
-        i: usize,
-        source: &Path,
-        buf: &mut [u8],
-        on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, crate::hash::ContentHash)> {
-        let source = crate::source::SourceFile::at_path(source.to_path_buf());
-        Bundle::stage(self, op, i, &source, buf, on_bytes)
+    fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
+        Bundle::begin(self, op, pre, post)
     }
 
-    fn stage_source(
+    fn stage(
         &self,
         op: &StagedOperation,
         i: usize,

@@ -28,7 +28,8 @@
 //! Must never: overwrite an entry, delete one but by quarantine, or write an entry after a
 //! refused create.
 
-use super::{Finished, S3Store, lock};
+use super::operation::Finished;
+use super::{S3Store, lock};
 use crate::backend::local::log::{self, Bad, Entry, Log, MAX_ENTRY_BYTES, file_name, seq_of};
 use crate::backend::local::records::{LOG, QUARANTINE};
 use crate::backend::s3::store_error;
@@ -164,8 +165,14 @@ impl S3Store {
 
     /// Adds the entry of the committed operation `op` to the log (SPEC §18), unless it is
     /// there already: written after the commit point (`finished`: the state object as it
-    /// stands now), before the staging entry goes.
-    pub(super) fn log_operation(&self, op: &StagedOperation, finished: &Finished) -> Result<()> {
+    /// stands now), before the staging entry goes; `fresh` when the operation was
+    /// committed by this process just now.
+    pub(super) fn log_operation(
+        &self,
+        op: &StagedOperation,
+        finished: &Finished,
+        fresh: bool,
+    ) -> Result<()> {
         let id = &op.operation_id;
         self.refuse_after_refusal(id)?;
         let mut entry = Entry::of_operation(op);
@@ -176,9 +183,8 @@ impl S3Store {
         entry.replaced_state = finished.replaced.clone();
         self.writable()?;
         let tail = self.log_tail()?;
-        // Committed by this process just now, its entry cannot exist yet; otherwise
-        // (`recover`) an earlier run may have written it before it stopped.
-        let fresh = lock(&self.committed_here).as_deref() == Some(id.as_str());
+        // Committed by this process just now (`fresh`), its entry cannot exist yet;
+        // otherwise (`recover`) an earlier run may have written it before it stopped.
         if !fresh && self.logged_last(id, tail)? {
             self.cursor.set_reached(tail);
             return Ok(());

@@ -1,0 +1,165 @@
+//! What a releases operation activates, set before it runs and kept in its staging
+//! record (`releases_record`): a stage, a promote, a rollback or an adoption; the
+//! rollback's default target; and the checks of an existing release about to be
+//! activated again.
+
+use super::{ReleaseStore, ReleasesRecord, log};
+use crate::backend::local::Bundle;
+use crate::error::{Error, IoContext, Result};
+use crate::fs::split;
+
+impl ReleaseStore {
+    /// What the staging record keeps of this destination (SPEC §15): its settings, the
+    /// release active before, and what the operation activates, stages, undoes or adopts.
+    pub fn releases_record(&self) -> ReleasesRecord {
+        let rollback = self
+            .rollback_to
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let promoting = self
+            .promoting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        ReleasesRecord {
+            settings: self.settings.clone(),
+            active_before: self.active_release().map(str::to_string),
+            activates: rollback.as_ref().and_then(|r| r.0.clone()).or(promoting),
+            stages: self.staging_only.load(std::sync::atomic::Ordering::Relaxed),
+            undoes: rollback.map(|r| r.1),
+            adopts: self.adopting.load(std::sync::atomic::Ordering::Relaxed),
+            adopts_dir: self
+                .adopting
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .then(|| self.active.as_ref()?.dir().identity().ok())
+                .flatten()
+                .map(|i| [i.dev, i.ino]),
+        }
+    }
+
+    /// Makes the operation about to run the adoption of the plain directory at `path`.
+    pub fn set_adopt(&self) {
+        self.adopting
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Makes the operation about to run a stage (`publish --stage`, SPEC §19): its release
+    /// is built and verified, not activated.
+    pub fn set_stage(&self) {
+        self.staging_only
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Makes the operation about to run the promote of the staged release `release`
+    /// (SPEC §19): an activation of it, like a rollback's of an earlier release.
+    pub fn set_promote(&self, release: &str) {
+        *self.promoting.lock().unwrap_or_else(|p| p.into_inner()) = Some(release.to_string());
+    }
+
+    /// Makes the operation about to run a rollback that undoes the activation of release
+    /// `undoes`: activating the existing release `activate` (a single owner), or building
+    /// a new one (`None`: a shared root).
+    pub fn set_rollback(&self, activate: Option<&str>, undoes: &str) {
+        *self.rollback_to.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((activate.map(str::to_string), undoes.to_string()));
+    }
+
+    /// The operation of the latest activation (of `owner`, in a shared root).
+    pub fn latest_activation(&self, owner: Option<&str>) -> Result<Option<String>> {
+        Ok(log::latest(&self.activations()?, owner))
+    }
+
+    /// What a rollback undoes by default ([`log::rollback_target`]): `(target, undone
+    /// operation)`; `owner` for a shared root.
+    pub fn rollback_target(&self, owner: Option<&str>) -> Result<(String, String)> {
+        let current = self.active_release().ok_or_else(|| {
+            Error::Failed(format!(
+                "{}: no release is active; nothing to roll back",
+                self.path.display()
+            ))
+        })?;
+        log::rollback_target(&self.activations()?, owner).ok_or_else(|| {
+            Error::Failed(format!(
+                "{}: no release was active before {current}{} (see {}); nothing to roll back to",
+                self.path.display(),
+                owner.map_or(String::new(), |o| format!(" as {o} published it")),
+                self.settings
+                    .dir
+                    .join(crate::backend::local::records::LOG)
+                    .display()
+            ))
+        })
+    }
+
+    /// The state file of release `name`, which must exist and hold valid state.
+    pub fn release_state(&self, name: &str) -> Result<crate::state::State> {
+        let root = self.root()?;
+        let release = match root.dir().open_dir(name) {
+            Ok(d) => Bundle::reading(&self.settings.dir.join(name), d)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Failed(format!(
+                    "release {name} is gone from {} (retention removed it, or it never existed); cannot roll back to it",
+                    self.settings.dir.display()
+                )));
+            }
+            Err(e) => return Err(Error::io("open", self.settings.dir.join(name), e)),
+        };
+        match release.read_state()?.parse() {
+            crate::state::StateFile::Valid(s) => Ok(s),
+            crate::state::StateFile::Absent => Err(Error::Failed(format!(
+                "release {name} holds no .distributor.json; cannot roll back to it"
+            ))),
+            crate::state::StateFile::Invalid(why) => Err(Error::Failed(format!(
+                "release {name} holds invalid state ({why}); cannot roll back to it"
+            ))),
+            crate::state::StateFile::Untrusted(why, _) => Err(Error::Untrusted(why)),
+        }
+    }
+
+    /// Checks that release `name` holds exactly what `state` records: every output a
+    /// regular file of its size and sha256 (read whole), every link its target. A failure
+    /// lists the first paths that differ.
+    pub fn verify_release(&self, name: &str, state: &crate::state::State) -> Result<()> {
+        let root = self.root()?;
+        let base = self.settings.dir.join(name);
+        let release = root.dir().open_dir(name).ctx("open", &base)?;
+        let mut bad = Vec::new();
+        for o in &state.outputs {
+            let (d, n) = split(&o.path);
+            let ok = release
+                .open_dir(d)
+                .and_then(|dir| dir.open_file(n))
+                .ok()
+                .and_then(|(f, st)| {
+                    let (size, sha) = crate::hash::hash_reader(f, &base.join(&o.path)).ok()?;
+                    Some(size == o.size && st.st_size as u64 == o.size && sha == o.sha256)
+                })
+                .unwrap_or(false);
+            if !ok {
+                bad.push(o.path.clone());
+            }
+        }
+        for l in &state.links {
+            let (d, n) = split(&l.path);
+            let want = crate::source::relative_link_target(&l.path, &l.target);
+            let ok = release
+                .open_dir(d)
+                .and_then(|dir| dir.read_link(n))
+                .is_ok_and(|t| t == want);
+            if !ok {
+                bad.push(l.path.clone());
+            }
+        }
+        if bad.is_empty() {
+            return Ok(());
+        }
+        let shown: Vec<&str> = bad.iter().take(10).map(String::as_str).collect();
+        Err(Error::Failed(format!(
+            "release {name} fails verification: {} recorded path(s) missing or changed ({}{}); not activated",
+            bad.len(),
+            shown.join(", "),
+            if bad.len() > shown.len() { ", ..." } else { "" }
+        )))
+    }
+}
