@@ -225,7 +225,7 @@ fn run_steps(
     );
     stage::stage(op, &writes, source, crate::progress::Ticker::to(progress))?;
     op.make_staged_durable()?;
-    journal.event(&staged.operation_id, Event::Staged, None)?;
+    journal.step_event(&staged.operation_id, Event::Staged)?;
     failpoint::hit("after_staging");
 
     // 5. Move aside what is overwritten or deleted; directories standing where a file goes
@@ -242,7 +242,7 @@ fn run_steps(
             op.remove_emptied_dir(rel)?;
         }
     }
-    journal.event(&staged.operation_id, Event::MovedAside, None)?;
+    journal.step_event(&staged.operation_id, Event::MovedAside)?;
     failpoint::hit("after_move_aside");
 
     // 6. Place files, then links. Each fingerprint is taken after its file's rename.
@@ -258,7 +258,7 @@ fn run_steps(
             op.link(i)?;
         }
     }
-    journal.event(&staged.operation_id, Event::Placed, None)?;
+    journal.step_event(&staged.operation_id, Event::Placed)?;
     failpoint::hit("after_links");
 
     // 7. Commit point.

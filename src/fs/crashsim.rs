@@ -20,7 +20,9 @@
 //!   point (cleanup) or while rolling back, where a removal coming back is a step to redo
 //!   that recovery redoes; the model does not exercise it.
 //!
-//! The journal is SQLite's own business (`synchronous = FULL`): what it committed stays.
+//! The journal is SQLite's own business (`synchronous = FULL`): what it committed stays
+//! (the step events and the log tail hint, committed without an fsync, are read by
+//! nothing `recover` decides from).
 
 use std::path::Path;
 

@@ -120,6 +120,32 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 
+    /// Appends a step event of an unfinished operation (`staged`, `moved_aside`,
+    /// `placed`) without waiting for the disk: committed with `synchronous = NORMAL`, so it
+    /// is in the WAL (a killed process keeps it) and becomes durable with the next
+    /// transaction that is (`committed`, `rolled_back`; the WAL is written in order). No
+    /// status depends on these events (the `operations` view reads none of them) and
+    /// `recover` decides from the staging record and the state, so a power cut that loses
+    /// one loses nothing `recover` needs; each fsync of the WAL they used to cost is a
+    /// device cache flush of its own.
+    pub fn step_event(&self, operation_id: &str, event: Event) -> Result<()> {
+        self.unsynced(|| self.event(operation_id, event, None))
+    }
+
+    /// Runs `write` with `synchronous = NORMAL` (its commits are written to the WAL but
+    /// not fsynced), then sets `synchronous = FULL` again, whatever `write` returned.
+    fn unsynced<T>(&self, write: impl FnOnce() -> Result<T>) -> Result<T> {
+        let set = |level: &str| {
+            self.conn
+                .execute_batch(&format!("PRAGMA synchronous = {level}"))
+                .map_err(|e| jerr(&self.path, e))
+        };
+        set("NORMAL")?;
+        let out = write();
+        set("FULL")?;
+        out
+    }
+
     /// Appends the commit event and the placement fingerprints in one transaction, given
     /// the proof that storage passed the commit point. Each placement names the action
     /// (by its index in the plan, `seq`) that placed the file: the fingerprints are one row
@@ -189,18 +215,23 @@ impl Journal {
         tx.commit().map_err(|e| jerr(&path, e))
     }
 
-    /// Records that the destination log at `location` ended at `seq`.
+    /// Records that the destination log at `location` ended at `seq`. A hint (see
+    /// [`Journal::with_log_tail`]), so committed without an fsync of its own
+    /// ([`Journal::step_event`]): one lost to a power cut leaves an older hint, from
+    /// which the next writer reads the log a little further.
     pub fn record_log_tail(&self, location: &str, seq: u64) -> Result<()> {
         if self.log_tail(location)? == Some(seq) {
             return Ok(());
         }
-        self.conn
-            .execute(
-                "INSERT INTO journal_log_tails (location, seq, at) VALUES (?1, ?2, ?3)",
-                rusqlite::params![location, seq as i64, now()],
-            )
-            .map(|_| ())
-            .map_err(|e| jerr(&self.path, e))
+        self.unsynced(|| {
+            self.conn
+                .execute(
+                    "INSERT INTO journal_log_tails (location, seq, at) VALUES (?1, ?2, ?3)",
+                    rusqlite::params![location, seq as i64, now()],
+                )
+                .map(|_| ())
+                .map_err(|e| jerr(&self.path, e))
+        })
     }
 
     /// Runs `step`, a step of `store` that may add an entry to its destination log (the
