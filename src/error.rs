@@ -54,6 +54,11 @@ pub enum Error {
     /// rendered as JSON (exit 1; kind `failed`).
     #[error("{0}")]
     Json(#[from] serde_json::Error),
+    /// A request to an object store (s3, azure) failed: the action, the key and the
+    /// store's error (exit 1; kind `concurrent_change` when the store refused a
+    /// conditional write, `failed` otherwise).
+    #[error("{0}")]
+    Store(#[from] StoreError),
     /// A record in a destination that distributor did not write (SPEC §17): the message
     /// names it, its owner and what to do (exit 1; a publication's conflict
     /// `untrusted_record`, exit 3).
@@ -112,6 +117,7 @@ impl Error {
             | Error::Failed(_)
             | Error::Releases(_)
             | Error::Json(_)
+            | Error::Store(_)
             | Error::Untrusted(_)
             | Error::ConcurrentChange(_)
             | Error::Committed { .. } => 1,
@@ -130,10 +136,13 @@ impl Error {
             Error::Lock(_) => "lock_timeout",
             Error::RecoveryRequired(_) => "recovery_required",
             Error::ConcurrentChange(_) => "concurrent_change",
+            Error::Store(e) if e.is_concurrent_change() => "concurrent_change",
             Error::Untrusted(_) => "untrusted_record",
-            Error::Failed(_) | Error::Releases(_) | Error::Json(_) | Error::Committed { .. } => {
-                "failed"
-            }
+            Error::Failed(_)
+            | Error::Releases(_)
+            | Error::Json(_)
+            | Error::Store(_)
+            | Error::Committed { .. } => "failed",
         }
     }
 
@@ -144,6 +153,12 @@ impl Error {
             Error::Committed { operation_id, .. } => Some(operation_id),
             _ => None,
         }
+    }
+
+    /// Whether this is a lost race (kind `concurrent_change`): a conditional write the
+    /// store refused, a lease lost, a log entry's number found taken.
+    pub fn is_concurrent_change(&self) -> bool {
+        self.kind() == "concurrent_change"
     }
 
     /// The error itself, or the one an [`Error::Committed`] wraps.
@@ -331,6 +346,67 @@ pub enum SourceError {
     /// the message names the file and the rule.
     #[error("{0}")]
     Invalid(String),
+}
+
+/// A request to an object store that failed (SPEC §21): what distributor was doing, on
+/// which key, and the store's own error as the source. [`Error::Store`], exit 1.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", self.render())]
+pub struct StoreError {
+    /// What distributor was doing (`read`, `upload a part of`, `copy s3://b/p/a to`).
+    pub action: String,
+    /// The key concerned, as distributor shows it (`s3://bucket/prefix/key`,
+    /// `az://container/prefix/key`).
+    pub key: String,
+    /// What the failure was, as distributor says it.
+    pub failure: StoreFailure,
+    /// The store's error.
+    #[source]
+    pub source: object_store::Error,
+}
+
+/// What an object store's failed request was, as [`StoreError`] says it.
+#[derive(Debug)]
+pub enum StoreFailure {
+    /// The store could not be reached (`why` says how, and what to check).
+    Unreachable {
+        /// The store's dialect (`s3`, `azure`).
+        store: &'static str,
+        /// Why it could not be reached.
+        why: String,
+    },
+    /// A first-contact error the store's dialect explains in full (no credentials, a
+    /// bucket or container that does not exist): the whole message.
+    Explained(String),
+    /// The store refused a conditional write: the key changed since it was planned
+    /// (kind `concurrent_change`).
+    ConditionRefused,
+    /// Anything else: the store's own text, cleaned of what must not be shown.
+    Other {
+        /// The store's dialect (`s3`, `azure`).
+        store: &'static str,
+        /// The store's error text.
+        text: String,
+    },
+}
+
+impl StoreError {
+    /// Whether the store refused a conditional write (kind `concurrent_change`).
+    pub fn is_concurrent_change(&self) -> bool {
+        matches!(self.failure, StoreFailure::ConditionRefused)
+    }
+
+    fn render(&self) -> String {
+        let (action, key) = (&self.action, &self.key);
+        match &self.failure {
+            StoreFailure::Unreachable { store, why } => format!("{store}: {action} {key}: {why}"),
+            StoreFailure::Explained(message) => message.clone(),
+            StoreFailure::ConditionRefused => format!(
+                "concurrent change: {action} {key}: changed by someone else since it was planned (the store refused a conditional write)"
+            ),
+            StoreFailure::Other { store, text } => format!("{store}: {action} {key}: {text}"),
+        }
+    }
 }
 
 /// A releases destination (SPEC §15) that refuses an operation on it as it is: a

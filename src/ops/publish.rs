@@ -114,7 +114,7 @@ pub fn publish_with_progress(
                 if matches!(e.root(), Error::Source(_)) {
                     invalid_source = Some(e.to_string());
                 }
-                concurrent_change |= matches!(e.root(), Error::ConcurrentChange(_));
+                concurrent_change |= e.is_concurrent_change();
                 let code = e.exit_code();
                 let mut r = match plan {
                     Some(plan) => DestinationReport::of_error(*plan, &e),
