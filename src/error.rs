@@ -444,6 +444,62 @@ pub enum ReleasesError {
         /// The destination's path.
         path: PathBuf,
     },
+    /// No release was active before the active one (as `owner` published it, in a
+    /// shared root): nothing to roll back to.
+    #[error(
+        "{}: no release was active before {release}{} (see {}); nothing to roll back to",
+        path.display(),
+        owner.as_ref().map(|o| format!(" as {o} published it")).unwrap_or_default(),
+        log.display()
+    )]
+    NoneBefore {
+        /// The destination's path.
+        path: PathBuf,
+        /// The active release.
+        release: String,
+        /// The owner whose activations count, in a shared root.
+        owner: Option<String>,
+        /// The activation log.
+        log: PathBuf,
+    },
+    /// The release to roll back to is not in the releases directory.
+    #[error(
+        "release {release} is gone from {} (retention removed it, or it never existed); cannot roll back to it",
+        dir.display()
+    )]
+    Gone {
+        /// The release.
+        release: String,
+        /// The releases directory.
+        dir: PathBuf,
+    },
+    /// The release to roll back to holds no state file.
+    #[error("release {release} holds no .distributor.json; cannot roll back to it")]
+    TargetWithoutState {
+        /// The release.
+        release: String,
+    },
+    /// The release to roll back to holds a state file that is not valid state.
+    #[error("release {release} holds invalid state ({why}); cannot roll back to it")]
+    TargetInvalidState {
+        /// The release.
+        release: String,
+        /// Why the state is not valid.
+        why: String,
+    },
+    /// The release to activate does not hold what its state records.
+    #[error(
+        "release {release} fails verification: {} recorded path(s) missing or changed ({}{}); not activated",
+        paths.len(),
+        paths.iter().take(10).map(String::as_str).collect::<Vec<_>>().join(", "),
+        if paths.len() > 10 { ", ..." } else { "" }
+    )]
+    FailsVerification {
+        /// The recorded paths missing or changed.
+        paths: Vec<String>,
+        /// The release.
+        release: String,
+    },
     /// The release to activate is the active one.
     #[error("release {release} is already active at {}", path.display())]
     AlreadyActive {
