@@ -8,6 +8,58 @@ use std::path::PathBuf;
 /// Result alias used across the library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The process exit code of a run (SPEC §10). The numbers are the process boundary's;
+/// everything inside speaks of the variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum ExitCode {
+    /// 0: success, unchanged and skipped included.
+    #[default]
+    Success = 0,
+    /// 1: an error (I/O, invalid source, failed execution, diverged recovery).
+    Failed = 1,
+    /// 2: usage or invalid config.
+    Usage = 2,
+    /// 3: a destination had a conflict (verify: drift found).
+    Conflict = 3,
+    /// 4: recovery required.
+    RecoveryRequired = 4,
+}
+
+impl ExitCode {
+    /// The number the process exits with.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// Whether it is 0.
+    pub fn is_success(self) -> bool {
+        self == ExitCode::Success
+    }
+
+    /// The exit code of a run from its destinations' codes (SPEC §10: several at once,
+    /// 1, then 4, then 3): 1 before 2 (a destination's own config error) before 4
+    /// before 3; 0 when all are 0.
+    pub fn overall(codes: impl IntoIterator<Item = ExitCode>) -> ExitCode {
+        codes
+            .into_iter()
+            .max_by_key(|c| match c {
+                ExitCode::Success => 0,
+                ExitCode::Conflict => 1,
+                ExitCode::RecoveryRequired => 2,
+                ExitCode::Usage => 3,
+                ExitCode::Failed => 4,
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl From<ExitCode> for std::process::ExitCode {
+    fn from(code: ExitCode) -> Self {
+        std::process::ExitCode::from(code.code())
+    }
+}
+
 /// Everything that can go wrong in distributor, by kind.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -105,10 +157,10 @@ impl Error {
     /// The process exit code this error maps to (SPEC §10): the one place an error's kind
     /// decides it. Usage and config errors are 2, a required recovery 4, anything else 1
     /// (3, a conflict, is a plan's outcome, never an error).
-    pub fn exit_code(&self) -> u8 {
+    pub fn exit_code(&self) -> ExitCode {
         match self.root() {
-            Error::Usage(_) | Error::Config(_) => 2,
-            Error::RecoveryRequired(_) => 4,
+            Error::Usage(_) | Error::Config(_) => ExitCode::Usage,
+            Error::RecoveryRequired(_) => ExitCode::RecoveryRequired,
             Error::Source(_)
             | Error::Io { .. }
             | Error::Unsafe(_)
@@ -120,7 +172,7 @@ impl Error {
             | Error::Store(_)
             | Error::Untrusted(_)
             | Error::ConcurrentChange(_)
-            | Error::Committed { .. } => 1,
+            | Error::Committed { .. } => ExitCode::Failed,
         }
     }
 
@@ -584,4 +636,24 @@ pub enum ReleasesError {
         /// Why the state is not valid.
         why: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ExitCode;
+
+    #[test]
+    fn several_exit_codes_at_once_are_1_then_2_then_4_then_3() {
+        use ExitCode::*;
+        assert_eq!(ExitCode::overall([]), Success);
+        assert_eq!(ExitCode::overall([Success, Success]), Success);
+        assert_eq!(ExitCode::overall([Conflict, Failed, RecoveryRequired]), Failed);
+        assert_eq!(ExitCode::overall([Conflict, Usage, RecoveryRequired]), Usage);
+        assert_eq!(ExitCode::overall([Conflict, RecoveryRequired, Success]), RecoveryRequired);
+        assert_eq!(ExitCode::overall([Success, Conflict]), Conflict);
+        let numbers: Vec<u8> = [Success, Failed, Usage, Conflict, RecoveryRequired]
+            .map(ExitCode::code)
+            .to_vec();
+        assert_eq!(numbers, [0, 1, 2, 3, 4]);
+    }
 }

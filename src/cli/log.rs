@@ -55,7 +55,7 @@ pub fn run(a: LogArgs) -> Result<CommandOutput> {
             stdout: format!(
                 "destination {dest}: entry {seq} moved to .distributor/quarantine/; entry {at} records the move\n"
             ),
-            code: 0,
+            code: crate::error::ExitCode::Success,
             metrics: None,
         });
     }

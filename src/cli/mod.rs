@@ -66,7 +66,7 @@ pub(crate) struct CommandOutput {
     /// of a million files is hundreds of megabytes, never held whole in memory.
     pub report: Option<crate::report::Report>,
     /// Process exit code.
-    pub code: u8,
+    pub code: crate::error::ExitCode,
     /// What `--metrics-file` records of the run (SPEC §20); `None` for a command that
     /// neither changes nor checks a destination.
     pub metrics: Option<crate::metrics::file::Run>,
@@ -166,7 +166,12 @@ pub fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            return if e.use_stderr() {
+                crate::error::ExitCode::Usage
+            } else {
+                crate::error::ExitCode::Success
+            }
+            .into();
         }
     };
     let json = cli.wants_json();
@@ -223,11 +228,11 @@ fn finish(result: crate::error::Result<CommandOutput>, json: bool) -> ExitCode {
                 let _ = report.write_json(&mut w).and_then(|()| w.flush());
             }
             let _ = stdout.flush();
-            ExitCode::from(out.code)
+            out.code.into()
         }
         Err(e) => {
             report_error(&e, json);
-            ExitCode::from(e.exit_code())
+            e.exit_code().into()
         }
     }
 }

@@ -58,7 +58,7 @@ pub fn run(a: PruneArgs) -> Result<CommandOutput> {
                 files_written: 0,
                 files_deleted: 0,
                 conflicts: u64::from(d.path_changed.is_some()),
-                success: code == 0,
+                success: code.is_success(),
             })
             .collect(),
     });

@@ -4,7 +4,7 @@ use super::CommandOutput;
 use crate::config::Config;
 use crate::error::Result;
 use crate::journal::JournalView;
-use crate::ops::common::{overall_exit_code, resolve_journal};
+use crate::ops::common::{ExitCode, resolve_journal};
 use crate::ops::inspect;
 use clap::Args;
 use std::fmt::Write;
@@ -40,24 +40,24 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
     let st = inspect::status(&dests, view.as_ref());
     // An unreadable bundle path (or a bad log entry) is 1, pending recovery 4 (SPEC §10
     // precedence).
-    let codes: Vec<u8> = st
+    let codes: Vec<ExitCode> = st
         .iter()
         .map(|s| {
             match (s.error.as_ref(), s.recovery_pending) {
-                (Some(_), _) => 1,
+                (Some(_), _) => ExitCode::Failed,
                 // An untrusted record is decided before a pending recovery (SPEC §17).
-                _ if s.untrusted_record.is_some() => 3,
-                _ if s.log_error.is_some() => 1,
-                (None, true) => 4,
-                (None, false) => 0,
+                _ if s.untrusted_record.is_some() => ExitCode::Conflict,
+                _ if s.log_error.is_some() => ExitCode::Failed,
+                (None, true) => ExitCode::RecoveryRequired,
+                (None, false) => ExitCode::Success,
             }
         })
         .collect();
-    let code = overall_exit_code(&codes);
+    let code = ExitCode::overall(codes.iter().copied());
     let metrics = Some(crate::metrics::file::Run {
         pipeline: config.pipeline_id.clone(),
         rows: (st.iter().zip(&codes))
-            .map(|(s, c)| crate::metrics::file::Row::checked(&s.destination_id, *c == 0))
+            .map(|(s, c)| crate::metrics::file::Row::checked(&s.destination_id, c.is_success()))
             .collect(),
     });
     if a.json {

@@ -102,7 +102,7 @@ pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
     Ok(CommandOutput {
         report: None,
         stdout: out,
-        code: 0,
+        code: crate::error::ExitCode::Success,
         metrics: None,
     })
 }

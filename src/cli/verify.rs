@@ -5,7 +5,7 @@ use super::progress::Shown;
 use crate::config::Config;
 use crate::error::Result;
 use crate::journal::JournalView;
-use crate::ops::common::{overall_exit_code, resolve_journal};
+use crate::ops::common::{ExitCode, resolve_journal};
 use crate::ops::inspect;
 use clap::Args;
 use std::fmt::Write;
@@ -51,21 +51,21 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     let drift = inspect::verify(&dests, a.deep, view.as_ref(), shown.ticker());
     shown.finish();
     // An unverifiable bundle path is 1, pending recovery 4, drift 3 (SPEC §10 precedence).
-    let codes: Vec<u8> = drift
+    let codes: Vec<ExitCode> = drift
         .iter()
         .map(|d| {
             match (d.error.as_ref(), d.recovery_pending, d.drifted()) {
-                (Some(_), _, _) => 1,
+                (Some(_), _, _) => ExitCode::Failed,
                 // An untrusted record is decided before a pending recovery (SPEC §17).
-                _ if d.untrusted_record.is_some() => 3,
-                _ if d.log_error.is_some() => 1,
-                (None, true, _) => 4,
-                (None, false, true) => 3,
-                (None, false, false) => 0,
+                _ if d.untrusted_record.is_some() => ExitCode::Conflict,
+                _ if d.log_error.is_some() => ExitCode::Failed,
+                (None, true, _) => ExitCode::RecoveryRequired,
+                (None, false, true) => ExitCode::Conflict,
+                (None, false, false) => ExitCode::Success,
             }
         })
         .collect();
-    let code = overall_exit_code(&codes);
+    let code = ExitCode::overall(codes.iter().copied());
     let metrics = Some(crate::metrics::file::Run {
         pipeline: config.pipeline_id.clone(),
         rows: (drift.iter().zip(&codes))
@@ -74,7 +74,7 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
                 files_written: 0,
                 files_deleted: 0,
                 conflicts: 0,
-                success: *c == 0,
+                success: c.is_success(),
             })
             .collect(),
     });

@@ -13,7 +13,7 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
 use crate::model::Decision;
-use crate::ops::common::check_recovery;
+use crate::ops::common::{ExitCode, check_recovery};
 use crate::ops::rollback::{Activation, run_activation};
 use crate::plan::DestinationPlan;
 use crate::state::{STATE_FILE, StateFile};
@@ -101,7 +101,7 @@ impl AdoptReport {
 
 /// Adopts the selected destinations; returns the report and the exit code (0; 3 when a
 /// destination was refused for unmanaged content; the worst error's otherwise).
-pub fn adopt(config: &Config, opts: &AdoptOptions) -> Result<(AdoptReport, u8)> {
+pub fn adopt(config: &Config, opts: &AdoptOptions) -> Result<(AdoptReport, ExitCode)> {
     let selected: Vec<&Destination> = if opts.destinations.is_empty() {
         (config.destinations.iter())
             .filter(|d| d.releases.is_some())
@@ -140,7 +140,7 @@ pub fn adopt(config: &Config, opts: &AdoptOptions) -> Result<(AdoptReport, u8)> 
             message: String::new(),
         };
         match adopt_one(config, dest, opts, journal.as_mut(), &mut d) {
-            Ok(()) if d.status == "refused" => codes.push(3),
+            Ok(()) if d.status == "refused" => codes.push(ExitCode::Conflict),
             Ok(()) => {}
             Err(e) => {
                 codes.push(e.exit_code());
@@ -150,8 +150,7 @@ pub fn adopt(config: &Config, opts: &AdoptOptions) -> Result<(AdoptReport, u8)> 
         }
         report.destinations.push(d);
     }
-    let code = crate::ops::common::overall_exit_code(&codes);
-    Ok((report, code))
+    Ok((report, ExitCode::overall(codes)))
 }
 
 fn adopt_one(

@@ -10,22 +10,16 @@ use crate::plan::saved::PlanFile;
 use crate::report::Report;
 use std::path::{Path, PathBuf};
 
-/// The exit code of a run from its destinations' codes (SPEC §10): 1 before 2 (a
-/// destination's own config error) before 4 before 3; 0 when all are 0.
-pub fn overall_exit_code(codes: &[u8]) -> u8 {
-    [1u8, 2, 4, 3]
-        .into_iter()
-        .find(|c| codes.contains(c))
-        .unwrap_or(0)
-}
+pub use crate::error::ExitCode;
 
 /// A report and the exit code it implies (SPEC §10).
 #[derive(Debug)]
 pub struct Outcome {
     /// The report.
     pub report: Report,
-    /// 0, 1, 3 or 4.
-    pub exit_code: u8,
+    /// Success, failed, usage (a destination's own config), conflict or recovery
+    /// required.
+    pub exit_code: ExitCode,
     /// A destination failed because another writer changed its storage first (an object
     /// store refused a conditional write, or the lease was lost): `serve` answers 409.
     pub concurrent_change: bool,

@@ -21,7 +21,7 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef};
-use crate::ops::common::Outcome;
+use crate::ops::common::{ExitCode, Outcome};
 use crate::ops::rollback::{Activation, run_activation};
 use crate::plan::PlanFailed;
 use crate::plan::{Conflict, DestinationPlan, FileAction, LinkAction, Previous};
@@ -78,9 +78,9 @@ pub fn promote(config: &Config, opts: &PromoteOptions) -> Result<Outcome> {
             Ok((report, s)) => {
                 source.get_or_insert(s);
                 codes.push(if report.status == Status::Conflict {
-                    3
+                    ExitCode::Conflict
                 } else {
-                    0
+                    ExitCode::Success
                 });
                 reports.push(report);
             }
@@ -110,7 +110,7 @@ pub fn promote(config: &Config, opts: &PromoteOptions) -> Result<Outcome> {
             summary,
             plan_file: None,
         },
-        exit_code: crate::ops::common::overall_exit_code(&codes),
+        exit_code: ExitCode::overall(codes),
         concurrent_change: false,
         saved: None,
     })

@@ -12,7 +12,7 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::execute::record_removal;
 use crate::journal::{Event, Journal, OperationRecord};
-use crate::ops::common::check_recovery;
+use crate::ops::common::{ExitCode, check_recovery};
 use crate::progress::Ticker;
 use crate::state::StateFile;
 use serde::Serialize;
@@ -125,7 +125,7 @@ pub fn prune(
     config: &Config,
     opts: &PruneOptions,
     progress: Ticker<'_>,
-) -> Result<(PruneReport, u8)> {
+) -> Result<(PruneReport, ExitCode)> {
     let selected: Vec<&Destination> = if opts.destinations.is_empty() {
         config
             .destinations
@@ -153,7 +153,7 @@ pub fn prune(
         pipeline_id: config.pipeline_id.clone(),
         destinations: Vec::new(),
     };
-    let mut code = 0u8;
+    let mut codes = Vec::new();
     for dest in selected {
         let mut d = DestinationPrune {
             destination_id: dest.id.clone(),
@@ -169,18 +169,18 @@ pub fn prune(
             error: None,
         };
         if let Err(e) = prune_one(config, dest, opts, journal.as_mut(), &mut d, progress) {
-            code = code.max(e.exit_code());
+            codes.push(e.exit_code());
             d.error = Some(e.to_string());
         }
         if d.log_error.is_some() {
-            code = code.max(1);
+            codes.push(ExitCode::Failed);
         }
         if d.path_changed.is_some() {
-            code = code.max(3);
+            codes.push(ExitCode::Conflict);
         }
         report.destinations.push(d);
     }
-    Ok((report, code))
+    Ok((report, ExitCode::overall(codes)))
 }
 
 fn prune_one(

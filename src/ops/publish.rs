@@ -3,7 +3,7 @@
 //! through the journal. Shared by the CLI and the HTTP server.
 
 use super::common::{
-    Outcome, Pending, check_recovery, journal_refused, overall_exit_code, pending,
+    ExitCode, Outcome, Pending, check_recovery, journal_refused, pending,
 };
 use crate::backend::releases::ReleaseStore;
 use crate::backend::{self, BundleStore, types};
@@ -85,7 +85,7 @@ pub fn publish_with_progress(
         (Some(Journal::open(&opts.journal)?), None)
     };
     let mut reports = Vec::new();
-    let mut codes: Vec<u8> = Vec::new();
+    let mut codes: Vec<ExitCode> = Vec::new();
     let mut invalid_source: Option<String> = None;
     let mut concurrent_change = false;
     let mut saved = Vec::new();
@@ -131,7 +131,7 @@ pub fn publish_with_progress(
     }
     // A destination can fail with a config error of its own (a template that renders an
     // unsafe path): that is 2, after 1 and before 4 and 3, never lost as 0.
-    let exit_code = overall_exit_code(&codes);
+    let exit_code = ExitCode::overall(codes);
     let summary = Summary::of(&reports);
     let all_planned = reports.iter().all(|r| r.status != Status::Failed);
     let saved = (opts.save_plan && all_planned).then(|| PlanFile {
@@ -849,7 +849,7 @@ fn publish_one(
     journaling: Journaling<'_>,
     progress: Option<&dyn Progress>,
     saved: &mut Vec<SavedDestination>,
-) -> std::result::Result<(DestinationReport, u8), PlanFailed> {
+) -> std::result::Result<(DestinationReport, ExitCode), PlanFailed> {
     let (journal, view) = match journaling {
         Journaling::Real(j) => (Some(j), None),
         Journaling::DryRun(v) => (None, v),
@@ -1129,7 +1129,7 @@ fn publish_one(
                 r.releases_removed = crate::journal::query::releases_removed(journal, &op)?;
                 r.release_activated = Some(op);
             }
-            Ok((r, 0))
+            Ok((r, ExitCode::Success))
         }
         Err(e) => Err(PlanFailed::new(plan, e)),
     }
@@ -1235,10 +1235,10 @@ fn status_of(plan: &DestinationPlan, writing: Status) -> Status {
     }
 }
 
-fn code_of(plan: &DestinationPlan) -> u8 {
+fn code_of(plan: &DestinationPlan) -> ExitCode {
     if plan.decision == Decision::Conflict {
-        3
+        ExitCode::Conflict
     } else {
-        0
+        ExitCode::Success
     }
 }

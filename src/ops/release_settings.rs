@@ -12,7 +12,7 @@ use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::journal::{Event, Journal, OperationRecord};
-use crate::ops::common::check_recovery;
+use crate::ops::common::{ExitCode, check_recovery};
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -130,7 +130,10 @@ impl SettingsReport {
 
 /// Records the config's settings at the selected destinations; returns the report and
 /// the exit code (0, or the worst error's).
-pub fn record_settings(config: &Config, opts: &SettingsOptions) -> Result<(SettingsReport, u8)> {
+pub fn record_settings(
+    config: &Config,
+    opts: &SettingsOptions,
+) -> Result<(SettingsReport, ExitCode)> {
     let selected: Vec<&Destination> = if opts.destinations.is_empty() {
         (config.destinations.iter())
             .filter(|d| d.releases.is_some())
@@ -155,7 +158,7 @@ pub fn record_settings(config: &Config, opts: &SettingsOptions) -> Result<(Setti
         pipeline_id: config.pipeline_id.clone(),
         destinations: Vec::new(),
     };
-    let mut code = 0u8;
+    let mut codes = Vec::new();
     for dest in selected {
         let mut d = DestinationSettings {
             destination_id: dest.id.clone(),
@@ -169,13 +172,13 @@ pub fn record_settings(config: &Config, opts: &SettingsOptions) -> Result<(Setti
             error: None,
         };
         if let Err(e) = one(config, dest, opts, journal.as_mut(), &mut d) {
-            code = code.max(e.exit_code());
+            codes.push(e.exit_code());
             d.status = "failed";
             d.error = Some(e.to_string());
         }
         report.destinations.push(d);
     }
-    Ok((report, code))
+    Ok((report, ExitCode::overall(codes)))
 }
 
 fn one(

@@ -20,7 +20,7 @@ use crate::execute::{ExecContext, Origin, StagedOperation, Transaction, execute,
 use crate::hash::sha256_hex;
 use crate::journal::{Journal, query};
 use crate::model::{Decision, FileOp, Owner, SourceRef, StateMode};
-use crate::ops::common::{Outcome, check_recovery};
+use crate::ops::common::{ExitCode, Outcome, check_recovery};
 use crate::ops::publish::plan_rollback;
 use crate::plan::PlanFailed;
 use crate::plan::{DestinationPlan, FileAction, LinkAction, Previous};
@@ -87,9 +87,9 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
             Ok((report, to)) => {
                 source.get_or_insert(to);
                 codes.push(if report.status == Status::Conflict {
-                    3
+                    ExitCode::Conflict
                 } else {
-                    0
+                    ExitCode::Success
                 });
                 reports.push(report);
             }
@@ -110,7 +110,7 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
             }
         }
     }
-    let exit_code = crate::ops::common::overall_exit_code(&codes);
+    let exit_code = ExitCode::overall(codes);
     let summary = Summary::of(&reports);
     Ok(Outcome {
         report: Report {
