@@ -647,9 +647,18 @@ mod tests {
         use ExitCode::*;
         assert_eq!(ExitCode::overall([]), Success);
         assert_eq!(ExitCode::overall([Success, Success]), Success);
-        assert_eq!(ExitCode::overall([Conflict, Failed, RecoveryRequired]), Failed);
-        assert_eq!(ExitCode::overall([Conflict, Usage, RecoveryRequired]), Usage);
-        assert_eq!(ExitCode::overall([Conflict, RecoveryRequired, Success]), RecoveryRequired);
+        assert_eq!(
+            ExitCode::overall([Conflict, Failed, RecoveryRequired]),
+            Failed
+        );
+        assert_eq!(
+            ExitCode::overall([Conflict, Usage, RecoveryRequired]),
+            Usage
+        );
+        assert_eq!(
+            ExitCode::overall([Conflict, RecoveryRequired, Success]),
+            RecoveryRequired
+        );
         assert_eq!(ExitCode::overall([Success, Conflict]), Conflict);
         let numbers: Vec<u8> = [Success, Failed, Usage, Conflict, RecoveryRequired]
             .map(ExitCode::code)

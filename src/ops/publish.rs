@@ -2,9 +2,7 @@
 //! probe storage, plan, and (unless dry run) lock, re-plan under the lock, and execute
 //! through the journal. Shared by the CLI and the HTTP server.
 
-use super::common::{
-    ExitCode, Outcome, Pending, check_recovery, journal_refused, pending,
-};
+use super::common::{ExitCode, Outcome, Pending, check_recovery, journal_refused, pending};
 use crate::backend::releases::ReleaseStore;
 use crate::backend::{self, BundleStore, types};
 use crate::config::{Config, Destination, PathMapping};

@@ -441,8 +441,7 @@ impl ReleaseStore {
             .map_err(|e| record_error(e, base))?;
         let path = base.join(RELEASES_SETTINGS);
         if replace || rec.stat_opt("releases.json").ctx("stat", &path)?.is_none() {
-            let bytes =
-                serde_json::to_vec_pretty(record)?;
+            let bytes = serde_json::to_vec_pretty(record)?;
             let tmp = "releases.json.tmp";
             let _ = rec.unlink(tmp);
             let mut f = rec.create_record_file(tmp).ctx("create", &path)?;
@@ -772,9 +771,11 @@ impl ReleaseStore {
     /// What a rollback undoes by default ([`log::rollback_target`]): `(target, undone
     /// operation)`; `owner` for a shared root.
     pub fn rollback_target(&self, owner: Option<&str>) -> Result<(String, String)> {
-        let current = self.active_release().ok_or_else(|| ReleasesError::NoneActive {
-            path: self.path.clone(),
-        })?;
+        let current = self
+            .active_release()
+            .ok_or_else(|| ReleasesError::NoneActive {
+                path: self.path.clone(),
+            })?;
         log::rollback_target(&self.activations()?, owner).ok_or_else(|| {
             ReleasesError::NoneBefore {
                 path: self.path.clone(),

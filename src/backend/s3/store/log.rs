@@ -325,7 +325,8 @@ impl S3Store {
                 Ok(_) => break to,
                 // A copy an interrupted quarantine made of these very bytes is this one.
                 Err(e)
-                    if e.is_concurrent_change() && self.get(&to)?.is_some_and(|(b, _)| b == bytes) =>
+                    if e.is_concurrent_change()
+                        && self.get(&to)?.is_some_and(|(b, _)| b == bytes) =>
                 {
                     break to;
                 }
