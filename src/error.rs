@@ -110,7 +110,7 @@ pub enum Error {
     /// store's error (exit 1; kind `concurrent_change` when the store refused a
     /// conditional write, `failed` otherwise).
     #[error("{0}")]
-    Store(#[from] StoreError),
+    Store(Box<StoreError>),
     /// A record in a destination that distributor did not write (SPEC §17): the message
     /// names it, its owner and what to do (exit 1; a publication's conflict
     /// `untrusted_record`, exit 3).
@@ -400,7 +400,7 @@ pub enum SourceError {
     Invalid(String),
 }
 
-/// A request to an object store that failed (SPEC §21): what distributor was doing, on
+/// A request to an object store that failed (SPEC §14, §21): what distributor was doing, on
 /// which key, and the store's own error as the source. [`Error::Store`], exit 1.
 #[derive(Debug, thiserror::Error)]
 #[error("{}", self.render())]
@@ -440,6 +440,13 @@ pub enum StoreFailure {
         /// The store's error text.
         text: String,
     },
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        // Boxed: an object_store error is large, and every `Result` carries an `Error`.
+        Error::Store(Box::new(e))
+    }
 }
 
 impl StoreError {

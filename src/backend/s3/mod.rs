@@ -607,12 +607,13 @@ pub(crate) fn store_error(action: &str, what: &str, e: object_store::Error) -> E
             text: dialect.clean(&e.to_string()),
         }
     };
-    Error::Store(StoreError {
+    StoreError {
         action: action.to_string(),
         key: what.to_string(),
         failure,
         source: e,
-    })
+    }
+    .into()
 }
 
 /// The first error of type `T` in `e`'s chain of sources.
