@@ -1,7 +1,6 @@
 //! `distributor validate --config F [--source DIR]`.
 
 use super::CommandOutput;
-use crate::config::Config;
 use crate::error::{ConfigError, Result};
 use crate::source::Source;
 use clap::Args;
@@ -11,9 +10,8 @@ use std::path::PathBuf;
 /// Check a config (and optionally a source bundle) without publishing.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// Pipeline config file (YAML).
-    #[arg(long, value_name = "F")]
-    pub config: PathBuf,
+    #[command(flatten)]
+    pub pipeline: super::ConfigArgs,
     /// Also verify this source bundle: its manifest, and every output's size and sha256.
     #[arg(long, value_name = "DIR")]
     pub source: Option<PathBuf>,
@@ -21,7 +19,7 @@ pub struct ValidateArgs {
 
 /// Runs the command.
 pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
-    let config = Config::load(&a.config)?;
+    let config = a.pipeline.load()?;
     for (i, d) in config.destinations.iter().enumerate() {
         if d.s3.is_some() {
             continue;

@@ -2,7 +2,6 @@
 
 use super::CommandOutput;
 use super::progress::Shown;
-use crate::config::Config;
 use crate::error::Result;
 use crate::journal::JournalView;
 use crate::ops::common::{ExitCode, resolve_journal};
@@ -15,12 +14,8 @@ use std::path::PathBuf;
 /// the destination log: log_mismatch (exit 3 on drift).
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// Pipeline config file (YAML).
-    #[arg(long, value_name = "F")]
-    pub config: PathBuf,
-    /// Only these destinations (repeatable).
-    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
-    pub destinations: Vec<String>,
+    #[command(flatten)]
+    pub target: super::Selection,
     /// s3 destinations: download and hash every recorded object instead of trusting the
     /// listing's size and ETag (local destinations always hash every recorded file).
     #[arg(long)]
@@ -43,8 +38,8 @@ pub struct VerifyArgs {
 
 /// Runs the command.
 pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
-    let config = Config::load(&a.config)?;
-    let dests = config.select(&a.destinations)?;
+    let config = a.target.pipeline.load()?;
+    let dests = config.select(&a.target.destinations)?;
     let view = JournalView::open(&resolve_journal(a.journal.as_deref(), Some(&config))?)?;
     // How checking each recorded file goes (SPEC §20).
     let shown = Shown::on_stderr("verify", a.json, a.quiet);
@@ -81,20 +76,11 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
     if a.json {
         let any_drift = drift.iter().any(|d| d.drifted());
         let v = serde_json::json!({"pipeline_id": config.pipeline_id, "drift": any_drift, "destinations": drift});
-        return Ok(CommandOutput {
-            report: None,
-            stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
-            code,
-            metrics,
-        });
+        let stdout = format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(CommandOutput::text(stdout, code, metrics));
     }
     if a.quiet {
-        return Ok(CommandOutput {
-            report: None,
-            stdout: quiet_text(&drift),
-            code,
-            metrics,
-        });
+        return Ok(CommandOutput::text(quiet_text(&drift), code, metrics));
     }
     let mut out = String::new();
     for d in &drift {
@@ -174,12 +160,7 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
             );
         }
     }
-    Ok(CommandOutput {
-        report: None,
-        stdout: out,
-        code,
-        metrics,
-    })
+    Ok(CommandOutput::text(out, code, metrics))
 }
 
 /// `verify --quiet` (SPEC §16, as §20 amends it): a line for every bundle path that could
