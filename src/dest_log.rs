@@ -43,11 +43,14 @@ pub struct DestinationLog {
 
 /// Reads the logs of the selected destinations; the exit code is 1 when any has a bad
 /// entry or could not be read.
-pub fn read_logs(config: &Config, opts: &LogOptions) -> Result<(Vec<DestinationLog>, u8)> {
+pub fn read_logs(
+    config: &Config,
+    opts: &LogOptions,
+) -> Result<(Vec<DestinationLog>, crate::error::ExitCode)> {
     let selected = select(config, &opts.destinations)?;
     let since = opts.since.as_deref().map(parse_since).transpose()?;
     let mut out = Vec::new();
-    let mut code = 0;
+    let mut code = crate::error::ExitCode::Success;
     for dest in selected {
         let behind_interface = crate::backend::capabilities(dest).log_behind_interface;
         let (bases, unlisted) = match log_bases(dest) {
@@ -58,7 +61,7 @@ pub fn read_logs(config: &Config, opts: &LogOptions) -> Result<(Vec<DestinationL
             Err(e) => return Err(e),
         };
         if let Some(e) = unlisted {
-            code = 1;
+            code = crate::error::ExitCode::Failed;
             out.push(DestinationLog {
                 destination_id: dest.id.clone(),
                 log: dest
@@ -102,7 +105,7 @@ pub fn read_logs(config: &Config, opts: &LogOptions) -> Result<(Vec<DestinationL
                 d.entries.drain(..skip);
             }
             if d.error.is_some() || !d.bad.is_empty() {
-                code = 1;
+                code = crate::error::ExitCode::Failed;
             }
             out.push(d);
         }

@@ -8,6 +8,58 @@ use std::path::PathBuf;
 /// Result alias used across the library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The process exit code of a run (SPEC §10). The numbers are the process boundary's;
+/// everything inside speaks of the variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum ExitCode {
+    /// 0: success, unchanged and skipped included.
+    #[default]
+    Success = 0,
+    /// 1: an error (I/O, invalid source, failed execution, diverged recovery).
+    Failed = 1,
+    /// 2: usage or invalid config.
+    Usage = 2,
+    /// 3: a destination had a conflict (verify: drift found).
+    Conflict = 3,
+    /// 4: recovery required.
+    RecoveryRequired = 4,
+}
+
+impl ExitCode {
+    /// The number the process exits with.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// Whether it is 0.
+    pub fn is_success(self) -> bool {
+        self == ExitCode::Success
+    }
+
+    /// The exit code of a run from its destinations' codes (SPEC §10: several at once,
+    /// 1, then 4, then 3): 1 before 2 (a destination's own config error) before 4
+    /// before 3; 0 when all are 0.
+    pub fn overall(codes: impl IntoIterator<Item = ExitCode>) -> ExitCode {
+        codes
+            .into_iter()
+            .max_by_key(|c| match c {
+                ExitCode::Success => 0,
+                ExitCode::Conflict => 1,
+                ExitCode::RecoveryRequired => 2,
+                ExitCode::Usage => 3,
+                ExitCode::Failed => 4,
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl From<ExitCode> for std::process::ExitCode {
+    fn from(code: ExitCode) -> Self {
+        std::process::ExitCode::from(code.code())
+    }
+}
+
 /// Everything that can go wrong in distributor, by kind.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -54,6 +106,11 @@ pub enum Error {
     /// rendered as JSON (exit 1; kind `failed`).
     #[error("{0}")]
     Json(#[from] serde_json::Error),
+    /// A request to an object store (s3, azure) failed: the action, the key and the
+    /// store's error (exit 1; kind `concurrent_change` when the store refused a
+    /// conditional write, `failed` otherwise).
+    #[error("{0}")]
+    Store(Box<StoreError>),
     /// A record in a destination that distributor did not write (SPEC §17): the message
     /// names it, its owner and what to do (exit 1; a publication's conflict
     /// `untrusted_record`, exit 3).
@@ -100,10 +157,10 @@ impl Error {
     /// The process exit code this error maps to (SPEC §10): the one place an error's kind
     /// decides it. Usage and config errors are 2, a required recovery 4, anything else 1
     /// (3, a conflict, is a plan's outcome, never an error).
-    pub fn exit_code(&self) -> u8 {
+    pub fn exit_code(&self) -> ExitCode {
         match self.root() {
-            Error::Usage(_) | Error::Config(_) => 2,
-            Error::RecoveryRequired(_) => 4,
+            Error::Usage(_) | Error::Config(_) => ExitCode::Usage,
+            Error::RecoveryRequired(_) => ExitCode::RecoveryRequired,
             Error::Source(_)
             | Error::Io { .. }
             | Error::Unsafe(_)
@@ -112,9 +169,10 @@ impl Error {
             | Error::Failed(_)
             | Error::Releases(_)
             | Error::Json(_)
+            | Error::Store(_)
             | Error::Untrusted(_)
             | Error::ConcurrentChange(_)
-            | Error::Committed { .. } => 1,
+            | Error::Committed { .. } => ExitCode::Failed,
         }
     }
 
@@ -130,10 +188,13 @@ impl Error {
             Error::Lock(_) => "lock_timeout",
             Error::RecoveryRequired(_) => "recovery_required",
             Error::ConcurrentChange(_) => "concurrent_change",
+            Error::Store(e) if e.is_concurrent_change() => "concurrent_change",
             Error::Untrusted(_) => "untrusted_record",
-            Error::Failed(_) | Error::Releases(_) | Error::Json(_) | Error::Committed { .. } => {
-                "failed"
-            }
+            Error::Failed(_)
+            | Error::Releases(_)
+            | Error::Json(_)
+            | Error::Store(_)
+            | Error::Committed { .. } => "failed",
         }
     }
 
@@ -144,6 +205,12 @@ impl Error {
             Error::Committed { operation_id, .. } => Some(operation_id),
             _ => None,
         }
+    }
+
+    /// Whether this is a lost race (kind `concurrent_change`): a conditional write the
+    /// store refused, a lease lost, a log entry's number found taken.
+    pub fn is_concurrent_change(&self) -> bool {
+        self.kind() == "concurrent_change"
     }
 
     /// The error itself, or the one an [`Error::Committed`] wraps.
@@ -333,6 +400,74 @@ pub enum SourceError {
     Invalid(String),
 }
 
+/// A request to an object store that failed (SPEC §14, §21): what distributor was doing, on
+/// which key, and the store's own error as the source. [`Error::Store`], exit 1.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", self.render())]
+pub struct StoreError {
+    /// What distributor was doing (`read`, `upload a part of`, `copy s3://b/p/a to`).
+    pub action: String,
+    /// The key concerned, as distributor shows it (`s3://bucket/prefix/key`,
+    /// `az://container/prefix/key`).
+    pub key: String,
+    /// What the failure was, as distributor says it.
+    pub failure: StoreFailure,
+    /// The store's error.
+    #[source]
+    pub source: object_store::Error,
+}
+
+/// What an object store's failed request was, as [`StoreError`] says it.
+#[derive(Debug)]
+pub enum StoreFailure {
+    /// The store could not be reached (`why` says how, and what to check).
+    Unreachable {
+        /// The store's dialect (`s3`, `azure`).
+        store: &'static str,
+        /// Why it could not be reached.
+        why: String,
+    },
+    /// A first-contact error the store's dialect explains in full (no credentials, a
+    /// bucket or container that does not exist): the whole message.
+    Explained(String),
+    /// The store refused a conditional write: the key changed since it was planned
+    /// (kind `concurrent_change`).
+    ConditionRefused,
+    /// Anything else: the store's own text, cleaned of what must not be shown.
+    Other {
+        /// The store's dialect (`s3`, `azure`).
+        store: &'static str,
+        /// The store's error text.
+        text: String,
+    },
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        // Boxed: an object_store error is large, and every `Result` carries an `Error`.
+        Error::Store(Box::new(e))
+    }
+}
+
+impl StoreError {
+    /// Whether the store refused a conditional write (kind `concurrent_change`).
+    pub fn is_concurrent_change(&self) -> bool {
+        matches!(self.failure, StoreFailure::ConditionRefused)
+    }
+
+    fn render(&self) -> String {
+        let (action, key) = (&self.action, &self.key);
+        match &self.failure {
+            StoreFailure::Unreachable { store, why } => format!("{store}: {action} {key}: {why}"),
+            StoreFailure::Explained(message) => message.clone(),
+            StoreFailure::ConditionRefused => format!(
+                "concurrent change: {action} {key}: changed by someone else since it was planned (the store refused a conditional write)"
+            ),
+            StoreFailure::Other { store, text } => format!("{store}: {action} {key}: {text}"),
+        }
+    }
+}
+
 /// A releases destination (SPEC §15) that refuses an operation on it as it is: a
 /// rollback, a promote, an adoption, a prune. [`Error::Releases`], exit 1, kind `failed`.
 #[derive(Debug, thiserror::Error)]
@@ -367,6 +502,62 @@ pub enum ReleasesError {
     NoneActive {
         /// The destination's path.
         path: PathBuf,
+    },
+    /// No release was active before the active one (as `owner` published it, in a
+    /// shared root): nothing to roll back to.
+    #[error(
+        "{}: no release was active before {release}{} (see {}); nothing to roll back to",
+        path.display(),
+        owner.as_ref().map(|o| format!(" as {o} published it")).unwrap_or_default(),
+        log.display()
+    )]
+    NoneBefore {
+        /// The destination's path.
+        path: PathBuf,
+        /// The active release.
+        release: String,
+        /// The owner whose activations count, in a shared root.
+        owner: Option<String>,
+        /// The activation log.
+        log: PathBuf,
+    },
+    /// The release to roll back to is not in the releases directory.
+    #[error(
+        "release {release} is gone from {} (retention removed it, or it never existed); cannot roll back to it",
+        dir.display()
+    )]
+    Gone {
+        /// The release.
+        release: String,
+        /// The releases directory.
+        dir: PathBuf,
+    },
+    /// The release to roll back to holds no state file.
+    #[error("release {release} holds no .distributor.json; cannot roll back to it")]
+    TargetWithoutState {
+        /// The release.
+        release: String,
+    },
+    /// The release to roll back to holds a state file that is not valid state.
+    #[error("release {release} holds invalid state ({why}); cannot roll back to it")]
+    TargetInvalidState {
+        /// The release.
+        release: String,
+        /// Why the state is not valid.
+        why: String,
+    },
+    /// The release to activate does not hold what its state records.
+    #[error(
+        "release {release} fails verification: {} recorded path(s) missing or changed ({}{}); not activated",
+        paths.len(),
+        paths.iter().take(10).map(String::as_str).collect::<Vec<_>>().join(", "),
+        if paths.len() > 10 { ", ..." } else { "" }
+    )]
+    FailsVerification {
+        /// The recorded paths missing or changed.
+        paths: Vec<String>,
+        /// The release.
+        release: String,
     },
     /// The release to activate is the active one.
     #[error("release {release} is already active at {}", path.display())]
@@ -452,4 +643,33 @@ pub enum ReleasesError {
         /// Why the state is not valid.
         why: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ExitCode;
+
+    #[test]
+    fn several_exit_codes_at_once_are_1_then_2_then_4_then_3() {
+        use ExitCode::*;
+        assert_eq!(ExitCode::overall([]), Success);
+        assert_eq!(ExitCode::overall([Success, Success]), Success);
+        assert_eq!(
+            ExitCode::overall([Conflict, Failed, RecoveryRequired]),
+            Failed
+        );
+        assert_eq!(
+            ExitCode::overall([Conflict, Usage, RecoveryRequired]),
+            Usage
+        );
+        assert_eq!(
+            ExitCode::overall([Conflict, RecoveryRequired, Success]),
+            RecoveryRequired
+        );
+        assert_eq!(ExitCode::overall([Success, Conflict]), Conflict);
+        let numbers: Vec<u8> = [Success, Failed, Usage, Conflict, RecoveryRequired]
+            .map(ExitCode::code)
+            .to_vec();
+        assert_eq!(numbers, [0, 1, 2, 3, 4]);
+    }
 }

@@ -40,7 +40,7 @@ pub fn run(a: CompletionsArgs) -> Result<CommandOutput> {
     Ok(CommandOutput {
         report: None,
         stdout: String::from_utf8(out).map_err(|e| Error::Failed(e.to_string()))?,
-        code: 0,
+        code: crate::error::ExitCode::Success,
         metrics: None,
     })
 }
@@ -194,7 +194,7 @@ pub fn run_man(a: ManArgs) -> Result<CommandOutput> {
     Ok(CommandOutput {
         report: None,
         stdout: page.clone(),
-        code: 0,
+        code: crate::error::ExitCode::Success,
         metrics: None,
     })
 }

@@ -212,7 +212,7 @@ fn list(a: ListArgs) -> Result<CommandOutput> {
     };
     Ok(CommandOutput {
         stdout,
-        code: 0,
+        code: crate::error::ExitCode::Success,
         report: None,
         metrics: None,
     })
@@ -365,7 +365,7 @@ fn show(a: ShowArgs) -> Result<CommandOutput> {
     };
     Ok(CommandOutput {
         stdout,
-        code: 0,
+        code: crate::error::ExitCode::Success,
         report: None,
         metrics: None,
     })

@@ -1,11 +1,9 @@
 //! `distributor log`.
 
 use super::{CommandOutput, cli_actor};
-use crate::config::Config;
 use crate::dest_log::{LogOptions, errors, quarantine, read_logs, to_jsonl, to_text};
 use crate::error::Result;
 use clap::Args;
-use std::path::PathBuf;
 
 /// Print each destination's own log (who changed it, from which host, in order), oldest
 /// first; or move a bad entry out of it.
@@ -16,9 +14,8 @@ use std::path::PathBuf;
 /// out-of-sequence entry is an error naming its file (exit 1).
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    /// Pipeline config file (YAML).
-    #[arg(long, value_name = "F")]
-    pub config: PathBuf,
+    #[command(flatten)]
+    pub pipeline: super::ConfigArgs,
     /// Only these destinations (repeatable); default: every destination.
     #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
     pub destinations: Vec<String>,
@@ -45,7 +42,7 @@ pub struct LogArgs {
 
 /// Runs log.
 pub fn run(a: LogArgs) -> Result<CommandOutput> {
-    let config = Config::load(&a.config)?;
+    let config = a.pipeline.load()?;
     if let Some(seq) = a.quarantine {
         let lock_timeout = super::lock_timeout(a.lock_timeout)?;
         let actor = cli_actor(a.actor.as_deref());
@@ -55,7 +52,7 @@ pub fn run(a: LogArgs) -> Result<CommandOutput> {
             stdout: format!(
                 "destination {dest}: entry {seq} moved to .distributor/quarantine/; entry {at} records the move\n"
             ),
-            code: 0,
+            code: crate::error::ExitCode::Success,
             metrics: None,
         });
     }

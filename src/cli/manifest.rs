@@ -50,7 +50,7 @@ pub fn run(a: ManifestArgs) -> Result<CommandOutput> {
             m.links.len(),
             m.digest()
         ),
-        code: 0,
+        code: crate::error::ExitCode::Success,
         metrics: None,
     })
 }

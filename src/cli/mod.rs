@@ -66,10 +66,48 @@ pub(crate) struct CommandOutput {
     /// of a million files is hundreds of megabytes, never held whole in memory.
     pub report: Option<crate::report::Report>,
     /// Process exit code.
-    pub code: u8,
+    pub code: crate::error::ExitCode,
     /// What `--metrics-file` records of the run (SPEC §20); `None` for a command that
     /// neither changes nor checks a destination.
     pub metrics: Option<crate::metrics::file::Run>,
+}
+
+impl CommandOutput {
+    /// Output that is text alone (a `--json` one rendered to text too).
+    fn text(
+        stdout: String,
+        code: crate::error::ExitCode,
+        metrics: Option<crate::metrics::file::Run>,
+    ) -> Self {
+        CommandOutput {
+            stdout,
+            report: None,
+            code,
+            metrics,
+        }
+    }
+
+    /// A run's report (publish, rollback, promote) as `--json` (written out as it is
+    /// serialized, by `finish`) or as text laid out as `text` says.
+    fn of_report(
+        report: crate::report::Report,
+        code: crate::error::ExitCode,
+        metrics: Option<crate::metrics::file::Run>,
+        json: bool,
+        text: &TextArgs,
+    ) -> Self {
+        let (stdout, report) = if json {
+            (String::new(), Some(report))
+        } else {
+            (report.to_text(&text.options()), None)
+        };
+        CommandOutput {
+            stdout,
+            report,
+            code,
+            metrics,
+        }
+    }
 }
 
 /// A JSON report of many files is megabytes long; through a pipe of the default 64 KiB the
@@ -118,9 +156,78 @@ impl RunArgs {
         lock_timeout(self.lock_timeout)
     }
 
+    /// The journal: `--journal`, else where the environment or `config` puts it
+    /// ([`crate::ops::common::resolve_journal`]).
+    pub fn journal_for(
+        &self,
+        config: &crate::config::Config,
+    ) -> crate::error::Result<std::path::PathBuf> {
+        crate::ops::common::resolve_journal(self.journal.as_deref(), Some(config))
+    }
+
     /// `--actor`, else the environment's identity ([`cli_actor`]).
     pub fn actor(&self) -> String {
         cli_actor(self.actor.as_deref())
+    }
+}
+
+/// The pipeline config a command reads.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ConfigArgs {
+    /// Pipeline config file (YAML).
+    #[arg(long, value_name = "F")]
+    pub config: std::path::PathBuf,
+}
+
+impl ConfigArgs {
+    /// The config, loaded and checked.
+    pub fn load(&self) -> crate::error::Result<crate::config::Config> {
+        crate::config::Config::load(&self.config)
+    }
+}
+
+/// The destinations a command looks at: of the config, those named, else all.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Selection {
+    #[command(flatten)]
+    pub pipeline: ConfigArgs,
+    /// Only these destinations (repeatable).
+    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
+    pub destinations: Vec<String>,
+}
+
+/// The destinations a releases command (rollback, prune, `releases adopt`, `releases
+/// settings`) runs on: of the config, those named, else every one with a releases block.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ReleasesSelection {
+    #[command(flatten)]
+    pub pipeline: ConfigArgs,
+    /// Only these destinations (repeatable); default: every destination with releases.
+    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
+    pub destinations: Vec<String>,
+}
+
+impl ReleasesSelection {
+    /// The config, and what a releases command runs with: these destinations,
+    /// `dry_run`, and `run`'s journal, lock timeout and actor.
+    pub fn options(
+        self,
+        dry_run: bool,
+        run: &RunArgs,
+    ) -> crate::error::Result<(crate::config::Config, crate::ops::common::ReleasesOptions)> {
+        let lock_timeout = run.lock_timeout()?;
+        let config = self.pipeline.load()?;
+        let journal = run.journal_for(&config)?;
+        Ok((
+            config,
+            crate::ops::common::ReleasesOptions {
+                destinations: self.destinations,
+                dry_run,
+                journal,
+                lock_timeout,
+                actor: run.actor(),
+            },
+        ))
     }
 }
 
@@ -166,7 +273,12 @@ pub fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            return if e.use_stderr() {
+                crate::error::ExitCode::Usage
+            } else {
+                crate::error::ExitCode::Success
+            }
+            .into();
         }
     };
     let json = cli.wants_json();
@@ -223,11 +335,11 @@ fn finish(result: crate::error::Result<CommandOutput>, json: bool) -> ExitCode {
                 let _ = report.write_json(&mut w).and_then(|()| w.flush());
             }
             let _ = stdout.flush();
-            ExitCode::from(out.code)
+            out.code.into()
         }
         Err(e) => {
             report_error(&e, json);
-            ExitCode::from(e.exit_code())
+            e.exit_code().into()
         }
     }
 }

@@ -1,12 +1,10 @@
 //! `distributor promote`.
 
 use super::CommandOutput;
-use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::ops::common::resolve_journal;
 use crate::ops::promote::{PromoteOptions, promote};
 use clap::Args;
-use std::path::PathBuf;
 
 /// Activate releases `publish --stage` built, each in one atomic step.
 ///
@@ -14,9 +12,8 @@ use std::path::PathBuf;
 /// (otherwise the conflict stale_stage: stage again). Guarded like a publication.
 #[derive(Debug, Args)]
 pub struct PromoteArgs {
-    /// Pipeline config file (YAML).
-    #[arg(long, value_name = "F")]
-    pub config: PathBuf,
+    #[command(flatten)]
+    pub pipeline: super::ConfigArgs,
     /// A destination and the staged operation to promote there (its id, or its unique
     /// start); repeatable.
     #[arg(
@@ -42,7 +39,7 @@ pub struct PromoteArgs {
 /// Runs promote.
 pub fn run(a: PromoteArgs) -> Result<CommandOutput> {
     let lock_timeout = a.run.lock_timeout()?;
-    let config = Config::load(&a.config)?;
+    let config = a.pipeline.load()?;
     let targets: Vec<(String, String)> = a
         .destinations
         .chunks(2)
@@ -63,15 +60,11 @@ pub fn run(a: PromoteArgs) -> Result<CommandOutput> {
     // After every destination's lock was released (SPEC §19); never for a dry run.
     crate::hooks::run_for(&config, &mut outcome.report, &opts.journal);
     let metrics = Some(crate::metrics::file::Run::of_report(&outcome.report));
-    let (stdout, report) = if a.run.json {
-        (String::new(), Some(outcome.report))
-    } else {
-        (outcome.report.to_text(&a.text.options()), None)
-    };
-    Ok(CommandOutput {
-        report,
-        stdout,
-        code: outcome.exit_code,
+    Ok(CommandOutput::of_report(
+        outcome.report,
+        outcome.exit_code,
         metrics,
-    })
+        a.run.json,
+        &a.text,
+    ))
 }

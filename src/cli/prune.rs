@@ -2,12 +2,9 @@
 
 use super::CommandOutput;
 use super::progress::Shown;
-use crate::config::Config;
 use crate::error::Result;
-use crate::ops::common::resolve_journal;
-use crate::ops::prune::{PruneOptions, prune};
+use crate::ops::prune::prune;
 use clap::Args;
-use std::path::PathBuf;
 
 /// Remove inactive releases that retention does not keep, saying for each release why it
 /// is kept or removed.
@@ -17,12 +14,8 @@ use std::path::PathBuf;
 /// it, or once it has been inactive longer than `max_age`.
 #[derive(Debug, Args)]
 pub struct PruneArgs {
-    /// Pipeline config file (YAML).
-    #[arg(long, value_name = "F")]
-    pub config: PathBuf,
-    /// Only these destinations (repeatable); default: every destination with releases.
-    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
-    pub destinations: Vec<String>,
+    #[command(flatten)]
+    pub target: super::ReleasesSelection,
     /// Say what would be removed; remove nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -35,15 +28,7 @@ pub struct PruneArgs {
 
 /// Runs prune.
 pub fn run(a: PruneArgs) -> Result<CommandOutput> {
-    let lock_timeout = a.run.lock_timeout()?;
-    let config = Config::load(&a.config)?;
-    let opts = PruneOptions {
-        destinations: a.destinations,
-        dry_run: a.dry_run,
-        journal: resolve_journal(a.run.journal.as_deref(), Some(&config))?,
-        lock_timeout,
-        actor: a.run.actor(),
-    };
+    let (config, opts) = a.target.options(a.dry_run, &a.run)?;
     // How removing releases goes (SPEC §20).
     let shown = Shown::on_stderr("prune", a.run.json, a.quiet);
     let pruned = prune(&config, &opts, shown.ticker());
@@ -58,14 +43,9 @@ pub fn run(a: PruneArgs) -> Result<CommandOutput> {
                 files_written: 0,
                 files_deleted: 0,
                 conflicts: u64::from(d.path_changed.is_some()),
-                success: code == 0,
+                success: code.is_success(),
             })
             .collect(),
     });
-    Ok(CommandOutput {
-        report: None,
-        stdout,
-        code,
-        metrics,
-    })
+    Ok(CommandOutput::text(stdout, code, metrics))
 }

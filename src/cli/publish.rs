@@ -2,7 +2,6 @@
 
 use super::CommandOutput;
 use super::progress::Shown;
-use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::ops::common::resolve_journal;
 use crate::ops::publish::{PublishOptions, publish_with_progress};
@@ -15,9 +14,8 @@ use std::path::PathBuf;
 /// Options shared by publish and plan.
 #[derive(Debug, Args)]
 pub struct CommonArgs {
-    /// Pipeline config file (YAML).
-    #[arg(long, value_name = "F")]
-    pub config: PathBuf,
+    #[command(flatten)]
+    pub pipeline: super::ConfigArgs,
     /// Source bundle directory (holds distributor-manifest.json); default: source.path.
     #[arg(long, value_name = "DIR", conflicts_with = "manifest")]
     pub source: Option<PathBuf>,
@@ -127,7 +125,7 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         Some((file, sha)) => Some((file, saved::read(file, sha.as_deref())?)),
         None => None,
     };
-    let config = Config::load(&a.config)?;
+    let config = a.pipeline.load()?;
     let source = match (&a.source, &a.manifest, &config.source_path) {
         (Some(dir), _, _) => Source::open(dir)?,
         (None, Some(file), _) => Source::open_manifest(file)?,
@@ -203,16 +201,11 @@ pub fn run(args: Resolved) -> Result<CommandOutput> {
         // After the hooks and the metrics, which take the whole report.
         outcome.report.omit_unchanged();
     }
-    // A JSON report is written out as it is serialized (`finish`).
-    let (stdout, report) = if a.run.json {
-        (String::new(), Some(outcome.report))
-    } else {
-        (outcome.report.to_text(&a.text.options()), None)
-    };
-    Ok(CommandOutput {
-        report,
-        stdout,
-        code: outcome.exit_code,
+    Ok(CommandOutput::of_report(
+        outcome.report,
+        outcome.exit_code,
         metrics,
-    })
+        a.run.json,
+        &a.text,
+    ))
 }

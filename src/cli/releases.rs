@@ -1,12 +1,9 @@
 //! `distributor releases adopt` and `distributor releases settings`.
 
 use super::CommandOutput;
-use crate::config::Config;
 use crate::error::Result;
-use crate::ops::adopt::{AdoptOptions, adopt};
-use crate::ops::common::resolve_journal;
+use crate::ops::adopt::adopt;
 use clap::{Args, Subcommand};
-use std::path::PathBuf;
 
 /// Manage the releases of destinations with a releases block.
 #[derive(Debug, Args)]
@@ -26,12 +23,8 @@ enum ReleasesCommand {
 /// them at the next publication or prune; nothing is removed now.
 #[derive(Debug, Args)]
 pub struct SettingsArgs {
-    /// Pipeline config file (YAML).
-    #[arg(long, value_name = "F")]
-    pub config: PathBuf,
-    /// Only these destinations (repeatable); default: every destination with releases.
-    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
-    pub destinations: Vec<String>,
+    #[command(flatten)]
+    pub target: super::ReleasesSelection,
     /// Say what would change; write nothing anywhere.
     #[arg(long)]
     pub dry_run: bool,
@@ -43,12 +36,8 @@ pub struct SettingsArgs {
 /// list, while it holds content its state does not record.
 #[derive(Debug, Args)]
 pub struct AdoptArgs {
-    /// Pipeline config file (YAML).
-    #[arg(long, value_name = "F")]
-    pub config: PathBuf,
-    /// Only these destinations (repeatable); default: every destination with releases.
-    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
-    pub destinations: Vec<String>,
+    #[command(flatten)]
+    pub target: super::ReleasesSelection,
     /// Say what would happen; write nothing anywhere.
     #[arg(long)]
     pub dry_run: bool,
@@ -72,41 +61,15 @@ pub fn run(a: ReleasesArgs) -> Result<CommandOutput> {
         ReleasesCommand::Adopt(a) => a,
         ReleasesCommand::Settings(s) => return settings(s),
     };
-    let lock_timeout = a.run.lock_timeout()?;
-    let config = Config::load(&a.config)?;
-    let opts = AdoptOptions {
-        destinations: a.destinations,
-        dry_run: a.dry_run,
-        journal: resolve_journal(a.run.journal.as_deref(), Some(&config))?,
-        lock_timeout,
-        actor: a.run.actor(),
-    };
+    let (config, opts) = a.target.options(a.dry_run, &a.run)?;
     let (report, code) = adopt(&config, &opts)?;
     let stdout = super::render(a.run.json, &report, |r| r.to_text())?;
-    Ok(CommandOutput {
-        report: None,
-        stdout,
-        code,
-        metrics: None,
-    })
+    Ok(CommandOutput::text(stdout, code, None))
 }
 
 fn settings(a: SettingsArgs) -> Result<CommandOutput> {
-    let lock_timeout = a.run.lock_timeout()?;
-    let config = Config::load(&a.config)?;
-    let opts = crate::ops::release_settings::SettingsOptions {
-        destinations: a.destinations,
-        dry_run: a.dry_run,
-        journal: resolve_journal(a.run.journal.as_deref(), Some(&config))?,
-        lock_timeout,
-        actor: a.run.actor(),
-    };
+    let (config, opts) = a.target.options(a.dry_run, &a.run)?;
     let (report, code) = crate::ops::release_settings::record_settings(&config, &opts)?;
     let stdout = super::render(a.run.json, &report, |r| r.to_text())?;
-    Ok(CommandOutput {
-        report: None,
-        stdout,
-        code,
-        metrics: None,
-    })
+    Ok(CommandOutput::text(stdout, code, None))
 }

@@ -1,12 +1,9 @@
 //! `distributor rollback`.
 
 use super::CommandOutput;
-use crate::config::Config;
 use crate::error::Result;
-use crate::ops::common::resolve_journal;
 use crate::ops::rollback::{RollbackOptions, rollback};
 use clap::Args;
-use std::path::PathBuf;
 
 /// Activate an earlier release of destinations with releases, in one atomic step.
 ///
@@ -15,12 +12,8 @@ use std::path::PathBuf;
 /// conflict `rolled_back` (a new build publishes normally).
 #[derive(Debug, Args)]
 pub struct RollbackArgs {
-    /// Pipeline config file (YAML).
-    #[arg(long, value_name = "F")]
-    pub config: PathBuf,
-    /// Only these destinations (repeatable); default: every destination with releases.
-    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
-    pub destinations: Vec<String>,
+    #[command(flatten)]
+    pub target: super::ReleasesSelection,
     /// The release to activate: the operation id that built it, or its unique start.
     #[arg(long, value_name = "OP_ID")]
     pub to: Option<String>,
@@ -35,29 +28,23 @@ pub struct RollbackArgs {
 
 /// Runs rollback.
 pub fn run(a: RollbackArgs) -> Result<CommandOutput> {
-    let lock_timeout = a.run.lock_timeout()?;
-    let config = Config::load(&a.config)?;
+    let (config, o) = a.target.options(a.dry_run, &a.run)?;
     let opts = RollbackOptions {
-        destinations: a.destinations,
+        destinations: o.destinations,
         to: a.to,
-        dry_run: a.dry_run,
-        journal: resolve_journal(a.run.journal.as_deref(), Some(&config))?,
-        lock_timeout,
-        actor: a.run.actor(),
+        dry_run: o.dry_run,
+        journal: o.journal,
+        lock_timeout: o.lock_timeout,
+        actor: o.actor,
     };
     let mut outcome = rollback(&config, &opts)?;
     crate::hooks::run_for(&config, &mut outcome.report, &opts.journal);
     let metrics = Some(crate::metrics::file::Run::of_report(&outcome.report));
-    // A JSON report is written out as it is serialized (`finish`).
-    let (stdout, report) = if a.run.json {
-        (String::new(), Some(outcome.report))
-    } else {
-        (outcome.report.to_text(&a.text.options()), None)
-    };
-    Ok(CommandOutput {
-        report,
-        stdout,
-        code: outcome.exit_code,
+    Ok(CommandOutput::of_report(
+        outcome.report,
+        outcome.exit_code,
         metrics,
-    })
+        a.run.json,
+        &a.text,
+    ))
 }

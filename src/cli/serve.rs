@@ -123,7 +123,7 @@ pub fn run(a: ServeArgs) -> Result<CommandOutput> {
     Ok(CommandOutput {
         report: None,
         stdout: String::new(),
-        code: 0,
+        code: crate::error::ExitCode::Success,
         metrics: None,
     })
 }

@@ -1,10 +1,9 @@
 //! `distributor status --config F [--destination ID]... [--json]`.
 
 use super::CommandOutput;
-use crate::config::Config;
 use crate::error::Result;
 use crate::journal::JournalView;
-use crate::ops::common::{overall_exit_code, resolve_journal};
+use crate::ops::common::{ExitCode, resolve_journal};
 use crate::ops::inspect;
 use clap::Args;
 use std::fmt::Write;
@@ -13,12 +12,8 @@ use std::path::PathBuf;
 /// Show what each destination holds according to its state.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Pipeline config file (YAML).
-    #[arg(long, value_name = "F")]
-    pub config: PathBuf,
-    /// Only these destinations (repeatable).
-    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
-    pub destinations: Vec<String>,
+    #[command(flatten)]
+    pub target: super::Selection,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -34,48 +29,39 @@ pub struct StatusArgs {
 
 /// Runs the command.
 pub fn run(a: StatusArgs) -> Result<CommandOutput> {
-    let config = Config::load(&a.config)?;
-    let dests = config.select(&a.destinations)?;
+    let config = a.target.pipeline.load()?;
+    let dests = config.select(&a.target.destinations)?;
     let view = JournalView::open(&resolve_journal(a.journal.as_deref(), Some(&config))?)?;
     let st = inspect::status(&dests, view.as_ref());
     // An unreadable bundle path (or a bad log entry) is 1, pending recovery 4 (SPEC §10
     // precedence).
-    let codes: Vec<u8> = st
+    let codes: Vec<ExitCode> = st
         .iter()
         .map(|s| {
             match (s.error.as_ref(), s.recovery_pending) {
-                (Some(_), _) => 1,
+                (Some(_), _) => ExitCode::Failed,
                 // An untrusted record is decided before a pending recovery (SPEC §17).
-                _ if s.untrusted_record.is_some() => 3,
-                _ if s.log_error.is_some() => 1,
-                (None, true) => 4,
-                (None, false) => 0,
+                _ if s.untrusted_record.is_some() => ExitCode::Conflict,
+                _ if s.log_error.is_some() => ExitCode::Failed,
+                (None, true) => ExitCode::RecoveryRequired,
+                (None, false) => ExitCode::Success,
             }
         })
         .collect();
-    let code = overall_exit_code(&codes);
+    let code = ExitCode::overall(codes.iter().copied());
     let metrics = Some(crate::metrics::file::Run {
         pipeline: config.pipeline_id.clone(),
         rows: (st.iter().zip(&codes))
-            .map(|(s, c)| crate::metrics::file::Row::checked(&s.destination_id, *c == 0))
+            .map(|(s, c)| crate::metrics::file::Row::checked(&s.destination_id, c.is_success()))
             .collect(),
     });
     if a.json {
         let v = serde_json::json!({"pipeline_id": config.pipeline_id, "destinations": st});
-        return Ok(CommandOutput {
-            report: None,
-            stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
-            code,
-            metrics,
-        });
+        let stdout = format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(CommandOutput::text(stdout, code, metrics));
     }
     if a.quiet {
-        return Ok(CommandOutput {
-            report: None,
-            stdout: quiet_text(&st),
-            code,
-            metrics,
-        });
+        return Ok(CommandOutput::text(quiet_text(&st), code, metrics));
     }
     let mut out = String::new();
     for s in &st {
@@ -134,12 +120,7 @@ pub fn run(a: StatusArgs) -> Result<CommandOutput> {
             );
         }
     }
-    Ok(CommandOutput {
-        report: None,
-        stdout: out,
-        code,
-        metrics,
-    })
+    Ok(CommandOutput::text(out, code, metrics))
 }
 
 /// `status --quiet` (SPEC §16, as §20 amends it): a line for every bundle path that could

@@ -2,7 +2,6 @@
 
 use super::CommandOutput;
 use crate::backend::{Kind, kind_of};
-use crate::config::Config;
 use crate::error::{ConfigError, Result};
 use crate::source::Source;
 use clap::Args;
@@ -12,9 +11,8 @@ use std::path::PathBuf;
 /// Check a config (and optionally a source bundle) without publishing.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// Pipeline config file (YAML).
-    #[arg(long, value_name = "F")]
-    pub config: PathBuf,
+    #[command(flatten)]
+    pub pipeline: super::ConfigArgs,
     /// Also verify this source bundle: its manifest, and every output's size and sha256.
     #[arg(long, value_name = "DIR")]
     pub source: Option<PathBuf>,
@@ -22,7 +20,7 @@ pub struct ValidateArgs {
 
 /// Runs the command.
 pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
-    let config = Config::load(&a.config)?;
+    let config = a.pipeline.load()?;
     for (i, d) in config.destinations.iter().enumerate() {
         let releases_dir = match kind_of(d) {
             Kind::ObjectStore(_) => continue,
@@ -104,7 +102,7 @@ pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
     Ok(CommandOutput {
         report: None,
         stdout: out,
-        code: 0,
+        code: crate::error::ExitCode::Success,
         metrics: None,
     })
 }

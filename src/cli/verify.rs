@@ -2,10 +2,9 @@
 
 use super::CommandOutput;
 use super::progress::Shown;
-use crate::config::Config;
 use crate::error::Result;
 use crate::journal::JournalView;
-use crate::ops::common::{overall_exit_code, resolve_journal};
+use crate::ops::common::{ExitCode, resolve_journal};
 use crate::ops::inspect;
 use clap::Args;
 use std::fmt::Write;
@@ -15,12 +14,8 @@ use std::path::PathBuf;
 /// the destination log: log_mismatch (exit 3 on drift).
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// Pipeline config file (YAML).
-    #[arg(long, value_name = "F")]
-    pub config: PathBuf,
-    /// Only these destinations (repeatable).
-    #[arg(long = "destination", value_name = "ID", value_hint = clap::ValueHint::Other)]
-    pub destinations: Vec<String>,
+    #[command(flatten)]
+    pub target: super::Selection,
     /// s3 destinations: download and hash every recorded object instead of trusting the
     /// listing's size and ETag (local destinations always hash every recorded file).
     #[arg(long)]
@@ -43,29 +38,29 @@ pub struct VerifyArgs {
 
 /// Runs the command.
 pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
-    let config = Config::load(&a.config)?;
-    let dests = config.select(&a.destinations)?;
+    let config = a.target.pipeline.load()?;
+    let dests = config.select(&a.target.destinations)?;
     let view = JournalView::open(&resolve_journal(a.journal.as_deref(), Some(&config))?)?;
     // How checking each recorded file goes (SPEC §20).
     let shown = Shown::on_stderr("verify", a.json, a.quiet);
     let drift = inspect::verify(&dests, a.deep, view.as_ref(), shown.ticker());
     shown.finish();
     // An unverifiable bundle path is 1, pending recovery 4, drift 3 (SPEC §10 precedence).
-    let codes: Vec<u8> = drift
+    let codes: Vec<ExitCode> = drift
         .iter()
         .map(|d| {
             match (d.error.as_ref(), d.recovery_pending, d.drifted()) {
-                (Some(_), _, _) => 1,
+                (Some(_), _, _) => ExitCode::Failed,
                 // An untrusted record is decided before a pending recovery (SPEC §17).
-                _ if d.untrusted_record.is_some() => 3,
-                _ if d.log_error.is_some() => 1,
-                (None, true, _) => 4,
-                (None, false, true) => 3,
-                (None, false, false) => 0,
+                _ if d.untrusted_record.is_some() => ExitCode::Conflict,
+                _ if d.log_error.is_some() => ExitCode::Failed,
+                (None, true, _) => ExitCode::RecoveryRequired,
+                (None, false, true) => ExitCode::Conflict,
+                (None, false, false) => ExitCode::Success,
             }
         })
         .collect();
-    let code = overall_exit_code(&codes);
+    let code = ExitCode::overall(codes.iter().copied());
     let metrics = Some(crate::metrics::file::Run {
         pipeline: config.pipeline_id.clone(),
         rows: (drift.iter().zip(&codes))
@@ -74,27 +69,18 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
                 files_written: 0,
                 files_deleted: 0,
                 conflicts: 0,
-                success: *c == 0,
+                success: c.is_success(),
             })
             .collect(),
     });
     if a.json {
         let any_drift = drift.iter().any(|d| d.drifted());
         let v = serde_json::json!({"pipeline_id": config.pipeline_id, "drift": any_drift, "destinations": drift});
-        return Ok(CommandOutput {
-            report: None,
-            stdout: format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
-            code,
-            metrics,
-        });
+        let stdout = format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(CommandOutput::text(stdout, code, metrics));
     }
     if a.quiet {
-        return Ok(CommandOutput {
-            report: None,
-            stdout: quiet_text(&drift),
-            code,
-            metrics,
-        });
+        return Ok(CommandOutput::text(quiet_text(&drift), code, metrics));
     }
     let mut out = String::new();
     for d in &drift {
@@ -174,12 +160,7 @@ pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
             );
         }
     }
-    Ok(CommandOutput {
-        report: None,
-        stdout: out,
-        code,
-        metrics,
-    })
+    Ok(CommandOutput::text(out, code, metrics))
 }
 
 /// `verify --quiet` (SPEC §16, as §20 amends it): a line for every bundle path that could

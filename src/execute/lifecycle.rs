@@ -251,9 +251,10 @@ fn late(staged: &StagedOperation, store: &dyn BundleStore, e: Error) -> Error {
         staged.origin.command,
         store.path().display()
     );
-    let source = match e.root() {
-        Error::ConcurrentChange(_) => Error::ConcurrentChange(m),
-        _ => Error::Failed(m),
+    let source = if e.is_concurrent_change() {
+        Error::ConcurrentChange(m)
+    } else {
+        Error::Failed(m)
     };
     Error::Committed {
         operation_id: op.clone(),

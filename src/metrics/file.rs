@@ -91,7 +91,13 @@ struct Labels {
 type G = Gauge<f64, AtomicU64>;
 
 /// Writes the gauges of `run` (command `command`, `elapsed`, exit code `code`) to `path`.
-pub fn write(path: &Path, command: &str, run: &Run, elapsed: Duration, code: u8) -> Result<()> {
+pub fn write(
+    path: &Path,
+    command: &str,
+    run: &Run,
+    elapsed: Duration,
+    code: crate::error::ExitCode,
+) -> Result<()> {
     let lock_path = suffixed(path, ".lock");
     let lock = std::fs::OpenOptions::new()
         .create(true)
@@ -163,7 +169,7 @@ pub fn write(path: &Path, command: &str, run: &Run, elapsed: Duration, code: u8)
         written.get_or_create(&l).set(r.files_written as f64);
         deleted.get_or_create(&l).set(r.files_deleted as f64);
         conflicts.get_or_create(&l).set(r.conflicts as f64);
-        exit.get_or_create(&l).set(f64::from(code));
+        exit.get_or_create(&l).set(f64::from(code.code()));
         if r.success {
             successes.insert(l, now);
         }
@@ -257,7 +263,7 @@ mod tests {
             "publish",
             &run(vec![row("a", true), row("b", true)]),
             Duration::from_millis(1500),
-            0,
+            crate::error::ExitCode::Success,
         )
         .unwrap();
         let first = last_successes(&std::fs::read_to_string(&path).unwrap());
@@ -268,7 +274,7 @@ mod tests {
             "publish",
             &run(vec![row("b", false)]),
             Duration::from_secs(1),
-            3,
+            crate::error::ExitCode::Conflict,
         )
         .unwrap();
         let text = std::fs::read_to_string(&path).unwrap();

@@ -13,44 +13,20 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
 use crate::model::Decision;
-use crate::ops::common::check_recovery;
+use crate::ops::common::{
+    ExitCode, ReleasesOptions, ReleasesReport, check_recovery, for_each_releases_destination,
+};
 use crate::ops::rollback::{Activation, run_activation};
 use crate::plan::DestinationPlan;
 use crate::state::{STATE_FILE, StateFile};
 use serde::Serialize;
 use std::fmt::Write;
-use std::path::PathBuf;
-use std::time::Duration;
 
 /// What to adopt and how.
-#[derive(Debug, Clone)]
-pub struct AdoptOptions {
-    /// Destination ids; empty means every destination with `releases`.
-    pub destinations: Vec<String>,
-    /// Say what would happen; write nothing anywhere.
-    pub dry_run: bool,
-    /// Journal file (already resolved).
-    pub journal: PathBuf,
-    /// How long to wait for the locks.
-    pub lock_timeout: Duration,
-    /// Who adopts.
-    pub actor: String,
-}
+pub type AdoptOptions = ReleasesOptions;
 
-/// The adopt report.
-#[derive(Debug, Serialize)]
-pub struct AdoptReport {
-    /// Always 1.
-    pub report_version: u32,
-    /// `releases adopt`.
-    pub command: &'static str,
-    /// Whether nothing was written.
-    pub dry_run: bool,
-    /// Pipeline id.
-    pub pipeline_id: String,
-    /// One entry per destination.
-    pub destinations: Vec<DestinationAdopt>,
-}
+/// The adopt report (`releases adopt`).
+pub type AdoptReport = ReleasesReport<DestinationAdopt>;
 
 /// One destination's adoption.
 #[derive(Debug, Serialize)]
@@ -101,57 +77,36 @@ impl AdoptReport {
 
 /// Adopts the selected destinations; returns the report and the exit code (0; 3 when a
 /// destination was refused for unmanaged content; the worst error's otherwise).
-pub fn adopt(config: &Config, opts: &AdoptOptions) -> Result<(AdoptReport, u8)> {
-    let selected: Vec<&Destination> = if opts.destinations.is_empty() {
-        (config.destinations.iter())
-            .filter(|d| d.releases.is_some())
-            .collect()
-    } else {
-        config.select(&opts.destinations)?
-    };
-    if selected.is_empty() {
-        return Err(Error::Usage(format!(
-            "no destination in {} has releases; adopt makes the first release of a destination with a releases block",
-            config.file.display()
-        )));
-    }
-    let mut journal = if opts.dry_run {
-        None
-    } else {
-        Some(Journal::open(&opts.journal)?)
-    };
-    let mut report = AdoptReport {
-        report_version: 1,
-        command: "releases adopt",
-        dry_run: opts.dry_run,
-        pipeline_id: config.pipeline_id.clone(),
-        destinations: Vec::new(),
-    };
-    let mut codes = Vec::new();
-    for dest in selected {
-        let mut d = DestinationAdopt {
-            destination_id: dest.id.clone(),
-            bundle_path: dest.path.to_string_lossy().into_owned(),
-            status: "failed",
-            operation_id: None,
-            files: 0,
-            links: 0,
-            unmanaged: Vec::new(),
-            message: String::new(),
-        };
-        match adopt_one(config, dest, opts, journal.as_mut(), &mut d) {
-            Ok(()) if d.status == "refused" => codes.push(3),
-            Ok(()) => {}
-            Err(e) => {
-                codes.push(e.exit_code());
-                d.status = "failed";
-                d.message = e.to_string();
+pub fn adopt(config: &Config, opts: &AdoptOptions) -> Result<(AdoptReport, ExitCode)> {
+    for_each_releases_destination(
+        config,
+        opts,
+        "releases adopt",
+        "adopt makes the first release of a destination with a releases block",
+        |dest, journal| {
+            let mut d = DestinationAdopt {
+                destination_id: dest.id.clone(),
+                bundle_path: dest.path.to_string_lossy().into_owned(),
+                status: "failed",
+                operation_id: None,
+                files: 0,
+                links: 0,
+                unmanaged: Vec::new(),
+                message: String::new(),
+            };
+            let mut codes = Vec::new();
+            match adopt_one(config, dest, opts, journal, &mut d) {
+                Ok(()) if d.status == "refused" => codes.push(ExitCode::Conflict),
+                Ok(()) => {}
+                Err(e) => {
+                    codes.push(e.exit_code());
+                    d.status = "failed";
+                    d.message = e.to_string();
+                }
             }
-        }
-        report.destinations.push(d);
-    }
-    let code = crate::ops::common::overall_exit_code(&codes);
-    Ok((report, code))
+            (d, codes)
+        },
+    )
 }
 
 fn adopt_one(

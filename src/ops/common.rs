@@ -1,31 +1,30 @@
 //! What the operations share: the exit code of a run, its outcome, where the journal is,
-//! whether recovery is due at a bundle path, and the journal row of a refusal.
+//! whether recovery is due at a bundle path, and the journal row of a refusal; the
+//! destinations a releases command runs on, its options and its report; the report
+//! entries of an activation (rollback, promote) gathered into its outcome.
 
 use crate::backend::{BundleStore, local, types};
-use crate::config::Config;
+use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::journal::{Journal, JournalView};
-use crate::plan::DestinationPlan;
+use crate::model::SourceRef;
 use crate::plan::saved::PlanFile;
-use crate::report::Report;
+use crate::plan::{DestinationPlan, PlanFailed};
+use crate::report::{DestinationReport, Report, Status, Summary};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-/// The exit code of a run from its destinations' codes (SPEC §10): 1 before 2 (a
-/// destination's own config error) before 4 before 3; 0 when all are 0.
-pub fn overall_exit_code(codes: &[u8]) -> u8 {
-    [1u8, 2, 4, 3]
-        .into_iter()
-        .find(|c| codes.contains(c))
-        .unwrap_or(0)
-}
+pub use crate::error::ExitCode;
 
 /// A report and the exit code it implies (SPEC §10).
 #[derive(Debug)]
 pub struct Outcome {
     /// The report.
     pub report: Report,
-    /// 0, 1, 3 or 4.
-    pub exit_code: u8,
+    /// Success, failed, usage (a destination's own config), conflict or recovery
+    /// required.
+    pub exit_code: ExitCode,
     /// A destination failed because another writer changed its storage first (an object
     /// store refused a conditional write, or the lease was lost): `serve` answers 409.
     pub concurrent_change: bool,
@@ -184,5 +183,202 @@ pub fn resolve_journal(flag: Option<&Path>, config: Option<&Config>) -> Result<P
         None => Err(Error::Usage(
             "no journal location: set --journal, DISTRIBUTOR_JOURNAL, journal.path, XDG_STATE_HOME or HOME".into(),
         )),
+    }
+}
+
+/// The destinations a releases command runs on: those `named`, else every destination
+/// with a releases block. None at all is a usage error; `does` says what the command
+/// does (`prune removes inactive releases of destinations with a releases block`).
+pub(crate) fn releases_destinations<'a>(
+    config: &'a Config,
+    named: &[String],
+    does: &str,
+) -> Result<Vec<&'a Destination>> {
+    let selected: Vec<&Destination> = if named.is_empty() {
+        (config.destinations.iter())
+            .filter(|d| d.releases.is_some())
+            .collect()
+    } else {
+        config.select(named)?
+    };
+    if selected.is_empty() {
+        return Err(Error::Usage(format!(
+            "no destination in {} has releases; {does}",
+            config.file.display()
+        )));
+    }
+    Ok(selected)
+}
+
+/// The journal a run writes to, opened; none for a dry run, which writes nothing.
+pub(crate) fn journal_unless_dry(dry_run: bool, path: &Path) -> Result<Option<Journal>> {
+    match dry_run {
+        true => Ok(None),
+        false => Journal::open(path).map(Some),
+    }
+}
+
+/// The journal a run writes to, or for a dry run the journal read without writing
+/// anything (to refuse, exit 4, where the real run would: an unfinished operation no live
+/// lock covers, SPEC §16).
+pub(crate) fn journal_or_view(
+    dry_run: bool,
+    path: &Path,
+) -> Result<(Option<Journal>, Option<JournalView>)> {
+    match dry_run {
+        true => Ok((None, JournalView::open(path)?)),
+        false => Ok((Some(Journal::open(path)?), None)),
+    }
+}
+
+/// What a releases command (`prune`, `releases adopt`, `releases settings`) runs with.
+#[derive(Debug, Clone)]
+pub struct ReleasesOptions {
+    /// Destination ids; empty means every destination with `releases`.
+    pub destinations: Vec<String>,
+    /// Say what would happen; write nothing anywhere.
+    pub dry_run: bool,
+    /// Journal file (already resolved).
+    pub journal: PathBuf,
+    /// How long to wait for a destination lock.
+    pub lock_timeout: Duration,
+    /// Who runs it.
+    pub actor: String,
+}
+
+/// The report of a releases command: one entry of kind `D` per destination.
+#[derive(Debug, Serialize)]
+pub struct ReleasesReport<D> {
+    /// Always 1.
+    pub report_version: u32,
+    /// The command (`prune`, `releases adopt`, `releases settings`).
+    pub command: &'static str,
+    /// Whether nothing was written.
+    pub dry_run: bool,
+    /// Pipeline id.
+    pub pipeline_id: String,
+    /// One entry per destination.
+    pub destinations: Vec<D>,
+}
+
+/// Runs a releases command: on the destinations [`releases_destinations`] selects (`does`
+/// says what the command does), with the journal [`journal_unless_dry`] opens; `one`
+/// makes each destination's entry and the exit codes it contributes. Returns the report
+/// and the run's exit code ([`ExitCode::overall`]).
+pub(crate) fn for_each_releases_destination<'a, D>(
+    config: &'a Config,
+    opts: &ReleasesOptions,
+    command: &'static str,
+    does: &str,
+    mut one: impl FnMut(&'a Destination, Option<&mut Journal>) -> (D, Vec<ExitCode>),
+) -> Result<(ReleasesReport<D>, ExitCode)> {
+    let selected = releases_destinations(config, &opts.destinations, does)?;
+    let mut journal = journal_unless_dry(opts.dry_run, &opts.journal)?;
+    let mut report = ReleasesReport {
+        report_version: 1,
+        command,
+        dry_run: opts.dry_run,
+        pipeline_id: config.pipeline_id.clone(),
+        destinations: Vec::new(),
+    };
+    let mut codes = Vec::new();
+    for dest in selected {
+        let (d, c) = one(dest, journal.as_mut());
+        report.destinations.push(d);
+        codes.extend(c);
+    }
+    Ok((report, ExitCode::overall(codes)))
+}
+
+/// The report entries of an activation command (rollback, promote), one per destination,
+/// with their exit codes and the source of the first activated, gathered into its
+/// [`Outcome`].
+#[derive(Debug, Default)]
+pub(crate) struct Activations {
+    reports: Vec<DestinationReport>,
+    codes: Vec<ExitCode>,
+    source: Option<SourceRef>,
+}
+
+impl Activations {
+    /// Adds `dest`'s result: its report (a conflict's exit code 3) and the source it
+    /// activated, or the error it failed with (its plan's report, when it was planned).
+    pub fn push(
+        &mut self,
+        dest: &Destination,
+        result: std::result::Result<(DestinationReport, SourceRef), PlanFailed>,
+    ) {
+        match result {
+            Ok((report, source)) => {
+                self.source.get_or_insert(source);
+                self.codes.push(if report.status == Status::Conflict {
+                    ExitCode::Conflict
+                } else {
+                    ExitCode::Success
+                });
+                self.reports.push(report);
+            }
+            Err(PlanFailed { plan, error: e }) => {
+                self.codes.push(e.exit_code());
+                self.reports.push(match plan {
+                    Some(plan) => DestinationReport::of_error(*plan, &e),
+                    None => unplanned_failure(dest, dest.path.to_string_lossy().into_owned(), &e),
+                });
+            }
+        }
+    }
+
+    /// The outcome of `command`: the report of every destination, the run's exit code.
+    pub fn outcome(self, config: &Config, command: &str, dry_run: bool) -> Outcome {
+        let summary = Summary::of(&self.reports);
+        Outcome {
+            report: Report {
+                report_version: 1,
+                command: command.into(),
+                dry_run,
+                pipeline_id: config.pipeline_id.clone(),
+                source: self.source.unwrap_or_else(|| SourceRef {
+                    id: String::new(),
+                    created_at: String::new(),
+                    digest: String::new(),
+                }),
+                destinations: self.reports,
+                summary,
+                plan_file: None,
+            },
+            exit_code: ExitCode::overall(self.codes),
+            concurrent_change: false,
+            saved: None,
+        }
+    }
+}
+
+/// The report entry of destination `dest` (at `bundle_path`) that failed with `e` before
+/// it was planned.
+pub(crate) fn unplanned_failure(
+    dest: &Destination,
+    bundle_path: String,
+    e: &Error,
+) -> DestinationReport {
+    DestinationReport {
+        destination_id: dest.id.clone(),
+        bundle_path,
+        state_mode: dest.state_mode,
+        takeover_mode: dest.takeover,
+        decision: None,
+        status: Status::Failed,
+        operation_id: None,
+        previous: None,
+        takeovers: vec![],
+        conflicts: vec![],
+        files: Default::default(),
+        links: vec![],
+        message: e.to_string(),
+        hooks: Vec::new(),
+        lock_wait: None,
+        error_kind: Some(e.kind()),
+        release_activated: None,
+        releases_removed: Vec::new(),
+        omitted_unchanged: None,
     }
 }

@@ -21,11 +21,11 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef};
-use crate::ops::common::Outcome;
+use crate::ops::common::{Activations, Outcome, journal_or_view};
 use crate::ops::rollback::{Activation, run_activation};
 use crate::plan::PlanFailed;
 use crate::plan::{Conflict, DestinationPlan, FileAction, LinkAction, Previous};
-use crate::report::{DestinationReport, Report, Status, Summary};
+use crate::report::{DestinationReport, Status};
 use crate::state::{State, StateFile};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -65,81 +65,14 @@ pub fn promote(config: &Config, opts: &PromoteOptions) -> Result<Outcome> {
         }
         selected.push((dest, op.as_str()));
     }
-    let (mut journal, view) = if opts.dry_run {
-        (None, crate::journal::JournalView::open(&opts.journal)?)
-    } else {
-        (Some(Journal::open(&opts.journal)?), None)
-    };
-    let mut reports = Vec::new();
-    let mut codes = Vec::new();
-    let mut source = None;
+    let (mut journal, view) = journal_or_view(opts.dry_run, &opts.journal)?;
+    let mut activations = Activations::default();
     for (dest, op) in selected {
-        match promote_one(config, dest, op, opts, journal.as_mut(), view.as_ref()) {
-            Ok((report, s)) => {
-                source.get_or_insert(s);
-                codes.push(if report.status == Status::Conflict {
-                    3
-                } else {
-                    0
-                });
-                reports.push(report);
-            }
-            Err(PlanFailed { plan, error: e }) => {
-                codes.push(e.exit_code());
-                let r = match plan {
-                    Some(plan) => DestinationReport::of_error(*plan, &e),
-                    None => failed(dest, &e),
-                };
-                reports.push(r);
-            }
-        }
+        let result = promote_one(config, dest, op, opts, journal.as_mut(), view.as_ref());
+        activations.push(dest, result);
     }
-    let summary = Summary::of(&reports);
-    Ok(Outcome {
-        report: Report {
-            report_version: 1,
-            command: "promote".into(),
-            dry_run: opts.dry_run,
-            pipeline_id: config.pipeline_id.clone(),
-            source: source.unwrap_or_else(|| SourceRef {
-                id: String::new(),
-                created_at: String::new(),
-                digest: String::new(),
-            }),
-            destinations: reports,
-            summary,
-            plan_file: None,
-        },
-        exit_code: crate::ops::common::overall_exit_code(&codes),
-        concurrent_change: false,
-        saved: None,
-    })
+    Ok(activations.outcome(config, "promote", opts.dry_run))
 }
-
-fn failed(dest: &Destination, e: &Error) -> DestinationReport {
-    DestinationReport {
-        destination_id: dest.id.clone(),
-        bundle_path: dest.path.to_string_lossy().into_owned(),
-        state_mode: dest.state_mode,
-        takeover_mode: dest.takeover,
-        decision: None,
-        status: Status::Failed,
-        operation_id: None,
-        previous: None,
-        takeovers: vec![],
-        conflicts: vec![],
-        files: Default::default(),
-        links: vec![],
-        message: e.to_string(),
-        hooks: Vec::new(),
-        lock_wait: None,
-        error_kind: Some(e.kind()),
-        release_activated: None,
-        releases_removed: Vec::new(),
-        omitted_unchanged: None,
-    }
-}
-
 /// The stage entry of the staged release `prefix` names, from the destination log; a
 /// clear error when no staged release matches, several do, it was promoted already, or
 /// retention removed it.

@@ -12,43 +12,19 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::execute::record_removal;
 use crate::journal::{Event, Journal, OperationRecord};
-use crate::ops::common::check_recovery;
+use crate::ops::common::{
+    ExitCode, ReleasesOptions, ReleasesReport, check_recovery, for_each_releases_destination,
+};
 use crate::progress::Ticker;
 use crate::state::StateFile;
 use serde::Serialize;
 use std::fmt::Write;
-use std::path::PathBuf;
-use std::time::Duration;
 
 /// What to prune and how.
-#[derive(Debug, Clone)]
-pub struct PruneOptions {
-    /// Destination ids; empty means every destination with `releases`.
-    pub destinations: Vec<String>,
-    /// Say what would be removed; remove nothing.
-    pub dry_run: bool,
-    /// Journal file (already resolved).
-    pub journal: PathBuf,
-    /// How long to wait for a destination lock.
-    pub lock_timeout: Duration,
-    /// Who prunes.
-    pub actor: String,
-}
+pub type PruneOptions = ReleasesOptions;
 
 /// The prune report.
-#[derive(Debug, Serialize)]
-pub struct PruneReport {
-    /// Always 1.
-    pub report_version: u32,
-    /// `prune`.
-    pub command: &'static str,
-    /// Whether nothing was removed.
-    pub dry_run: bool,
-    /// Pipeline id.
-    pub pipeline_id: String,
-    /// One entry per destination.
-    pub destinations: Vec<DestinationPrune>,
-}
+pub type PruneReport = ReleasesReport<DestinationPrune>;
 
 /// Retention at one destination.
 #[derive(Debug, Serialize)]
@@ -125,62 +101,40 @@ pub fn prune(
     config: &Config,
     opts: &PruneOptions,
     progress: Ticker<'_>,
-) -> Result<(PruneReport, u8)> {
-    let selected: Vec<&Destination> = if opts.destinations.is_empty() {
-        config
-            .destinations
-            .iter()
-            .filter(|d| d.releases.is_some())
-            .collect()
-    } else {
-        config.select(&opts.destinations)?
-    };
-    if selected.is_empty() {
-        return Err(Error::Usage(format!(
-            "no destination in {} has releases; prune removes inactive releases of destinations with a releases block",
-            config.file.display()
-        )));
-    }
-    let mut journal = if opts.dry_run {
-        None
-    } else {
-        Some(Journal::open(&opts.journal)?)
-    };
-    let mut report = PruneReport {
-        report_version: 1,
-        command: "prune",
-        dry_run: opts.dry_run,
-        pipeline_id: config.pipeline_id.clone(),
-        destinations: Vec::new(),
-    };
-    let mut code = 0u8;
-    for dest in selected {
-        let mut d = DestinationPrune {
-            destination_id: dest.id.clone(),
-            bundle_path: dest.path.to_string_lossy().into_owned(),
-            releases_dir: (dest.releases.as_ref())
-                .map(|r| r.dir.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            operation_id: None,
-            releases: Vec::new(),
-            removed: 0,
-            path_changed: None,
-            log_error: None,
-            error: None,
-        };
-        if let Err(e) = prune_one(config, dest, opts, journal.as_mut(), &mut d, progress) {
-            code = code.max(e.exit_code());
-            d.error = Some(e.to_string());
-        }
-        if d.log_error.is_some() {
-            code = code.max(1);
-        }
-        if d.path_changed.is_some() {
-            code = code.max(3);
-        }
-        report.destinations.push(d);
-    }
-    Ok((report, code))
+) -> Result<(PruneReport, ExitCode)> {
+    for_each_releases_destination(
+        config,
+        opts,
+        "prune",
+        "prune removes inactive releases of destinations with a releases block",
+        |dest, journal| {
+            let mut d = DestinationPrune {
+                destination_id: dest.id.clone(),
+                bundle_path: dest.path.to_string_lossy().into_owned(),
+                releases_dir: (dest.releases.as_ref())
+                    .map(|r| r.dir.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                operation_id: None,
+                releases: Vec::new(),
+                removed: 0,
+                path_changed: None,
+                log_error: None,
+                error: None,
+            };
+            let mut codes = Vec::new();
+            if let Err(e) = prune_one(config, dest, opts, journal, &mut d, progress) {
+                codes.push(e.exit_code());
+                d.error = Some(e.to_string());
+            }
+            if d.log_error.is_some() {
+                codes.push(ExitCode::Failed);
+            }
+            if d.path_changed.is_some() {
+                codes.push(ExitCode::Conflict);
+            }
+            (d, codes)
+        },
+    )
 }
 
 fn prune_one(

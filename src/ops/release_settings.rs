@@ -12,41 +12,17 @@ use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::journal::{Event, Journal, OperationRecord};
-use crate::ops::common::check_recovery;
+use crate::ops::common::{
+    ExitCode, ReleasesOptions, ReleasesReport, check_recovery, for_each_releases_destination,
+};
 use serde::Serialize;
 use std::fmt::Write;
-use std::path::PathBuf;
-use std::time::Duration;
 
 /// What to record and how.
-#[derive(Debug, Clone)]
-pub struct SettingsOptions {
-    /// Destination ids; empty means every destination with `releases`.
-    pub destinations: Vec<String>,
-    /// Say what would change; write nothing.
-    pub dry_run: bool,
-    /// Journal file (already resolved).
-    pub journal: PathBuf,
-    /// How long to wait for a destination lock.
-    pub lock_timeout: Duration,
-    /// Who runs it.
-    pub actor: String,
-}
+pub type SettingsOptions = ReleasesOptions;
 
 /// The report of `releases settings`.
-#[derive(Debug, Serialize)]
-pub struct SettingsReport {
-    /// Always 1.
-    pub report_version: u32,
-    /// `releases settings`.
-    pub command: &'static str,
-    /// Whether nothing was written.
-    pub dry_run: bool,
-    /// Pipeline id.
-    pub pipeline_id: String,
-    /// One entry per destination.
-    pub destinations: Vec<DestinationSettings>,
-}
+pub type SettingsReport = ReleasesReport<DestinationSettings>;
 
 /// One destination's settings.
 #[derive(Debug, Serialize)]
@@ -130,52 +106,36 @@ impl SettingsReport {
 
 /// Records the config's settings at the selected destinations; returns the report and
 /// the exit code (0, or the worst error's).
-pub fn record_settings(config: &Config, opts: &SettingsOptions) -> Result<(SettingsReport, u8)> {
-    let selected: Vec<&Destination> = if opts.destinations.is_empty() {
-        (config.destinations.iter())
-            .filter(|d| d.releases.is_some())
-            .collect()
-    } else {
-        config.select(&opts.destinations)?
-    };
-    if selected.is_empty() {
-        return Err(Error::Usage(format!(
-            "no destination in {} has releases; releases settings records the releases block of a destination that has one",
-            config.file.display()
-        )));
-    }
-    let mut journal = match opts.dry_run {
-        true => None,
-        false => Some(Journal::open(&opts.journal)?),
-    };
-    let mut report = SettingsReport {
-        report_version: 1,
-        command: "releases settings",
-        dry_run: opts.dry_run,
-        pipeline_id: config.pipeline_id.clone(),
-        destinations: Vec::new(),
-    };
-    let mut code = 0u8;
-    for dest in selected {
-        let mut d = DestinationSettings {
-            destination_id: dest.id.clone(),
-            releases_dir: (dest.releases.as_ref())
-                .map(|r| r.dir.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            status: "failed",
-            before: None,
-            after: String::new(),
-            operation_id: None,
-            error: None,
-        };
-        if let Err(e) = one(config, dest, opts, journal.as_mut(), &mut d) {
-            code = code.max(e.exit_code());
-            d.status = "failed";
-            d.error = Some(e.to_string());
-        }
-        report.destinations.push(d);
-    }
-    Ok((report, code))
+pub fn record_settings(
+    config: &Config,
+    opts: &SettingsOptions,
+) -> Result<(SettingsReport, ExitCode)> {
+    for_each_releases_destination(
+        config,
+        opts,
+        "releases settings",
+        "releases settings records the releases block of a destination that has one",
+        |dest, journal| {
+            let mut d = DestinationSettings {
+                destination_id: dest.id.clone(),
+                releases_dir: (dest.releases.as_ref())
+                    .map(|r| r.dir.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                status: "failed",
+                before: None,
+                after: String::new(),
+                operation_id: None,
+                error: None,
+            };
+            let mut codes = Vec::new();
+            if let Err(e) = one(config, dest, opts, journal, &mut d) {
+                codes.push(e.exit_code());
+                d.status = "failed";
+                d.error = Some(e.to_string());
+            }
+            (d, codes)
+        },
+    )
 }
 
 fn one(

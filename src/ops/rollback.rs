@@ -20,11 +20,13 @@ use crate::execute::{ExecContext, Origin, StagedOperation, Transaction, execute,
 use crate::hash::sha256_hex;
 use crate::journal::{Journal, query};
 use crate::model::{Decision, FileOp, Owner, SourceRef, StateMode};
-use crate::ops::common::{Outcome, check_recovery};
+use crate::ops::common::{
+    Activations, Outcome, check_recovery, journal_or_view, releases_destinations,
+};
 use crate::ops::publish::plan_rollback;
 use crate::plan::PlanFailed;
 use crate::plan::{DestinationPlan, FileAction, LinkAction, Previous};
-use crate::report::{DestinationReport, Report, Status, Summary};
+use crate::report::{DestinationReport, Status};
 use crate::source::{LinkEntry, Manifest, OutputEntry, Source};
 use crate::state::{State, StateFile};
 use std::collections::BTreeMap;
@@ -51,20 +53,11 @@ pub struct RollbackOptions {
 
 /// Rolls back the selected destinations (all that have `releases` when none is named).
 pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
-    let selected: Vec<&Destination> = if opts.destinations.is_empty() {
-        let with: Vec<&Destination> = (config.destinations.iter())
-            .filter(|d| d.releases.is_some())
-            .collect();
-        if with.is_empty() {
-            return Err(Error::Usage(format!(
-                "no destination in {} has releases; rollback activates an earlier release of a destination with a releases block",
-                config.file.display()
-            )));
-        }
-        with
-    } else {
-        config.select(&opts.destinations)?
-    };
+    let selected = releases_destinations(
+        config,
+        &opts.destinations,
+        "rollback activates an earlier release of a destination with a releases block",
+    )?;
     if let Some(to) = &opts.to
         && query::check_operation_id(to).is_err()
     {
@@ -74,89 +67,14 @@ pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
     }
     // A dry run reads the journal without writing anything, to refuse (exit 4) where the
     // real rollback would: an unfinished operation no live lock covers (SPEC §16).
-    let (mut journal, view) = if opts.dry_run {
-        (None, crate::journal::JournalView::open(&opts.journal)?)
-    } else {
-        (Some(Journal::open(&opts.journal)?), None)
-    };
-    let mut reports = Vec::new();
-    let mut codes = Vec::new();
-    let mut source = None;
+    let (mut journal, view) = journal_or_view(opts.dry_run, &opts.journal)?;
+    let mut activations = Activations::default();
     for dest in selected {
-        match rollback_one(config, dest, opts, journal.as_mut(), view.as_ref()) {
-            Ok((report, to)) => {
-                source.get_or_insert(to);
-                codes.push(if report.status == Status::Conflict {
-                    3
-                } else {
-                    0
-                });
-                reports.push(report);
-            }
-            Err(PlanFailed { plan, error: e }) => {
-                codes.push(e.exit_code());
-                let mut r = match plan {
-                    Some(plan) => DestinationReport::of_error(*plan, &e),
-                    None => {
-                        let mut r = failed(dest);
-                        r.message = e.to_string();
-                        r
-                    }
-                };
-                if r.status == Status::Failed {
-                    r.error_kind = Some(e.kind());
-                }
-                reports.push(r);
-            }
-        }
+        let result = rollback_one(config, dest, opts, journal.as_mut(), view.as_ref());
+        activations.push(dest, result);
     }
-    let exit_code = crate::ops::common::overall_exit_code(&codes);
-    let summary = Summary::of(&reports);
-    Ok(Outcome {
-        report: Report {
-            report_version: 1,
-            command: "rollback".into(),
-            dry_run: opts.dry_run,
-            pipeline_id: config.pipeline_id.clone(),
-            source: source.unwrap_or_else(|| SourceRef {
-                id: String::new(),
-                created_at: String::new(),
-                digest: String::new(),
-            }),
-            destinations: reports,
-            summary,
-            plan_file: None,
-        },
-        exit_code,
-        concurrent_change: false,
-        saved: None,
-    })
+    Ok(activations.outcome(config, "rollback", opts.dry_run))
 }
-
-fn failed(dest: &Destination) -> DestinationReport {
-    DestinationReport {
-        destination_id: dest.id.clone(),
-        bundle_path: dest.path.to_string_lossy().into_owned(),
-        state_mode: dest.state_mode,
-        takeover_mode: dest.takeover,
-        decision: None,
-        status: Status::Failed,
-        operation_id: None,
-        previous: None,
-        takeovers: vec![],
-        conflicts: vec![],
-        files: Default::default(),
-        links: vec![],
-        message: String::new(),
-        hooks: Vec::new(),
-        lock_wait: None,
-        error_kind: None,
-        release_activated: None,
-        releases_removed: Vec::new(),
-        omitted_unchanged: None,
-    }
-}
-
 /// The release `--to` names: a whole operation id as it is (a release that is gone is
 /// refused later, saying so), else the one release, present or logged, whose id starts
 /// with it, as `history show` and `recover --abandon` take ids.

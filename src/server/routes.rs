@@ -10,7 +10,7 @@ use super::extract::{Extracted, extract};
 use super::logging::{DestinationLog, RequestLog};
 use super::spool::RequestSpool;
 use crate::config::Config;
-use crate::ops::common::Outcome;
+use crate::ops::common::{ExitCode, Outcome};
 use crate::ops::publish::{PublishOptions, publish};
 use crate::report::Status;
 use crate::source::{MANIFEST_FILE, Source};
@@ -468,15 +468,17 @@ fn report_response(outcome: &Outcome) -> Response {
         .any(|d| d.status == Status::Failed);
     let (status, kind) = match outcome.exit_code {
         // Another writer got there first (SPEC §14): the upload may be sent again.
-        1 if outcome.concurrent_change => (StatusCode::CONFLICT, Some("concurrent_change")),
-        1 => (StatusCode::INTERNAL_SERVER_ERROR, Some("failed")),
+        ExitCode::Failed if outcome.concurrent_change => {
+            (StatusCode::CONFLICT, Some("concurrent_change"))
+        }
+        ExitCode::Failed => (StatusCode::INTERNAL_SERVER_ERROR, Some("failed")),
         // A destination whose own config cannot be used (a template rendering an unsafe
         // path): the server's configuration is at fault, not the upload.
-        2 => (StatusCode::INTERNAL_SERVER_ERROR, Some("config")),
-        4 => (StatusCode::LOCKED, Some("recovery_required")),
-        3 => (StatusCode::CONFLICT, Some("conflict")),
-        _ if failed => (StatusCode::INTERNAL_SERVER_ERROR, Some("failed")),
-        _ => (StatusCode::OK, None),
+        ExitCode::Usage => (StatusCode::INTERNAL_SERVER_ERROR, Some("config")),
+        ExitCode::RecoveryRequired => (StatusCode::LOCKED, Some("recovery_required")),
+        ExitCode::Conflict => (StatusCode::CONFLICT, Some("conflict")),
+        ExitCode::Success if failed => (StatusCode::INTERNAL_SERVER_ERROR, Some("failed")),
+        ExitCode::Success => (StatusCode::OK, None),
     };
     let error = kind.map(|kind| {
         let message = report

@@ -627,7 +627,7 @@ pub fn last_is(base: &Dir, op: &str) -> Result<bool> {
 
 /// The bytes of `entry` as stored: pretty JSON, at most [`MAX_ENTRY_BYTES`].
 pub(crate) fn render(entry: &Entry) -> Result<Vec<u8>> {
-    let bytes = serde_json::to_vec_pretty(entry).map_err(|e| Error::Failed(e.to_string()))?;
+    let bytes = serde_json::to_vec_pretty(entry)?;
     if bytes.len() > MAX_ENTRY_BYTES {
         return Err(Error::Failed(format!(
             "log entry of operation {} is {} bytes, more than {MAX_ENTRY_BYTES}",

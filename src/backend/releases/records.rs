@@ -111,8 +111,7 @@ impl ReleaseStore {
             .map_err(|e| record_error(e, base))?;
         let path = base.join(RELEASES_SETTINGS);
         if replace || rec.stat_opt("releases.json").ctx("stat", &path)?.is_none() {
-            let bytes =
-                serde_json::to_vec_pretty(record).map_err(|e| Error::Failed(e.to_string()))?;
+            let bytes = serde_json::to_vec_pretty(record)?;
             let tmp = "releases.json.tmp";
             let _ = rec.unlink(tmp);
             let mut f = rec.create_record_file(tmp).ctx("create", &path)?;

@@ -5,7 +5,7 @@
 
 use super::{ReleaseStore, ReleasesRecord, log};
 use crate::backend::local::Bundle;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, IoContext, ReleasesError, Result};
 use crate::fs::split;
 
 impl ReleaseStore {
@@ -73,22 +73,19 @@ impl ReleaseStore {
     /// What a rollback undoes by default ([`log::rollback_target`]): `(target, undone
     /// operation)`; `owner` for a shared root.
     pub fn rollback_target(&self, owner: Option<&str>) -> Result<(String, String)> {
-        let current = self.active_release().ok_or_else(|| {
-            Error::Failed(format!(
-                "{}: no release is active; nothing to roll back",
-                self.path.display()
-            ))
-        })?;
+        let current = self
+            .active_release()
+            .ok_or_else(|| ReleasesError::NoneActive {
+                path: self.path.clone(),
+            })?;
         log::rollback_target(&self.activations()?, owner).ok_or_else(|| {
-            Error::Failed(format!(
-                "{}: no release was active before {current}{} (see {}); nothing to roll back to",
-                self.path.display(),
-                owner.map_or(String::new(), |o| format!(" as {o} published it")),
-                self.settings
-                    .dir
-                    .join(crate::backend::local::records::LOG)
-                    .display()
-            ))
+            ReleasesError::NoneBefore {
+                path: self.path.clone(),
+                release: current.to_string(),
+                owner: owner.map(str::to_string),
+                log: self.settings.dir.join(crate::backend::local::records::LOG),
+            }
+            .into()
         })
     }
 
@@ -98,21 +95,25 @@ impl ReleaseStore {
         let release = match root.dir().open_dir(name) {
             Ok(d) => Bundle::reading(&self.settings.dir.join(name), d)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::Failed(format!(
-                    "release {name} is gone from {} (retention removed it, or it never existed); cannot roll back to it",
-                    self.settings.dir.display()
-                )));
+                return Err(ReleasesError::Gone {
+                    release: name.to_string(),
+                    dir: self.settings.dir.clone(),
+                }
+                .into());
             }
             Err(e) => return Err(Error::io("open", self.settings.dir.join(name), e)),
         };
         match release.read_state()?.parse() {
             crate::state::StateFile::Valid(s) => Ok(s),
-            crate::state::StateFile::Absent => Err(Error::Failed(format!(
-                "release {name} holds no .distributor.json; cannot roll back to it"
-            ))),
-            crate::state::StateFile::Invalid(why) => Err(Error::Failed(format!(
-                "release {name} holds invalid state ({why}); cannot roll back to it"
-            ))),
+            crate::state::StateFile::Absent => Err(ReleasesError::TargetWithoutState {
+                release: name.to_string(),
+            }
+            .into()),
+            crate::state::StateFile::Invalid(why) => Err(ReleasesError::TargetInvalidState {
+                release: name.to_string(),
+                why,
+            }
+            .into()),
             crate::state::StateFile::Untrusted(why, _) => Err(Error::Untrusted(why)),
         }
     }
@@ -154,12 +155,10 @@ impl ReleaseStore {
         if bad.is_empty() {
             return Ok(());
         }
-        let shown: Vec<&str> = bad.iter().take(10).map(String::as_str).collect();
-        Err(Error::Failed(format!(
-            "release {name} fails verification: {} recorded path(s) missing or changed ({}{}); not activated",
-            bad.len(),
-            shown.join(", "),
-            if bad.len() > shown.len() { ", ..." } else { "" }
-        )))
+        Err(ReleasesError::FailsVerification {
+            release: name.to_string(),
+            paths: bad,
+        }
+        .into())
     }
 }

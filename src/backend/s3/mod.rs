@@ -34,7 +34,7 @@ pub use store::S3Store;
 
 use crate::backend::{Backend, BundleStore};
 use crate::config::S3Settings;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StoreError, StoreFailure};
 use object_store::aws::{AmazonS3Builder, Checksum};
 use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
@@ -589,24 +589,31 @@ pub(crate) fn chain_text(e: &dyn std::error::Error) -> String {
 /// bucket or container that does not exist).
 pub(crate) fn store_error(action: &str, what: &str, e: object_store::Error) -> Error {
     let dialect = dialect::of_shown(what);
-    let name = dialect.name();
-    if let Some(u) = find_source::<clock::Unreachable>(&e) {
-        return Error::Failed(format!("{name}: {action} {what}: {u}"));
-    }
-    if let Some(m) = dialect.explain(action, what, &e) {
-        return Error::Failed(m);
-    }
-    match e {
-        object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {
-            Error::ConcurrentChange(format!(
-                "{action} {what}: changed by someone else since it was planned (the store refused a conditional write)"
-            ))
+    let store = dialect.name();
+    let failure = if let Some(u) = find_source::<clock::Unreachable>(&e) {
+        StoreFailure::Unreachable {
+            store,
+            why: u.to_string(),
         }
-        e => Error::Failed(format!(
-            "{name}: {action} {what}: {}",
-            dialect.clean(&e.to_string())
-        )),
+    } else if let Some(m) = dialect.explain(action, what, &e) {
+        StoreFailure::Explained(m)
+    } else if let object_store::Error::Precondition { .. }
+    | object_store::Error::AlreadyExists { .. } = e
+    {
+        StoreFailure::ConditionRefused
+    } else {
+        StoreFailure::Other {
+            store,
+            text: dialect.clean(&e.to_string()),
+        }
+    };
+    StoreError {
+        action: action.to_string(),
+        key: what.to_string(),
+        failure,
+        source: e,
     }
+    .into()
 }
 
 /// The first error of type `T` in `e`'s chain of sources.

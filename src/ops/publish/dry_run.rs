@@ -10,7 +10,7 @@ use crate::config::{Config, Destination};
 use crate::error::Error;
 use crate::execute::Progress;
 use crate::journal::JournalView;
-use crate::ops::common::{Pending, pending};
+use crate::ops::common::{ExitCode, Pending, pending};
 use crate::plan::saved::SavedDestination;
 use crate::plan::{DestinationPlan, PlanFailed};
 use crate::progress::{Bytes, Ticker};
@@ -28,7 +28,7 @@ pub(super) fn plan_and_read(
     view: Option<&JournalView>,
     progress: Option<&dyn Progress>,
     saved: &mut Vec<SavedDestination>,
-) -> std::result::Result<(DestinationReport, u8), PlanFailed> {
+) -> std::result::Result<(DestinationReport, ExitCode), PlanFailed> {
     // Unchanged files are proven by the journal's placement fingerprints (read only) as
     // in the real run, not hashed.
     let mut fingerprints = types::Fingerprints::default();

@@ -19,7 +19,7 @@ mod read;
 mod republication;
 mod run;
 
-use super::common::{Outcome, journal_refused, overall_exit_code};
+use super::common::{ExitCode, Outcome, journal_refused};
 use crate::backend::{Kind, kind_of};
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{ConfigError, Error, Result};
@@ -94,7 +94,7 @@ pub fn publish_with_progress(
         (Some(Journal::open(&opts.journal)?), None)
     };
     let mut reports = Vec::new();
-    let mut codes: Vec<u8> = Vec::new();
+    let mut codes: Vec<ExitCode> = Vec::new();
     let mut invalid_source: Option<String> = None;
     let mut concurrent_change = false;
     let mut saved = Vec::new();
@@ -123,7 +123,7 @@ pub fn publish_with_progress(
                 if matches!(e.root(), Error::Source(_)) {
                     invalid_source = Some(e.to_string());
                 }
-                concurrent_change |= matches!(e.root(), Error::ConcurrentChange(_));
+                concurrent_change |= e.is_concurrent_change();
                 failed_destination(config, dest, source, plan, &e)
             }
         };
@@ -149,7 +149,7 @@ fn failed_destination(
     source: &Source,
     plan: Option<Box<DestinationPlan>>,
     e: &Error,
-) -> (DestinationReport, u8) {
+) -> (DestinationReport, ExitCode) {
     let code = e.exit_code();
     let mut r = match plan {
         Some(plan) => DestinationReport::of_error(*plan, e),
@@ -168,13 +168,13 @@ fn outcome(
     source: &Source,
     opts: &PublishOptions,
     reports: Vec<DestinationReport>,
-    codes: &[u8],
+    codes: &[ExitCode],
     concurrent_change: bool,
     saved: Vec<SavedDestination>,
 ) -> Outcome {
     // A destination can fail with a config error of its own (a template that renders an
     // unsafe path): that is 2, after 1 and before 4 and 3, never lost as 0.
-    let exit_code = overall_exit_code(codes);
+    let exit_code = ExitCode::overall(codes.iter().copied());
     let summary = Summary::of(&reports);
     let all_planned = reports.iter().all(|r| r.status != Status::Failed);
     let saved = (opts.save_plan && all_planned).then(|| PlanFile {
@@ -289,7 +289,7 @@ fn publish_one(
     journaling: Journaling<'_>,
     progress: Option<&dyn Progress>,
     saved: &mut Vec<SavedDestination>,
-) -> std::result::Result<(DestinationReport, u8), PlanFailed> {
+) -> std::result::Result<(DestinationReport, ExitCode), PlanFailed> {
     match journaling {
         Journaling::Real(journal) => {
             run::publish_locked(config, dest, source, opts, journal, progress)
@@ -352,10 +352,10 @@ fn status_of(plan: &DestinationPlan, writing: Status) -> Status {
     }
 }
 
-fn code_of(plan: &DestinationPlan) -> u8 {
+fn code_of(plan: &DestinationPlan) -> ExitCode {
     if plan.decision == Decision::Conflict {
-        3
+        ExitCode::Conflict
     } else {
-        0
+        ExitCode::Success
     }
 }

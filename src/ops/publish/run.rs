@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::execute::{ExecContext, Progress, execute};
 use crate::journal::Journal;
 use crate::model::{Decision, Owner};
-use crate::ops::common::check_recovery;
+use crate::ops::common::{ExitCode, check_recovery};
 use crate::plan::{DestinationPlan, PlanFailed};
 use crate::progress::Ticker;
 use crate::report::{DestinationReport, Status};
@@ -41,7 +41,7 @@ pub(super) fn publish_locked(
     opts: &PublishOptions,
     journal: &mut Journal,
     progress: Option<&dyn Progress>,
-) -> std::result::Result<(DestinationReport, u8), PlanFailed> {
+) -> std::result::Result<(DestinationReport, ExitCode), PlanFailed> {
     let run = Run {
         config,
         dest,
@@ -250,7 +250,7 @@ impl Run<'_> {
         fingerprints: &types::Fingerprints,
         waited: Duration,
         progress: Option<&dyn Progress>,
-    ) -> std::result::Result<(DestinationReport, u8), PlanFailed> {
+    ) -> std::result::Result<(DestinationReport, ExitCode), PlanFailed> {
         let Run {
             config,
             dest,
@@ -293,7 +293,7 @@ impl Run<'_> {
         }
         let mut r = self.execute(plan, journal, store, progress)?;
         r.lock_wait = Some(waited);
-        Ok((r, 0))
+        Ok((r, ExitCode::Success))
     }
 
     /// Executes a writing plan through the journal (`publish --stage`: stages its release

@@ -131,12 +131,12 @@ pub struct DestinationError {
 
 impl RecoverReport {
     /// 0 when everything found was recovered (or nothing was found), else 1 (SPEC §10).
-    pub fn exit_code(&self) -> u8 {
+    pub fn exit_code(&self) -> crate::error::ExitCode {
         let s = &self.summary;
         if s.diverged + s.failed + s.untrusted + s.staging_moved > 0 {
-            1
+            crate::error::ExitCode::Failed
         } else {
-            0
+            crate::error::ExitCode::Success
         }
     }
 }

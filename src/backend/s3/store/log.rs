@@ -330,12 +330,13 @@ impl S3Store {
             match self.put(&to, bytes.to_vec(), PutMode::Create) {
                 Ok(_) => break to,
                 // A copy an interrupted quarantine made of these very bytes is this one.
-                Err(Error::ConcurrentChange(_))
-                    if self.get(&to)?.is_some_and(|(b, _)| b == bytes) =>
+                Err(e)
+                    if e.is_concurrent_change()
+                        && self.get(&to)?.is_some_and(|(b, _)| b == bytes) =>
                 {
                     break to;
                 }
-                Err(Error::ConcurrentChange(_)) => n += 1,
+                Err(e) if e.is_concurrent_change() => n += 1,
                 Err(e) => return Err(e),
             }
         };

@@ -131,7 +131,7 @@ impl<'s> S3Operation<'s> {
         let rel = self.staging_rel(op, DECISION);
         match self.put(&rel, format!("{word}\n").into_bytes(), PutMode::Create) {
             Ok(_) => Ok(word.to_string()),
-            Err(Error::ConcurrentChange(_)) => Ok(self.decision(op)?.unwrap_or_default()),
+            Err(e) if e.is_concurrent_change() => Ok(self.decision(op)?.unwrap_or_default()),
             Err(e) => Err(e),
         }
     }
@@ -247,7 +247,7 @@ impl<'s> S3Operation<'s> {
         loop {
             match self.put(&rel, bytes.to_vec(), PutMode::Create) {
                 Ok(_) => break,
-                Err(Error::ConcurrentChange(_)) => {
+                Err(e) if e.is_concurrent_change() => {
                     let kept = self.get(&rel)?.map(|(b, _)| crate::hash::sha256_hex(&b));
                     if kept.as_deref() == Some(sha) {
                         break;
