@@ -8,6 +8,7 @@ use crate::common::faults::{V1_AT, V1_FILES, V1_LINKS, V2_AT, V2_FILES, V2_LINKS
 use crate::common::{Env, Run};
 use serde_json::Value;
 use std::collections::BTreeSet;
+use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -1936,5 +1937,58 @@ fn a_directory_of_a_pruned_release_swapped_for_a_symlink_removes_nothing_through
     assert!(
         !releases(&env).contains(&first),
         "the first release was pruned"
+    );
+}
+
+/// A prune over several destinations exits by SPEC §10's order, not with the largest
+/// number: one destination refused (an untrusted `releases.json`: exit 1) beside one whose
+/// `path` someone replaced (`path_changed`: exit 3) exits 1; each reports its own reason
+/// and neither loses a release.
+#[test]
+fn prune_over_several_destinations_exits_by_the_specs_order() {
+    let env = Env::new();
+    let yaml = format!(
+        "version: 1\npipeline:\n  id: weather\ndestinations:\n  - id: a\n    path: {}\n    state:\n      mode: single_owner\n    releases:\n      keep: 1\n  - id: b\n    path: {}\n    state:\n      mode: single_owner\n    releases:\n      keep: 1\n",
+        env.path("www/a").display(),
+        env.path("www/b").display()
+    );
+    let cfg = env.config("two.yaml", &yaml);
+    for i in 1..=2 {
+        env.publish(&cfg, &site(&env, i), &[]).expect_code(0);
+    }
+    let dir_of = |d: &str| env.path(&format!("www/.{d}.releases"));
+    let count = |d: &str| {
+        fs::read_dir(dir_of(d))
+            .unwrap()
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .count()
+    };
+    let (a_before, b_before) = (count("a"), count("b"));
+    // a: `path` is a plain directory now (path_changed, exit 3).
+    let a = env.path("www/a");
+    fs::remove_file(&a).unwrap();
+    fs::create_dir(&a).unwrap();
+    // b: its settings record is writable by anyone: not distributor's (exit 1).
+    let rec = dir_of("b").join(".distributor/releases.json");
+    assert!(rec.exists(), "{} was not written", rec.display());
+    fs::set_permissions(&rec, fs::Permissions::from_mode(0o666)).unwrap();
+    let r = env.run(&["prune", "--json", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(1);
+    let dests = r.json()["destinations"].as_array().unwrap().clone();
+    let of = |id: &str| {
+        dests
+            .iter()
+            .find(|d| d["destination_id"] == id)
+            .unwrap_or_else(|| panic!("no destination {id}: {}", r.stdout))
+            .clone()
+    };
+    assert!(r.stdout.contains("path_changed"), "{}", r.stdout);
+    assert!(of("b")["error"].is_string(), "{}", r.stdout);
+    assert_eq!(
+        (count("a"), count("b")),
+        (a_before, b_before),
+        "{}",
+        r.stdout
     );
 }
