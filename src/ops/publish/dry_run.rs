@@ -3,7 +3,7 @@
 //! journal, if there is one, is only read.
 
 use super::plan::{judge_saved, plan_one, saved_entry};
-use super::read::Unlocked;
+use super::view::Unlocked;
 use super::{PublishOptions, bundle_path, code_of, stands_during_recovery, status_of, untrusted};
 use crate::backend::{self, types};
 use crate::config::{Config, Destination};

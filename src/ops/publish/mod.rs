@@ -18,6 +18,7 @@ mod plan;
 mod read;
 mod republication;
 mod run;
+mod view;
 
 use super::common::{ExitCode, Outcome, journal_refused};
 use crate::backend::{Kind, kind_of};

@@ -3,8 +3,8 @@
 
 use super::PublishOptions;
 use super::bundle_path;
-use super::read::{StateMemo, Unlocked, View};
 use super::republication::{check_republication, probe_republication};
+use super::view::{StateMemo, Unlocked, View};
 use crate::backend::{BundleStore, types};
 use crate::config::{Config, Destination};
 use crate::error::Result;

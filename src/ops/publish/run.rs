@@ -5,7 +5,8 @@
 use super::plan::{
     could_be_unchanged, judge_saved, plan_general, plan_state, plan_with, saved_entry,
 };
-use super::read::{DestinationRead, Republished, StateMemo, Unlocked, View, read_destination};
+use super::read::{DestinationRead, Republished, read_destination};
+use super::view::{StateMemo, Unlocked, View};
 use super::{
     PublishOptions, code_of, journal_refusal, stands_during_recovery, status_of, untrusted,
 };
