@@ -77,8 +77,20 @@ pub fn failpoint_ignored() -> usize {
         .map(|f| {
             let text = std::fs::read_to_string(f).unwrap_or_default();
             let flat: String = text.chars().filter(|c| !c.is_whitespace()).collect();
-            flat.matches("#[cfg_attr(not(feature=\"failpoints\"),ignore")
-                .count()
+            let attrs = flat
+                .matches("#[cfg_attr(not(feature=\"failpoints\"),ignore")
+                .count();
+            // `per_store!` (tests/test_s3.rs) holds the attribute once in its definition
+            // and makes two tests (`::s3`, `::azure`) of each entry it marks with the
+            // word failpoints (its definition's own pattern has the mark once too). The
+            // needles are split so that this file does not match them.
+            if flat.contains(concat!("macro_rules!", "per_store{")) {
+                let mark = concat!(",", "failpoints;");
+                let entries = flat.matches(mark).count().saturating_sub(1);
+                attrs.saturating_sub(1) + 2 * entries
+            } else {
+                attrs
+            }
         })
         .sum()
 }
