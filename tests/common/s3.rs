@@ -353,6 +353,10 @@ fn agent(timeout: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(timeout))
+        // Azurite (node) closes a connection idle for 5 s; a pooled one reused as it does
+        // so is reset ("Connection reset by peer", seen beside stress-ng). Reuse only
+        // connections idle for less than a second.
+        .max_idle_age(Duration::from_secs(1))
         .build()
         .into()
 }
