@@ -360,6 +360,17 @@ pub(crate) fn unplanned_failure(
     bundle_path: String,
     e: &Error,
 ) -> DestinationReport {
+    failed_entry(dest, bundle_path, e.to_string(), Some(e.kind()))
+}
+
+/// The report entry of destination `dest` (at `bundle_path`) that failed, or was not
+/// attempted, before it was planned: `message` says why, `error_kind` of what kind.
+pub(crate) fn failed_entry(
+    dest: &Destination,
+    bundle_path: String,
+    message: String,
+    error_kind: Option<&'static str>,
+) -> DestinationReport {
     DestinationReport {
         destination_id: dest.id.clone(),
         bundle_path,
@@ -373,10 +384,10 @@ pub(crate) fn unplanned_failure(
         conflicts: vec![],
         files: Default::default(),
         links: vec![],
-        message: e.to_string(),
+        message,
         hooks: Vec::new(),
         lock_wait: None,
-        error_kind: Some(e.kind()),
+        error_kind,
         release_activated: None,
         releases_removed: Vec::new(),
         omitted_unchanged: None,

@@ -20,7 +20,7 @@ mod republication;
 mod run;
 mod view;
 
-use super::common::{ExitCode, Outcome, journal_refused};
+use super::common::{ExitCode, Outcome, failed_entry, journal_refused};
 use crate::backend::{Kind, kind_of};
 use crate::config::{Config, Destination, PathMapping};
 use crate::error::{ConfigError, Error, Result};
@@ -101,10 +101,12 @@ pub fn publish_with_progress(
     let mut saved = Vec::new();
     for dest in selected {
         if let Some(why) = &invalid_source {
-            let mut r = failed_report(config, dest, source, why.clone());
-            r.message = format!("not attempted: {why}");
-            r.error_kind = Some("invalid_source");
-            reports.push(r);
+            reports.push(failed_entry(
+                dest,
+                shown_bundle_path(config, dest, source),
+                format!("not attempted: {why}"),
+                Some("invalid_source"),
+            ));
             continue;
         }
         let (report, code) = match publish_one(
@@ -154,7 +156,12 @@ fn failed_destination(
     let code = e.exit_code();
     let mut r = match plan {
         Some(plan) => DestinationReport::of_error(*plan, e),
-        None => failed_report(config, dest, source, e.to_string()),
+        None => failed_entry(
+            dest,
+            shown_bundle_path(config, dest, source),
+            e.to_string(),
+            None,
+        ),
     };
     if r.status == Status::Failed {
         r.error_kind = Some(e.kind());
@@ -204,35 +211,11 @@ fn outcome(
     }
 }
 
-fn failed_report(
-    config: &Config,
-    dest: &Destination,
-    source: &Source,
-    message: String,
-) -> DestinationReport {
-    DestinationReport {
-        destination_id: dest.id.clone(),
-        bundle_path: bundle_path(config, dest, source)
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        state_mode: dest.state_mode,
-        takeover_mode: dest.takeover,
-        decision: None,
-        status: Status::Failed,
-        operation_id: None,
-        previous: None,
-        takeovers: vec![],
-        conflicts: vec![],
-        files: Default::default(),
-        links: vec![],
-        message,
-        hooks: Vec::new(),
-        lock_wait: None,
-        error_kind: None,
-        release_activated: None,
-        releases_removed: Vec::new(),
-        omitted_unchanged: None,
-    }
+/// The bundle path of `dest` as a report shows it: empty when it cannot be rendered.
+fn shown_bundle_path(config: &Config, dest: &Destination, source: &Source) -> String {
+    bundle_path(config, dest, source)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// The bundle path of `dest` for `source` (SPEC §2 path mapping).
