@@ -222,8 +222,9 @@ pub fn fs_synced() {
     imp::fs_synced();
 }
 
-/// Undoes every change not yet durable, newest first (the power goes out).
+/// Undoes every change not yet durable, newest first (the power goes out). Only a
+/// `powercut` failpoint calls it, so it exists only with the `failpoints` feature.
+#[cfg(feature = "failpoints")]
 pub fn power_cut() {
-    #[cfg(feature = "failpoints")]
     imp::power_cut();
 }
