@@ -225,6 +225,87 @@ impl Decision {
     }
 }
 
+/// What a journal row's and a staging record's `decision` holds: a destination decision
+/// (SPEC §5.1), or one of the operations that are not publications and are journaled
+/// under their own name (`adopt`, `prune`, `settings`). Reads and writes as that name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordedDecision {
+    /// A publication's, rollback's or promote's decision.
+    Decision(Decision),
+    /// `adopt`: `distributor releases adopt` made a first release of a plain directory.
+    Adopt,
+    /// `prune`: retention removed releases.
+    Prune,
+    /// `settings`: `distributor releases settings` changed a releases destination.
+    Settings,
+}
+
+impl RecordedDecision {
+    /// The names of the operations that are not decisions, in declaration order.
+    pub const OPERATIONS: &'static [&'static str] = &["prune", "adopt", "settings"];
+
+    /// Its name, as the journal and the staging record store it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordedDecision::Decision(d) => d.as_str(),
+            RecordedDecision::Adopt => "adopt",
+            RecordedDecision::Prune => "prune",
+            RecordedDecision::Settings => "settings",
+        }
+    }
+
+    /// Every accepted name: the decisions, then [`RecordedDecision::OPERATIONS`].
+    pub fn accepted() -> String {
+        let all: Vec<&str> = (Decision::ALL.iter().chain(RecordedDecision::OPERATIONS))
+            .copied()
+            .collect();
+        all.join(", ")
+    }
+}
+
+impl From<Decision> for RecordedDecision {
+    fn from(d: Decision) -> RecordedDecision {
+        RecordedDecision::Decision(d)
+    }
+}
+
+impl fmt::Display for RecordedDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RecordedDecision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "adopt" => Ok(RecordedDecision::Adopt),
+            "prune" => Ok(RecordedDecision::Prune),
+            "settings" => Ok(RecordedDecision::Settings),
+            _ => s.parse().map(RecordedDecision::Decision).map_err(|_| {
+                format!(
+                    "unknown value '{}', accepted: {}",
+                    s.escape_debug(),
+                    RecordedDecision::accepted()
+                )
+            }),
+        }
+    }
+}
+
+impl Serialize for RecordedDecision {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RecordedDecision {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 string_enum!(
     /// Conflict kinds (SPEC §5.3).
     ConflictKind {

@@ -714,12 +714,19 @@ pub fn for_record(
 
 /// The sha256 of the state file `store` holds now; `Err` text when something other than a
 /// regular file stands there.
-pub fn state_sha256(
+pub fn state_hash(
     store: &(impl StoreRead + ?Sized),
-) -> Result<std::result::Result<Option<String>, String>> {
+) -> Result<std::result::Result<Option<crate::hash::ContentHash>, String>> {
     Ok(match store.read_state()? {
         StateBytes::Absent => Ok(None),
         StateBytes::Unusable(why) => Err(why),
-        StateBytes::Bytes(b) => Ok(Some(crate::hash::sha256_hex(&b))),
+        StateBytes::Bytes(b) => Ok(Some(crate::hash::ContentHash::of(&b))),
     })
+}
+
+/// [`state_hash`] as 64 lowercase hex characters.
+pub fn state_sha256(
+    store: &(impl StoreRead + ?Sized),
+) -> Result<std::result::Result<Option<String>, String>> {
+    Ok(state_hash(store)?.map(|h| h.map(|h| h.hex())))
 }

@@ -279,9 +279,9 @@ fn origin(
         command: ctx.command.into(),
         actor: ctx.actor.to_string(),
         pipeline_id: ctx.pipeline_id.to_string(),
-        state_mode: plan.state_mode.to_string(),
-        decision: plan.decision.to_string(),
-        takeover_mode: plan.takeover_mode.to_string(),
+        state_mode: plan.state_mode,
+        decision: plan.decision.into(),
+        takeover_mode: plan.takeover_mode,
         previous_owner: plan.previous.as_ref().map(|p| p.owner.to_string()),
         previous_source: plan.previous.as_ref().map(|p| p.source.clone()),
         source: source.source_ref(),
@@ -290,6 +290,22 @@ fn origin(
         host: Some(crate::backend::local::log::host()),
         journal_id: None,
         outputs_unchanged: None,
+    })
+}
+
+/// The sha256 `hex` that `field` of `staged`'s record holds; an error naming the operation
+/// and the field when it is not 64 lowercase hex characters.
+fn staged_hash(
+    staged: &StagedOperation,
+    field: &str,
+    hex: &str,
+) -> Result<crate::hash::ContentHash> {
+    crate::hash::ContentHash::parse(hex).ok_or_else(|| {
+        Error::Failed(format!(
+            "the staging record of operation {}: {field} '{}' is not a sha256 (accepted: 64 lowercase hex characters)",
+            staged.operation_id,
+            hex.escape_debug()
+        ))
     })
 }
 
@@ -313,14 +329,20 @@ pub fn journal_records(
         pipeline_id: o.pipeline_id.clone(),
         destination_id: staged.destination_id.clone(),
         bundle_path: staged.bundle_path.to_string_lossy().into_owned(),
-        state_mode: o.state_mode.clone(),
-        decision: o.decision.clone(),
-        takeover_mode: o.takeover_mode.clone(),
+        state_mode: o.state_mode,
+        decision: o.decision,
+        takeover_mode: o.takeover_mode,
         previous_owner: o.previous_owner.clone(),
         previous_source: o.previous_source.clone(),
         source: o.source.clone(),
-        pre_state_sha256: staged.pre_state_sha256.clone(),
-        post_state_sha256: staged.post_state_sha256.clone(),
+        pre_state_sha256: (staged.pre_state_sha256.as_deref())
+            .map(|h| staged_hash(staged, "pre_state_sha256", h))
+            .transpose()?,
+        post_state_sha256: Some(staged_hash(
+            staged,
+            "post_state_sha256",
+            &staged.post_state_sha256,
+        )?),
         takeovers_json: serde_json::to_string(&o.takeovers).map_err(json)?,
         // The actions are journaled as rows of their own (schema 8), not again here.
         plan_json: staged.to_json_without_actions().map_err(json)?,

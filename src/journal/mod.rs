@@ -26,6 +26,8 @@ pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 use placements::read_fingerprints;
 
 use crate::error::{Error, JournalError, Result};
+use crate::hash::ContentHash;
+use crate::model::{RecordedDecision, StateMode, TakeoverMode};
 use rusqlite::{Connection, OpenFlags};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -148,21 +150,23 @@ pub struct OperationRecord {
     /// Bundle path.
     pub bundle_path: String,
     /// State mode.
-    pub state_mode: String,
-    /// Decision.
-    pub decision: String,
+    pub state_mode: StateMode,
+    /// The decision, or the operation when it is not a publication (`adopt`, `prune`,
+    /// `settings`).
+    pub decision: RecordedDecision,
     /// Takeover mode.
-    pub takeover_mode: String,
+    pub takeover_mode: TakeoverMode,
     /// Previous owner.
     pub previous_owner: Option<String>,
     /// The source the bundle path held before.
     pub previous_source: Option<crate::model::SourceRef>,
     /// The source published (all empty when none is: a `prune`, a settings change).
     pub source: crate::model::SourceRef,
-    /// sha256 of the state file before (None when absent).
-    pub pre_state_sha256: Option<String>,
-    /// sha256 of the state file the operation writes.
-    pub post_state_sha256: String,
+    /// sha256 of the state file before (None when absent; written as NULL).
+    pub pre_state_sha256: Option<ContentHash>,
+    /// sha256 of the state file the operation writes (None when it commits none, a
+    /// refused publication, or there is none to record: written as the empty text).
+    pub post_state_sha256: Option<ContentHash>,
     /// The report's `takeovers` array, as JSON.
     pub takeovers_json: String,
     /// The whole plan, as JSON, for recovery and `history show`.
@@ -356,8 +360,8 @@ pub struct CommittedSource {
     pub pipeline_id: String,
     /// The operation's destination id.
     pub destination_id: String,
-    /// The state mode it planned with (`single_owner`, `shared_root`).
-    pub state_mode: String,
+    /// The state mode it planned with.
+    pub state_mode: StateMode,
     /// The source it published.
     pub source: crate::model::SourceRef,
 }

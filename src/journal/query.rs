@@ -263,7 +263,7 @@ pub fn list(j: &Journal, f: &Filter) -> Result<Vec<OperationSummary>> {
 
 /// The `--action` values besides the decisions: the journal's own operations that are not
 /// publications (`distributor prune` and retention, `distributor releases adopt`).
-pub(crate) const OPERATIONS: &[&str] = &["prune", "adopt", "settings"];
+pub(crate) const OPERATIONS: &[&str] = crate::model::RecordedDecision::OPERATIONS;
 
 /// Every accepted `--action` value: the decisions, then [`OPERATIONS`].
 pub fn actions() -> Vec<&'static str> {

@@ -28,7 +28,7 @@ impl Journal {
             .query_row(
                 "SELECT s.dev, s.ino, s.size, s.mtime_ns, s.ctime_ns, o.pipeline_id,
                         o.destination_id, o.state_mode, o.source_id, o.source_created_at,
-                        o.source_digest, o.status
+                        o.source_digest, o.status, o.operation_id
                    FROM (SELECT * FROM journal_state_files WHERE bundle_path = ?1
                           ORDER BY id DESC LIMIT 1) s
                    JOIN operations o ON o.operation_id = s.operation_id",
@@ -41,29 +41,36 @@ impl Journal {
                         mtime_ns: r.get(3)?,
                         ctime_ns: r.get(4)?,
                     };
-                    let status: String = r.get(11)?;
                     Ok((
                         recorded,
-                        status,
-                        CommittedSource {
-                            pipeline_id: r.get(5)?,
-                            destination_id: r.get(6)?,
-                            state_mode: r.get(7)?,
-                            source: crate::model::SourceRef {
-                                id: r.get(8)?,
-                                created_at: r.get(9)?,
-                                digest: r.get(10)?,
-                            },
+                        r.get::<_, String>(11)?,
+                        r.get::<_, String>(12)?,
+                        r.get::<_, String>(7)?,
+                        (r.get(5)?, r.get(6)?),
+                        crate::model::SourceRef {
+                            id: r.get(8)?,
+                            created_at: r.get(9)?,
+                            digest: r.get(10)?,
                         },
                     ))
                 },
             )
             .optional()
             .map_err(|e| jerr(&self.path, e))?;
-        Ok(row.and_then(|(recorded, status, source)| {
-            (recorded == *file
-                && matches!(status.as_str(), "applied" | "committed" | "rolled_forward"))
-            .then_some(source)
+        let Some((recorded, status, operation_id, state_mode, owner, source)) = row else {
+            return Ok(None);
+        };
+        if recorded != *file
+            || !matches!(status.as_str(), "applied" | "committed" | "rolled_forward")
+        {
+            return Ok(None);
+        }
+        let (pipeline_id, destination_id) = owner;
+        Ok(Some(CommittedSource {
+            pipeline_id,
+            destination_id,
+            state_mode: column(&self.path, &operation_id, "state_mode", &state_mode)?,
+            source,
         }))
     }
 
@@ -263,4 +270,22 @@ fn read_actions(conn: &Connection, path: &Path, set: i64) -> Result<Vec<ActionRe
         });
     }
     Ok(out)
+}
+
+/// The value that the text `value` of `column` in operation `operation_id`'s row spells;
+/// an error naming the journal, the operation, the column and what it accepts when it
+/// spells none.
+pub(super) fn column<T: std::str::FromStr<Err = String>>(
+    path: &Path,
+    operation_id: &str,
+    column: &str,
+    value: &str,
+) -> Result<T> {
+    value.parse().map_err(|why: String| {
+        JournalError::Corrupt {
+            path: path.to_path_buf(),
+            message: format!("operation {operation_id}: column {column}: {why}"),
+        }
+        .into()
+    })
 }

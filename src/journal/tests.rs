@@ -20,9 +20,9 @@ fn operation(op: &str, bundle: &str) -> OperationRecord {
         pipeline_id: s("weather"),
         destination_id: s("latest"),
         bundle_path: s(bundle),
-        state_mode: s("single_owner"),
-        decision: s("replace_same_pipeline"),
-        takeover_mode: s("same_pipeline"),
+        state_mode: crate::model::StateMode::SingleOwner,
+        decision: crate::model::Decision::ReplaceOlder.into(),
+        takeover_mode: crate::model::TakeoverMode::SamePipeline,
         previous_owner: None,
         previous_source: None,
         source: crate::model::SourceRef {
@@ -31,7 +31,7 @@ fn operation(op: &str, bundle: &str) -> OperationRecord {
             digest: s("d"),
         },
         pre_state_sha256: None,
-        post_state_sha256: s("p"),
+        post_state_sha256: Some(ContentHash::of(b"post")),
         takeovers_json: s("[]"),
         plan_json: s("{}"),
     }
@@ -460,5 +460,150 @@ fn fingerprints_read_newest_first_through_an_index_without_sorting() {
         let plan = plan.join("; ");
         assert!(plan.contains(index), "{plan}");
         assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+    }
+}
+
+/// The typed record's columns as the journal row holds them: the contract names, each
+/// sha256 in lowercase hex, an absent pre-state as NULL, no post-state as the empty text,
+/// and a prune's or settings change's one state as both.
+#[test]
+fn records_are_written_as_their_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+    let row = |j: &Journal, op: &str| {
+        j.connection()
+            .query_row(
+                "SELECT state_mode, decision, takeover_mode, pre_state_sha256, post_state_sha256
+                   FROM journal_operations WHERE operation_id = ?1",
+                [op],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                        r.get::<_, String>(4)?,
+                    ))
+                },
+            )
+            .unwrap()
+    };
+    let post = ContentHash::of(b"post").hex();
+    j.begin_operation(&operation("o1", "/d"), []).unwrap();
+    assert_eq!(
+        row(&j, "o1"),
+        (
+            "single_owner".into(),
+            "replace_older".into(),
+            "same_pipeline".into(),
+            None,
+            post.clone()
+        )
+    );
+
+    let mut refused = operation("o2", "/d");
+    refused.state_mode = crate::model::StateMode::SharedRoot;
+    refused.decision = crate::model::Decision::Conflict.into();
+    refused.takeover_mode = crate::model::TakeoverMode::Never;
+    refused.pre_state_sha256 = Some(*sha(1));
+    refused.post_state_sha256 = None;
+    j.refused_operation(&refused, "conflicts").unwrap();
+    assert_eq!(
+        row(&j, "o2"),
+        (
+            "shared_root".into(),
+            "conflict".into(),
+            "never".into(),
+            Some(sha(1).hex()),
+            String::new()
+        )
+    );
+
+    for (op, decision, state) in [
+        ("o3", RecordedDecision::Prune, None),
+        ("o4", RecordedDecision::Settings, Some(*sha(2))),
+    ] {
+        let mut r = operation(op, "/d");
+        r.decision = decision;
+        r.pre_state_sha256 = state;
+        r.post_state_sha256 = state;
+        j.finished_operation(&r, &[(Event::Completed, None)], &[])
+            .unwrap();
+        let text = state.map(|h| h.hex()).unwrap_or_default();
+        assert_eq!(
+            row(&j, op),
+            (
+                "single_owner".into(),
+                decision.as_str().into(),
+                "same_pipeline".into(),
+                Some(text.clone()),
+                text
+            )
+        );
+    }
+}
+
+/// The state file `n` stands for.
+fn state_file(n: u64) -> crate::backend::StateFileId {
+    crate::backend::StateFileId {
+        dev: 1,
+        ino: n,
+        size: 10,
+        mtime_ns: 5,
+        ctime_ns: 6,
+    }
+}
+
+#[test]
+fn a_committed_state_reads_back_with_its_state_mode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+    let mut op = operation("o1", "/d");
+    op.state_mode = crate::model::StateMode::SharedRoot;
+    j.begin_operation(&op, []).unwrap();
+    j.commit(Committed::passed_writing(state_file(7)), "o1", "/d", &[])
+        .unwrap();
+    let found = j
+        .republishable_state("/d", &state_file(7))
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.state_mode, crate::model::StateMode::SharedRoot);
+    assert_eq!(found.pipeline_id, "weather");
+    assert_eq!(found.source, op.source);
+    assert_eq!(j.republishable_state("/d", &state_file(8)).unwrap(), None);
+}
+
+/// A row whose state mode is no name distributor writes (written by hand here) is an error
+/// naming the journal, the operation, the column and what it accepts: never a state mode
+/// guessed, never a panic.
+#[test]
+fn an_unknown_state_mode_in_a_row_is_an_error_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("j.sqlite3");
+    let mut j = Journal::open(&path).unwrap();
+    j.connection()
+        .execute(
+            "INSERT INTO journal_operations (operation_id, started_at, command, actor, pipeline_id,
+               destination_id, bundle_path, state_mode, decision, takeover_mode, source_id,
+               source_created_at, source_digest, post_state_sha256, takeovers_json, plan_json)
+             VALUES ('o1', '2026-12-02T06:00:00Z', 'publish', 'cli:test', 'weather', 'latest', '/d',
+               'everyone', 'create', 'same_pipeline', 's', '2026-12-02T06:00:00Z', 'd', ?1, '[]', '{}')",
+            [ContentHash::of(b"post").hex()],
+        )
+        .unwrap();
+    j.commit(Committed::passed_writing(state_file(7)), "o1", "/d", &[])
+        .unwrap();
+    let e = j
+        .republishable_state("/d", &state_file(7))
+        .unwrap_err()
+        .to_string();
+    for want in [
+        path.display().to_string().as_str(),
+        "operation o1",
+        "column state_mode",
+        "'everyone'",
+        "accepted: single_owner, shared_root",
+    ] {
+        assert!(e.contains(want), "{e}: lacks {want}");
     }
 }

@@ -7,6 +7,7 @@ use super::{ACTION_KINDS, ActionRecord, Event, Journal, OperationRecord, jerr};
 use crate::backend::types::Fingerprint;
 use crate::clock::now;
 use crate::error::{Error, JournalError, Result};
+use crate::model::RecordedDecision;
 use rusqlite::params;
 use std::path::Path;
 
@@ -63,6 +64,14 @@ impl Journal {
         placements: &[(String, Fingerprint)],
     ) -> Result<()> {
         let path = self.path.clone();
+        // Nothing committed (a refused publication): the empty text.
+        let post = op.post_state_sha256.map_or_else(String::new, |h| h.hex());
+        let pre = match op.decision {
+            // They leave the state as it was: the row holds it as pre- and post-state, the
+            // empty text when there is none.
+            RecordedDecision::Prune | RecordedDecision::Settings => Some(post.clone()),
+            _ => op.pre_state_sha256.map(|h| h.hex()),
+        };
         let tx = self.write_transaction()?;
         tx.execute(
             "INSERT INTO journal_operations (operation_id, started_at, command, actor, pipeline_id, destination_id,
@@ -78,9 +87,9 @@ impl Journal {
                 op.pipeline_id,
                 op.destination_id,
                 op.bundle_path,
-                op.state_mode,
-                op.decision,
-                op.takeover_mode,
+                op.state_mode.as_str(),
+                op.decision.as_str(),
+                op.takeover_mode.as_str(),
                 op.previous_owner,
                 op.previous_source.as_ref().map(|s| &s.id),
                 op.previous_source.as_ref().map(|s| &s.created_at),
@@ -88,8 +97,8 @@ impl Journal {
                 op.source.id,
                 op.source.created_at,
                 op.source.digest,
-                op.pre_state_sha256,
-                op.post_state_sha256,
+                pre,
+                post,
                 op.takeovers_json,
                 op.plan_json,
             ],

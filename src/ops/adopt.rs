@@ -223,7 +223,7 @@ fn adopt_one(
     store.set_adopt();
     let how = Activation {
         command: "adopt",
-        decision: "adopt",
+        decision: crate::model::RecordedDecision::Adopt,
         actor: &opts.actor,
         pipeline_id: &config.pipeline_id,
     };

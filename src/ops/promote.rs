@@ -259,7 +259,7 @@ fn promote_one(
     store.set_promote(&release);
     let how = Activation {
         command: "promote",
-        decision: "promote",
+        decision: Decision::Promote.into(),
         actor: &opts.actor,
         pipeline_id: &config.pipeline_id,
     };

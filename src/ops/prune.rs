@@ -12,6 +12,7 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::execute::record_removal;
 use crate::journal::{Event, Journal, OperationRecord};
+use crate::model::RecordedDecision;
 use crate::ops::common::{
     ExitCode, ReleasesOptions, ReleasesReport, check_recovery, for_each_releases_destination,
 };
@@ -217,10 +218,8 @@ fn prune_one(
     let op_id = uuid::Uuid::new_v4().to_string();
     let owner = state.as_ref().and_then(|s| s.owners.first());
     let source = owner.map(|o| o.source.clone()).unwrap_or_default();
-    let state_sha = crate::backend::state_sha256(&store)?
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    // None when no state file can be read: the row holds the empty text as pre and post.
+    let state_sha = crate::backend::state_hash(&store)?.ok().flatten();
     let removed: Vec<String> = match &pruned {
         Ok(v) => (v.iter())
             .filter(|v| !v.keep)
@@ -236,13 +235,13 @@ fn prune_one(
         pipeline_id: config.pipeline_id.clone(),
         destination_id: dest.id.clone(),
         bundle_path: d.bundle_path.clone(),
-        state_mode: dest.state_mode.to_string(),
-        decision: "prune".into(),
-        takeover_mode: dest.takeover.to_string(),
+        state_mode: dest.state_mode,
+        decision: RecordedDecision::Prune,
+        takeover_mode: dest.takeover,
         previous_owner: None,
         previous_source: None,
         source,
-        pre_state_sha256: Some(state_sha.clone()),
+        pre_state_sha256: state_sha,
         post_state_sha256: state_sha,
         takeovers_json: "[]".into(),
         plan_json: "{}".into(),

@@ -12,6 +12,7 @@ use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
 use crate::journal::{Event, Journal, OperationRecord};
+use crate::model::RecordedDecision;
 use crate::ops::common::{
     ExitCode, ReleasesOptions, ReleasesReport, check_recovery, for_each_releases_destination,
 };
@@ -182,10 +183,8 @@ fn one(
         .as_ref()
         .map_or_else(|| d.after.clone(), |b| changes(b, &after));
     let op_id = uuid::Uuid::new_v4().to_string();
-    let state_sha = crate::backend::state_sha256(&store)?
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    // None when no state file can be read: the row holds the empty text as pre and post.
+    let state_sha = crate::backend::state_hash(&store)?.ok().flatten();
     let record = OperationRecord {
         operation_id: op_id.clone(),
         started_at: now(),
@@ -194,13 +193,13 @@ fn one(
         pipeline_id: config.pipeline_id.clone(),
         destination_id: dest.id.clone(),
         bundle_path: dest.path.to_string_lossy().into_owned(),
-        state_mode: dest.state_mode.to_string(),
-        decision: "settings".into(),
-        takeover_mode: dest.takeover.to_string(),
+        state_mode: dest.state_mode,
+        decision: RecordedDecision::Settings,
+        takeover_mode: dest.takeover,
         previous_owner: None,
         previous_source: None,
         source: crate::model::SourceRef::default(),
-        pre_state_sha256: Some(state_sha.clone()),
+        pre_state_sha256: state_sha,
         post_state_sha256: state_sha,
         takeovers_json: "[]".into(),
         plan_json: "{}".into(),

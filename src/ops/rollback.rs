@@ -273,7 +273,7 @@ fn rollback_one(
     store.set_rollback(Some(&target), &undoes);
     let how = Activation {
         command: "rollback",
-        decision: "rollback",
+        decision: Decision::Rollback.into(),
         actor: &opts.actor,
         pipeline_id: &config.pipeline_id,
     };
@@ -533,7 +533,7 @@ pub(crate) struct Activation<'a> {
     /// `rollback`, `adopt` or `promote`.
     pub command: &'a str,
     /// The journal's decision.
-    pub decision: &'a str,
+    pub decision: crate::model::RecordedDecision,
     /// Who runs it.
     pub actor: &'a str,
     /// The pipeline.
@@ -572,9 +572,9 @@ pub(crate) fn run_activation(
         command: how.command.into(),
         actor: how.actor.to_string(),
         pipeline_id: how.pipeline_id.to_string(),
-        state_mode: plan.state_mode.to_string(),
-        decision: how.decision.to_string(),
-        takeover_mode: plan.takeover_mode.to_string(),
+        state_mode: plan.state_mode,
+        decision: how.decision,
+        takeover_mode: plan.takeover_mode,
         previous_owner: plan.previous.as_ref().map(|p| p.owner.to_string()),
         previous_source: plan.previous.as_ref().map(|p| p.source.clone()),
         source: to_source.ok_or_else(|| Error::Failed("the state has no owner".into()))?,

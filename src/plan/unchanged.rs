@@ -91,7 +91,7 @@ impl<'a> Republication<'a> {
             && sorted
             && committed.pipeline_id == pipeline_id
             && committed.destination_id == d.id.as_str()
-            && committed.state_mode == d.state_mode.to_string()
+            && committed.state_mode == d.state_mode
             && committed.source == source_ref;
         same.then(|| Republication {
             destination,

@@ -11,7 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::Replaced;
-use crate::model::{FileOp, SourceRef};
+use crate::model::{FileOp, RecordedDecision, SourceRef, StateMode, TakeoverMode};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -146,11 +146,11 @@ pub struct Origin {
     /// Pipeline id.
     pub pipeline_id: String,
     /// State mode.
-    pub state_mode: String,
-    /// Decision.
-    pub decision: String,
+    pub state_mode: StateMode,
+    /// The decision, or the operation when it is not a publication (`adopt`).
+    pub decision: RecordedDecision,
     /// Takeover mode.
-    pub takeover_mode: String,
+    pub takeover_mode: TakeoverMode,
     /// Previous owner, `pipeline/destination`.
     pub previous_owner: Option<String>,
     /// Previous source.
@@ -453,9 +453,9 @@ mod tests {
                 command: "publish".into(),
                 actor: "cli:t".into(),
                 pipeline_id: "p".into(),
-                state_mode: "single_owner".into(),
-                decision: "create".into(),
-                takeover_mode: "same_pipeline".into(),
+                state_mode: StateMode::SingleOwner,
+                decision: crate::model::Decision::Create.into(),
+                takeover_mode: TakeoverMode::SamePipeline,
                 previous_owner: None,
                 previous_source: None,
                 source: SourceRef {
@@ -534,6 +534,42 @@ mod tests {
                 e.unwrap_err().to_string().contains("not a safe path"),
                 "{bad}"
             );
+        }
+    }
+
+    /// The origin's state mode, decision and takeover mode are written by their contract
+    /// names, as they were when they were text; a name that is none of them is refused,
+    /// naming the file and what is accepted.
+    #[test]
+    fn origin_names_are_written_as_text_and_unknown_ones_refused() {
+        let mut op = record(StagingLayout::Flat);
+        let file = Path::new("/b/.distributor-staging/op/plan.json");
+        for (decision, name) in [
+            (crate::model::Decision::Create.into(), "create"),
+            (RecordedDecision::Adopt, "adopt"),
+        ] {
+            op.origin.decision = decision;
+            let json = op.to_json().unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+            assert_eq!(v["origin"]["state_mode"], "single_owner");
+            assert_eq!(v["origin"]["decision"], name);
+            assert_eq!(v["origin"]["takeover_mode"], "same_pipeline");
+            let back = StagedOperation::parse(&json, file, Path::new("/b"), "op");
+            assert_eq!(back.unwrap().origin, op.origin);
+        }
+        let mut v: serde_json::Value = serde_json::from_slice(&op.to_json().unwrap()).unwrap();
+        v["origin"]["decision"] = "upload".into();
+        let bogus = serde_json::to_vec(&v).unwrap();
+        let e = StagedOperation::parse(&bogus, file, Path::new("/b"), "op")
+            .unwrap_err()
+            .to_string();
+        for want in [
+            "plan.json",
+            "unknown value 'upload'",
+            "accepted: create, unchanged",
+            "promote, prune, adopt, settings",
+        ] {
+            assert!(e.contains(want), "{e}: lacks {want}");
         }
     }
 }

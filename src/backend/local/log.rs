@@ -206,7 +206,7 @@ impl Entry {
     pub fn of_operation(op: &StagedOperation) -> Entry {
         use crate::record::ActionKind::*;
         let o = &op.origin;
-        let mut e = Entry::new(&op.operation_id, &o.command, &o.decision);
+        let mut e = Entry::new(&op.operation_id, &o.command, o.decision.as_str());
         e.pipeline_id = o.pipeline_id.clone();
         e.destination_id = op.destination_id.clone();
         if let Some(recovering) = recovered_by() {

@@ -12,7 +12,7 @@ use std::path::Path;
 pub(super) fn describe(r: &mut RecoveredOperation, staged: &StagedOperation) {
     r.pipeline_id = Some(staged.origin.pipeline_id.clone());
     r.destination_id = Some(staged.destination_id.clone());
-    r.decision = Some(staged.origin.decision.clone());
+    r.decision = Some(staged.origin.decision.to_string());
     r.pre_state_sha256 = staged.pre_state_sha256.clone();
     r.post_state_sha256 = Some(staged.post_state_sha256.clone());
 }
