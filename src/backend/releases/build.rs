@@ -36,12 +36,15 @@ pub struct Building {
 /// one release cannot change another that shares the file.
 const READ_ONLY: u32 = 0o444;
 
-/// One operation in a releases destination: the release it builds, made by
-/// [`ReleaseStore`]'s `operation` and dropped with the operation. It reads and writes the
-/// destination through its store.
+/// One operation in a releases destination: what it does and the release it builds,
+/// made by [`ReleaseStore`]'s `operation` (a publication) or `operation_for` and dropped
+/// with the operation. It reads and writes the destination through its store.
 #[derive(Debug)]
 pub(super) struct ReleaseOperation<'s> {
     pub(super) store: &'s ReleaseStore,
+    /// What it does, as its caller said: written into its staging record by `describe`;
+    /// every step after that reads the record.
+    pub(super) purpose: super::Purpose,
     /// The release being built, and the directories below it opened so far.
     pub(super) building: std::sync::Mutex<Option<Building>>,
 }
@@ -173,6 +176,10 @@ impl ReleaseOperation<'_> {
 }
 
 impl crate::backend::Steps for ReleaseOperation<'_> {
+    fn describe(&self, staged: &mut StagedOperation) {
+        staged.releases = Some(self.releases_record(&self.purpose));
+    }
+
     fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
         self.begin_release(op, pre, post)
     }
