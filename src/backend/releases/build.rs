@@ -12,7 +12,7 @@ use crate::backend::Committed;
 use crate::backend::local::records::RECORD_DIR;
 use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE};
 use crate::backend::types::Placed;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, IoContext, Result, StepError};
 use crate::failpoint;
 use crate::fs::{Dir, Identity, split, type_name};
 use crate::record::StagedOperation;
@@ -68,7 +68,11 @@ impl ReleaseOperation<'_> {
     ) -> Result<()> {
         let root = self.root()?;
         if let Some(why) = self.log_view()?.legacy_error {
-            return Err(Error::Failed(format!("{why}; nothing was published")));
+            return Err(StepError::LogUnwritable {
+                why,
+                outcome: "nothing was published".to_string(),
+            }
+            .into());
         }
         root.begin(op, pre, post)?;
         self.record_settings()?;
@@ -79,10 +83,7 @@ impl ReleaseOperation<'_> {
         let id = &op.operation_id;
         let release_path = self.settings.dir.join(id);
         if !root.dir().mkdir(id).ctx("create release", &release_path)? {
-            return Err(Error::Failed(format!(
-                "{} exists already",
-                release_path.display()
-            )));
+            return Err(StepError::Exists { path: release_path }.into());
         }
         let release = Arc::new(root.dir().open_dir(id).ctx("open", &release_path)?);
         failpoint::hit("during_carry_over");
@@ -109,11 +110,11 @@ impl ReleaseOperation<'_> {
             Some(b) if b.op == op.operation_id => b,
             _ => {
                 // After a restart (recover never builds), or a mix-up of operations.
-                return Err(Error::Failed(format!(
-                    "{}: release {} is not being built by this process",
-                    self.settings.dir.display(),
-                    op.operation_id
-                )));
+                return Err(StepError::NotBuilding {
+                    dir: self.settings.dir.clone(),
+                    op: op.operation_id.clone(),
+                }
+                .into());
             }
         };
         make_dirs(b, rel, &self.settings.dir.join(&op.operation_id))
@@ -492,19 +493,20 @@ fn link_or_copy(
             let (copy, _) = dst.open_file(name).ctx("open", to)?;
             let (_, again) = crate::hash::hash_reader(copy, to)?;
             if again != crate::hash::ContentHash::from(h) {
-                return Err(Error::Failed(format!(
-                    "{} does not read back as the {} it was copied from",
-                    to.display(),
-                    from.display()
-                )));
+                return Err(StepError::CopyDiffers {
+                    to: to.to_path_buf(),
+                    from: from.to_path_buf(),
+                }
+                .into());
             }
             Ok(())
         }
-        other => Err(Error::Failed(format!(
-            "{} is {} and cannot be hard-linked into the new release ({err})",
-            from.display(),
-            type_name(other)
-        ))),
+        other => Err(StepError::CannotCarry {
+            from: from.to_path_buf(),
+            kind: type_name(other),
+            error: err,
+        }
+        .into()),
     }
 }
 
@@ -516,10 +518,10 @@ fn remove_empty_tree(parent: &Dir, name: &str, path: &Path) -> Result<()> {
         if kind == FileType::Directory {
             remove_empty_tree(&d, &child, &path.join(&child))?;
         } else {
-            return Err(Error::Failed(format!(
-                "{} is in a directory distributor is replacing with a file",
-                path.join(&child).display()
-            )));
+            return Err(StepError::InDirectoryReplaced {
+                path: path.join(&child),
+            }
+            .into());
         }
     }
     parent.rmdir(name).ctx("remove emptied directory", path)
