@@ -600,6 +600,28 @@ pub enum StepError {
         /// `path`.
         path: PathBuf,
     },
+    /// A write to a bundle path that was not locked (local).
+    #[error("{}: a write without the destination lock", bundle.display())]
+    WithoutLock {
+        /// The bundle path.
+        bundle: PathBuf,
+    },
+    /// A write to an object store opened for reading, without its lease.
+    #[error("{} is opened for reading; writing needs its lock", bundle.display())]
+    OpenedForReading {
+        /// The bundle path.
+        bundle: PathBuf,
+    },
+    /// A bundle-relative path that cannot be an object key (object store).
+    #[error("{}: '{}' cannot be an object key: {error}", bundle.display(), rel.escape_debug())]
+    InvalidKey {
+        /// The bundle path.
+        bundle: PathBuf,
+        /// The path, relative to the bundle path.
+        rel: String,
+        /// Why the store's key rules refuse it.
+        error: String,
+    },
     /// Links on an object store, which has none.
     #[error("{}: links cannot be published to an object store ({path})", bundle.display())]
     LinkOnObjectStore {

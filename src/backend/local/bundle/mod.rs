@@ -476,10 +476,10 @@ impl Bundle {
     fn locked(&self) -> Result<()> {
         match self.lock {
             Some(_) => Ok(()),
-            None => Err(Error::Failed(format!(
-                "{}: a write without the destination lock",
-                self.path.display()
-            ))),
+            None => Err(StepError::WithoutLock {
+                bundle: self.path.clone(),
+            }
+            .into()),
         }
     }
 
