@@ -276,6 +276,8 @@ fn operation(
     });
     let mut staged: StagedOperation = serde_json::from_value(record).expect("a staging record");
     store.describe(&mut staged);
+    // What the operation does (a publication) its own steps say.
+    OperationState::new(store).describe(&mut staged);
     if locked {
         staged.record_dir = store.record_dir(true).expect("record_dir");
     }

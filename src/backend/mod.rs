@@ -180,7 +180,9 @@ pub trait StoreRead: std::fmt::Debug + Sync {
 /// changes anything, read back by `recover`, removed once the operation is done or found
 /// to have changed nothing.
 pub trait RecordStore: StoreRead {
-    /// builds (`releases`). Nothing where the bundle path alone says (the default).
+    /// Says in an operation's record what only the store knows of where it runs (an
+    /// object store's location); what the operation itself does its [`Steps::describe`]
+    /// says. Nothing where the bundle path alone says (the default).
     fn describe(&self, staged: &mut StagedOperation) {
         let _ = staged;
     }
@@ -220,6 +222,14 @@ pub trait RecordStore: StoreRead {
 /// and the rollback or cleanup that follows. Implemented by the object a store's
 /// [`RecordStore::operation`] makes, which lives as long as the operation.
 pub trait Steps {
+    /// Says in the operation's record what this operation does where the store alone
+    /// cannot (a releases operation: what it activates, stages, undoes or adopts), after
+    /// [`RecordStore::describe`] and before [`Steps::begin`] writes the record. Nothing
+    /// where the store says it all (the default).
+    fn describe(&self, staged: &mut StagedOperation) {
+        let _ = staged;
+    }
+
     /// Writes the staging record, whole and atomically, before anything else changes.
     fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()>;
 
@@ -270,6 +280,10 @@ pub trait Steps {
 /// A store whose steps keep nothing per operation takes them itself: its
 /// [`RecordStore::operation`] is `Box::new(self)`.
 impl<T: Steps + ?Sized> Steps for &T {
+    fn describe(&self, staged: &mut StagedOperation) {
+        (**self).describe(staged)
+    }
+
     fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
         (**self).begin(op, pre, post)
     }
@@ -350,6 +364,17 @@ impl<'s> OperationState<'s> {
     /// A new operation's state in `store`.
     pub fn new(store: &'s dyn BundleStore) -> OperationState<'s> {
         OperationState(store.operation())
+    }
+
+    /// The state of an operation whose steps `steps` are, made by a store for an
+    /// operation its caller described (`ReleaseStore::operation_for`).
+    pub fn of(steps: Box<dyn Steps + Sync + 's>) -> OperationState<'s> {
+        OperationState(steps)
+    }
+
+    /// Says in `staged` what this operation does ([`Steps::describe`]).
+    pub fn describe(&self, staged: &mut StagedOperation) {
+        self.0.describe(staged)
     }
 }
 

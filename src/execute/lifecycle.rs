@@ -52,13 +52,26 @@ pub struct Passed<'a> {
 impl<'a> Transaction<'a> {
     /// Journals `staged` (its row and actions) as begun in the locked `store`, after
     /// recording where its staging record goes: the store's location, its releases
-    /// settings, the identity of its record directory, and this journal's id.
+    /// settings and what the operation does there, the identity of its record directory,
+    /// and this journal's id.
     pub fn begin(
         journal: &'a mut Journal,
         store: &'a dyn BundleStore,
+        staged: StagedOperation,
+    ) -> Result<Transaction<'a>> {
+        Transaction::begin_with(journal, store, staged, OperationState::new(store))
+    }
+
+    /// [`Transaction::begin`] of an operation whose steps `state` are, made by the store
+    /// for what the caller said the operation does (`ReleaseStore::operation_for`).
+    pub fn begin_with(
+        journal: &'a mut Journal,
+        store: &'a dyn BundleStore,
         mut staged: StagedOperation,
+        state: OperationState<'a>,
     ) -> Result<Transaction<'a>> {
         store.describe(&mut staged);
+        state.describe(&mut staged);
         staged.record_dir = store.record_dir(true)?;
         staged.origin.journal_id = Some(journal.journal_id()?);
         let (record, actions) = journal_records(&staged)?;
@@ -68,7 +81,7 @@ impl<'a> Transaction<'a> {
             journal,
             store,
             staged,
-            state: OperationState::new(store),
+            state,
         })
     }
 

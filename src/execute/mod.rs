@@ -19,7 +19,7 @@ pub use crate::record::{
     STATE_TMP_FILE, StagedAction, StagedOperation, StagingLayout,
 };
 
-use crate::backend::releases::ReleaseStore;
+use crate::backend::releases::{Purpose, ReleaseStore};
 use crate::backend::types::Placed;
 use crate::backend::{BundleStore, Operation, StoreRead};
 use crate::clock::now;
@@ -42,6 +42,9 @@ pub struct ExecContext<'a> {
     /// The command, for the journal: `publish`, or `rollback` (a shared root's rollback
     /// builds a release from an earlier one's records).
     pub command: &'a str,
+    /// What the operation does in a releases destination (a stage, a shared root's
+    /// rollback); a publication's elsewhere.
+    pub purpose: Purpose,
 }
 
 /// Executes `plan` in the locked bundle path `store`; returns the operation id.
@@ -91,7 +94,11 @@ pub fn execute(
         origin(plan, source, ctx, &published_at)?,
         &mut |d| store.dir_exists(d),
     )?;
-    let tx = Transaction::begin(journal, store, staged)?;
+    let operation = match ReleaseStore::of(store) {
+        Some(releases) => releases.operation_for(ctx.purpose.clone()),
+        None => crate::backend::OperationState::new(store),
+    };
+    let tx = Transaction::begin_with(journal, store, staged, operation)?;
     let stages = (tx.staged().releases.as_ref()).is_some_and(|r| r.stages);
     let (passed, placements) =
         tx.act(|op, journal| run_steps(plan, source, op, pre, post, journal, ctx.progress))?;

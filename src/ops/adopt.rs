@@ -8,7 +8,7 @@
 //! nor deletes content it does not manage.
 
 use crate::backend::StoreRead;
-use crate::backend::releases::ReleaseStore;
+use crate::backend::releases::{Purpose, ReleaseStore};
 use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
@@ -220,7 +220,6 @@ fn adopt_one(
         message: String::new(),
         new_state: Some(state),
     };
-    store.set_adopt();
     let how = Activation {
         command: "adopt",
         decision: crate::model::RecordedDecision::Adopt,
@@ -234,7 +233,7 @@ fn adopt_one(
             staged.operation_id
         )
     };
-    let op = run_activation(&plan, journal, &store, &how, &detail)?;
+    let op = run_activation(&plan, journal, &store, Purpose::Adopt, &how, &detail)?;
     d.status = "applied";
     d.message = format!(
         "release {op} holds its {} files and {} links; {} names it",

@@ -16,7 +16,7 @@
 
 use crate::backend::StoreRead;
 use crate::backend::local::log::Entry;
-use crate::backend::releases::ReleaseStore;
+use crate::backend::releases::{Purpose, ReleaseStore};
 use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
@@ -256,7 +256,6 @@ fn promote_one(
     if let Some(staged_state) = &plan.new_state {
         store.verify_release(&release, staged_state)?;
     }
-    store.set_promote(&release);
     let how = Activation {
         command: "promote",
         decision: Decision::Promote.into(),
@@ -273,7 +272,10 @@ fn promote_one(
                 .unwrap_or("(none)")
         )
     };
-    match run_activation(&plan, journal, &store, &how, &detail) {
+    let purpose = Purpose::Promote {
+        release: release.clone(),
+    };
+    match run_activation(&plan, journal, &store, purpose, &how, &detail) {
         Ok(op) => Ok((
             DestinationReport::from_plan(plan, Status::Applied, Some(op)),
             source,

@@ -12,7 +12,7 @@
 //! files taken from the target, planned and executed like a publication of them.
 
 use crate::backend::StoreRead;
-use crate::backend::releases::ReleaseStore;
+use crate::backend::releases::{Purpose, ReleaseStore};
 use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
@@ -270,7 +270,10 @@ fn rollback_one(
             source,
         ));
     };
-    store.set_rollback(Some(&target), &undoes);
+    let purpose = Purpose::Rollback {
+        activate: Some(target.clone()),
+        undoes: undoes.clone(),
+    };
     let how = Activation {
         command: "rollback",
         decision: Decision::Rollback.into(),
@@ -290,7 +293,7 @@ fn rollback_one(
                 .map_or("?", |s| s.digest.as_str())
         )
     };
-    match run_activation(&plan, journal, &store, &how, &detail) {
+    match run_activation(&plan, journal, &store, purpose, &how, &detail) {
         Ok(op) => {
             let mut r = DestinationReport::from_plan(plan, Status::Applied, Some(op.clone()));
             r.releases_removed = query::releases_removed(journal, &op)?;
@@ -398,12 +401,15 @@ fn rollback_owner(
             source_ref,
         ));
     };
-    store.set_rollback(None, undoes);
     let ctx = ExecContext {
         pipeline_id: &config.pipeline_id,
         actor: &opts.actor,
         progress: None,
         command: "rollback",
+        purpose: Purpose::Rollback {
+            activate: None,
+            undoes: undoes.to_string(),
+        },
     };
     match execute(&mut plan, &source, journal, store, &ctx) {
         Ok(op) => {
@@ -540,8 +546,9 @@ pub(crate) struct Activation<'a> {
     pub pipeline_id: &'a str,
 }
 
-/// Carries out a planned activation that publishes nothing (a rollback, an adoption)
-/// through the journal: the staging record (and for an adoption the release, built from
+/// Carries out a planned activation that publishes nothing (a rollback, a promote, an
+/// adoption: `purpose`, which the operation keeps and its staging record says) through
+/// the journal: the staging record (and for an adoption the release, built from
 /// the plain directory), the commit point, the event `activated` with `detail(op)`, the
 /// activation log, retention, as `execute::execute` does for a publication; an error
 /// before the commit point is undone.
@@ -549,6 +556,7 @@ pub(crate) fn run_activation(
     plan: &DestinationPlan,
     journal: &mut Journal,
     store: &ReleaseStore,
+    purpose: Purpose,
     how: &Activation<'_>,
     detail: &dyn Fn(&StagedOperation) -> String,
 ) -> Result<String> {
@@ -595,7 +603,7 @@ pub(crate) fn run_activation(
         origin,
         &mut |_| Ok(true),
     )?;
-    let tx = Transaction::begin(journal, store, staged)?;
+    let tx = Transaction::begin_with(journal, store, staged, store.operation_for(purpose))?;
     let detail = detail(tx.staged());
     let (passed, ()) = tx.act(|op, _| {
         op.begin(pre, &post)?;

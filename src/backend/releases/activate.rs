@@ -10,7 +10,7 @@ use crate::backend::Committed;
 use crate::backend::local::log::Entry;
 use crate::backend::local::records::RECORD_DIR;
 use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE};
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, IoContext, Result, StepError};
 use crate::failpoint;
 use crate::fs::{Dir, Identity, split};
 use crate::record::StagedOperation;
@@ -28,10 +28,10 @@ impl ReleaseOperation<'_> {
         if self.link == Link::Plain && !ReleaseStore::adopts(op) {
             // `rollback --to` while path_changed: a directory someone put at `path` is
             // theirs; distributor never replaces it.
-            return Err(Error::Failed(format!(
-                "{} is a plain directory (path_changed); distributor never replaces one: move it away, then run the rollback again; nothing was activated",
-                self.path.display()
-            )));
+            return Err(StepError::PlainDirectory {
+                path: self.path.clone(),
+            }
+            .into());
         }
         if let Some(target) = op.releases.as_ref().and_then(|r| r.activates.as_deref()) {
             root.dir()
@@ -70,10 +70,11 @@ impl ReleaseOperation<'_> {
         let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());
         let target = rollback.clone().unwrap_or_else(|| id.clone());
         if self.current()? == Link::Release(target.clone()) {
-            return Err(Error::Failed(format!(
-                "{} names release {target}: the operation passed its commit point; it is rolled forward, not back",
-                self.path.display()
-            )));
+            return Err(StepError::PassedCommit {
+                path: self.path.clone(),
+                release: target,
+            }
+            .into());
         }
         self.remove_activation_links(id)?;
         failpoint::hit("undo_remove_placed");
@@ -161,11 +162,8 @@ impl ReleaseStore {
     /// landed under the temporary name must be it afterwards; otherwise a neighbour
     /// swapped another directory in, and it is exchanged back and nothing is deleted.
     fn exchange_locked(&self, op: &StagedOperation, tmp_dir: &Dir, tmp: &str) -> Result<()> {
-        let want = locked_dir(op).ok_or_else(|| {
-            Error::Failed(format!(
-                "{}: the adoption's record does not name the directory it locked; nothing was activated",
-                self.path.display()
-            ))
+        let want = locked_dir(op).ok_or_else(|| StepError::AdoptionWithoutDirectory {
+            path: self.path.clone(),
         })?;
         let name = self.name();
         let at_path = self.parent.stat(&name).ctx("stat", &self.path)?;
@@ -253,10 +251,14 @@ impl ReleaseStore {
         }
         let view = self.log_view()?;
         if let Some(why) = &view.legacy_error {
-            return Err(Error::Failed(format!(
-                "{why}; operation {} is not logged yet (its staging entry stays for `distributor recover`)",
-                op.operation_id
-            )));
+            return Err(StepError::LogUnwritable {
+                why: why.clone(),
+                outcome: format!(
+                    "operation {} is not logged yet (its staging entry stays for `distributor recover`)",
+                    op.operation_id
+                ),
+            }
+            .into());
         }
         if view.log.names_operation(&op.operation_id) {
             crate::backend::local::log::tidy(root.dir(), &op.operation_id)?;

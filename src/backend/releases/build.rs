@@ -12,7 +12,7 @@ use crate::backend::Committed;
 use crate::backend::local::records::RECORD_DIR;
 use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE};
 use crate::backend::types::Placed;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, IoContext, Result, StepError};
 use crate::failpoint;
 use crate::fs::{Dir, Identity, split, type_name};
 use crate::record::StagedOperation;
@@ -36,12 +36,15 @@ pub struct Building {
 /// one release cannot change another that shares the file.
 const READ_ONLY: u32 = 0o444;
 
-/// One operation in a releases destination: the release it builds, made by
-/// [`ReleaseStore`]'s `operation` and dropped with the operation. It reads and writes the
-/// destination through its store.
+/// One operation in a releases destination: what it does and the release it builds,
+/// made by [`ReleaseStore`]'s `operation` (a publication) or `operation_for` and dropped
+/// with the operation. It reads and writes the destination through its store.
 #[derive(Debug)]
 pub(super) struct ReleaseOperation<'s> {
     pub(super) store: &'s ReleaseStore,
+    /// What it does, as its caller said: written into its staging record by `describe`;
+    /// every step after that reads the record.
+    pub(super) purpose: super::Purpose,
     /// The release being built, and the directories below it opened so far.
     pub(super) building: std::sync::Mutex<Option<Building>>,
 }
@@ -65,7 +68,11 @@ impl ReleaseOperation<'_> {
     ) -> Result<()> {
         let root = self.root()?;
         if let Some(why) = self.log_view()?.legacy_error {
-            return Err(Error::Failed(format!("{why}; nothing was published")));
+            return Err(StepError::LogUnwritable {
+                why,
+                outcome: "nothing was published".to_string(),
+            }
+            .into());
         }
         root.begin(op, pre, post)?;
         self.record_settings()?;
@@ -76,10 +83,7 @@ impl ReleaseOperation<'_> {
         let id = &op.operation_id;
         let release_path = self.settings.dir.join(id);
         if !root.dir().mkdir(id).ctx("create release", &release_path)? {
-            return Err(Error::Failed(format!(
-                "{} exists already",
-                release_path.display()
-            )));
+            return Err(StepError::Exists { path: release_path }.into());
         }
         let release = Arc::new(root.dir().open_dir(id).ctx("open", &release_path)?);
         failpoint::hit("during_carry_over");
@@ -106,11 +110,11 @@ impl ReleaseOperation<'_> {
             Some(b) if b.op == op.operation_id => b,
             _ => {
                 // After a restart (recover never builds), or a mix-up of operations.
-                return Err(Error::Failed(format!(
-                    "{}: release {} is not being built by this process",
-                    self.settings.dir.display(),
-                    op.operation_id
-                )));
+                return Err(StepError::NotBuilding {
+                    dir: self.settings.dir.clone(),
+                    op: op.operation_id.clone(),
+                }
+                .into());
             }
         };
         make_dirs(b, rel, &self.settings.dir.join(&op.operation_id))
@@ -173,6 +177,10 @@ impl ReleaseOperation<'_> {
 }
 
 impl crate::backend::Steps for ReleaseOperation<'_> {
+    fn describe(&self, staged: &mut StagedOperation) {
+        staged.releases = Some(self.releases_record(&self.purpose));
+    }
+
     fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
         self.begin_release(op, pre, post)
     }
@@ -485,19 +493,20 @@ fn link_or_copy(
             let (copy, _) = dst.open_file(name).ctx("open", to)?;
             let (_, again) = crate::hash::hash_reader(copy, to)?;
             if again != crate::hash::ContentHash::from(h) {
-                return Err(Error::Failed(format!(
-                    "{} does not read back as the {} it was copied from",
-                    to.display(),
-                    from.display()
-                )));
+                return Err(StepError::CopyDiffers {
+                    to: to.to_path_buf(),
+                    from: from.to_path_buf(),
+                }
+                .into());
             }
             Ok(())
         }
-        other => Err(Error::Failed(format!(
-            "{} is {} and cannot be hard-linked into the new release ({err})",
-            from.display(),
-            type_name(other)
-        ))),
+        other => Err(StepError::CannotCarry {
+            from: from.to_path_buf(),
+            kind: type_name(other),
+            error: err,
+        }
+        .into()),
     }
 }
 
@@ -509,10 +518,10 @@ fn remove_empty_tree(parent: &Dir, name: &str, path: &Path) -> Result<()> {
         if kind == FileType::Directory {
             remove_empty_tree(&d, &child, &path.join(&child))?;
         } else {
-            return Err(Error::Failed(format!(
-                "{} is in a directory distributor is replacing with a file",
-                path.join(&child).display()
-            )));
+            return Err(StepError::InDirectoryReplaced {
+                path: path.join(&child),
+            }
+            .into());
         }
     }
     parent.rmdir(name).ctx("remove emptied directory", path)

@@ -28,6 +28,7 @@ mod rollback;
 use records::read_log_view;
 pub use records::{LogView, staged_releases};
 pub use retention::{PruneBy, stopped};
+pub use rollback::Purpose;
 
 use crate::backend::local::{Bundle, LOCK_FILE};
 use crate::backend::types::{Proof, StagingEntry, StateBytes, Storage};
@@ -39,7 +40,6 @@ use crate::record::StagedOperation;
 use rustix::fs::FileType;
 
 use std::path::{Component, Path, PathBuf};
-use std::sync::Mutex;
 
 /// The prefix of the temporary symlink renamed over `path` at the commit point.
 pub const ACTIVATE_PREFIX: &str = ".distributor-activate-";
@@ -132,15 +132,6 @@ pub struct ReleaseStore {
     link: Link,
     /// The active release, opened for reading.
     active: Option<Bundle>,
-    /// A rollback: the earlier release it activates (single owner), and the release whose
-    /// activation it undoes.
-    rollback_to: Mutex<Option<(Option<String>, String)>>,
-    /// The operation adopts the plain directory at `path`.
-    adopting: std::sync::atomic::AtomicBool,
-    /// The operation stages its release without activating it (`publish --stage`).
-    staging_only: std::sync::atomic::AtomicBool,
-    /// A promote: the staged release it activates.
-    promoting: Mutex<Option<String>>,
     /// Why `path` is not the symlink the last logged activation made (SPEC §17), as read
     /// when opened: `path_changed`.
     path_changed: Option<String>,
@@ -237,10 +228,6 @@ impl ReleaseStore {
             root,
             link,
             active,
-            rollback_to: Mutex::new(None),
-            adopting: Default::default(),
-            staging_only: Default::default(),
-            promoting: Mutex::new(None),
             path_changed,
         };
         if lock.is_some() {
@@ -588,10 +575,6 @@ impl crate::backend::StoreRead for ReleaseStore {
 }
 
 impl crate::backend::RecordStore for ReleaseStore {
-    fn describe(&self, staged: &mut StagedOperation) {
-        staged.releases = Some(self.releases_record());
-    }
-
     fn record_dir(&self, create: bool) -> Result<Option<crate::record::RecordDir>> {
         match &self.root {
             Some(r) => r.record_dir(create),
@@ -602,6 +585,7 @@ impl crate::backend::RecordStore for ReleaseStore {
     fn operation(&self) -> Box<dyn crate::backend::Steps + Sync + '_> {
         Box::new(build::ReleaseOperation {
             store: self,
+            purpose: Purpose::Publish,
             building: Default::default(),
         })
     }

@@ -1,68 +1,76 @@
-//! What a releases operation activates, set before it runs and kept in its staging
-//! record (`releases_record`): a stage, a promote, a rollback or an adoption; the
+//! What a releases operation does (`Purpose`), said by its caller when it makes the
+//! operation (`ReleaseStore::operation_for`) and kept in its staging record
+//! (`releases_record`): a publication, a stage, a promote, a rollback or an adoption; the
 //! rollback's default target; and the checks of an existing release about to be
 //! activated again.
 
-use super::{ReleaseStore, ReleasesRecord, log};
+use super::{ReleaseStore, ReleasesRecord, build, log};
+use crate::backend::OperationState;
 use crate::backend::local::Bundle;
 use crate::error::{Error, IoContext, ReleasesError, Result};
 use crate::fs::split;
 
+/// What one operation in a releases destination does (SPEC §15, §19), as its caller says
+/// it: kept on the operation ([`ReleaseStore::operation_for`]), never on the store, and
+/// written into its staging record by `describe`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Purpose {
+    /// A publication: builds a release and activates it.
+    #[default]
+    Publish,
+    /// A stage (`publish --stage`): builds and verifies a release, does not activate it.
+    Stage,
+    /// A promote: activates the staged release `release`, like a rollback activates an
+    /// earlier one.
+    Promote {
+        /// The staged release.
+        release: String,
+    },
+    /// A rollback that undoes the activation of release `undoes`: activating the existing
+    /// release `activate` (a single owner), or building a new one (`None`: a shared root).
+    Rollback {
+        /// The earlier release it activates again, when it builds none.
+        activate: Option<String>,
+        /// The release whose activation it undoes.
+        undoes: String,
+    },
+    /// The adoption of the plain directory at `path`.
+    Adopt,
+}
+
 impl ReleaseStore {
+    /// A new operation in this destination that does `purpose`: the object its steps go
+    /// through (as [`crate::backend::RecordStore::operation`], which makes a publication's).
+    pub fn operation_for(&self, purpose: Purpose) -> OperationState<'_> {
+        OperationState::of(Box::new(build::ReleaseOperation {
+            store: self,
+            purpose,
+            building: Default::default(),
+        }))
+    }
+
     /// What the staging record keeps of this destination (SPEC §15): its settings, the
-    /// release active before, and what the operation activates, stages, undoes or adopts.
-    pub fn releases_record(&self) -> ReleasesRecord {
-        let rollback = self
-            .rollback_to
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let promoting = self
-            .promoting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+    /// release active before, and what an operation of `purpose` activates, stages,
+    /// undoes or adopts.
+    pub fn releases_record(&self, purpose: &Purpose) -> ReleasesRecord {
+        let (activates, undoes) = match purpose {
+            Purpose::Rollback { activate, undoes } => (activate.clone(), Some(undoes.clone())),
+            Purpose::Promote { release } => (Some(release.clone()), None),
+            _ => (None, None),
+        };
+        let adopts = *purpose == Purpose::Adopt;
         ReleasesRecord {
             settings: self.settings.clone(),
             active_before: self.active_release().map(str::to_string),
-            activates: rollback.as_ref().and_then(|r| r.0.clone()).or(promoting),
-            stages: self.staging_only.load(std::sync::atomic::Ordering::Relaxed),
-            undoes: rollback.map(|r| r.1),
-            adopts: self.adopting.load(std::sync::atomic::Ordering::Relaxed),
-            adopts_dir: self
-                .adopting
-                .load(std::sync::atomic::Ordering::Relaxed)
+            activates,
+            stages: *purpose == Purpose::Stage,
+            undoes,
+            adopts,
+            adopts_dir: adopts
                 .then(|| self.active.as_ref()?.dir().identity().ok())
                 .flatten()
                 .map(|i| [i.dev, i.ino]),
         }
-    }
-
-    /// Makes the operation about to run the adoption of the plain directory at `path`.
-    pub fn set_adopt(&self) {
-        self.adopting
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Makes the operation about to run a stage (`publish --stage`, SPEC §19): its release
-    /// is built and verified, not activated.
-    pub fn set_stage(&self) {
-        self.staging_only
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Makes the operation about to run the promote of the staged release `release`
-    /// (SPEC §19): an activation of it, like a rollback's of an earlier release.
-    pub fn set_promote(&self, release: &str) {
-        *self.promoting.lock().unwrap_or_else(|p| p.into_inner()) = Some(release.to_string());
-    }
-
-    /// Makes the operation about to run a rollback that undoes the activation of release
-    /// `undoes`: activating the existing release `activate` (a single owner), or building
-    /// a new one (`None`: a shared root).
-    pub fn set_rollback(&self, activate: Option<&str>, undoes: &str) {
-        *self.rollback_to.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((activate.map(str::to_string), undoes.to_string()));
     }
 
     /// The operation of the latest activation (of `owner`, in a shared root).

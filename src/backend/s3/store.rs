@@ -20,7 +20,7 @@ use super::{S3Backend, block_on, store_error};
 use crate::backend::BundleStore;
 use crate::backend::StoreRead;
 use crate::backend::types::StateBytes;
-use crate::error::{Error, Result};
+use crate::error::{Result, StepError};
 use crate::failpoint;
 use crate::hash::ContentHash;
 use crate::record::{PLAN_FILE, StagedOperation};
@@ -131,11 +131,12 @@ impl S3Store {
     /// The key of a bundle-relative path.
     fn key(&self, rel: &str) -> Result<Key> {
         Key::parse(format!("{}/{rel}", self.prefix)).map_err(|e| {
-            Error::Failed(format!(
-                "{}: '{}' cannot be an object key: {e}",
-                self.bundle.display(),
-                rel.escape_debug()
-            ))
+            StepError::InvalidKey {
+                bundle: self.bundle.clone(),
+                rel: rel.to_string(),
+                error: e.to_string(),
+            }
+            .into()
         })
     }
 
@@ -173,12 +174,12 @@ impl S3Store {
     /// Writing needs the lease, still live.
     fn writable(&self) -> Result<&Lease> {
         *lock(&self.staging_seen) = None;
-        let lease = self.lease.as_ref().ok_or_else(|| {
-            Error::Failed(format!(
-                "{} is opened for reading; writing needs its lock",
-                self.bundle.display()
-            ))
-        })?;
+        let lease = self
+            .lease
+            .as_ref()
+            .ok_or_else(|| StepError::OpenedForReading {
+                bundle: self.bundle.clone(),
+            })?;
         lease.check()?;
         Ok(lease)
     }

@@ -10,7 +10,7 @@ use super::view::{StateMemo, Unlocked, View};
 use super::{
     PublishOptions, code_of, journal_refusal, stands_during_recovery, status_of, untrusted,
 };
-use crate::backend::releases::ReleaseStore;
+use crate::backend::releases::{Purpose, ReleaseStore};
 use crate::backend::{self, BundleStore, types};
 use crate::config::{Config, Destination};
 use crate::error::{Error, Result};
@@ -312,22 +312,22 @@ impl Run<'_> {
             source,
             opts,
         } = *self;
-        let mut command = "publish";
+        let (mut command, mut purpose) = ("publish", Purpose::Publish);
         if opts.stage {
-            let releases = ReleaseStore::of(store).ok_or_else(|| {
+            ReleaseStore::of(store).ok_or_else(|| {
                 Error::Usage(format!(
                     "--stage: destination '{}' has no releases block",
                     dest.id
                 ))
             })?;
-            releases.set_stage();
-            command = "stage";
+            (command, purpose) = ("stage", Purpose::Stage);
         }
         let ctx = ExecContext {
             command,
             pipeline_id: &config.pipeline_id,
             actor: &opts.actor,
             progress,
+            purpose,
         };
         let done = if opts.stage {
             Status::Staged

@@ -25,7 +25,7 @@ use super::records::{self, RECORD_DIR, RecordError};
 use super::{LEGACY_STAGING_DIR, LOCK_FILE, STAGING_DIR};
 use crate::backend::types::{Fingerprint, Replaced, StagingEntry, StateBytes};
 use crate::backend::{Committed, StateFileId};
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, IoContext, Result, StepError};
 use crate::failpoint;
 use crate::fs::{Dir, Identity, is_redirect, split, type_name};
 use crate::hash::ContentHash;
@@ -476,10 +476,10 @@ impl Bundle {
     fn locked(&self) -> Result<()> {
         match self.lock {
             Some(_) => Ok(()),
-            None => Err(Error::Failed(format!(
-                "{}: a write without the destination lock",
-                self.path.display()
-            ))),
+            None => Err(StepError::WithoutLock {
+                bundle: self.path.clone(),
+            }
+            .into()),
         }
     }
 

@@ -175,10 +175,10 @@ impl Bundle {
             .ctx("stat", staging_path.join(&tmp))?
             .is_some()
         {
-            return Err(Error::Failed(format!(
-                "{} exists already",
-                staging_path.join(&tmp).display()
-            )));
+            return Err(StepError::Exists {
+                path: staging_path.join(&tmp),
+            }
+            .into());
         }
         let t = staging
             .make_record_dir(&tmp)

@@ -77,11 +77,11 @@ impl Bundle {
         // a special file.
         let kind = FileType::from_raw_mode(before.st_mode);
         if !fits(a.replaces, kind) {
-            return Err(Error::Failed(format!(
-                "{} changed after planning (it is {} now); distributor moves aside only the content it planned to",
-                path.display(),
-                type_name(kind)
-            )));
+            return Err(StepError::ChangedAfterPlanning {
+                path,
+                now: type_name(kind),
+            }
+            .into());
         }
         let (old_rel, old_name) = split_owned(&format!(
             "{STAGING_DIR}/{}/{}",
@@ -99,10 +99,7 @@ impl Bundle {
             .stat(&old_name)
             .ctx("stat", self.path.join(&old_rel).join(&old_name))?;
         if Identity::of(&moved) != Identity::of(&before) {
-            return Err(Error::Failed(format!(
-                "{} was replaced while distributor moved it aside; what was moved is kept in staging and put back by the rollback",
-                path.display()
-            )));
+            return Err(StepError::ReplacedWhileMovedAside { path }.into());
         }
         Ok(())
     }
@@ -135,10 +132,10 @@ impl Bundle {
             if kind == FileType::Directory {
                 self.remove_empty_tree(&d, &child, &format!("{rel}/{child}"))?;
             } else {
-                return Err(Error::Failed(format!(
-                    "{} appeared in a directory distributor is replacing with a file; only empty directories were removed there",
-                    path.join(&child).display()
-                )));
+                return Err(StepError::AppearedWhereFileGoes {
+                    path: path.join(&child),
+                }
+                .into());
             }
         }
         parent.rmdir(name).ctx("remove emptied directory", &path)
@@ -165,10 +162,9 @@ impl Bundle {
         staged
             .rename_new(&staged_name, &parent, name)
             .map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => Error::Failed(format!(
-                    "{} appeared after planning; distributor does not replace it",
-                    path.display()
-                )),
+                std::io::ErrorKind::AlreadyExists => {
+                    StepError::AppearedAfterPlanning { path: path.clone() }.into()
+                }
                 _ => Error::io("rename into place", &path, e),
             })?;
         self.touch(dir_rel);

@@ -6,7 +6,7 @@
 use super::{DECISION, Listed, REPLACED, S3Store, STAGING, lock};
 use crate::backend::types::Placed;
 use crate::backend::{Committed, ReplacedState};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StepError};
 use crate::failpoint;
 use crate::hash::ContentHash;
 use crate::record::{
@@ -163,11 +163,12 @@ impl<'s> S3Operation<'s> {
             None => match self.get(&self.staging_rel(id, STATE_TMP_FILE))? {
                 Some((bytes, _)) => bytes,
                 None => {
-                    return Err(Error::Failed(format!(
-                        "{}: operation {id} decided commit but its {STATE_TMP_FILE} is missing; inspect {} by hand",
-                        self.bundle.display(),
-                        self.shown(&self.staging_of(id))
-                    )));
+                    return Err(StepError::DecidedWithoutState {
+                        bundle: self.bundle.clone(),
+                        op: id.to_string(),
+                        key: self.shown(&self.staging_of(id)),
+                    }
+                    .into());
                 }
             },
         };
@@ -381,11 +382,11 @@ impl crate::backend::Steps for S3Operation<'_> {
     }
 
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()> {
-        Err(Error::Failed(format!(
-            "{}: links cannot be published to an object store ({})",
-            self.bundle.display(),
-            op.actions[i].path
-        )))
+        Err(StepError::LinkOnObjectStore {
+            bundle: self.bundle.clone(),
+            path: op.actions[i].path.clone(),
+        }
+        .into())
     }
 
     fn commit_state(&self, op: &StagedOperation) -> Result<Committed> {
@@ -402,22 +403,19 @@ impl crate::backend::Steps for S3Operation<'_> {
             Some(post) => post,
             None => self
                 .get(&staged)?
-                .ok_or_else(|| {
-                    Error::Failed(format!(
-                        "{}: {} is gone: the operation stops before its commit point",
-                        self.bundle.display(),
-                        self.shown(&staged)
-                    ))
+                .ok_or_else(|| StepError::StagedGone {
+                    bundle: self.bundle.clone(),
+                    key: self.shown(&staged),
                 })?
                 .0
                 .to_vec(),
         };
         if crate::hash::sha256_hex(&post) != op.post_state_sha256 {
-            return Err(Error::Failed(format!(
-                "{}: {} was changed after it was staged: the operation stops before its commit point",
-                self.bundle.display(),
-                self.shown(&staged)
-            )));
+            return Err(StepError::ChangedAfterStaged {
+                bundle: self.bundle.clone(),
+                key: self.shown(&staged),
+            }
+            .into());
         }
         // The state with each output's ETag: what this run wrote, else what the state
         // before recorded for the same content.
@@ -436,7 +434,10 @@ impl crate::backend::Steps for S3Operation<'_> {
                     .and_then(|(_, e)| e.clone())
             })
         })
-        .map_err(|e| Error::Failed(format!("{}: {e}", self.bundle.display())))?;
+        .map_err(|why| StepError::PostState {
+            bundle: self.bundle.clone(),
+            why,
+        })?;
         self.put(
             &self.staging_rel(id, STATE_TMP_FILE),
             final_state.clone(),
@@ -496,10 +497,12 @@ impl crate::backend::Steps for S3Operation<'_> {
                 )));
             }
             other => {
-                return Err(Error::Failed(format!(
-                    "{}: decision of operation {id} holds '{other}'; inspect it by hand",
-                    self.bundle.display()
-                )));
+                return Err(StepError::UnknownDecision {
+                    bundle: self.bundle.clone(),
+                    op: id.to_string(),
+                    holds: other.to_string(),
+                }
+                .into());
             }
         }
         let pre = match op.pre_state_sha256 {
@@ -546,11 +549,11 @@ impl crate::backend::Steps for S3Operation<'_> {
         let mine = (lock(&self.written).as_ref())
             .is_some_and(|w| w.op == op.operation_id && w.committed.is_some());
         if !mine && self.decision(&op.operation_id)?.as_deref() != Some("commit") {
-            return Err(Error::Failed(format!(
-                "{}: operation {} has no commit decision; it cannot be finished",
-                self.bundle.display(),
-                op.operation_id
-            )));
+            return Err(StepError::NoCommitDecision {
+                bundle: self.bundle.clone(),
+                op: op.operation_id.clone(),
+            }
+            .into());
         }
         let finished = self.finish_commit(op, false)?;
         // The log entry (SPEC §18) exists before the staging entry goes: a missing entry
@@ -586,11 +589,11 @@ impl crate::backend::Steps for S3Operation<'_> {
     fn roll_forward(&self, op: &StagedOperation) -> Result<Option<ReplacedState>> {
         self.writable()?;
         if self.decision(&op.operation_id)?.as_deref() != Some("commit") {
-            return Err(Error::Failed(format!(
-                "{}: operation {} has no commit decision; it cannot be finished",
-                self.bundle.display(),
-                op.operation_id
-            )));
+            return Err(StepError::NoCommitDecision {
+                bundle: self.bundle.clone(),
+                op: op.operation_id.clone(),
+            }
+            .into());
         }
         let finished = self.finish_commit(op, true)?;
         self.log_operation(op, &finished, self.fresh())?;
