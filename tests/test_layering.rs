@@ -8,7 +8,7 @@
 //! `/etc/passwd` for the name of a uid without `$USER`;
 //! `source/` reads the producer's bundle; `config/` reads the config file; `journal/`
 //! makes the journal's directory; `server/` keeps its upload spool; `failpoint.rs` writes
-//! the test log; `fs/` is the no-follow handle layer the local backends and `source/` use; `backend/s3/lease.rs`
+//! the test log; `fs/` is the no-follow handle layer the local backends and `source/` use; `backend/s3/lease/object.rs`
 //! reads `/proc` for the lease holder's boot id, PID namespace and start time (SPEC §14
 //! amendments), never a destination; `plan/saved.rs` reads and writes the operator's saved
 //! plan file (SPEC §19), never a destination; `hooks.rs` writes a hook's changed-paths
@@ -27,7 +27,7 @@ const ALLOWED: &[&str] = &[
     "server/",
     "failpoint.rs",
     "fs/",
-    "backend/s3/lease.rs",
+    "backend/s3/lease/object.rs",
     "plan/saved.rs",
     "hooks.rs",
     "metrics/file.rs",

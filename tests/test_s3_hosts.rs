@@ -26,7 +26,7 @@
 //!
 //! The two hosts are one machine here: a killed publisher's lease names this boot, this
 //! PID namespace and a process that is gone, so the next run takes it over at once
-//! (`lease.rs`), instead of after
+//! (`lease/object.rs`), instead of after
 //! `lease_seconds` + 10 s by the store's clock as another machine would. (The killed
 //! process is reaped at once: a zombie's /proc entry would make its lease look live.)
 //!

@@ -404,118 +404,130 @@ fn typed_state<'de, R: serde_json::de::Read<'de>>(
     version: u32,
     mode: StateMode,
 ) -> Result<State, String> {
-    let state = match mode {
+    match mode {
         StateMode::SingleOwner => {
             let d: SingleOwnerDoc =
                 read_whole(de).map_err(|e| format!("single_owner state: {e}"))?;
-            let owner = Owner::new(d.pipeline_id, d.destination_id);
-            let shared = Arc::new(owner.clone());
-            // Converted in place: the records reuse the parsed documents' allocation (at a
-            // million outputs, a second list would be another 100 MB while both are held).
-            let outputs = (d.outputs.into_iter())
-                .map(|o| match o.owner {
-                    Some(_) => Err(format!(
-                        "output '{}': single_owner state has no per-path owner",
-                        o.path
-                    )),
-                    None => Ok(RecordedOutput {
-                        path: o.path,
-                        size: o.size,
-                        sha256: o.sha256,
-                        etag: o.etag.map(String::from),
-                        owner: Arc::clone(&shared),
-                    }),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut links = Vec::with_capacity(d.links.len());
-            for l in d.links {
-                if l.owner.is_some() {
-                    return Err(format!(
-                        "link '{}': single_owner state has no per-path owner",
-                        l.path
-                    ));
-                }
-                links.push(RecordedLink {
-                    path: l.path,
-                    target: l.target,
-                    owner: Arc::clone(&shared),
-                });
-            }
-            State {
-                version,
-                mode,
-                owners: vec![OwnerRecord {
-                    owner,
-                    source: d.source,
-                    reconciliation: d.reconciliation,
-                    published_at: d.published_at,
-                    operation_id: d.operation_id,
-                }],
-                outputs,
-                links,
-            }
+            single_owner_state(d, version)
         }
         StateMode::SharedRoot => {
             let d: SharedRootDoc = read_whole(de).map_err(|e| format!("shared_root state: {e}"))?;
-            let mut owners = Vec::with_capacity(d.owners.len());
-            for o in d.owners {
-                let owner = Owner::new(o.pipeline_id, o.destination_id);
-                if owner.to_string() != o.owner {
-                    return Err(format!(
-                        "owner '{}' does not match its pipeline_id/destination_id '{owner}'",
-                        o.owner
-                    ));
-                }
-                owners.push(OwnerRecord {
-                    owner,
-                    source: o.source,
-                    reconciliation: o.reconciliation,
-                    published_at: o.published_at,
-                    operation_id: o.operation_id,
-                });
-            }
-            // Owners by name, looked up once per path.
-            let by_name: std::collections::HashMap<String, Arc<Owner>> = owners
-                .iter()
-                .map(|r| (r.owner.to_string(), Arc::new(r.owner.clone())))
-                .collect();
-            let find = |name: Option<&str>, path: &str| -> Result<Arc<Owner>, String> {
-                let name = name.ok_or_else(|| format!("'{path}' names no owner"))?;
-                by_name.get(name).map(Arc::clone).ok_or_else(|| {
-                    format!("'{path}' names owner '{name}', which is not listed in owners")
-                })
-            };
-            // In place, as for a single owner.
-            let outputs = (d.outputs.into_iter())
-                .map(|o| {
-                    Ok(RecordedOutput {
-                        owner: find(o.owner.as_deref(), &o.path)?,
-                        path: o.path,
-                        size: o.size,
-                        sha256: o.sha256,
-                        etag: o.etag.map(String::from),
-                    })
-                })
-                .collect::<Result<Vec<_>, String>>()?;
-            let mut links = Vec::with_capacity(d.links.len());
-            for l in d.links {
-                let owner = find(l.owner.as_deref(), &l.path)?;
-                links.push(RecordedLink {
-                    path: l.path,
-                    target: l.target,
-                    owner,
-                });
-            }
-            State {
-                version,
-                mode,
-                owners,
-                outputs,
-                links,
-            }
+            shared_root_state(d, version)
         }
+    }
+}
+
+/// A single-owner document as a [`State`]: its one owner owns every path, and no path
+/// names an owner of its own.
+fn single_owner_state(d: SingleOwnerDoc, version: u32) -> Result<State, String> {
+    let owner = Owner::new(d.pipeline_id, d.destination_id);
+    let shared = Arc::new(owner.clone());
+    // Converted in place: the records reuse the parsed documents' allocation (at a
+    // million outputs, a second list would be another 100 MB while both are held).
+    let outputs = (d.outputs.into_iter())
+        .map(|o| match o.owner {
+            Some(_) => Err(format!(
+                "output '{}': single_owner state has no per-path owner",
+                o.path
+            )),
+            None => Ok(RecordedOutput {
+                path: o.path,
+                size: o.size,
+                sha256: o.sha256,
+                etag: o.etag.map(String::from),
+                owner: Arc::clone(&shared),
+            }),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut links = Vec::with_capacity(d.links.len());
+    for l in d.links {
+        if l.owner.is_some() {
+            return Err(format!(
+                "link '{}': single_owner state has no per-path owner",
+                l.path
+            ));
+        }
+        links.push(RecordedLink {
+            path: l.path,
+            target: l.target,
+            owner: Arc::clone(&shared),
+        });
+    }
+    Ok(State {
+        version,
+        mode: StateMode::SingleOwner,
+        owners: vec![OwnerRecord {
+            owner,
+            source: d.source,
+            reconciliation: d.reconciliation,
+            published_at: d.published_at,
+            operation_id: d.operation_id,
+        }],
+        outputs,
+        links,
+    })
+}
+
+/// A shared-root document as a [`State`]: each owner's name matches its ids, and each
+/// path names a listed owner.
+fn shared_root_state(d: SharedRootDoc, version: u32) -> Result<State, String> {
+    let mut owners = Vec::with_capacity(d.owners.len());
+    for o in d.owners {
+        let owner = Owner::new(o.pipeline_id, o.destination_id);
+        if owner.to_string() != o.owner {
+            return Err(format!(
+                "owner '{}' does not match its pipeline_id/destination_id '{owner}'",
+                o.owner
+            ));
+        }
+        owners.push(OwnerRecord {
+            owner,
+            source: o.source,
+            reconciliation: o.reconciliation,
+            published_at: o.published_at,
+            operation_id: o.operation_id,
+        });
+    }
+    // Owners by name, looked up once per path.
+    let by_name: std::collections::HashMap<String, Arc<Owner>> = owners
+        .iter()
+        .map(|r| (r.owner.to_string(), Arc::new(r.owner.clone())))
+        .collect();
+    let find = |name: Option<&str>, path: &str| -> Result<Arc<Owner>, String> {
+        let name = name.ok_or_else(|| format!("'{path}' names no owner"))?;
+        by_name
+            .get(name)
+            .map(Arc::clone)
+            .ok_or_else(|| format!("'{path}' names owner '{name}', which is not listed in owners"))
     };
-    Ok(state)
+    // In place, as for a single owner.
+    let outputs = (d.outputs.into_iter())
+        .map(|o| {
+            Ok(RecordedOutput {
+                owner: find(o.owner.as_deref(), &o.path)?,
+                path: o.path,
+                size: o.size,
+                sha256: o.sha256,
+                etag: o.etag.map(String::from),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let mut links = Vec::with_capacity(d.links.len());
+    for l in d.links {
+        let owner = find(l.owner.as_deref(), &l.path)?;
+        links.push(RecordedLink {
+            path: l.path,
+            target: l.target,
+            owner,
+        });
+    }
+    Ok(State {
+        version,
+        mode: StateMode::SharedRoot,
+        owners,
+        outputs,
+        links,
+    })
 }
 
 fn validate(s: &State) -> Result<(), String> {

@@ -126,39 +126,8 @@ impl Dialect for Azure {
         clock: &StoreClock,
     ) -> Result<Clients> {
         let shown = format!("az://{container}");
-        if location.use_emulator && !location.allow_http {
-            return Err(Error::setting(format!(
-                "azure destination {shown}: azure.use_emulator requires azure.allow_http: true (the emulator speaks plain http)"
-            )));
-        }
-        let account = (location.account.clone())
-            .or_else(|| {
-                std::env::var("AZURE_STORAGE_ACCOUNT_NAME")
-                    .ok()
-                    .filter(|a| !a.is_empty())
-            })
-            .or_else(|| location.use_emulator.then(|| EMULATOR_ACCOUNT.to_string()))
-            .ok_or_else(|| {
-                Error::setting(format!(
-                    "azure destination {shown}: no storage account named: set azure.account (or AZURE_STORAGE_ACCOUNT_NAME in the environment)"
-                ))
-            })?;
+        let (account, endpoint) = account_and_endpoint(&shown, &location)?;
         location.account = Some(account.clone());
-        let endpoint = (location.endpoint.clone()).or_else(|| {
-            location
-                .use_emulator
-                .then(|| format!("http://127.0.0.1:10000/{account}"))
-        });
-        if let Some(ep) = &endpoint
-            && ep
-                .get(..7)
-                .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
-            && !location.allow_http
-        {
-            return Err(Error::setting(format!(
-                "azure endpoint {ep} is plain http: set azure.allow_http: true to use it (accepted otherwise: an https:// endpoint)"
-            )));
-        }
         let fix = if endpoint.is_some() {
             "azure.endpoint (the account's blob endpoint)"
         } else {
@@ -281,6 +250,46 @@ impl Dialect for Azure {
     fn honouring(&self) -> &'static str {
         "Azure Blob Storage, Azurite"
     }
+}
+
+/// The storage account and blob endpoint of an azure destination (`shown`): the account
+/// from `azure.account`, else `AZURE_STORAGE_ACCOUNT_NAME`, else the emulator's; the
+/// endpoint from `azure.endpoint`, else the emulator's, else none (Azure's own). Refuses
+/// plain http unless `azure.allow_http`.
+fn account_and_endpoint(shown: &str, location: &S3Location) -> Result<(String, Option<String>)> {
+    if location.use_emulator && !location.allow_http {
+        return Err(Error::setting(format!(
+            "azure destination {shown}: azure.use_emulator requires azure.allow_http: true (the emulator speaks plain http)"
+        )));
+    }
+    let account = (location.account.clone())
+        .or_else(|| {
+            std::env::var("AZURE_STORAGE_ACCOUNT_NAME")
+                .ok()
+                .filter(|a| !a.is_empty())
+        })
+        .or_else(|| location.use_emulator.then(|| EMULATOR_ACCOUNT.to_string()))
+        .ok_or_else(|| {
+            Error::setting(format!(
+                "azure destination {shown}: no storage account named: set azure.account (or AZURE_STORAGE_ACCOUNT_NAME in the environment)"
+            ))
+        })?;
+    let endpoint = (location.endpoint.clone()).or_else(|| {
+        location
+            .use_emulator
+            .then(|| format!("http://127.0.0.1:10000/{account}"))
+    });
+    if let Some(ep) = &endpoint
+        && ep
+            .get(..7)
+            .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
+        && !location.allow_http
+    {
+        return Err(Error::setting(format!(
+            "azure endpoint {ep} is plain http: set azure.allow_http: true to use it (accepted otherwise: an https:// endpoint)"
+        )));
+    }
+    Ok((account, endpoint))
 }
 
 /// `Content-MD5` on every PUT that has a body (Put Blob, Put Block, Put Block List), so

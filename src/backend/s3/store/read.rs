@@ -70,90 +70,14 @@ impl crate::backend::StoreRead for S3Store {
         dirs_wanted: &foldhash::HashSet<&str>,
         progress: crate::progress::Ticker<'_>,
     ) -> Result<Storage<'a>> {
-        let metas = crate::backend::s3::list(
-            &self.backend,
-            self.lease.as_ref(),
-            &format!("{}/", self.prefix),
-        )?;
-        if let Some(lease) = &self.lease {
-            // Under the lease this listing also serves what would take listings of their
-            // own: the check objects killed runs left, and the destination log's tail.
-            self.backend
-                .remove_stale_probes(&self.prefix, &metas, lease)?;
-        }
-        let all = self.listed(metas);
-        if self.lease.is_some() {
-            let tail = (all.iter())
-                .filter_map(|(k, _)| super::log::listed_seq(k))
-                .max()
-                .unwrap_or(0);
-            *lock(&self.log_listed) = Some(tail);
-        }
-        let staging: Vec<String> = (all.iter())
-            .filter(|(k, _)| {
-                [STAGING, LEGACY_STAGING]
-                    .iter()
-                    .any(|root| k.strip_prefix(root).is_some_and(|r| r.starts_with('/')))
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        *lock(&self.staging_seen) = Some(staging);
-        let listed: HashMap<String, Listed> =
-            all.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
-        // Every "directory": each proper prefix of a key.
-        let mut dirs: BTreeSet<&str> = BTreeSet::new();
-        for k in listed.keys() {
-            let mut at = 0;
-            while let Some(i) = k[at..].find('/') {
-                dirs.insert(&k[..at + i]);
-                at += i + 1;
-            }
-        }
+        let listed = self.list_bundle()?;
+        let dirs = key_dirs(&listed);
         let state = self.state_now()?;
         let recorded = state
             .as_ref()
             .map(|(b, _)| S3Store::recorded_etags(b))
             .unwrap_or_default();
-        // Where a rewrite of the same bytes gets a new ETag (azure: an undo's restored
-        // copy), a recorded file whose ETag changed but whose size did not is read and
-        // hashed: the recorded content is proven by its sha256 instead.
-        let mut rehashed: BTreeSet<&str> = BTreeSet::new();
-        if !self.backend.dialect.etags_follow_content() {
-            for &(p, proof) in paths {
-                let (Some(l), Some(pr), Some((sha, etag))) =
-                    (listed.get(p), proof, recorded.get(p))
-                else {
-                    continue;
-                };
-                if *etag != l.etag
-                    && sha == pr.sha256
-                    && self.content_sha256(p)?.is_some_and(|now| now == *sha)
-                {
-                    rehashed.insert(p);
-                }
-            }
-        }
-        let list_dir = |d: &str, list: bool| -> Entry<'static> {
-            let (mut contents, mut subdirs) = (Vec::new(), Vec::new());
-            if list {
-                let under = format!("{d}/");
-                contents = listed
-                    .keys()
-                    .filter(|k| k.starts_with(&under))
-                    .cloned()
-                    .collect();
-                contents.sort();
-                subdirs = dirs
-                    .range::<str, _>((std::ops::Bound::Excluded(d), std::ops::Bound::Unbounded))
-                    .take_while(|s| s.starts_with(&under))
-                    .map(|s| s.to_string())
-                    .collect();
-            }
-            Entry::Dir {
-                contents,
-                dirs: subdirs,
-            }
-        };
+        let rehashed = self.rehashed(paths, &listed, &recorded)?;
         let entry = |p: &'a str, proof: Option<Proof<'a>>| -> Entry<'a> {
             if let Some(l) = listed.get(p) {
                 let proven = proof.filter(|pr| {
@@ -167,7 +91,7 @@ impl crate::backend::StoreRead for S3Store {
                     sha256: proven.map(|pr| std::borrow::Cow::Borrowed(pr.sha256)),
                 }
             } else if dirs.contains(p) {
-                list_dir(p, dirs_wanted.contains(p))
+                dir_entry(&listed, &dirs, p, dirs_wanted.contains(p))
             } else {
                 Entry::Missing
             }
@@ -317,5 +241,113 @@ impl crate::backend::StoreRead for S3Store {
 
     fn last_logged_operation(&self) -> Result<Option<crate::backend::LoggedOperation>> {
         Ok(self.read_destination_log()?.last_state_change())
+    }
+}
+
+impl S3Store {
+    /// One listing of the whole prefix: the bundle's keys, reserved ones left out. It also
+    /// notes the staging keys it saw and, under the lease, serves what would take
+    /// listings of their own.
+    fn list_bundle(&self) -> Result<HashMap<String, Listed>> {
+        let metas = crate::backend::s3::list(
+            &self.backend,
+            self.lease.as_ref(),
+            &format!("{}/", self.prefix),
+        )?;
+        if let Some(lease) = &self.lease {
+            // Under the lease this listing also serves what would take listings of their
+            // own: the check objects killed runs left, and the destination log's tail.
+            self.backend
+                .remove_stale_probes(&self.prefix, &metas, lease)?;
+        }
+        let all = self.listed(metas);
+        if self.lease.is_some() {
+            let tail = (all.iter())
+                .filter_map(|(k, _)| super::log::listed_seq(k))
+                .max()
+                .unwrap_or(0);
+            *lock(&self.log_listed) = Some(tail);
+        }
+        let staging: Vec<String> = (all.iter())
+            .filter(|(k, _)| {
+                [STAGING, LEGACY_STAGING]
+                    .iter()
+                    .any(|root| k.strip_prefix(root).is_some_and(|r| r.starts_with('/')))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        *lock(&self.staging_seen) = Some(staging);
+        Ok(all.into_iter().filter(|(k, _)| !is_reserved(k)).collect())
+    }
+
+    /// Where a rewrite of the same bytes gets a new ETag (azure: an undo's restored
+    /// copy), a recorded file whose ETag changed but whose size did not is read and
+    /// hashed: the recorded content is proven by its sha256 instead. Returns the paths
+    /// proven so.
+    fn rehashed<'p>(
+        &self,
+        paths: &[(&'p str, Option<Proof<'_>>)],
+        listed: &HashMap<String, Listed>,
+        recorded: &HashMap<String, (ContentHash, Option<String>)>,
+    ) -> Result<BTreeSet<&'p str>> {
+        let mut rehashed = BTreeSet::new();
+        if self.backend.dialect.etags_follow_content() {
+            return Ok(rehashed);
+        }
+        for &(p, proof) in paths {
+            let (Some(l), Some(pr), Some((sha, etag))) = (listed.get(p), proof, recorded.get(p))
+            else {
+                continue;
+            };
+            if *etag != l.etag
+                && sha == pr.sha256
+                && crate::backend::StoreRead::content_sha256(self, p)?
+                    .is_some_and(|now| now == *sha)
+            {
+                rehashed.insert(p);
+            }
+        }
+        Ok(rehashed)
+    }
+}
+
+/// Every "directory" of the listed keys: each proper prefix of a key.
+fn key_dirs(listed: &HashMap<String, Listed>) -> BTreeSet<&str> {
+    let mut dirs: BTreeSet<&str> = BTreeSet::new();
+    for k in listed.keys() {
+        let mut at = 0;
+        while let Some(i) = k[at..].find('/') {
+            dirs.insert(&k[..at + i]);
+            at += i + 1;
+        }
+    }
+    dirs
+}
+
+/// A "directory" `d` of the listing, with its keys and subdirectories when `list`.
+fn dir_entry(
+    listed: &HashMap<String, Listed>,
+    dirs: &BTreeSet<&str>,
+    d: &str,
+    list: bool,
+) -> Entry<'static> {
+    let (mut contents, mut subdirs) = (Vec::new(), Vec::new());
+    if list {
+        let under = format!("{d}/");
+        contents = listed
+            .keys()
+            .filter(|k| k.starts_with(&under))
+            .cloned()
+            .collect();
+        contents.sort();
+        subdirs = dirs
+            .range::<str, _>((std::ops::Bound::Excluded(d), std::ops::Bound::Unbounded))
+            .take_while(|s| s.starts_with(&under))
+            .map(|s| s.to_string())
+            .collect();
+    }
+    Entry::Dir {
+        contents,
+        dirs: subdirs,
     }
 }

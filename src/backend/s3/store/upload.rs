@@ -262,145 +262,82 @@ impl S3Operation<'_> {
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, ContentHash, Option<String>)> {
-        let mut file = crate::source::open_source(source)?;
-        let read_err = |e: std::io::Error| Error::io("read", source, e);
-        let mut hasher = Sha256::new();
-        let mut size = 0u64;
+        let file = crate::source::open_source(source)?;
+        let mut read = Hashing {
+            file,
+            source,
+            buf,
+            hasher: Sha256::new(),
+            size: 0,
+            on_bytes,
+        };
         let key = self.key(rel)?;
         if want.0 <= single_put_limit() {
-            // Large ones wait for their share of memory.
-            let _held = (want.0 > PART as u64).then(|| Held::take(want.0 + 1));
-            // One byte more than expected is enough to tell a file that grew.
-            let mut data = Vec::with_capacity(want.0 as usize);
-            read_hashing(
-                &mut file,
-                buf,
-                &mut hasher,
-                &mut size,
-                on_bytes,
-                &mut data,
-                want.0 as usize + 1,
-            )
-            .map_err(read_err)?;
-            let sha = ContentHash::from(hasher);
-            if size != want.0 || sha != want.1 {
-                return Ok((size, sha, None));
-            }
-            failpoint::hit("io_stage_write");
-            let r = self
-                .send(self.client().put_opts(
-                    &key,
-                    PutPayload::from(data),
-                    PutOptions {
-                        mode,
-                        attributes: self.attributes(rel),
-                        ..Default::default()
-                    },
-                ))?
-                .map_err(|e| store_error("upload", &self.shown(rel), e))?;
-            return Ok((size, sha, r.e_tag));
+            return self.put_whole(rel, &key, &mut read, want, mode);
         }
-        let attributes = self.attributes(rel);
-        let upload = if self.backend.dialect.records_uploads() {
-            // The low-level API, so the upload's id can be recorded in staging first: a
-            // run killed mid-upload leaves parts that `undo` and `clean_up` abort by that id.
-            let s3 = self.backend.multipart.as_ref();
-            let id = self
-                .send(s3.create_multipart_opts(
-                    &key,
-                    PutMultipartOptions {
-                        attributes,
-                        ..Default::default()
-                    },
-                ))?
-                .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
-            let record = self.upload_rel(op, &i.to_string());
-            self.put(
-                &record,
-                format!("{id}\n{rel}").into_bytes(),
-                PutMode::Overwrite,
-            )?;
-            Upload::Recorded { s3, id, record }
-        } else {
-            let opts = PutMultipartOptions {
-                attributes,
-                ..Default::default()
-            };
-            let parts = self
-                .send(self.client().put_multipart_opts(&key, opts))?
-                .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
-            Upload::Unrecorded(parts)
-        };
-        let mut upload = upload;
-        let abort = |upload: &mut Upload| {
-            let _ = self.send(upload.abort(&key));
-        };
-        #[allow(clippy::type_complexity)]
-        let result = (|| -> Result<(u64, ContentHash, Vec<Option<object_store::multipart::PartId>>)> {
-            let (mut done, mut in_flight) = (Vec::new(), Vec::new());
-            loop {
-                let mut part = Vec::with_capacity(PART);
-                read_hashing(
-                    &mut file,
-                    buf,
-                    &mut hasher,
-                    &mut size,
-                    on_bytes,
-                    &mut part,
-                    PART,
-                )
-                .map_err(read_err)?;
-                if part.is_empty() {
-                    break;
-                }
-                let idx = done.len() + in_flight.len();
-                in_flight.push(upload.put_part(&key, idx, PutPayload::from(part)));
-                // A few parts in flight at once, so memory stays bounded.
-                if in_flight.len() == PARTS_IN_FLIGHT {
-                    done.extend(
-                        self.send(futures_util::future::try_join_all(in_flight.drain(..)))?
-                            .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?,
-                    );
-                }
-                if size > want.0 {
-                    break;
-                }
-            }
-            done.extend(
-                self.send(futures_util::future::try_join_all(in_flight))?
-                    .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?,
-            );
-            Ok((size, ContentHash::from(hasher.clone()), done))
-        })();
-        let out = match result {
+        self.put_in_parts(op, i, rel, &key, &mut read, want, mode)
+    }
+
+    /// A file of at most the single-PUT limit: read whole, and sent in one PUT only if
+    /// it hashed to `want`.
+    fn put_whole(
+        &self,
+        rel: &str,
+        key: &Key,
+        read: &mut Hashing<'_, impl Read>,
+        want: (u64, ContentHash),
+        mode: PutMode,
+    ) -> Result<(u64, ContentHash, Option<String>)> {
+        // Large ones wait for their share of memory.
+        let _held = (want.0 > PART as u64).then(|| Held::take(want.0 + 1));
+        // One byte more than expected is enough to tell a file that grew.
+        let mut data = Vec::with_capacity(want.0 as usize);
+        read.read_into(&mut data, want.0 as usize + 1)?;
+        let sha = read.sha256();
+        if read.size != want.0 || sha != want.1 {
+            return Ok((read.size, sha, None));
+        }
+        failpoint::hit("io_stage_write");
+        let r = self
+            .send(self.client().put_opts(
+                key,
+                PutPayload::from(data),
+                PutOptions {
+                    mode,
+                    attributes: self.attributes(rel),
+                    ..Default::default()
+                },
+            ))?
+            .map_err(|e| store_error("upload", &self.shown(rel), e))?;
+        Ok((read.size, sha, r.e_tag))
+    }
+
+    /// A file past the single-PUT limit: a multipart upload, completed only if the whole
+    /// file hashed to `want`, else aborted; its record in staging, if any, is removed
+    /// once it is finished or aborted.
+    #[allow(clippy::too_many_arguments)]
+    fn put_in_parts(
+        &self,
+        op: &str,
+        i: usize,
+        rel: &str,
+        key: &Key,
+        read: &mut Hashing<'_, impl Read>,
+        want: (u64, ContentHash),
+        mode: PutMode,
+    ) -> Result<(u64, ContentHash, Option<String>)> {
+        let mut upload = self.start_upload(op, i, rel, key)?;
+        let out = match self.send_parts(&mut upload, rel, key, read, want.0) {
             Ok((size, sha, parts)) if size == want.0 && sha == want.1 => {
-                // A completion is not conditional: a new key must still be free, a
-                // replaced one still hold the ETag planned (checked just before).
-                let now = self.head(rel)?.map(|l| l.etag);
-                let still = match &mode {
-                    PutMode::Create => now.is_none(),
-                    PutMode::Update(v) => now.as_ref().is_some_and(|e| *e == v.e_tag),
-                    PutMode::Overwrite => true,
-                };
-                if !still {
-                    abort(&mut upload);
-                    return Err(Error::ConcurrentChange(format!(
-                        "upload {}: the key changed since it was planned",
-                        self.shown(rel)
-                    )));
-                }
-                failpoint::hit("io_stage_write");
-                let r = self
-                    .send(upload.complete(&key, parts))?
-                    .map_err(|e| store_error("complete the upload of", &self.shown(rel), e))?;
-                Ok((size, sha, r.e_tag))
+                let e_tag = self.complete_upload(&mut upload, rel, key, parts, &mode)?;
+                Ok((size, sha, e_tag))
             }
             Ok((size, sha, _)) => {
-                abort(&mut upload);
+                let _ = self.send(upload.abort(key));
                 Ok((size, sha, None))
             }
             Err(e) => {
-                abort(&mut upload);
+                let _ = self.send(upload.abort(key));
                 Err(e)
             }
         };
@@ -410,28 +347,149 @@ impl S3Operation<'_> {
         }
         out
     }
+
+    /// Starts the multipart upload of `rel`, recording its id in staging where the
+    /// dialect leaves unfinished parts stored.
+    fn start_upload(&self, op: &str, i: usize, rel: &str, key: &Key) -> Result<Upload<'_>> {
+        let attributes = self.attributes(rel);
+        if !self.backend.dialect.records_uploads() {
+            let opts = PutMultipartOptions {
+                attributes,
+                ..Default::default()
+            };
+            let parts = self
+                .send(self.client().put_multipart_opts(key, opts))?
+                .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
+            return Ok(Upload::Unrecorded(parts));
+        }
+        // The low-level API, so the upload's id can be recorded in staging first: a
+        // run killed mid-upload leaves parts that `undo` and `clean_up` abort by that id.
+        let s3 = self.backend.multipart.as_ref();
+        let id = self
+            .send(s3.create_multipart_opts(
+                key,
+                PutMultipartOptions {
+                    attributes,
+                    ..Default::default()
+                },
+            ))?
+            .map_err(|e| store_error("start uploading", &self.shown(rel), e))?;
+        let record = self.upload_rel(op, &i.to_string());
+        self.put(
+            &record,
+            format!("{id}\n{rel}").into_bytes(),
+            PutMode::Overwrite,
+        )?;
+        Ok(Upload::Recorded { s3, id, record })
+    }
+
+    /// Reads the file part by part and sends the parts, a few at once, stopping once it
+    /// has read more than the `want` bytes expected. Returns the size and sha256 read and
+    /// the parts sent.
+    #[allow(clippy::type_complexity)]
+    fn send_parts(
+        &self,
+        upload: &mut Upload<'_>,
+        rel: &str,
+        key: &Key,
+        read: &mut Hashing<'_, impl Read>,
+        want: u64,
+    ) -> Result<(
+        u64,
+        ContentHash,
+        Vec<Option<object_store::multipart::PartId>>,
+    )> {
+        let (mut done, mut in_flight) = (Vec::new(), Vec::new());
+        loop {
+            let mut part = Vec::with_capacity(PART);
+            read.read_into(&mut part, PART)?;
+            if part.is_empty() {
+                break;
+            }
+            let idx = done.len() + in_flight.len();
+            in_flight.push(upload.put_part(key, idx, PutPayload::from(part)));
+            // A few parts in flight at once, so memory stays bounded.
+            if in_flight.len() == PARTS_IN_FLIGHT {
+                done.extend(
+                    self.send(futures_util::future::try_join_all(in_flight.drain(..)))?
+                        .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?,
+                );
+            }
+            if read.size > want {
+                break;
+            }
+        }
+        done.extend(
+            self.send(futures_util::future::try_join_all(in_flight))?
+                .map_err(|e| store_error("upload a part of", &self.shown(rel), e))?,
+        );
+        Ok((read.size, read.sha256(), done))
+    }
+
+    /// Completes a multipart upload whose parts hashed as planned, unless the key
+    /// changed since it was planned (then the upload is aborted). Returns the ETag.
+    fn complete_upload(
+        &self,
+        upload: &mut Upload<'_>,
+        rel: &str,
+        key: &Key,
+        parts: Vec<Option<object_store::multipart::PartId>>,
+        mode: &PutMode,
+    ) -> Result<Option<String>> {
+        // A completion is not conditional: a new key must still be free, a
+        // replaced one still hold the ETag planned (checked just before).
+        let now = self.head(rel)?.map(|l| l.etag);
+        let still = match mode {
+            PutMode::Create => now.is_none(),
+            PutMode::Update(v) => now.as_ref().is_some_and(|e| *e == v.e_tag),
+            PutMode::Overwrite => true,
+        };
+        if !still {
+            let _ = self.send(upload.abort(key));
+            return Err(Error::ConcurrentChange(format!(
+                "upload {}: the key changed since it was planned",
+                self.shown(rel)
+            )));
+        }
+        failpoint::hit("io_stage_write");
+        let r = self
+            .send(upload.complete(key, parts))?
+            .map_err(|e| store_error("complete the upload of", &self.shown(rel), e))?;
+        Ok(r.e_tag)
+    }
 }
 
-/// Reads from `file` into `out` until it holds `limit` bytes or the file ends, hashing
-/// and counting what it reads.
-fn read_hashing(
-    file: &mut impl Read,
-    buf: &mut [u8],
-    hasher: &mut Sha256,
-    size: &mut u64,
-    on_bytes: &mut dyn FnMut(u64),
-    out: &mut Vec<u8>,
-    limit: usize,
-) -> std::io::Result<()> {
-    while out.len() < limit {
-        let n = file.read(buf)?;
-        if n == 0 {
-            break;
+/// The file being uploaded, read through one buffer, hashed and counted as it is read.
+struct Hashing<'b, R> {
+    file: R,
+    source: &'b Path,
+    buf: &'b mut [u8],
+    hasher: Sha256,
+    size: u64,
+    on_bytes: &'b mut dyn FnMut(u64),
+}
+
+impl<R: Read> Hashing<'_, R> {
+    /// Reads into `out` until it holds `limit` bytes or the file ends.
+    fn read_into(&mut self, out: &mut Vec<u8>, limit: usize) -> Result<()> {
+        while out.len() < limit {
+            let n = self
+                .file
+                .read(self.buf)
+                .map_err(|e| Error::io("read", self.source, e))?;
+            if n == 0 {
+                break;
+            }
+            self.hasher.update(&self.buf[..n]);
+            out.extend_from_slice(&self.buf[..n]);
+            self.size += n as u64;
+            (self.on_bytes)(n as u64);
         }
-        hasher.update(&buf[..n]);
-        out.extend_from_slice(&buf[..n]);
-        *size += n as u64;
-        on_bytes(n as u64);
+        Ok(())
     }
-    Ok(())
+
+    /// The sha256 of what was read so far.
+    fn sha256(&self) -> ContentHash {
+        ContentHash::from(self.hasher.clone())
+    }
 }
