@@ -151,15 +151,14 @@ pub(crate) fn open_releases(
     Ok(store)
 }
 
-/// Plans and (unless a dry run) carries out the rollback of one destination; returns its
-/// report and the source of the release activated.
-fn rollback_one(
-    config: &Config,
+/// Opens (and, unless a dry run, locks) a destination to roll back; one without a
+/// `releases` block is a usage error.
+fn open_for_rollback(
     dest: &Destination,
     opts: &RollbackOptions,
-    journal: Option<&mut Journal>,
+    journal: Option<&Journal>,
     view: Option<&crate::journal::JournalView>,
-) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
+) -> Result<ReleaseStore> {
     let settings = dest.releases.as_ref().ok_or_else(|| {
         Error::Usage(format!(
             "destination '{}' has no releases block: only a destination with releases can be rolled back (SPEC §15)",
@@ -176,39 +175,27 @@ fn rollback_one(
         nothing_there: "nothing was published there; nothing to roll back",
         nothing_done: "nothing rolled back",
     };
-    let store = open_releases(dest, settings, &open, journal.as_deref(), view)?;
+    open_releases(dest, settings, &open, journal, view)
+}
+
+/// Plans and (unless a dry run) carries out the rollback of one destination; returns its
+/// report and the source of the release activated.
+fn rollback_one(
+    config: &Config,
+    dest: &Destination,
+    opts: &RollbackOptions,
+    journal: Option<&mut Journal>,
+    view: Option<&crate::journal::JournalView>,
+) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
+    let store = open_for_rollback(dest, opts, journal.as_deref(), view)?;
     let shared = dest.state_mode == StateMode::SharedRoot;
     // While `path` is not what the last logged activation made (SPEC §17), the active
     // release is the logged one, and only a rollback to a named release may run.
     let changed = store.path_changed().map(str::to_string);
     if let Some(why) = &changed {
-        if opts.to.is_none() {
-            return Err(Error::from(ReleasesError::PathChanged {
-                why: why.clone(),
-                what: "a rollback steps back from the active release, which the log and path disagree about: name the release to activate with --to OP_ID",
-            })
-            .into());
-        }
-        if shared {
-            return Err(Error::from(ReleasesError::PathChanged {
-                why: why.clone(),
-                what: "a shared root's rollback builds on the active release, which the log and path disagree about: put path back first",
-            })
-            .into());
-        }
+        refuse_changed_path(why, opts, shared)?;
     }
-    let logged = store.log_view()?.active().map(str::to_string);
-    let current = match (&changed, logged, store.active_release()) {
-        (Some(_), Some(l), _) => l,
-        (_, _, Some(a)) => a.to_string(),
-        (_, Some(l), None) => l,
-        (_, None, None) => {
-            return Err(Error::from(ReleasesError::NoneActive {
-                path: dest.path.clone(),
-            })
-            .into());
-        }
-    };
+    let current = current_release(&store, changed.is_some(), dest)?;
     let me = Owner::new(&config.pipeline_id, &dest.id);
     let owner = me.to_string();
     let who = shared.then_some(owner.as_str());
@@ -235,28 +222,7 @@ fn rollback_one(
         );
     }
     store.verify_release(&target, &to)?;
-    let active_state = match &changed {
-        Some(_) => match store.release_state(&current) {
-            Ok(s) => crate::state::StateFile::Valid(s),
-            Err(e) => crate::state::StateFile::Invalid(e.to_string()),
-        },
-        None => store.read_state()?.parse(),
-    };
-    let from = match active_state {
-        StateFile::Valid(s) => s,
-        StateFile::Absent => {
-            return Err(Error::from(ReleasesError::ActiveWithoutState { release: current }).into());
-        }
-        StateFile::Invalid(why) => {
-            return Err(Error::from(ReleasesError::InvalidActiveState {
-                release: Some(current),
-                why,
-                outcome: "",
-            })
-            .into());
-        }
-        StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why).into()),
-    };
+    let from = active_state(&store, changed.is_some(), &current)?;
     let plan = plan(dest, &from, to, &current, &target)?;
     let source = plan
         .new_state
@@ -277,20 +243,7 @@ fn rollback_one(
         actor: &opts.actor,
         pipeline_id: &config.pipeline_id,
     };
-    let detail = |staged: &StagedOperation| {
-        let r = staged.releases.as_ref();
-        format!(
-            "release {} activated again; rolled back from release {} (source digest {} is held: publishing it again is the conflict rolled_back)",
-            r.map_or("?", |r| r.target(&staged.operation_id)),
-            r.and_then(|r| r.active_before.as_deref()).unwrap_or("?"),
-            staged
-                .origin
-                .previous_source
-                .as_ref()
-                .map_or("?", |s| s.digest.as_str())
-        )
-    };
-    match run_activation(&plan, journal, &store, &how, &detail) {
+    match run_activation(&plan, journal, &store, &how, &rollback_detail) {
         Ok(op) => {
             let mut r = DestinationReport::from_plan(plan, Status::Applied, Some(op.clone()));
             r.releases_removed = query::releases_removed(journal, &op)?;
@@ -299,6 +252,83 @@ fn rollback_one(
         }
         Err(e) => Err(PlanFailed::new(plan, e)),
     }
+}
+
+/// While `path` is not what the last logged activation made (SPEC §17, `why`), only a
+/// rollback to a named release may run, and not in a shared root.
+fn refuse_changed_path(why: &str, opts: &RollbackOptions, shared: bool) -> Result<()> {
+    if opts.to.is_none() {
+        return Err(ReleasesError::PathChanged {
+            why: why.to_string(),
+            what: "a rollback steps back from the active release, which the log and path disagree about: name the release to activate with --to OP_ID",
+        }
+        .into());
+    }
+    if shared {
+        return Err(ReleasesError::PathChanged {
+            why: why.to_string(),
+            what: "a shared root's rollback builds on the active release, which the log and path disagree about: put path back first",
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// The release a rollback steps back from: the logged one while `path` has changed, else
+/// the one `path` points at (the logged one when it points at none).
+fn current_release(store: &ReleaseStore, path_changed: bool, dest: &Destination) -> Result<String> {
+    let logged = store.log_view()?.active().map(str::to_string);
+    match (path_changed, logged, store.active_release()) {
+        (true, Some(l), _) => Ok(l),
+        (_, _, Some(a)) => Ok(a.to_string()),
+        (_, Some(l), None) => Ok(l),
+        (_, None, None) => Err(ReleasesError::NoneActive {
+            path: dest.path.clone(),
+        }
+        .into()),
+    }
+}
+
+/// The state of the release `current`, which the rollback plans from: read from the
+/// release itself while `path` has changed, else the state file `path` shows.
+fn active_state(store: &ReleaseStore, path_changed: bool, current: &str) -> Result<State> {
+    let active_state = match path_changed {
+        true => match store.release_state(current) {
+            Ok(s) => StateFile::Valid(s),
+            Err(e) => StateFile::Invalid(e.to_string()),
+        },
+        false => store.read_state()?.parse(),
+    };
+    match active_state {
+        StateFile::Valid(s) => Ok(s),
+        StateFile::Absent => Err(ReleasesError::ActiveWithoutState {
+            release: current.to_string(),
+        }
+        .into()),
+        StateFile::Invalid(why) => Err(ReleasesError::InvalidActiveState {
+            release: Some(current.to_string()),
+            why,
+            outcome: "",
+        }
+        .into()),
+        StateFile::Untrusted(why, _) => Err(Error::Untrusted(why)),
+    }
+}
+
+/// The journal's detail of a rollback: the release activated again, the one rolled back
+/// from, and the digest now held.
+fn rollback_detail(staged: &StagedOperation) -> String {
+    let r = staged.releases.as_ref();
+    format!(
+        "release {} activated again; rolled back from release {} (source digest {} is held: publishing it again is the conflict rolled_back)",
+        r.map_or("?", |r| r.target(&staged.operation_id)),
+        r.and_then(|r| r.active_before.as_deref()).unwrap_or("?"),
+        staged
+            .origin
+            .previous_source
+            .as_ref()
+            .map_or("?", |s| s.digest.as_str())
+    )
 }
 
 /// A shared root's rollback (SPEC §15): a new release in which only this owner's records
