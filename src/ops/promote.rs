@@ -1,6 +1,6 @@
 //! `distributor promote` (SPEC §19): activates a release `publish --stage` built, in one
 //! atomic step, through the one lifecycle (an activation that publishes nothing, as a
-//! rollback's is: [`crate::ops::rollback::run_activation`]). It is journaled and logged as a
+//! rollback's is: [`crate::ops::activation::run_activation`]). It is journaled and logged as a
 //! publication of the staged source (decision `promote`): it lifts that owner's
 //! `rolled_back` holds, and a later rollback undoes it.
 //!
@@ -21,8 +21,8 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef};
+use crate::ops::activation::{Activation, run_activation};
 use crate::ops::common::{Activations, Outcome, journal_or_view};
-use crate::ops::rollback::{Activation, run_activation};
 use crate::plan::PlanFailed;
 use crate::plan::{Conflict, DestinationPlan, FileAction, LinkAction, Previous};
 use crate::report::{DestinationReport, Status};
@@ -162,13 +162,13 @@ fn promote_one(
         create: false,
         actor: &opts.actor,
     };
-    let open = crate::ops::rollback::Opening {
+    let open = crate::ops::activation::Opening {
         lock: (!opts.dry_run).then_some(how),
         nothing_there: "nothing was staged there; nothing to promote",
         nothing_done: "nothing promoted",
     };
     let store =
-        crate::ops::rollback::open_releases(dest, settings, &open, journal.as_deref(), view)?;
+        crate::ops::activation::open_releases(dest, settings, &open, journal.as_deref(), view)?;
     let stage = find_stage(&store, dest, prefix)?;
     let release = stage.operation_id.clone();
     let to = store.release_state(&release)?;
