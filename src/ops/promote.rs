@@ -144,15 +144,14 @@ fn find_stage(store: &ReleaseStore, dest: &Destination, prefix: &str) -> Result<
     Ok(stage.clone())
 }
 
-/// Plans and (unless a dry run) carries out the promote of one staged release.
-fn promote_one(
-    config: &Config,
+/// Opens (and, unless a dry run, locks) a destination to promote a staged release to; one
+/// without a `releases` block is a usage error.
+fn open_for_promote(
     dest: &Destination,
-    prefix: &str,
     opts: &PromoteOptions,
-    journal: Option<&mut Journal>,
+    journal: Option<&Journal>,
     view: Option<&crate::journal::JournalView>,
-) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
+) -> Result<ReleaseStore> {
     let settings = dest
         .releases
         .as_ref()
@@ -167,8 +166,77 @@ fn promote_one(
         nothing_there: "nothing was staged there; nothing to promote",
         nothing_done: "nothing promoted",
     };
-    let store =
-        crate::ops::activation::open_releases(dest, settings, &open, journal.as_deref(), view)?;
+    crate::ops::activation::open_releases(dest, settings, &open, journal, view)
+}
+
+/// The conflict when what a promote builds on is not what the stage was staged against:
+/// `path` changed by hand (`path_changed`), or another release activated since
+/// (`stale_stage`, `active` being the logged one).
+fn judge_base(
+    store: &ReleaseStore,
+    stage: &Entry,
+    active: Option<&str>,
+    release: &str,
+    plan: &mut DestinationPlan,
+) {
+    if let Some(why) = store.path_changed() {
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::PathChanged,
+            None,
+            None,
+            why.to_string(),
+        ));
+    } else if active != stage.staged_against.as_deref() {
+        let show = |r: Option<&str>| r.map_or("no release".to_string(), |r| format!("release {r}"));
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::StaleStage,
+            None,
+            None,
+            format!(
+                "release {release} was staged against {}, but {} is active now (another publication, rollback or promote came in between); promoting it would undo that: stage again",
+                show(stage.staged_against.as_deref()),
+                show(active)
+            ),
+        ));
+    }
+}
+
+/// A promote its conflicts refuse: its decision and message say so, and the refusal is
+/// journaled (SPEC §16), as a publication's is, unless a dry run.
+fn refuse(
+    config: &Config,
+    opts: &PromoteOptions,
+    mut plan: DestinationPlan,
+    journal: Option<&mut Journal>,
+    source: &SourceRef,
+) -> std::result::Result<DestinationReport, PlanFailed> {
+    plan.decision = Decision::Conflict;
+    let kinds: Vec<&str> = plan.conflicts.iter().map(|c| c.kind.as_str()).collect();
+    plan.message = format!("not promoted: {}", kinds.join(", "));
+    let op = match journal {
+        Some(j) => Some(crate::ops::common::journal_refused(
+            j,
+            "promote",
+            &opts.actor,
+            &config.pipeline_id,
+            &plan,
+            source.clone(),
+        )?),
+        None => None,
+    };
+    Ok(DestinationReport::from_plan(plan, Status::Conflict, op))
+}
+
+/// Plans and (unless a dry run) carries out the promote of one staged release.
+fn promote_one(
+    config: &Config,
+    dest: &Destination,
+    prefix: &str,
+    opts: &PromoteOptions,
+    journal: Option<&mut Journal>,
+    view: Option<&crate::journal::JournalView>,
+) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
+    let store = open_for_promote(dest, opts, journal.as_deref(), view)?;
     let stage = find_stage(&store, dest, prefix)?;
     let release = stage.operation_id.clone();
     let to = store.release_state(&release)?;
@@ -200,51 +268,12 @@ fn promote_one(
             })
         })?;
     // Judged when it runs (SPEC §19, §22): the path, the stage's base, the guard.
-    if let Some(why) = store.path_changed() {
-        plan.conflicts.push(Conflict::new(
-            ConflictKind::PathChanged,
-            None,
-            None,
-            why.to_string(),
-        ));
-    } else if active != stage.staged_against {
-        let show = |r: &Option<String>| {
-            r.as_deref()
-                .map_or("no release".to_string(), |r| format!("release {r}"))
-        };
-        plan.conflicts.push(Conflict::new(
-            ConflictKind::StaleStage,
-            None,
-            None,
-            format!(
-                "release {release} was staged against {}, but {} is active now (another publication, rollback or promote came in between); promoting it would undo that: stage again",
-                show(&stage.staged_against),
-                show(&active)
-            ),
-        ));
-    }
+    judge_base(&store, &stage, active.as_deref(), &release, &mut plan);
     guard(dest, &me, from.as_ref(), opts.allow_delete, &mut plan);
     let mut journal = journal;
     if !plan.conflicts.is_empty() {
-        plan.decision = Decision::Conflict;
-        let kinds: Vec<&str> = plan.conflicts.iter().map(|c| c.kind.as_str()).collect();
-        plan.message = format!("not promoted: {}", kinds.join(", "));
-        // A refusal is journaled (SPEC §16), as a publication's is.
-        let op = match journal.as_deref_mut() {
-            Some(j) => Some(crate::ops::common::journal_refused(
-                j,
-                "promote",
-                &opts.actor,
-                &config.pipeline_id,
-                &plan,
-                source.clone(),
-            )?),
-            None => None,
-        };
-        return Ok((
-            DestinationReport::from_plan(plan, Status::Conflict, op),
-            source,
-        ));
+        let report = refuse(config, opts, plan, journal.as_deref_mut(), &source)?;
+        return Ok((report, source));
     }
     let Some(journal) = journal else {
         return Ok((
@@ -263,16 +292,7 @@ fn promote_one(
         actor: &opts.actor,
         pipeline_id: &config.pipeline_id,
     };
-    let detail = |staged: &crate::execute::StagedOperation| {
-        format!(
-            "release {release} promoted (staged by operation {release}); release {} deactivated",
-            staged
-                .releases
-                .as_ref()
-                .and_then(|r| r.active_before.as_deref())
-                .unwrap_or("(none)")
-        )
-    };
+    let detail = |staged: &crate::execute::StagedOperation| promote_detail(&release, staged);
     match run_activation(&plan, journal, &store, &how, &detail) {
         Ok(op) => Ok((
             DestinationReport::from_plan(plan, Status::Applied, Some(op)),
@@ -280,6 +300,18 @@ fn promote_one(
         )),
         Err(e) => Err(PlanFailed::new(plan, e)),
     }
+}
+
+/// The journal's detail of a promote: the release promoted, and the one it deactivated.
+fn promote_detail(release: &str, staged: &crate::execute::StagedOperation) -> String {
+    format!(
+        "release {release} promoted (staged by operation {release}); release {} deactivated",
+        staged
+            .releases
+            .as_ref()
+            .and_then(|r| r.active_before.as_deref())
+            .unwrap_or("(none)")
+    )
 }
 
 /// The deletion guard of a promote (SPEC §19): the deletions it makes visible, judged as
