@@ -136,7 +136,7 @@ const LAYERS: &[(u8, &[&str])] = &[
         7,
         &[
             "execute/",
-            "report.rs",
+            "report/",
             "hooks.rs",
             "metrics/",
             "dest_log.rs",

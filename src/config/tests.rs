@@ -2,6 +2,7 @@
 //! SPEC §2 that need no binary, and the shape of error messages.
 
 use super::diagnose::strip_yaml_path;
+use super::paths::normalize;
 use super::*;
 use chrono::DateTime;
 

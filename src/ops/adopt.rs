@@ -13,10 +13,10 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
 use crate::model::Decision;
+use crate::ops::activation::{Activation, run_activation};
 use crate::ops::common::{
     ExitCode, ReleasesOptions, ReleasesReport, check_recovery, for_each_releases_destination,
 };
-use crate::ops::rollback::{Activation, run_activation};
 use crate::plan::DestinationPlan;
 use crate::state::{STATE_FILE, StateFile};
 use serde::Serialize;

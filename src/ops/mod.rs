@@ -3,6 +3,7 @@
 //! call them; they reach storage only through `backend/`, and run writing plans through
 //! `execute/`.
 
+pub(crate) mod activation;
 pub(crate) mod adopt;
 pub(crate) mod common;
 pub(crate) mod inspect;

@@ -1,6 +1,6 @@
 //! `distributor promote` (SPEC §19): activates a release `publish --stage` built, in one
 //! atomic step, through the one lifecycle (an activation that publishes nothing, as a
-//! rollback's is: [`crate::ops::rollback::run_activation`]). It is journaled and logged as a
+//! rollback's is: [`crate::ops::activation::run_activation`]). It is journaled and logged as a
 //! publication of the staged source (decision `promote`): it lifts that owner's
 //! `rolled_back` holds, and a later rollback undoes it.
 //!
@@ -21,8 +21,8 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef};
+use crate::ops::activation::{Activation, run_activation};
 use crate::ops::common::{Activations, Outcome, journal_or_view};
-use crate::ops::rollback::{Activation, run_activation};
 use crate::plan::PlanFailed;
 use crate::plan::{Conflict, DestinationPlan, FileAction, LinkAction, Previous};
 use crate::report::{DestinationReport, Status};
@@ -144,15 +144,14 @@ fn find_stage(store: &ReleaseStore, dest: &Destination, prefix: &str) -> Result<
     Ok(stage.clone())
 }
 
-/// Plans and (unless a dry run) carries out the promote of one staged release.
-fn promote_one(
-    config: &Config,
+/// Opens (and, unless a dry run, locks) a destination to promote a staged release to; one
+/// without a `releases` block is a usage error.
+fn open_for_promote(
     dest: &Destination,
-    prefix: &str,
     opts: &PromoteOptions,
-    journal: Option<&mut Journal>,
+    journal: Option<&Journal>,
     view: Option<&crate::journal::JournalView>,
-) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
+) -> Result<ReleaseStore> {
     let settings = dest
         .releases
         .as_ref()
@@ -162,13 +161,82 @@ fn promote_one(
         create: false,
         actor: &opts.actor,
     };
-    let open = crate::ops::rollback::Opening {
+    let open = crate::ops::activation::Opening {
         lock: (!opts.dry_run).then_some(how),
         nothing_there: "nothing was staged there; nothing to promote",
         nothing_done: "nothing promoted",
     };
-    let store =
-        crate::ops::rollback::open_releases(dest, settings, &open, journal.as_deref(), view)?;
+    crate::ops::activation::open_releases(dest, settings, &open, journal, view)
+}
+
+/// The conflict when what a promote builds on is not what the stage was staged against:
+/// `path` changed by hand (`path_changed`), or another release activated since
+/// (`stale_stage`, `active` being the logged one).
+fn judge_base(
+    store: &ReleaseStore,
+    stage: &Entry,
+    active: Option<&str>,
+    release: &str,
+    plan: &mut DestinationPlan,
+) {
+    if let Some(why) = store.path_changed() {
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::PathChanged,
+            None,
+            None,
+            why.to_string(),
+        ));
+    } else if active != stage.staged_against.as_deref() {
+        let show = |r: Option<&str>| r.map_or("no release".to_string(), |r| format!("release {r}"));
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::StaleStage,
+            None,
+            None,
+            format!(
+                "release {release} was staged against {}, but {} is active now (another publication, rollback or promote came in between); promoting it would undo that: stage again",
+                show(stage.staged_against.as_deref()),
+                show(active)
+            ),
+        ));
+    }
+}
+
+/// A promote its conflicts refuse: its decision and message say so, and the refusal is
+/// journaled (SPEC §16), as a publication's is, unless a dry run.
+fn refuse(
+    config: &Config,
+    opts: &PromoteOptions,
+    mut plan: DestinationPlan,
+    journal: Option<&mut Journal>,
+    source: &SourceRef,
+) -> std::result::Result<DestinationReport, PlanFailed> {
+    plan.decision = Decision::Conflict;
+    let kinds: Vec<&str> = plan.conflicts.iter().map(|c| c.kind.as_str()).collect();
+    plan.message = format!("not promoted: {}", kinds.join(", "));
+    let op = match journal {
+        Some(j) => Some(crate::ops::common::journal_refused(
+            j,
+            "promote",
+            &opts.actor,
+            &config.pipeline_id,
+            &plan,
+            source.clone(),
+        )?),
+        None => None,
+    };
+    Ok(DestinationReport::from_plan(plan, Status::Conflict, op))
+}
+
+/// Plans and (unless a dry run) carries out the promote of one staged release.
+fn promote_one(
+    config: &Config,
+    dest: &Destination,
+    prefix: &str,
+    opts: &PromoteOptions,
+    journal: Option<&mut Journal>,
+    view: Option<&crate::journal::JournalView>,
+) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
+    let store = open_for_promote(dest, opts, journal.as_deref(), view)?;
     let stage = find_stage(&store, dest, prefix)?;
     let release = stage.operation_id.clone();
     let to = store.release_state(&release)?;
@@ -200,51 +268,12 @@ fn promote_one(
             })
         })?;
     // Judged when it runs (SPEC §19, §22): the path, the stage's base, the guard.
-    if let Some(why) = store.path_changed() {
-        plan.conflicts.push(Conflict::new(
-            ConflictKind::PathChanged,
-            None,
-            None,
-            why.to_string(),
-        ));
-    } else if active != stage.staged_against {
-        let show = |r: &Option<String>| {
-            r.as_deref()
-                .map_or("no release".to_string(), |r| format!("release {r}"))
-        };
-        plan.conflicts.push(Conflict::new(
-            ConflictKind::StaleStage,
-            None,
-            None,
-            format!(
-                "release {release} was staged against {}, but {} is active now (another publication, rollback or promote came in between); promoting it would undo that: stage again",
-                show(&stage.staged_against),
-                show(&active)
-            ),
-        ));
-    }
+    judge_base(&store, &stage, active.as_deref(), &release, &mut plan);
     guard(dest, &me, from.as_ref(), opts.allow_delete, &mut plan);
     let mut journal = journal;
     if !plan.conflicts.is_empty() {
-        plan.decision = Decision::Conflict;
-        let kinds: Vec<&str> = plan.conflicts.iter().map(|c| c.kind.as_str()).collect();
-        plan.message = format!("not promoted: {}", kinds.join(", "));
-        // A refusal is journaled (SPEC §16), as a publication's is.
-        let op = match journal.as_deref_mut() {
-            Some(j) => Some(crate::ops::common::journal_refused(
-                j,
-                "promote",
-                &opts.actor,
-                &config.pipeline_id,
-                &plan,
-                source.clone(),
-            )?),
-            None => None,
-        };
-        return Ok((
-            DestinationReport::from_plan(plan, Status::Conflict, op),
-            source,
-        ));
+        let report = refuse(config, opts, plan, journal.as_deref_mut(), &source)?;
+        return Ok((report, source));
     }
     let Some(journal) = journal else {
         return Ok((
@@ -262,16 +291,7 @@ fn promote_one(
         actor: &opts.actor,
         pipeline_id: &config.pipeline_id,
     };
-    let detail = |staged: &crate::execute::StagedOperation| {
-        format!(
-            "release {release} promoted (staged by operation {release}); release {} deactivated",
-            staged
-                .releases
-                .as_ref()
-                .and_then(|r| r.active_before.as_deref())
-                .unwrap_or("(none)")
-        )
-    };
+    let detail = |staged: &crate::execute::StagedOperation| promote_detail(&release, staged);
     let purpose = Purpose::Promote {
         release: release.clone(),
     };
@@ -282,6 +302,18 @@ fn promote_one(
         )),
         Err(e) => Err(PlanFailed::new(plan, e)),
     }
+}
+
+/// The journal's detail of a promote: the release promoted, and the one it deactivated.
+fn promote_detail(release: &str, staged: &crate::execute::StagedOperation) -> String {
+    format!(
+        "release {release} promoted (staged by operation {release}); release {} deactivated",
+        staged
+            .releases
+            .as_ref()
+            .and_then(|r| r.active_before.as_deref())
+            .unwrap_or("(none)")
+    )
 }
 
 /// The deletion guard of a promote (SPEC §19): the deletions it makes visible, judged as

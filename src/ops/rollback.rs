@@ -13,16 +13,13 @@
 
 use crate::backend::StoreRead;
 use crate::backend::releases::{Purpose, ReleaseStore};
-use crate::clock::now;
 use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
-use crate::execute::{ExecContext, Origin, StagedOperation, Transaction, execute, retain};
-use crate::hash::sha256_hex;
+use crate::execute::{ExecContext, StagedOperation, execute};
 use crate::journal::{Journal, query};
 use crate::model::{Decision, FileOp, Owner, SourceRef, StateMode};
-use crate::ops::common::{
-    Activations, Outcome, check_recovery, journal_or_view, releases_destinations,
-};
+use crate::ops::activation::{Activation, Opening, open_releases, run_activation};
+use crate::ops::common::{Activations, Outcome, journal_or_view, releases_destinations};
 use crate::ops::publish::plan_rollback;
 use crate::plan::PlanFailed;
 use crate::plan::{DestinationPlan, FileAction, LinkAction, Previous};
@@ -107,59 +104,14 @@ fn release_named(store: &ReleaseStore, to: &str) -> Result<String> {
     }
 }
 
-/// How an activation that publishes nothing (a rollback, a promote) opens its
-/// destination, and what its errors say.
-pub(crate) struct Opening<'a> {
-    /// The lock, unless a dry run.
-    pub lock: Option<crate::backend::LockRequest<'a>>,
-    /// After the path, when nothing is there.
-    pub nothing_there: &'static str,
-    /// After a `releases_mismatch`.
-    pub nothing_done: &'static str,
-}
-
-/// Opens (and, unless a dry run, locks) a releases destination for an activation: refused
-/// when nothing is there, when its recorded settings differ (`releases_mismatch`), and
-/// while recovery is pending (the journal's, or for a dry run the one read only).
-pub(crate) fn open_releases(
+/// Opens (and, unless a dry run, locks) a destination to roll back; one without a
+/// `releases` block is a usage error.
+fn open_for_rollback(
     dest: &Destination,
-    settings: &crate::config::ReleaseSettings,
-    open: &Opening<'_>,
+    opts: &RollbackOptions,
     journal: Option<&Journal>,
     view: Option<&crate::journal::JournalView>,
 ) -> Result<ReleaseStore> {
-    let store = ReleaseStore::open(&dest.path, settings, open.lock)?.ok_or_else(|| {
-        ReleasesError::NothingThere {
-            path: dest.path.clone(),
-            what: open.nothing_there,
-        }
-    })?;
-    if let Some(why) = store.mismatch()? {
-        return Err(ReleasesError::Mismatch {
-            why,
-            outcome: open.nothing_done,
-        }
-        .into());
-    }
-    if let Some(j) = journal {
-        check_recovery(j, &store)?;
-    } else if let crate::ops::common::Pending::Recovery(what) =
-        crate::ops::common::pending(view, store.path(), Some(&store))?
-    {
-        return Err(Error::RecoveryRequired(what));
-    }
-    Ok(store)
-}
-
-/// Plans and (unless a dry run) carries out the rollback of one destination; returns its
-/// report and the source of the release activated.
-fn rollback_one(
-    config: &Config,
-    dest: &Destination,
-    opts: &RollbackOptions,
-    journal: Option<&mut Journal>,
-    view: Option<&crate::journal::JournalView>,
-) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
     let settings = dest.releases.as_ref().ok_or_else(|| {
         Error::Usage(format!(
             "destination '{}' has no releases block: only a destination with releases can be rolled back (SPEC §15)",
@@ -176,39 +128,27 @@ fn rollback_one(
         nothing_there: "nothing was published there; nothing to roll back",
         nothing_done: "nothing rolled back",
     };
-    let store = open_releases(dest, settings, &open, journal.as_deref(), view)?;
+    open_releases(dest, settings, &open, journal, view)
+}
+
+/// Plans and (unless a dry run) carries out the rollback of one destination; returns its
+/// report and the source of the release activated.
+fn rollback_one(
+    config: &Config,
+    dest: &Destination,
+    opts: &RollbackOptions,
+    journal: Option<&mut Journal>,
+    view: Option<&crate::journal::JournalView>,
+) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
+    let store = open_for_rollback(dest, opts, journal.as_deref(), view)?;
     let shared = dest.state_mode == StateMode::SharedRoot;
     // While `path` is not what the last logged activation made (SPEC §17), the active
     // release is the logged one, and only a rollback to a named release may run.
     let changed = store.path_changed().map(str::to_string);
     if let Some(why) = &changed {
-        if opts.to.is_none() {
-            return Err(Error::from(ReleasesError::PathChanged {
-                why: why.clone(),
-                what: "a rollback steps back from the active release, which the log and path disagree about: name the release to activate with --to OP_ID",
-            })
-            .into());
-        }
-        if shared {
-            return Err(Error::from(ReleasesError::PathChanged {
-                why: why.clone(),
-                what: "a shared root's rollback builds on the active release, which the log and path disagree about: put path back first",
-            })
-            .into());
-        }
+        refuse_changed_path(why, opts, shared)?;
     }
-    let logged = store.log_view()?.active().map(str::to_string);
-    let current = match (&changed, logged, store.active_release()) {
-        (Some(_), Some(l), _) => l,
-        (_, _, Some(a)) => a.to_string(),
-        (_, Some(l), None) => l,
-        (_, None, None) => {
-            return Err(Error::from(ReleasesError::NoneActive {
-                path: dest.path.clone(),
-            })
-            .into());
-        }
-    };
+    let current = current_release(&store, changed.is_some(), dest)?;
     let me = Owner::new(&config.pipeline_id, &dest.id);
     let owner = me.to_string();
     let who = shared.then_some(owner.as_str());
@@ -235,28 +175,7 @@ fn rollback_one(
         );
     }
     store.verify_release(&target, &to)?;
-    let active_state = match &changed {
-        Some(_) => match store.release_state(&current) {
-            Ok(s) => crate::state::StateFile::Valid(s),
-            Err(e) => crate::state::StateFile::Invalid(e.to_string()),
-        },
-        None => store.read_state()?.parse(),
-    };
-    let from = match active_state {
-        StateFile::Valid(s) => s,
-        StateFile::Absent => {
-            return Err(Error::from(ReleasesError::ActiveWithoutState { release: current }).into());
-        }
-        StateFile::Invalid(why) => {
-            return Err(Error::from(ReleasesError::InvalidActiveState {
-                release: Some(current),
-                why,
-                outcome: "",
-            })
-            .into());
-        }
-        StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why).into()),
-    };
+    let from = active_state(&store, changed.is_some(), &current)?;
     let plan = plan(dest, &from, to, &current, &target)?;
     let source = plan
         .new_state
@@ -280,20 +199,7 @@ fn rollback_one(
         actor: &opts.actor,
         pipeline_id: &config.pipeline_id,
     };
-    let detail = |staged: &StagedOperation| {
-        let r = staged.releases.as_ref();
-        format!(
-            "release {} activated again; rolled back from release {} (source digest {} is held: publishing it again is the conflict rolled_back)",
-            r.map_or("?", |r| r.target(&staged.operation_id)),
-            r.and_then(|r| r.active_before.as_deref()).unwrap_or("?"),
-            staged
-                .origin
-                .previous_source
-                .as_ref()
-                .map_or("?", |s| s.digest.as_str())
-        )
-    };
-    match run_activation(&plan, journal, &store, purpose, &how, &detail) {
+    match run_activation(&plan, journal, &store, purpose, &how, &rollback_detail) {
         Ok(op) => {
             let mut r = DestinationReport::from_plan(plan, Status::Applied, Some(op.clone()));
             r.releases_removed = query::releases_removed(journal, &op)?;
@@ -302,6 +208,83 @@ fn rollback_one(
         }
         Err(e) => Err(PlanFailed::new(plan, e)),
     }
+}
+
+/// While `path` is not what the last logged activation made (SPEC §17, `why`), only a
+/// rollback to a named release may run, and not in a shared root.
+fn refuse_changed_path(why: &str, opts: &RollbackOptions, shared: bool) -> Result<()> {
+    if opts.to.is_none() {
+        return Err(ReleasesError::PathChanged {
+            why: why.to_string(),
+            what: "a rollback steps back from the active release, which the log and path disagree about: name the release to activate with --to OP_ID",
+        }
+        .into());
+    }
+    if shared {
+        return Err(ReleasesError::PathChanged {
+            why: why.to_string(),
+            what: "a shared root's rollback builds on the active release, which the log and path disagree about: put path back first",
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// The release a rollback steps back from: the logged one while `path` has changed, else
+/// the one `path` points at (the logged one when it points at none).
+fn current_release(store: &ReleaseStore, path_changed: bool, dest: &Destination) -> Result<String> {
+    let logged = store.log_view()?.active().map(str::to_string);
+    match (path_changed, logged, store.active_release()) {
+        (true, Some(l), _) => Ok(l),
+        (_, _, Some(a)) => Ok(a.to_string()),
+        (_, Some(l), None) => Ok(l),
+        (_, None, None) => Err(ReleasesError::NoneActive {
+            path: dest.path.clone(),
+        }
+        .into()),
+    }
+}
+
+/// The state of the release `current`, which the rollback plans from: read from the
+/// release itself while `path` has changed, else the state file `path` shows.
+fn active_state(store: &ReleaseStore, path_changed: bool, current: &str) -> Result<State> {
+    let active_state = match path_changed {
+        true => match store.release_state(current) {
+            Ok(s) => StateFile::Valid(s),
+            Err(e) => StateFile::Invalid(e.to_string()),
+        },
+        false => store.read_state()?.parse(),
+    };
+    match active_state {
+        StateFile::Valid(s) => Ok(s),
+        StateFile::Absent => Err(ReleasesError::ActiveWithoutState {
+            release: current.to_string(),
+        }
+        .into()),
+        StateFile::Invalid(why) => Err(ReleasesError::InvalidActiveState {
+            release: Some(current.to_string()),
+            why,
+            outcome: "",
+        }
+        .into()),
+        StateFile::Untrusted(why, _) => Err(Error::Untrusted(why)),
+    }
+}
+
+/// The journal's detail of a rollback: the release activated again, the one rolled back
+/// from, and the digest now held.
+fn rollback_detail(staged: &StagedOperation) -> String {
+    let r = staged.releases.as_ref();
+    format!(
+        "release {} activated again; rolled back from release {} (source digest {} is held: publishing it again is the conflict rolled_back)",
+        r.map_or("?", |r| r.target(&staged.operation_id)),
+        r.and_then(|r| r.active_before.as_deref()).unwrap_or("?"),
+        staged
+            .origin
+            .previous_source
+            .as_ref()
+            .map_or("?", |s| s.digest.as_str())
+    )
 }
 
 /// A shared root's rollback (SPEC §15): a new release in which only this owner's records
@@ -531,86 +514,5 @@ fn plan(
         links,
         message,
         new_state: Some(to),
-    })
-}
-
-/// How an activation without a publication is journaled.
-pub(crate) struct Activation<'a> {
-    /// `rollback`, `adopt` or `promote`.
-    pub command: &'a str,
-    /// The journal's decision.
-    pub decision: crate::model::RecordedDecision,
-    /// Who runs it.
-    pub actor: &'a str,
-    /// The pipeline.
-    pub pipeline_id: &'a str,
-}
-
-/// Carries out a planned activation that publishes nothing (a rollback, a promote, an
-/// adoption: `purpose`, which the operation keeps and its staging record says) through
-/// the journal: the staging record (and for an adoption the release, built from
-/// the plain directory), the commit point, the event `activated` with `detail(op)`, the
-/// activation log, retention, as `execute::execute` does for a publication; an error
-/// before the commit point is undone.
-pub(crate) fn run_activation(
-    plan: &DestinationPlan,
-    journal: &mut Journal,
-    store: &ReleaseStore,
-    purpose: Purpose,
-    how: &Activation<'_>,
-    detail: &dyn Fn(&StagedOperation) -> String,
-) -> Result<String> {
-    let op_id = uuid::Uuid::new_v4().to_string();
-    let state = plan
-        .new_state
-        .clone()
-        .ok_or_else(|| Error::Failed(format!("{} plan has no state", how.command)))?;
-    let post = state.render();
-    let pre = store.read_state()?;
-    let pre = pre.bytes();
-    // The source of the owner that runs it (a shared root's promote: not the first owner).
-    let to_source = (state.owners.iter())
-        .find(|o| {
-            o.owner.pipeline_id == how.pipeline_id && o.owner.destination_id == plan.destination_id
-        })
-        .or(state.owners.first())
-        .map(|o| o.source.clone());
-    let origin = Origin {
-        started_at: now(),
-        command: how.command.into(),
-        actor: how.actor.to_string(),
-        pipeline_id: how.pipeline_id.to_string(),
-        state_mode: plan.state_mode,
-        decision: how.decision,
-        takeover_mode: plan.takeover_mode,
-        previous_owner: plan.previous.as_ref().map(|p| p.owner.to_string()),
-        previous_source: plan.previous.as_ref().map(|p| p.source.clone()),
-        source: to_source.ok_or_else(|| Error::Failed("the state has no owner".into()))?,
-        takeovers: serde_json::json!([]),
-        host: Some(crate::backend::local::log::host()),
-        journal_id: None,
-        outputs_unchanged: None,
-    };
-    // Nothing is staged, moved or placed from a source.
-    let mut bare = plan.clone();
-    bare.files.clear();
-    bare.links.clear();
-    let staged = StagedOperation::from_plan(
-        &bare,
-        &op_id,
-        pre.map(sha256_hex),
-        sha256_hex(&post),
-        origin,
-        &mut |_| Ok(true),
-    )?;
-    let tx = Transaction::begin_with(journal, store, staged, store.operation_for(purpose))?;
-    let detail = detail(tx.staged());
-    let (passed, ()) = tx.act(|op, _| {
-        op.begin(pre, &post)?;
-        Ok((op.commit()?, ()))
-    })?;
-    let bundle = plan.bundle_path.to_string_lossy();
-    passed.finish(&[], Some(&detail), |journal| {
-        retain(store, &state, &op_id, &bundle, journal)
     })
 }

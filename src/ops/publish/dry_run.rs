@@ -2,7 +2,7 @@
 //! write so both reach the same verdict on the source. Writes nothing anywhere: the
 //! journal, if there is one, is only read.
 
-use super::plan::{judge_saved, plan_one, saved_entry};
+use super::plan::{Planning, judge_saved, plan_one, saved_entry};
 use super::view::Unlocked;
 use super::{PublishOptions, bundle_path, code_of, stands_during_recovery, status_of, untrusted};
 use crate::backend::{self, types};
@@ -39,15 +39,14 @@ pub(super) fn plan_and_read(
     }
     // `plan` shows how probing and hashing go (SPEC §20).
     let progress = Ticker::to(progress).on(&dest.id);
-    let mut plan = plan_one(
+    let planning = Planning {
         config,
         dest,
         source,
-        opts.overrides(),
-        &fingerprints,
-        view,
-        progress,
-    )?;
+        lift: opts.overrides(),
+        fingerprints: &fingerprints,
+    };
+    let mut plan = plan_one(planning, view, progress)?;
     if opts.save_plan || opts.saved_plan.is_some() {
         let store = Unlocked::open(dest, &plan.bundle_path)?.store;
         let entry = saved_entry(config, dest, &plan, store.as_deref())?;

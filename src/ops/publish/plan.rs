@@ -19,17 +19,41 @@ use crate::source::Source;
 use crate::state::{RecordedOutput, StateFile};
 use std::path::Path;
 
+/// What planning a destination starts from, before its storage is read: the config and
+/// the destination, the source, what the operator lifted (`--force`, `--allow-delete`)
+/// and the journal's placement fingerprints, which prove unchanged files.
+#[derive(Clone, Copy)]
+pub(super) struct Planning<'a> {
+    pub config: &'a Config,
+    pub dest: &'a Destination,
+    pub source: &'a Source,
+    pub lift: Overrides,
+    pub fingerprints: &'a types::Fingerprints<'a>,
+}
+
+/// What a plan is made from: [`Planning`], the bundle path, the state read there and the
+/// view of its storage.
+#[derive(Clone, Copy)]
+pub(super) struct PlanInputs<'a> {
+    pub planning: Planning<'a>,
+    pub bundle: &'a Path,
+    pub state: &'a StateFile,
+    pub view: &'a View<'a>,
+}
+
 /// Plans one destination: probes storage and reads state (no writes); `progress` hears of
 /// the paths probed.
 pub(super) fn plan_one(
-    config: &Config,
-    dest: &Destination,
-    source: &Source,
-    lift: Overrides,
-    fingerprints: &types::Fingerprints,
+    planning: Planning,
     journal: Option<&JournalView>,
     progress: Ticker<'_>,
 ) -> Result<DestinationPlan> {
+    let Planning {
+        config,
+        dest,
+        source,
+        ..
+    } = planning;
     let bundle = bundle_path(config, dest, source)?;
     let opened = Unlocked::open(dest, &bundle)?;
     let mut memo = StateMemo::new(source);
@@ -38,42 +62,25 @@ pub(super) fn plan_one(
         Some(j) => j.committed_post_state(&key, sha),
         None => Ok(false),
     })?;
-    plan_with(
-        config,
-        dest,
-        source,
-        lift,
-        fingerprints,
-        &mut memo,
-        &opened.view(),
-        progress.on(&dest.id),
-    )
+    plan_with(planning, &mut memo, &opened.view(), progress.on(&dest.id))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Plans from the state `memo` reads through `view`.
 pub(super) fn plan_with(
-    config: &Config,
-    dest: &Destination,
-    source: &Source,
-    lift: Overrides,
-    fingerprints: &types::Fingerprints,
+    planning: Planning,
     memo: &mut StateMemo,
     view: &View,
     progress: Ticker<'_>,
 ) -> Result<DestinationPlan> {
-    let bundle = bundle_path(config, dest, source)?;
+    let bundle = bundle_path(planning.config, planning.dest, planning.source)?;
     let state = memo.read(view)?;
-    plan_state(
-        config,
-        dest,
-        source,
-        lift,
-        fingerprints,
-        &bundle,
-        &state,
+    let inputs = PlanInputs {
+        planning,
+        bundle: &bundle,
+        state: &state,
         view,
-        progress,
-    )
+    };
+    plan_state(&inputs, progress)
 }
 
 /// Plans a shared root's rollback (SPEC §15): `source` holds the owner's records of the
@@ -104,63 +111,43 @@ pub fn plan_rollback(
 }
 
 /// Probes storage and plans from a state already read.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn plan_state(
-    config: &Config,
-    dest: &Destination,
-    source: &Source,
-    lift: Overrides,
-    fingerprints: &types::Fingerprints,
-    bundle: &Path,
-    state: &StateFile,
-    view: &View,
-    progress: Ticker<'_>,
-) -> Result<DestinationPlan> {
-    let general = |progress| {
-        plan_general(
-            config,
-            dest,
-            source,
-            lift,
-            fingerprints,
-            bundle,
-            state,
-            view,
-            progress,
-        )
-    };
-    if let View::Store(store) = view
-        && let Some(republication) = Republication::of(&config.pipeline_id, dest, source, state)
+pub(super) fn plan_state(inputs: &PlanInputs, progress: Ticker<'_>) -> Result<DestinationPlan> {
+    let Planning {
+        config,
+        dest,
+        source,
+        fingerprints,
+        ..
+    } = inputs.planning;
+    if let View::Store(store) = inputs.view
+        && let Some(republication) =
+            Republication::of(&config.pipeline_id, dest, source, inputs.state)
         && let Some(plan) =
-            probe_republication(republication, *store, fingerprints, bundle, progress)?
+            probe_republication(republication, *store, fingerprints, inputs.bundle, progress)?
     {
         // The cross-check is no progress of the run's own.
-        check_republication(&plan, *store, || general(Ticker::NONE))?;
+        check_republication(&plan, *store, || plan_general(inputs, Ticker::NONE))?;
         return Ok(plan);
     }
-    general(progress)
+    plan_general(inputs, progress)
 }
 
 /// [`plan_state`] by the general probe and planner.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn plan_general(
-    config: &Config,
-    dest: &Destination,
-    source: &Source,
-    lift: Overrides,
-    fingerprints: &types::Fingerprints,
-    bundle: &Path,
-    state: &StateFile,
-    view: &View,
-    progress: Ticker<'_>,
-) -> Result<DestinationPlan> {
-    let storage = probe_for_plan(view, source, state, fingerprints, progress)?;
+pub(super) fn plan_general(inputs: &PlanInputs, progress: Ticker<'_>) -> Result<DestinationPlan> {
+    let Planning {
+        config,
+        dest,
+        source,
+        lift,
+        fingerprints,
+    } = inputs.planning;
+    let storage = probe_for_plan(inputs.view, source, inputs.state, fingerprints, progress)?;
     Ok(plan_destination(&PlanInput {
         pipeline_id: &config.pipeline_id,
         destination: dest,
-        bundle_path: bundle,
+        bundle_path: inputs.bundle,
         source,
-        state,
+        state: inputs.state,
         storage: &storage,
         force: lift.force,
         allow_delete: lift.allow_delete,

@@ -3,7 +3,7 @@
 //! committed exactly its bytes), and the journal's placement fingerprints.
 
 use super::bundle_path;
-use super::plan::{plan_general, recorded_same};
+use super::plan::{PlanInputs, Planning, plan_general, recorded_same};
 use super::republication::{check_republication, probe_republication};
 use super::view::{StateMemo, Unlocked};
 use crate::backend::types;
@@ -95,17 +95,20 @@ pub(super) fn read_destination<'m>(
             Some(plan) => {
                 check_republication(&plan, store, || {
                     let state = memo.read(&unlocked.view())?;
-                    plan_general(
+                    let planning = Planning {
                         config,
                         dest,
                         source,
-                        Overrides::default(),
-                        &fingerprints,
-                        &bundle,
-                        &state,
-                        &unlocked.view(),
-                        Ticker::NONE,
-                    )
+                        lift: Overrides::default(),
+                        fingerprints: &fingerprints,
+                    };
+                    let inputs = PlanInputs {
+                        planning,
+                        bundle: &bundle,
+                        state: &state,
+                        view: &unlocked.view(),
+                    };
+                    plan_general(&inputs, Ticker::NONE)
                 })?;
                 Republished::Held(Box::new(plan))
             }

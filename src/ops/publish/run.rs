@@ -3,7 +3,8 @@
 //! through the journal.
 
 use super::plan::{
-    could_be_unchanged, judge_saved, plan_general, plan_state, plan_with, saved_entry,
+    PlanInputs, Planning, could_be_unchanged, judge_saved, plan_general, plan_state, plan_with,
+    saved_entry,
 };
 use super::read::{DestinationRead, Republished, read_destination};
 use super::view::{StateMemo, Unlocked, View};
@@ -84,7 +85,21 @@ pub(super) fn publish_locked(
     )
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    /// What planning starts from in this run, with the journal's `fingerprints`.
+    fn planning<'p>(&self, fingerprints: &'p types::Fingerprints<'p>) -> Planning<'p>
+    where
+        'a: 'p,
+    {
+        Planning {
+            config: self.config,
+            dest: self.dest,
+            source: self.source,
+            lift: self.opts.overrides(),
+            fingerprints,
+        }
+    }
+
     /// The look outside the lock, planned from the state just read (under the lock it is
     /// read again): `None` when it would be thrown away. With it, whether distributor has
     /// ever locked this bundle path.
@@ -100,7 +115,7 @@ impl Run<'_> {
             config,
             dest,
             source,
-            opts,
+            ..
         } = *self;
         // A held republication read the state (and dropped it).
         let read_state = state.is_some() || matches!(republished, Republished::Held(_));
@@ -116,32 +131,17 @@ impl Run<'_> {
         let rules_out_unchanged = state.is_some_and(|s| !could_be_unchanged(s, &me, source));
         let read = state.unwrap_or(&StateFile::Absent);
         let look = unlocked.view();
-        let (lift, prints) = (opts.overrides(), fingerprints);
+        let inputs = PlanInputs {
+            planning: self.planning(fingerprints),
+            bundle,
+            state: read,
+            view: &look,
+        };
         let preview = match republished {
             Republished::Held(plan) => Some(*plan),
             _ if locked_before && rules_out_unchanged => None,
-            Republished::NotHeld => Some(plan_general(
-                config,
-                dest,
-                source,
-                lift,
-                prints,
-                bundle,
-                read,
-                &look,
-                Ticker::NONE,
-            )?),
-            Republished::No => Some(plan_state(
-                config,
-                dest,
-                source,
-                lift,
-                prints,
-                bundle,
-                read,
-                &look,
-                Ticker::NONE,
-            )?),
+            Republished::NotHeld => Some(plan_general(&inputs, Ticker::NONE)?),
+            Republished::No => Some(plan_state(&inputs, Ticker::NONE)?),
         };
         Ok((preview, locked_before))
     }
@@ -198,22 +198,13 @@ impl Run<'_> {
         memo: &mut StateMemo,
         fingerprints: &types::Fingerprints,
     ) -> std::result::Result<(Box<dyn BundleStore>, Duration), PlanFailed> {
-        let Run {
-            config,
-            dest,
-            source,
-            opts,
-        } = *self;
+        let Run { dest, opts, .. } = *self;
         let with_plan = |plan: &DestinationPlan, e: Error| PlanFailed::new(plan.clone(), e);
         let mut planned = |e: Error| match &preview {
             Some(p) if matches!(e, Error::Lock(_)) && !p.conflicts.is_empty() => e.into(),
             Some(p) => with_plan(p, e),
             None => match plan_with(
-                config,
-                dest,
-                source,
-                opts.overrides(),
-                fingerprints,
+                self.planning(fingerprints),
                 memo,
                 &unlocked.view(),
                 Ticker::NONE,
@@ -263,11 +254,7 @@ impl Run<'_> {
             r
         };
         let mut plan = plan_with(
-            config,
-            dest,
-            source,
-            opts.overrides(),
-            fingerprints,
+            self.planning(fingerprints),
             memo,
             &View::Store(store),
             Ticker::NONE,
