@@ -683,15 +683,16 @@ pub enum StepError {
     },
     /// An operation that decided commit without its staged state (object store).
     #[error(
-        "{}: operation {op} decided commit but its {} is missing; inspect {key} by hand",
-        bundle.display(),
-        crate::record::STATE_TMP_FILE
+        "{}: operation {op} decided commit but its {state_file} is missing; inspect {key} by hand",
+        bundle.display()
     )]
     DecidedWithoutState {
         /// The bundle path.
         bundle: PathBuf,
         /// The operation.
         op: String,
+        /// The staged state's file name in the staging (`record::STATE_TMP_FILE`).
+        state_file: &'static str,
         /// The operation's staging, as distributor shows it.
         key: String,
     },

@@ -166,6 +166,7 @@ impl<'s> S3Operation<'s> {
                     return Err(StepError::DecidedWithoutState {
                         bundle: self.bundle.clone(),
                         op: id.to_string(),
+                        state_file: STATE_TMP_FILE,
                         key: self.shown(&self.staging_of(id)),
                     }
                     .into());
