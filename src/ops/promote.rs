@@ -174,19 +174,7 @@ fn promote_one(
     let to = store.release_state(&release)?;
     let me = Owner::new(&config.pipeline_id, &dest.id);
     let active = store.log_view()?.active().map(str::to_string);
-    let from = match store.read_state()?.parse() {
-        StateFile::Valid(s) => Some(s),
-        StateFile::Absent => None,
-        StateFile::Invalid(why) => {
-            return Err(Error::from(ReleasesError::InvalidActiveState {
-                release: None,
-                why,
-                outcome: "; nothing promoted",
-            })
-            .into());
-        }
-        StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why).into()),
-    };
+    let from = active_state(&store)?;
     let mut plan = plan(dest, &me, from.as_ref(), to, &release)?;
     let source = (plan.new_state.as_ref())
         .and_then(|s| s.owner(&me))
@@ -200,51 +188,11 @@ fn promote_one(
             })
         })?;
     // Judged when it runs (SPEC §19, §22): the path, the stage's base, the guard.
-    if let Some(why) = store.path_changed() {
-        plan.conflicts.push(Conflict::new(
-            ConflictKind::PathChanged,
-            None,
-            None,
-            why.to_string(),
-        ));
-    } else if active != stage.staged_against {
-        let show = |r: &Option<String>| {
-            r.as_deref()
-                .map_or("no release".to_string(), |r| format!("release {r}"))
-        };
-        plan.conflicts.push(Conflict::new(
-            ConflictKind::StaleStage,
-            None,
-            None,
-            format!(
-                "release {release} was staged against {}, but {} is active now (another publication, rollback or promote came in between); promoting it would undo that: stage again",
-                show(&stage.staged_against),
-                show(&active)
-            ),
-        ));
-    }
+    judge_base(&store, &stage, active.as_deref(), &mut plan);
     guard(dest, &me, from.as_ref(), opts.allow_delete, &mut plan);
     let mut journal = journal;
     if !plan.conflicts.is_empty() {
-        plan.decision = Decision::Conflict;
-        let kinds: Vec<&str> = plan.conflicts.iter().map(|c| c.kind.as_str()).collect();
-        plan.message = format!("not promoted: {}", kinds.join(", "));
-        // A refusal is journaled (SPEC §16), as a publication's is.
-        let op = match journal.as_deref_mut() {
-            Some(j) => Some(crate::ops::common::journal_refused(
-                j,
-                "promote",
-                &opts.actor,
-                &config.pipeline_id,
-                &plan,
-                source.clone(),
-            )?),
-            None => None,
-        };
-        return Ok((
-            DestinationReport::from_plan(plan, Status::Conflict, op),
-            source,
-        ));
+        return refuse(config, opts, journal.as_deref_mut(), plan, source);
     }
     let Some(journal) = journal else {
         return Ok((
@@ -252,11 +200,99 @@ fn promote_one(
             source,
         ));
     };
-    // Read whole and checked against its state before `path` moves.
-    if let Some(staged_state) = &plan.new_state {
-        store.verify_release(&release, staged_state)?;
+    activate(config, opts, journal, &store, &release, plan, source)
+}
+
+/// The state of the active release (none before the first), or why it cannot be believed.
+fn active_state(store: &ReleaseStore) -> Result<Option<State>> {
+    match store.read_state()?.parse() {
+        StateFile::Valid(s) => Ok(Some(s)),
+        StateFile::Absent => Ok(None),
+        StateFile::Invalid(why) => Err(ReleasesError::InvalidActiveState {
+            release: None,
+            why,
+            outcome: "; nothing promoted",
+        }
+        .into()),
+        StateFile::Untrusted(why, _) => Err(Error::Untrusted(why)),
     }
-    store.set_promote(&release);
+}
+
+/// The conflicts of a promote's base (SPEC §19): `path` changed by hand, or another
+/// release active than the one the stage was built against (`stale_stage`).
+fn judge_base(
+    store: &ReleaseStore,
+    stage: &Entry,
+    active: Option<&str>,
+    plan: &mut DestinationPlan,
+) {
+    if let Some(why) = store.path_changed() {
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::PathChanged,
+            None,
+            None,
+            why.to_string(),
+        ));
+    } else if active != stage.staged_against.as_deref() {
+        let show = |r: Option<&str>| r.map_or("no release".to_string(), |r| format!("release {r}"));
+        plan.conflicts.push(Conflict::new(
+            ConflictKind::StaleStage,
+            None,
+            None,
+            format!(
+                "release {} was staged against {}, but {} is active now (another publication, rollback or promote came in between); promoting it would undo that: stage again",
+                stage.operation_id,
+                show(stage.staged_against.as_deref()),
+                show(active)
+            ),
+        ));
+    }
+}
+
+/// A promote refused by its conflicts: reported, and journaled unless a dry run (SPEC
+/// §16), as a publication's refusal is.
+fn refuse(
+    config: &Config,
+    opts: &PromoteOptions,
+    journal: Option<&mut Journal>,
+    mut plan: DestinationPlan,
+    source: SourceRef,
+) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
+    plan.decision = Decision::Conflict;
+    let kinds: Vec<&str> = plan.conflicts.iter().map(|c| c.kind.as_str()).collect();
+    plan.message = format!("not promoted: {}", kinds.join(", "));
+    let op = match journal {
+        Some(j) => Some(crate::ops::common::journal_refused(
+            j,
+            "promote",
+            &opts.actor,
+            &config.pipeline_id,
+            &plan,
+            source.clone(),
+        )?),
+        None => None,
+    };
+    Ok((
+        DestinationReport::from_plan(plan, Status::Conflict, op),
+        source,
+    ))
+}
+
+/// Carries out a planned promote: the staged release read whole and checked against its
+/// state before `path` moves, then the activation.
+fn activate(
+    config: &Config,
+    opts: &PromoteOptions,
+    journal: &mut Journal,
+    store: &ReleaseStore,
+    release: &str,
+    plan: DestinationPlan,
+    source: SourceRef,
+) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
+    if let Some(staged_state) = &plan.new_state {
+        store.verify_release(release, staged_state)?;
+    }
+    store.set_promote(release);
     let how = Activation {
         command: "promote",
         decision: Decision::Promote.into(),
@@ -273,7 +309,7 @@ fn promote_one(
                 .unwrap_or("(none)")
         )
     };
-    match run_activation(&plan, journal, &store, &how, &detail) {
+    match run_activation(&plan, journal, store, &how, &detail) {
         Ok(op) => Ok((
             DestinationReport::from_plan(plan, Status::Applied, Some(op)),
             source,
