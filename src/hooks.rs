@@ -153,6 +153,36 @@ fn run_one(
             return outcome;
         }
     };
+    let mut child = match command(hook, d, &list.path).spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            outcome.error = Some(format!("could not be started: {e}"));
+            outcome.duration_ms = start.elapsed().as_millis() as u64;
+            return outcome;
+        }
+    };
+    feed_stdin(&mut child, stdin);
+    let tail = keep_stderr_tail(&mut child);
+    let status = wait(child, hook.timeout_secs, &mut outcome.timed_out);
+    outcome.duration_ms = start.elapsed().as_millis() as u64;
+    outcome.stderr = stderr_tail(tail);
+    match status {
+        Ok(s) => {
+            use std::os::unix::process::ExitStatusExt;
+            outcome.exit_code = s.code();
+            outcome.signal = s.signal();
+            outcome.ok = s.success() && !outcome.timed_out;
+        }
+        Err(e) => outcome.error = Some(format!("could not be waited for: {e}")),
+    }
+    drop(list);
+    outcome
+}
+
+/// The hook's command: its argv, a cleared environment (PATH, LANG, what `pass_env`
+/// names, and the `DISTRIBUTOR_*` variables), `/` as working directory, its own process
+/// group (the timeout signals the hook and what it started).
+fn command(hook: &Hook, d: &DestinationReport, changed_paths: &std::path::Path) -> Command {
     let mut cmd = Command::new(&hook.run[0]);
     cmd.args(&hook.run[1..])
         .env_clear()
@@ -178,31 +208,28 @@ fn run_one(
         "DISTRIBUTOR_DECISION",
         d.decision.map(|x| x.to_string()).unwrap_or_default(),
     )
-    .env("DISTRIBUTOR_CHANGED_PATHS", &list.path);
+    .env("DISTRIBUTOR_CHANGED_PATHS", changed_paths);
     {
         use std::os::unix::process::CommandExt;
-        // Its own process group: the timeout signals the hook and what it started.
         cmd.process_group(0);
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            outcome.error = Some(format!("could not be started: {e}"));
-            outcome.duration_ms = start.elapsed().as_millis() as u64;
-            return outcome;
-        }
-    };
-    let pgid = child.id();
-    // Stdin from a thread of its own: a hook that never reads it blocks nothing, and one
-    // that exits early only makes the write fail (EPIPE), which is no failure.
+    cmd
+}
+
+/// Stdin from a thread of its own: a hook that never reads it blocks nothing, and one
+/// that exits early only makes the write fail (EPIPE), which is no failure.
+fn feed_stdin(child: &mut std::process::Child, stdin: &[u8]) {
     if let Some(mut pipe) = child.stdin.take() {
         let bytes = stdin.to_vec();
         std::thread::spawn(move || {
             let _ = pipe.write_all(&bytes);
         });
     }
-    // The last 4 KiB of stderr, kept as it comes: a descendant that keeps the pipe open
-    // after the hook ends is not waited for.
+}
+
+/// The last 4 KiB of stderr, kept as it comes by a thread of its own: a descendant that
+/// keeps the pipe open after the hook ends is not waited for.
+fn keep_stderr_tail(child: &mut std::process::Child) -> Arc<Mutex<Vec<u8>>> {
     let tail = Arc::new(Mutex::new(Vec::<u8>::new()));
     if let Some(mut pipe) = child.stderr.take() {
         let tail = Arc::clone(&tail);
@@ -219,15 +246,26 @@ fn run_one(
             }
         });
     }
+    tail
+}
+
+/// Waits for the hook at most `timeout_secs`; past it (`timed_out` set) its process group
+/// gets SIGTERM, and SIGKILL after [`KILL_GRACE`].
+fn wait(
+    mut child: std::process::Child,
+    timeout_secs: u64,
+    timed_out: &mut bool,
+) -> std::io::Result<std::process::ExitStatus> {
+    let pgid = child.id();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait());
     });
-    let timeout = Duration::from_secs(hook.timeout_secs);
-    let status = match rx.recv_timeout(timeout) {
+    let timeout = Duration::from_secs(timeout_secs);
+    match rx.recv_timeout(timeout) {
         Ok(s) => s,
         Err(_) => {
-            outcome.timed_out = true;
+            *timed_out = true;
             signal_group(pgid, rustix::process::Signal::TERM);
             match rx.recv_timeout(KILL_GRACE) {
                 Ok(s) => s,
@@ -239,27 +277,17 @@ fn run_one(
                 }
             }
         }
-    };
-    outcome.duration_ms = start.elapsed().as_millis() as u64;
-    // The stderr reader gets a moment to take what the hook wrote last; a descendant
-    // holding the pipe is not waited for.
+    }
+}
+
+/// The stderr tail as text. The reader gets a moment to take what the hook wrote last; a
+/// descendant holding the pipe is not waited for.
+fn stderr_tail(tail: Arc<Mutex<Vec<u8>>>) -> String {
     let deadline = Instant::now() + Duration::from_millis(200);
     while Arc::strong_count(&tail) > 1 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    outcome.stderr =
-        String::from_utf8_lossy(&tail.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
-    match status {
-        Ok(s) => {
-            use std::os::unix::process::ExitStatusExt;
-            outcome.exit_code = s.code();
-            outcome.signal = s.signal();
-            outcome.ok = s.success() && !outcome.timed_out;
-        }
-        Err(e) => outcome.error = Some(format!("could not be waited for: {e}")),
-    }
-    drop(list);
-    outcome
+    String::from_utf8_lossy(&tail.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
 }
 
 /// Sends `sig` to process group `pgid` (the hook's own, made at spawn).

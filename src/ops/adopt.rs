@@ -9,7 +9,7 @@
 
 use crate::backend::StoreRead;
 use crate::backend::releases::{Purpose, ReleaseStore};
-use crate::config::{Config, Destination};
+use crate::config::{Config, Destination, ReleaseSettings};
 use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
 use crate::model::Decision;
@@ -18,7 +18,7 @@ use crate::ops::common::{
     ExitCode, ReleasesOptions, ReleasesReport, check_recovery, for_each_releases_destination,
 };
 use crate::plan::DestinationPlan;
-use crate::state::{STATE_FILE, StateFile};
+use crate::state::{STATE_FILE, State, StateFile};
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -137,53 +137,9 @@ fn adopt_one(
         };
         return Ok(());
     };
-    if !store.plain_staging()?.is_empty() {
-        return Err(Error::RecoveryRequired(format!(
-            "{} holds an interrupted in-place publication; run `distributor recover` first",
-            dest.path.display()
-        )));
-    }
-    if let Some(j) = journal.as_deref() {
-        check_recovery(j, &store)?;
-    }
-    // Known once releases.dir exists (a dry run before it does cannot tell).
-    if let Ok(false) = store.same_filesystem() {
-        return Err(ReleasesError::DifferentFilesystems {
-            path: dest.path.clone(),
-            dir: settings.dir.clone(),
-        }
-        .into());
-    }
-    let state = match store.read_state()?.parse() {
-        StateFile::Valid(s) => s,
-        StateFile::Absent => {
-            return Err(ReleasesError::NothingManaged {
-                path: dest.path.clone(),
-            }
-            .into());
-        }
-        StateFile::Invalid(why) => {
-            return Err(ReleasesError::InvalidState {
-                path: dest.path.clone(),
-                why,
-            }
-            .into());
-        }
-        StateFile::Untrusted(why, _) => return Err(Error::Untrusted(why)),
-    };
-    let recorded: std::collections::HashSet<&str> = (state.outputs.iter())
-        .map(|o| o.path.as_str())
-        .chain(state.links.iter().map(|l| l.path.as_str()))
-        .collect();
-    let own = |p: &str| {
-        p == STATE_FILE
-            || p == crate::backend::local::LOCK_FILE
-            || p.starts_with(&format!("{}/", crate::backend::local::STAGING_DIR))
-            || p.starts_with(&format!("{}/", crate::backend::local::records::RECORD_DIR))
-    };
-    d.unmanaged = (store.list_files()?.into_iter())
-        .filter(|p| !own(p) && !recorded.contains(p.as_str()))
-        .collect();
+    check_adoptable(&store, dest, settings, journal.as_deref())?;
+    let state = managed_state(&store, dest)?;
+    d.unmanaged = unmanaged(&store, &state)?;
     d.files = state.outputs.len();
     d.links = state.links.len();
     if !d.unmanaged.is_empty() {
@@ -205,6 +161,91 @@ fn adopt_one(
         );
         return Ok(());
     };
+    let op = activate(config, dest, opts, journal, &store, state)?;
+    d.status = "applied";
+    d.message = format!(
+        "release {op} holds its {} files and {} links; {} names it",
+        d.files,
+        d.links,
+        dest.path.display()
+    );
+    d.operation_id = Some(op);
+    Ok(())
+}
+
+/// Refuses to adopt a directory that an interrupted in-place publication left, that the
+/// journal says wants recovery, or that stands on another filesystem than releases.dir.
+fn check_adoptable(
+    store: &ReleaseStore,
+    dest: &Destination,
+    settings: &ReleaseSettings,
+    journal: Option<&Journal>,
+) -> Result<()> {
+    if !store.plain_staging()?.is_empty() {
+        return Err(Error::RecoveryRequired(format!(
+            "{} holds an interrupted in-place publication; run `distributor recover` first",
+            dest.path.display()
+        )));
+    }
+    if let Some(j) = journal {
+        check_recovery(j, store)?;
+    }
+    // Known once releases.dir exists (a dry run before it does cannot tell).
+    if let Ok(false) = store.same_filesystem() {
+        return Err(ReleasesError::DifferentFilesystems {
+            path: dest.path.clone(),
+            dir: settings.dir.clone(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// The state of the plain directory, which must record what distributor manages there.
+fn managed_state(store: &ReleaseStore, dest: &Destination) -> Result<State> {
+    match store.read_state()?.parse() {
+        StateFile::Valid(s) => Ok(s),
+        StateFile::Absent => Err(ReleasesError::NothingManaged {
+            path: dest.path.clone(),
+        }
+        .into()),
+        StateFile::Invalid(why) => Err(ReleasesError::InvalidState {
+            path: dest.path.clone(),
+            why,
+        }
+        .into()),
+        StateFile::Untrusted(why, _) => Err(Error::Untrusted(why)),
+    }
+}
+
+/// What the directory holds that its state does not record (distributor's own files
+/// aside): what a release cannot take over.
+fn unmanaged(store: &ReleaseStore, state: &State) -> Result<Vec<String>> {
+    let recorded: std::collections::HashSet<&str> = (state.outputs.iter())
+        .map(|o| o.path.as_str())
+        .chain(state.links.iter().map(|l| l.path.as_str()))
+        .collect();
+    let own = |p: &str| {
+        p == STATE_FILE
+            || p == crate::backend::local::LOCK_FILE
+            || p.starts_with(&format!("{}/", crate::backend::local::STAGING_DIR))
+            || p.starts_with(&format!("{}/", crate::backend::local::records::RECORD_DIR))
+    };
+    Ok((store.list_files()?.into_iter())
+        .filter(|p| !own(p) && !recorded.contains(p.as_str()))
+        .collect())
+}
+
+/// Makes the directory's managed content the first release, through the one activation
+/// lifecycle; returns the operation id, which names the release.
+fn activate(
+    config: &Config,
+    dest: &Destination,
+    opts: &AdoptOptions,
+    journal: &mut Journal,
+    store: &ReleaseStore,
+    state: State,
+) -> Result<String> {
     let plan = DestinationPlan {
         destination_id: dest.id.clone(),
         bundle_path: dest.path.clone(),
@@ -233,14 +274,5 @@ fn adopt_one(
             staged.operation_id
         )
     };
-    let op = run_activation(&plan, journal, &store, Purpose::Adopt, &how, &detail)?;
-    d.status = "applied";
-    d.message = format!(
-        "release {op} holds its {} files and {} links; {} names it",
-        d.files,
-        d.links,
-        dest.path.display()
-    );
-    d.operation_id = Some(op);
-    Ok(())
+    run_activation(&plan, journal, store, Purpose::Adopt, &how, &detail)
 }

@@ -7,6 +7,7 @@ pub(crate) mod activation;
 pub(crate) mod adopt;
 pub(crate) mod common;
 pub(crate) mod inspect;
+pub(crate) mod inspect_report;
 pub(crate) mod promote;
 pub(crate) mod prune;
 pub(crate) mod publish;

@@ -369,6 +369,36 @@ fn plan(
         owner: o.owner.clone(),
         source: o.source.clone(),
     });
+    let files = file_actions(me, from, &to);
+    let links = link_actions(me, from, &to);
+    let source = to.owner(me).map(|o| o.source.clone());
+    let message = format!(
+        "promotes staged release {release} (source {})",
+        source.as_ref().map_or("?".to_string(), |s| format!(
+            "{} created {}",
+            s.id, s.created_at
+        ))
+    );
+    Ok(DestinationPlan {
+        destination_id: dest.id.clone(),
+        bundle_path: dest.path.clone(),
+        state_mode: dest.state_mode,
+        takeover_mode: dest.takeover,
+        decision: Decision::Promote,
+        previous,
+        takeovers: vec![],
+        conflicts: vec![],
+        files,
+        outputs_unchanged: None,
+        links,
+        message,
+        new_state: Some(to),
+    })
+}
+
+/// The file actions of a promote: this owner's recorded files, from the active release's
+/// state to the staged one's, in path order.
+fn file_actions(me: &Owner, from: Option<&State>, to: &State) -> Vec<FileAction> {
     let mine_from = |s: &State| -> BTreeMap<String, (crate::hash::ContentHash, u64)> {
         (s.outputs.iter())
             .filter(|o| *o.owner == *me)
@@ -376,7 +406,7 @@ fn plan(
             .collect()
     };
     let old = from.map(mine_from).unwrap_or_default();
-    let new = mine_from(&to);
+    let new = mine_from(to);
     let mut files: Vec<FileAction> = Vec::new();
     for (path, (sha, size)) in &new {
         let op = match old.get(path) {
@@ -402,6 +432,12 @@ fn plan(
         });
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
+    files
+}
+
+/// The link actions of a promote: this owner's recorded links, from the active release's
+/// state to the staged one's, in path order.
+fn link_actions(me: &Owner, from: Option<&State>, to: &State) -> Vec<LinkAction> {
     let links_of = |s: &State| -> BTreeMap<String, String> {
         (s.links.iter())
             .filter(|l| *l.owner == *me)
@@ -409,7 +445,7 @@ fn plan(
             .collect()
     };
     let old_links = from.map(links_of).unwrap_or_default();
-    let new_links = links_of(&to);
+    let new_links = links_of(to);
     let mut links: Vec<LinkAction> = Vec::new();
     for (path, target) in &new_links {
         let op = match old_links.get(path) {
@@ -436,27 +472,5 @@ fn plan(
         });
     }
     links.sort_by(|a, b| a.path.cmp(&b.path));
-    let source = to.owner(me).map(|o| o.source.clone());
-    let message = format!(
-        "promotes staged release {release} (source {})",
-        source.as_ref().map_or("?".to_string(), |s| format!(
-            "{} created {}",
-            s.id, s.created_at
-        ))
-    );
-    Ok(DestinationPlan {
-        destination_id: dest.id.clone(),
-        bundle_path: dest.path.clone(),
-        state_mode: dest.state_mode,
-        takeover_mode: dest.takeover,
-        decision: Decision::Promote,
-        previous,
-        takeovers: vec![],
-        conflicts: vec![],
-        files,
-        outputs_unchanged: None,
-        links,
-        message,
-        new_state: Some(to),
-    })
+    links
 }

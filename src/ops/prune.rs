@@ -186,13 +186,25 @@ fn prune_one(
         d.releases = ordered(&store, verdicts)?;
         return Ok(());
     }
+    remove(config, dest, opts, journal, &store, d, progress)
+}
+
+/// Removes the releases retention does not keep, then journals the pruning in one
+/// transaction (with what was removed, or why it stopped): a removal needs no recovery,
+/// and the operation never reads as unfinished.
+fn remove(
+    config: &Config,
+    dest: &Destination,
+    opts: &PruneOptions,
+    journal: &mut Journal,
+    store: &ReleaseStore,
+    d: &mut DestinationPrune,
+    progress: Ticker<'_>,
+) -> Result<()> {
     let state = match store.read_state()?.parse() {
         StateFile::Valid(s) => Some(s),
         _ => None,
     };
-    // Removed first, journaled after in one transaction (with what was removed, or why
-    // it stopped): a removal needs no recovery, and the operation never reads as
-    // unfinished.
     let pruned = store.prune(false, progress.on(&dest.id));
     // `path` changed while retention ran (checked before each removal): it stopped, and
     // the active release's files are not looked at through `path` again.
@@ -205,21 +217,6 @@ fn prune_one(
         None => store.fingerprints(&outputs)?,
     };
     d.path_changed = stopped;
-    let detail = match &pruned {
-        Ok(v) => {
-            let removed: Vec<&str> = (v.iter())
-                .filter(|v| !v.keep)
-                .map(|v| v.release.as_str())
-                .collect();
-            format!("removed releases {}", removed.join(", "))
-        }
-        Err(e) => format!("retention failed: {e}"),
-    };
-    let op_id = uuid::Uuid::new_v4().to_string();
-    let owner = state.as_ref().and_then(|s| s.owners.first());
-    let source = owner.map(|o| o.source.clone()).unwrap_or_default();
-    // None when no state file can be read: the row holds the empty text as pre and post.
-    let state_sha = crate::backend::state_hash(&store)?.ok().flatten();
     let removed: Vec<String> = match &pruned {
         Ok(v) => (v.iter())
             .filter(|v| !v.keep)
@@ -227,25 +224,24 @@ fn prune_one(
             .collect(),
         Err(_) => Vec::new(),
     };
-    let record = OperationRecord {
-        operation_id: op_id.clone(),
-        started_at: now(),
-        command: "prune".into(),
-        actor: opts.actor.clone(),
-        pipeline_id: config.pipeline_id.clone(),
-        destination_id: dest.id.clone(),
-        bundle_path: d.bundle_path.clone(),
-        state_mode: dest.state_mode,
-        decision: RecordedDecision::Prune,
-        takeover_mode: dest.takeover,
-        previous_owner: None,
-        previous_source: None,
-        source,
-        pre_state_sha256: state_sha,
-        post_state_sha256: state_sha,
-        takeovers_json: "[]".into(),
-        plan_json: "{}".into(),
+    let detail = match &pruned {
+        Ok(_) => format!("removed releases {}", removed.join(", ")),
+        Err(e) => format!("retention failed: {e}"),
     };
+    let op_id = uuid::Uuid::new_v4().to_string();
+    let owner = state.as_ref().and_then(|s| s.owners.first());
+    let source = owner.map(|o| o.source.clone()).unwrap_or_default();
+    // None when no state file can be read: the row holds the empty text as pre and post.
+    let state_sha = crate::backend::state_hash(store)?.ok().flatten();
+    let record = prune_record(
+        config,
+        dest,
+        opts,
+        &op_id,
+        &d.bundle_path,
+        source,
+        state_sha,
+    );
     record_removal(
         journal,
         &record,
@@ -266,8 +262,40 @@ fn prune_one(
     let verdicts = pruned?;
     d.operation_id = Some(op_id);
     d.removed = verdicts.iter().filter(|v| !v.keep).count();
-    d.releases = ordered(&store, verdicts)?;
+    d.releases = ordered(store, verdicts)?;
     Ok(())
+}
+
+/// The journal row of a pruning (command and decision `prune`): it changes no state, so
+/// the state hash is its pre and post alike.
+fn prune_record(
+    config: &Config,
+    dest: &Destination,
+    opts: &PruneOptions,
+    op_id: &str,
+    bundle_path: &str,
+    source: crate::model::SourceRef,
+    state_sha: Option<crate::hash::ContentHash>,
+) -> OperationRecord {
+    OperationRecord {
+        operation_id: op_id.to_string(),
+        started_at: now(),
+        command: "prune".into(),
+        actor: opts.actor.clone(),
+        pipeline_id: config.pipeline_id.clone(),
+        destination_id: dest.id.clone(),
+        bundle_path: bundle_path.to_string(),
+        state_mode: dest.state_mode,
+        decision: RecordedDecision::Prune,
+        takeover_mode: dest.takeover,
+        previous_owner: None,
+        previous_source: None,
+        source,
+        pre_state_sha256: state_sha,
+        post_state_sha256: state_sha,
+        takeovers_json: "[]".into(),
+        plan_json: "{}".into(),
+    }
 }
 
 fn ordered(store: &ReleaseStore, v: Vec<Verdict>) -> Result<Vec<Verdict>> {
