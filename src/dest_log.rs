@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// What to print.
 #[derive(Debug, Clone)]
-pub struct LogOptions {
+pub(crate) struct LogOptions {
     /// Destination ids; empty means every destination.
     pub destinations: Vec<String>,
     /// Only entries committed at or after this time (RFC 3339, or a date `YYYY-MM-DD`).
@@ -28,7 +28,7 @@ pub struct LogOptions {
 
 /// One destination's log.
 #[derive(Debug, Serialize)]
-pub struct DestinationLog {
+pub(crate) struct DestinationLog {
     /// Destination id.
     pub destination_id: String,
     /// Where its log is (`.distributor/log` in the bundle path or `releases.dir`).
@@ -43,7 +43,7 @@ pub struct DestinationLog {
 
 /// Reads the logs of the selected destinations; the exit code is 1 when any has a bad
 /// entry or could not be read.
-pub fn read_logs(
+pub(crate) fn read_logs(
     config: &Config,
     opts: &LogOptions,
 ) -> Result<(Vec<DestinationLog>, crate::error::ExitCode)> {
@@ -114,7 +114,7 @@ pub fn read_logs(
 }
 
 /// The logs as text: per destination a header, one line per entry, and the errors.
-pub fn to_text(logs: &[DestinationLog]) -> String {
+pub(crate) fn to_text(logs: &[DestinationLog]) -> String {
     let mut out = String::new();
     for d in logs {
         let _ = writeln!(out, "destination {} ({}):", d.destination_id, d.log);
@@ -156,7 +156,7 @@ pub fn to_text(logs: &[DestinationLog]) -> String {
 }
 
 /// The logs as JSON Lines: one entry object per line, oldest first per destination.
-pub fn to_jsonl(logs: &[DestinationLog]) -> Result<String> {
+pub(crate) fn to_jsonl(logs: &[DestinationLog]) -> Result<String> {
     let mut out = String::new();
     for e in logs.iter().flat_map(|d| &d.entries) {
         out.push_str(&serde_json::to_string(e)?);
@@ -166,7 +166,7 @@ pub fn to_jsonl(logs: &[DestinationLog]) -> Result<String> {
 }
 
 /// The errors of `logs`, one per line, for stderr.
-pub fn errors(logs: &[DestinationLog]) -> String {
+pub(crate) fn errors(logs: &[DestinationLog]) -> String {
     let mut out = String::new();
     for d in logs {
         for b in &d.bad {
@@ -181,7 +181,7 @@ pub fn errors(logs: &[DestinationLog]) -> String {
 
 /// `log --quarantine SEQ`: under the destination's lock, moves entry `seq` into
 /// `.distributor/quarantine/` and adds an entry recording the move; returns its seq.
-pub fn quarantine(
+pub(crate) fn quarantine(
     config: &Config,
     destinations: &[String],
     seq: u64,

@@ -8,7 +8,7 @@
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 /// What a glob may be, for messages.
-pub const ACCEPTED: &str = "accepted: a glob matching whole bundle-relative paths, where * and ? stay within one path segment and ** crosses them, and a trailing / means everything below a directory (\"robots.txt\", \"*.tmp\", \"**/.DS_Store\", \".git/\", \".git/**\")";
+pub(crate) const ACCEPTED: &str = "accepted: a glob matching whole bundle-relative paths, where * and ? stay within one path segment and ** crosses them, and a trailing / means everything below a directory (\"robots.txt\", \"*.tmp\", \"**/.DS_Store\", \".git/\", \".git/**\")";
 
 /// A set of path globs.
 #[derive(Debug, Clone, Default)]

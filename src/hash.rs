@@ -124,7 +124,7 @@ pub(crate) struct HashWriter(Sha256);
 
 impl HashWriter {
     /// Lowercase hex sha256 of everything written.
-    pub fn finish_hex(self) -> String {
+    pub(crate) fn finish_hex(self) -> String {
         hex(&self.0.finalize())
     }
 }

@@ -26,9 +26,9 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 /// How much of a hook's stderr the journal keeps: the last 4 KiB.
-pub const STDERR_TAIL: usize = 4096;
+pub(crate) const STDERR_TAIL: usize = 4096;
 /// Between SIGTERM and SIGKILL.
-pub const KILL_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// Which hooks an operation's outcome calls for.
 fn trigger(d: &DestinationReport) -> Option<&'static str> {
@@ -45,7 +45,7 @@ fn trigger(d: &DestinationReport) -> Option<&'static str> {
 /// run), destination by destination, and records each result in its destination's entry
 /// (`hooks`) and, where the destination has an operation, as a journal event through
 /// `journal` (opened only when a hook ran). `recover` never calls this.
-pub fn run_for(config: &Config, report: &mut Report, journal: &std::path::Path) {
+pub(crate) fn run_for(config: &Config, report: &mut Report, journal: &std::path::Path) {
     if report.dry_run {
         return;
     }
@@ -329,7 +329,7 @@ impl Drop for ChangedPaths {
 impl HookOutcome {
     /// The journal event's detail: what ran, how it ended, how long it took, and the
     /// tail of its stderr.
-    pub fn detail(&self) -> String {
+    pub(crate) fn detail(&self) -> String {
         let mut m = format!(
             "{} {}: {} after {} ms",
             self.when,
@@ -345,7 +345,7 @@ impl HookOutcome {
     }
 
     /// How it ended, in words.
-    pub fn ending(&self) -> String {
+    pub(crate) fn ending(&self) -> String {
         if let Some(e) = &self.error {
             return e.clone();
         }

@@ -21,6 +21,10 @@
 #![forbid(unsafe_code)]
 #![deny(unused_must_use)]
 #![warn(missing_docs)]
+// An item is `pub` only where a binary or a test reaches it: one inside a crate-private
+// module says `pub(crate)` (or narrower), so what is the library's surface reads off the
+// declaration.
+#![warn(unreachable_pub)]
 
 pub mod backend;
 pub mod cli;

@@ -14,22 +14,22 @@ use crate::error::{Error, Result};
 use std::sync::OnceLock;
 
 /// Default limit of a state file: 256 MiB, about 1.7 million recorded files.
-pub const DEFAULT_STATE_BYTES: u64 = 256 << 20;
+pub(crate) const DEFAULT_STATE_BYTES: u64 = 256 << 20;
 
 /// Default limit of a manifest: 256 MiB, about 1.7 million outputs.
-pub const DEFAULT_MANIFEST_BYTES: u64 = 256 << 20;
+pub(crate) const DEFAULT_MANIFEST_BYTES: u64 = 256 << 20;
 
 /// A config file is at most 4 MiB (thousands of destinations; not configurable).
-pub const CONFIG_BYTES: u64 = 4 << 20;
+pub(crate) const CONFIG_BYTES: u64 = 4 << 20;
 
 /// The environment variable that raises (or lowers) the state file limit.
-pub const STATE_VAR: &str = "DISTRIBUTOR_MAX_STATE_BYTES";
+pub(crate) const STATE_VAR: &str = "DISTRIBUTOR_MAX_STATE_BYTES";
 
 /// The environment variable that raises (or lowers) the manifest limit.
-pub const MANIFEST_VAR: &str = "DISTRIBUTOR_MAX_MANIFEST_BYTES";
+pub(crate) const MANIFEST_VAR: &str = "DISTRIBUTOR_MAX_MANIFEST_BYTES";
 
 /// `512M`, `1G`, `4096`: a number of bytes, or with `K`, `M` or `G` (powers of 1024).
-pub fn parse_size(text: &str) -> Option<u64> {
+pub(crate) fn parse_size(text: &str) -> Option<u64> {
     let t = text.trim();
     let (digits, shift) = match t.char_indices().last()? {
         (i, 'K' | 'k') => (&t[..i], 10),
@@ -60,20 +60,20 @@ fn from_env(
 }
 
 /// The largest state file read (`DISTRIBUTOR_MAX_STATE_BYTES`, default 256 MiB).
-pub fn state_bytes() -> Result<u64> {
+pub(crate) fn state_bytes() -> Result<u64> {
     static CELL: OnceLock<Result<u64, String>> = OnceLock::new();
     from_env(STATE_VAR, DEFAULT_STATE_BYTES, &CELL)
 }
 
 /// The largest manifest read (`DISTRIBUTOR_MAX_MANIFEST_BYTES`, default 256 MiB).
-pub fn manifest_bytes() -> Result<u64> {
+pub(crate) fn manifest_bytes() -> Result<u64> {
     static CELL: OnceLock<Result<u64, String>> = OnceLock::new();
     from_env(MANIFEST_VAR, DEFAULT_MANIFEST_BYTES, &CELL)
 }
 
 /// Checks both variables once, at the start of a command: a bad value is a usage error
 /// (exit 2) before anything is read, not an error on every destination.
-pub fn check_env() -> Result<()> {
+pub(crate) fn check_env() -> Result<()> {
     state_bytes()?;
     manifest_bytes()?;
     Ok(())
@@ -81,7 +81,7 @@ pub fn check_env() -> Result<()> {
 
 /// Why `what` (a state file, a manifest) of `size` bytes is refused, over `limit`, and
 /// how to raise it.
-pub fn over(what: &str, size: u64, limit: u64, var: &str) -> String {
+pub(crate) fn over(what: &str, size: u64, limit: u64, var: &str) -> String {
     format!(
         "{what} is {size} bytes ({}), over the limit of {limit} bytes ({}); a larger one is refused before it is read (set {var} to raise the limit)",
         crate::units::human_size(size),

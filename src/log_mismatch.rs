@@ -16,7 +16,7 @@ use crate::state::{OwnerRecord, State};
 
 /// What the state says made it.
 #[derive(Debug, Clone, Copy)]
-pub enum StateSays<'a> {
+pub(crate) enum StateSays<'a> {
     /// A releases destination: the release `path` shows (`None`: no release, `path` is
     /// missing or a directory). SPEC §18: "releases: the active release's".
     Release(Option<&'a str>),
@@ -25,7 +25,7 @@ pub enum StateSays<'a> {
 }
 
 /// Why the state is not what the log's last state-changing entry made, if it is not.
-pub fn judge(says: StateSays<'_>, logged: &LoggedOperation) -> Option<String> {
+pub(crate) fn judge(says: StateSays<'_>, logged: &LoggedOperation) -> Option<String> {
     let expected = &logged.operation_id;
     let why = match says {
         StateSays::Release(Some(r)) if r == expected => return None,

@@ -11,7 +11,7 @@ use std::cell::{Cell, OnceCell};
 /// through a `key` function): right after the position found last, else by binary search
 /// over the positions sorted by path, sorted once on the first search.
 #[derive(Debug, Clone, Default)]
-pub struct InOrder {
+pub(crate) struct InOrder {
     /// Right after the position found last.
     next: Cell<usize>,
     /// Positions sorted by path: built on the first search.
@@ -20,7 +20,7 @@ pub struct InOrder {
 
 impl InOrder {
     /// The position of `path` among the `len` paths `key(0)..key(len)`.
-    pub fn find<'k>(
+    pub(crate) fn find<'k>(
         &self,
         len: usize,
         key: impl Fn(usize) -> &'k str,
@@ -31,7 +31,7 @@ impl InOrder {
     }
 
     /// `path`'s position if it is the one right after the position found last.
-    pub fn next<'k>(
+    pub(crate) fn next<'k>(
         &self,
         len: usize,
         key: impl Fn(usize) -> &'k str,
@@ -42,7 +42,7 @@ impl InOrder {
     }
 
     /// `path`'s position, by binary search.
-    pub fn search<'k>(
+    pub(crate) fn search<'k>(
         &self,
         len: usize,
         key: impl Fn(usize) -> &'k str,

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// Most threads a map over local files uses (reading a source bundle, or a destination
 /// on the local backend, which says so as its concurrency): past this the disk, not the
 /// cores, is the limit.
-pub const LOCAL_THREADS: usize = 4;
+pub(crate) const LOCAL_THREADS: usize = 4;
 
 /// Fewer items than this are not worth a thread.
 const MIN_PER_THREAD: usize = 32;
@@ -25,14 +25,14 @@ const MIN_PER_THREAD: usize = 32;
 const MAX_RUN: usize = 256;
 
 /// Threads worth using for `n` items of local file work.
-pub fn threads_for(n: usize) -> usize {
+pub(crate) fn threads_for(n: usize) -> usize {
     cores().min(LOCAL_THREADS).min(n / MIN_PER_THREAD).max(1)
 }
 
 /// Threads for `n` items each worth a thread (creating a file costs more than starting a
 /// thread), on storage that suits `max` at once: a local filesystem's few, more for
 /// storage that waits on a network.
-pub fn threads_up_to(max: usize, n: usize) -> usize {
+pub(crate) fn threads_up_to(max: usize, n: usize) -> usize {
     max.min(n).max(1)
 }
 
@@ -46,7 +46,7 @@ fn cores() -> usize {
 /// `f` over every item, on as many threads as the count of items is worth (see
 /// [`threads_for`]). Each thread gets its own scratch value from `scratch` (a copy buffer,
 /// a cache) that `f` may use freely.
-pub fn try_map<'a, T, R, S>(
+pub(crate) fn try_map<'a, T, R, S>(
     items: &'a [T],
     scratch: impl Fn() -> S + Sync,
     f: impl Fn(&'a T, &mut S) -> Result<R> + Sync,
@@ -60,7 +60,7 @@ where
 
 /// [`try_map`] on `threads` threads (at most one per item), for callers whose items are
 /// each worth a thread.
-pub fn try_map_on<'a, T, R, S>(
+pub(crate) fn try_map_on<'a, T, R, S>(
     threads: usize,
     items: &'a [T],
     scratch: impl Fn() -> S + Sync,
@@ -124,7 +124,7 @@ where
 
 /// Whether `f` holds for every item, on as many threads as the count of items is worth;
 /// stops looking once it does not. Nothing is stored per item.
-pub fn all<T: Sync>(items: &[T], f: impl Fn(&T) -> bool + Sync) -> bool {
+pub(crate) fn all<T: Sync>(items: &[T], f: impl Fn(&T) -> bool + Sync) -> bool {
     let threads = threads_for(items.len());
     if threads == 1 {
         return items.iter().all(f);

@@ -3,13 +3,13 @@
 use foldhash::HashSet;
 
 /// Maximum length of a path, in bytes.
-pub const MAX_PATH: usize = 4096;
+pub(crate) const MAX_PATH: usize = 4096;
 /// Maximum length of a path segment, in bytes.
-pub const MAX_SEGMENT: usize = 255;
+pub(crate) const MAX_SEGMENT: usize = 255;
 
 /// A relative path that breaks a rule of SPEC §3.2; its text says which rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PathError {
+pub(crate) enum PathError {
     /// The empty path.
     #[error("empty path")]
     Empty,
@@ -54,7 +54,7 @@ pub enum PathError {
 
 /// Checks one path against §3.2 (all rules but uniqueness and prefixes, which need the
 /// whole set). The error says which rule it breaks.
-pub fn check_safe_path(p: &str) -> Result<(), PathError> {
+pub(crate) fn check_safe_path(p: &str) -> Result<(), PathError> {
     if p.is_empty() {
         return Err(PathError::Empty);
     }
@@ -95,7 +95,9 @@ pub fn check_safe_path(p: &str) -> Result<(), PathError> {
 /// (manifests and state files list them sorted, outputs and links each, so this is a
 /// merge), a duplicate is a path equal to the one before it; a prefix is a path that is
 /// also a directory on the way to another, and directories are few.
-pub fn check_path_set<'a>(paths: impl IntoIterator<Item = &'a str>) -> Result<(), PathError> {
+pub(crate) fn check_path_set<'a>(
+    paths: impl IntoIterator<Item = &'a str>,
+) -> Result<(), PathError> {
     let mut all: Vec<&str> = paths.into_iter().collect();
     all.sort();
     if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
@@ -144,7 +146,7 @@ pub fn relative_link_target(link: &str, target: &str) -> String {
 
 /// Every directory on the way to some root-relative paths (their proper prefixes at a
 /// `/`), each once, sorted so that a parent comes before its children.
-pub fn ancestors<'p>(paths: impl IntoIterator<Item = &'p str>) -> Vec<&'p str> {
+pub(crate) fn ancestors<'p>(paths: impl IntoIterator<Item = &'p str>) -> Vec<&'p str> {
     let mut set: foldhash::HashSet<&str> = foldhash::HashSet::default();
     // Paths mostly come grouped by directory: a path in the same directory as the one
     // before adds nothing new.

@@ -1,7 +1,7 @@
 //! Units as people read them.
 
 /// A size for people: bytes up to 1023, then KiB, MiB, GiB, TiB with one decimal.
-pub fn human_size(bytes: u64) -> String {
+pub(crate) fn human_size(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
     if bytes < 1024 {
         return format!("{bytes} B");

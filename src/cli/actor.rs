@@ -7,7 +7,7 @@
 /// the OS (`$USER`, `$LOGNAME`, else the name `/etc/passwd` gives the uid, else `uid
 /// <n>`). Never `unknown`. Control characters are escaped: the journal and `history`
 /// show it on one line.
-pub fn cli_actor(flag: Option<&str>) -> String {
+pub(crate) fn cli_actor(flag: Option<&str>) -> String {
     actor_from(flag, &|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
 }
 

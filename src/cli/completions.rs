@@ -11,7 +11,7 @@ use clap::{Args, CommandFactory, ValueEnum};
 /// zsh: `distributor completions zsh > "${fpath[1]}/_distributor"`;
 /// fish: `distributor completions fish > ~/.config/fish/completions/distributor.fish`.
 #[derive(Debug, Args)]
-pub struct CompletionsArgs {
+pub(super) struct CompletionsArgs {
     /// The shell.
     #[arg(value_enum)]
     pub shell: Shell,
@@ -19,7 +19,7 @@ pub struct CompletionsArgs {
 
 /// A shell distributor writes completions for.
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Shell {
+pub(super) enum Shell {
     /// GNU bash.
     Bash,
     /// Z shell.
@@ -29,7 +29,7 @@ pub enum Shell {
 }
 
 /// Runs the command.
-pub fn run(a: CompletionsArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: CompletionsArgs) -> Result<CommandOutput> {
     let shell = match a.shell {
         Shell::Bash => clap_complete::Shell::Bash,
         Shell::Zsh => clap_complete::Shell::Zsh,
@@ -50,7 +50,7 @@ pub fn run(a: CompletionsArgs) -> Result<CommandOutput> {
 /// error lists what is accepted, so parsing and messages stay as they are, while
 /// `--action <TAB>` offers the set instead of file names.
 #[derive(Clone)]
-pub struct Hinted(pub fn() -> Vec<&'static str>);
+pub(super) struct Hinted(pub fn() -> Vec<&'static str>);
 
 impl clap::builder::TypedValueParser for Hinted {
     type Value = String;
@@ -169,13 +169,13 @@ troubleshooting.md, review-then-apply.md.
 /// Print a man page (roff): distributor(1), or one command's (`distributor man publish`,
 /// `distributor man releases-adopt`). Read it with `distributor man publish | man -l -`.
 #[derive(Debug, Args)]
-pub struct ManArgs {
+pub(super) struct ManArgs {
     /// The command whose page to print; none: distributor(1).
     pub command: Option<String>,
 }
 
 /// Runs `distributor man`.
-pub fn run_man(a: ManArgs) -> Result<CommandOutput> {
+pub(super) fn run_man(a: ManArgs) -> Result<CommandOutput> {
     let pages = man_pages()?;
     let want = match &a.command {
         None => "distributor.1".to_string(),

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 /// Where the journal is.
 #[derive(Debug, Args)]
-pub struct JournalArgs {
+pub(super) struct JournalArgs {
     /// Pipeline config file: use its journal.path.
     #[arg(long, value_name = "F", conflicts_with = "journal")]
     pub config: Option<PathBuf>,
@@ -26,7 +26,7 @@ pub struct JournalArgs {
 /// List journaled operations, newest first; `--action replace_takeover` is the audit of
 /// past takeovers.
 #[derive(Debug, Args)]
-pub struct HistoryArgs {
+pub(super) struct HistoryArgs {
     #[command(subcommand)]
     show: Option<HistoryCommand>,
     #[command(flatten)]
@@ -86,7 +86,7 @@ struct ShowArgs {
 
 impl HistoryArgs {
     /// Whether the output is JSON.
-    pub fn json(&self) -> bool {
+    pub(super) fn json(&self) -> bool {
         match &self.show {
             Some(HistoryCommand::Show(s)) => s.json || self.list.json,
             None => self.list.json,
@@ -130,7 +130,7 @@ fn open(a: &JournalArgs) -> Result<(PathBuf, Option<Journal>)> {
 }
 
 /// Runs the command.
-pub fn run(a: HistoryArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: HistoryArgs) -> Result<CommandOutput> {
     match a.show {
         Some(HistoryCommand::Show(s)) => show(merged(s, a.list)?),
         None => list(a.list),

@@ -13,7 +13,7 @@ use clap::Args;
 /// per operation that changed the destination. A torn, unparsable, untrusted or
 /// out-of-sequence entry is an error naming its file (exit 1).
 #[derive(Debug, Args)]
-pub struct LogArgs {
+pub(super) struct LogArgs {
     #[command(flatten)]
     pub pipeline: super::ConfigArgs,
     /// Only these destinations (repeatable); default: every destination.
@@ -41,7 +41,7 @@ pub struct LogArgs {
 }
 
 /// Runs log.
-pub fn run(a: LogArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: LogArgs) -> Result<CommandOutput> {
     let config = a.pipeline.load()?;
     if let Some(seq) = a.quarantine {
         let lock_timeout = super::lock_timeout(a.lock_timeout)?;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 /// Write distributor-manifest.json for every regular file under DIR.
 #[derive(Debug, Args)]
-pub struct ManifestArgs {
+pub(super) struct ManifestArgs {
     /// Bundle directory.
     pub dir: PathBuf,
     /// Source id.
@@ -30,7 +30,7 @@ pub struct ManifestArgs {
 }
 
 /// Runs the command.
-pub fn run(a: ManifestArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: ManifestArgs) -> Result<CommandOutput> {
     let created = a
         .created_at
         .unwrap_or_else(|| chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));

@@ -152,13 +152,13 @@ pub(crate) struct RunArgs {
 
 impl RunArgs {
     /// `--lock-timeout`, checked.
-    pub fn lock_timeout(&self) -> crate::error::Result<std::time::Duration> {
+    pub(crate) fn lock_timeout(&self) -> crate::error::Result<std::time::Duration> {
         lock_timeout(self.lock_timeout)
     }
 
     /// The journal: `--journal`, else where the environment or `config` puts it
     /// ([`crate::ops::common::resolve_journal`]).
-    pub fn journal_for(
+    pub(crate) fn journal_for(
         &self,
         config: &crate::config::Config,
     ) -> crate::error::Result<std::path::PathBuf> {
@@ -166,7 +166,7 @@ impl RunArgs {
     }
 
     /// `--actor`, else the environment's identity ([`cli_actor`]).
-    pub fn actor(&self) -> String {
+    pub(crate) fn actor(&self) -> String {
         cli_actor(self.actor.as_deref())
     }
 }
@@ -181,7 +181,7 @@ pub(crate) struct ConfigArgs {
 
 impl ConfigArgs {
     /// The config, loaded and checked.
-    pub fn load(&self) -> crate::error::Result<crate::config::Config> {
+    pub(crate) fn load(&self) -> crate::error::Result<crate::config::Config> {
         crate::config::Config::load(&self.config)
     }
 }
@@ -210,7 +210,7 @@ pub(crate) struct ReleasesSelection {
 impl ReleasesSelection {
     /// The config, and what a releases command runs with: these destinations,
     /// `dry_run`, and `run`'s journal, lock timeout and actor.
-    pub fn options(
+    pub(crate) fn options(
         self,
         dry_run: bool,
         run: &RunArgs,
@@ -244,7 +244,7 @@ pub(crate) struct TextArgs {
 
 impl TextArgs {
     /// The layout of a text report on this process's stdout.
-    pub fn options(&self) -> crate::report::TextOptions {
+    pub(crate) fn options(&self) -> crate::report::TextOptions {
         use std::io::IsTerminal;
         crate::report::TextOptions {
             files: self.files,

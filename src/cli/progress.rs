@@ -21,13 +21,13 @@ const REWORD: Duration = Duration::from_millis(100);
 
 /// Whether a bar is drawn: not when the output is JSON for a program, and only when
 /// stderr is a terminal that can redraw a line (`TERM=dumb` cannot).
-pub fn wants_progress(json: bool, stderr_is_terminal: bool, term: Option<&str>) -> bool {
+pub(super) fn wants_progress(json: bool, stderr_is_terminal: bool, term: Option<&str>) -> bool {
     !json && stderr_is_terminal && term != Some("dumb")
 }
 
 /// What a command shows of its progress: a bar, lines, or nothing.
 #[derive(Debug)]
-pub enum Shown {
+pub(super) enum Shown {
     /// A bar on a terminal.
     Bar(Bar),
     /// Lines in a log.
@@ -39,7 +39,7 @@ pub enum Shown {
 impl Shown {
     /// What `command` shows on this process's stderr: a bar on a terminal (not with
     /// `--json`), lines when stderr is not one; nothing with `--quiet`.
-    pub fn on_stderr(command: &'static str, json: bool, quiet: bool) -> Shown {
+    pub(super) fn on_stderr(command: &'static str, json: bool, quiet: bool) -> Shown {
         let terminal = std::io::stderr().is_terminal();
         let term = std::env::var("TERM").ok();
         if quiet {
@@ -54,12 +54,12 @@ impl Shown {
     }
 
     /// Where the library reports to.
-    pub fn ticker(&self) -> Ticker<'_> {
+    pub(super) fn ticker(&self) -> Ticker<'_> {
         Ticker::to(self.progress())
     }
 
     /// The [`Progress`] shown, if any.
-    pub fn progress(&self) -> Option<&dyn Progress> {
+    pub(super) fn progress(&self) -> Option<&dyn Progress> {
         match self {
             Shown::Bar(b) => Some(b),
             Shown::Lines(l) => Some(l),
@@ -68,14 +68,14 @@ impl Shown {
     }
 
     /// The command is done: clear the bar before its report is printed.
-    pub fn finish(&self) {
+    pub(super) fn finish(&self) {
         self.ticker().finish();
     }
 }
 
 /// A progress bar on stderr, fed from the working threads.
 #[derive(Debug)]
-pub struct Bar {
+pub(super) struct Bar {
     command: &'static str,
     bar: ProgressBar,
     shown: AtomicBool,
@@ -115,7 +115,7 @@ impl Shape {
 
 impl Bar {
     /// A bar for `command` that stays hidden until work has run for a moment.
-    pub fn new(command: &'static str) -> Bar {
+    pub(super) fn new(command: &'static str) -> Bar {
         Bar {
             command,
             bar: ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden()),
@@ -241,7 +241,7 @@ fn counted(done: u64, total: Option<u64>, unit: &str) -> String {
 /// every [`Lines::EVERY`]: `publish latest: 12,000/100,000 files, 1.2 GiB, 41 s`,
 /// `verify latest: 3,000/20,000 files, 12 s`, `manifest: 8,000/20,000 files, 1.1 GiB, 10 s`.
 #[derive(Debug)]
-pub struct Lines {
+pub(super) struct Lines {
     command: &'static str,
     every: Duration,
     state: Mutex<LinesState>,
@@ -258,11 +258,11 @@ struct LinesState {
 
 impl Lines {
     /// How often a line is printed at most (SPEC §20).
-    pub const EVERY: Duration = Duration::from_secs(10);
+    pub(super) const EVERY: Duration = Duration::from_secs(10);
 
     /// Lines for `command`; `DISTRIBUTOR_PROGRESS_EVERY_MS` shortens the interval (tests:
     /// at 0, every count prints a line).
-    pub fn new(command: &'static str) -> Lines {
+    pub(super) fn new(command: &'static str) -> Lines {
         let every = std::env::var("DISTRIBUTOR_PROGRESS_EVERY_MS")
             .ok()
             .and_then(|v| v.parse().ok())

@@ -11,7 +11,7 @@ use clap::Args;
 /// Only while the active release is the one the staged release was built against
 /// (otherwise the conflict stale_stage: stage again). Guarded like a publication.
 #[derive(Debug, Args)]
-pub struct PromoteArgs {
+pub(super) struct PromoteArgs {
     #[command(flatten)]
     pub pipeline: super::ConfigArgs,
     /// A destination and the staged operation to promote there (its id, or its unique
@@ -37,7 +37,7 @@ pub struct PromoteArgs {
 }
 
 /// Runs promote.
-pub fn run(a: PromoteArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: PromoteArgs) -> Result<CommandOutput> {
     let lock_timeout = a.run.lock_timeout()?;
     let config = a.pipeline.load()?;
     let targets: Vec<(String, String)> = a

@@ -13,7 +13,7 @@ use clap::Args;
 /// uses are always kept; any other goes once `keep` other such releases were active after
 /// it, or once it has been inactive longer than `max_age`.
 #[derive(Debug, Args)]
-pub struct PruneArgs {
+pub(super) struct PruneArgs {
     #[command(flatten)]
     pub target: super::ReleasesSelection,
     /// Say what would be removed; remove nothing.
@@ -27,7 +27,7 @@ pub struct PruneArgs {
 }
 
 /// Runs prune.
-pub fn run(a: PruneArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: PruneArgs) -> Result<CommandOutput> {
     let (config, opts) = a.target.options(a.dry_run, &a.run)?;
     // How removing releases goes (SPEC §20).
     let shown = Shown::on_stderr("prune", a.run.json, a.quiet);

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 /// Options shared by publish and plan.
 #[derive(Debug, Args)]
-pub struct CommonArgs {
+pub(super) struct CommonArgs {
     #[command(flatten)]
     pub pipeline: super::ConfigArgs,
     /// Source bundle directory (holds distributor-manifest.json); default: source.path.
@@ -44,7 +44,7 @@ pub struct CommonArgs {
 
 /// Publish a source bundle to the pipeline's destinations.
 #[derive(Debug, Args)]
-pub struct PublishArgs {
+pub(super) struct PublishArgs {
     #[command(flatten)]
     pub common: CommonArgs,
     /// Plan only: write nothing anywhere (same as `distributor plan`).
@@ -65,7 +65,7 @@ pub struct PublishArgs {
 
 /// Show what publish would do, writing nothing anywhere (publish --dry-run).
 #[derive(Debug, Args)]
-pub struct PlanArgs {
+pub(super) struct PlanArgs {
     #[command(flatten)]
     pub common: CommonArgs,
     /// Also write the plan to FILE (JSON), to review and publish with `publish --plan`;
@@ -75,7 +75,7 @@ pub struct PlanArgs {
 }
 
 /// Arguments resolved for [`run`].
-pub struct Resolved {
+pub(super) struct Resolved {
     common: CommonArgs,
     dry_run: bool,
     command: &'static str,
@@ -89,7 +89,7 @@ pub struct Resolved {
 
 impl PublishArgs {
     /// Folds `--dry-run` in.
-    pub fn into_common(self, _plan: bool) -> Resolved {
+    pub(super) fn into_common(self, _plan: bool) -> Resolved {
         Resolved {
             dry_run: self.dry_run,
             common: self.common,
@@ -103,7 +103,7 @@ impl PublishArgs {
 
 impl PlanArgs {
     /// A plan is a dry-run publish.
-    pub fn into_common(self) -> Resolved {
+    pub(super) fn into_common(self) -> Resolved {
         Resolved {
             dry_run: true,
             common: self.common,
@@ -116,7 +116,7 @@ impl PlanArgs {
 }
 
 /// Runs publish or plan.
-pub fn run(args: Resolved) -> Result<CommandOutput> {
+pub(super) fn run(args: Resolved) -> Result<CommandOutput> {
     let a = args.common;
     let lock_timeout = a.run.lock_timeout()?;
     // A saved plan is read (and its sha256 checked) before anything else: a wrong one

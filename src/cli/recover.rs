@@ -12,7 +12,7 @@ use std::path::PathBuf;
 /// Finish or undo interrupted operations: roll forward when the commit point was reached,
 /// roll back when it was not, report `diverged` (exit 1) and touch nothing otherwise.
 #[derive(Debug, Args)]
-pub struct RecoverArgs {
+pub(super) struct RecoverArgs {
     /// Pipeline config file (YAML): also look for interrupted operations in the staging
     /// directories of its destinations, even those this journal never saw.
     #[arg(long, value_name = "F")]
@@ -32,7 +32,7 @@ pub struct RecoverArgs {
 }
 
 /// Runs the command.
-pub fn run(a: RecoverArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: RecoverArgs) -> Result<CommandOutput> {
     let lock_timeout = a.run.lock_timeout()?;
     let config = a.config.as_deref().map(Config::load).transpose()?;
     let journal = resolve_journal(a.run.journal.as_deref(), config.as_ref())?;

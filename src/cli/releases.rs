@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 
 /// Manage the releases of destinations with a releases block.
 #[derive(Debug, Args)]
-pub struct ReleasesArgs {
+pub(super) struct ReleasesArgs {
     #[command(subcommand)]
     command: ReleasesCommand,
 }
@@ -22,7 +22,7 @@ enum ReleasesCommand {
 /// recorded ones, under the lock, journaled: how releases.keep is changed. Retention applies
 /// them at the next publication or prune; nothing is removed now.
 #[derive(Debug, Args)]
-pub struct SettingsArgs {
+pub(super) struct SettingsArgs {
     #[command(flatten)]
     pub target: super::ReleasesSelection,
     /// Say what would change; write nothing anywhere.
@@ -35,7 +35,7 @@ pub struct SettingsArgs {
 /// Turn the plain managed directory at path into a first release; refused, with the
 /// list, while it holds content its state does not record.
 #[derive(Debug, Args)]
-pub struct AdoptArgs {
+pub(super) struct AdoptArgs {
     #[command(flatten)]
     pub target: super::ReleasesSelection,
     /// Say what would happen; write nothing anywhere.
@@ -47,7 +47,7 @@ pub struct AdoptArgs {
 
 impl ReleasesArgs {
     /// Whether the report is JSON.
-    pub fn json(&self) -> bool {
+    pub(super) fn json(&self) -> bool {
         match &self.command {
             ReleasesCommand::Adopt(a) => a.run.json,
             ReleasesCommand::Settings(a) => a.run.json,
@@ -56,7 +56,7 @@ impl ReleasesArgs {
 }
 
 /// Runs `releases <command>`.
-pub fn run(a: ReleasesArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: ReleasesArgs) -> Result<CommandOutput> {
     let a = match a.command {
         ReleasesCommand::Adopt(a) => a,
         ReleasesCommand::Settings(s) => return settings(s),

@@ -11,7 +11,7 @@ use clap::Args;
 /// further back. Afterwards, publishing the source digest rolled back from is the
 /// conflict `rolled_back` (a new build publishes normally).
 #[derive(Debug, Args)]
-pub struct RollbackArgs {
+pub(super) struct RollbackArgs {
     #[command(flatten)]
     pub target: super::ReleasesSelection,
     /// The release to activate: the operation id that built it, or its unique start.
@@ -27,7 +27,7 @@ pub struct RollbackArgs {
 }
 
 /// Runs rollback.
-pub fn run(a: RollbackArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: RollbackArgs) -> Result<CommandOutput> {
     let (config, o) = a.target.options(a.dry_run, &a.run)?;
     let opts = RollbackOptions {
         destinations: o.destinations,

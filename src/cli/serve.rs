@@ -16,7 +16,7 @@ use std::time::Duration;
 /// docs/integrations/http-upload.md). Logs one JSON line per request on stderr; stops
 /// gracefully on SIGTERM or SIGINT.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(super) struct ServeArgs {
     /// Pipeline config file (YAML); repeat for each pipeline to serve.
     #[arg(long = "config", value_name = "F", required = true)]
     pub configs: Vec<PathBuf>,
@@ -77,7 +77,7 @@ pub struct ServeArgs {
 }
 
 /// Runs the server; returns when it has stopped.
-pub fn run(a: ServeArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: ServeArgs) -> Result<CommandOutput> {
     let lock_timeout = super::lock_timeout(a.lock_timeout)?;
     for (flag, v) in [
         ("--max-upload-bytes", a.max_upload_bytes),

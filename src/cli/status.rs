@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// Show what each destination holds according to its state.
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub(super) struct StatusArgs {
     #[command(flatten)]
     pub target: super::Selection,
     /// Print JSON.
@@ -28,7 +28,7 @@ pub struct StatusArgs {
 }
 
 /// Runs the command.
-pub fn run(a: StatusArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: StatusArgs) -> Result<CommandOutput> {
     let config = a.target.pipeline.load()?;
     let dests = config.select(&a.target.destinations)?;
     let view = JournalView::open(&resolve_journal(a.journal.as_deref(), Some(&config))?)?;

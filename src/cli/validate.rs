@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 /// Check a config (and optionally a source bundle) without publishing.
 #[derive(Debug, Args)]
-pub struct ValidateArgs {
+pub(super) struct ValidateArgs {
     #[command(flatten)]
     pub pipeline: super::ConfigArgs,
     /// Also verify this source bundle: its manifest, and every output's size and sha256.
@@ -19,7 +19,7 @@ pub struct ValidateArgs {
 }
 
 /// Runs the command.
-pub fn run(a: ValidateArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: ValidateArgs) -> Result<CommandOutput> {
     let config = a.pipeline.load()?;
     for (i, d) in config.destinations.iter().enumerate() {
         let releases_dir = match kind_of(d) {

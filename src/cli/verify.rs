@@ -13,7 +13,7 @@ use std::path::PathBuf;
 /// Compare storage with state: missing, modified and unrecorded paths, and the state with
 /// the destination log: log_mismatch (exit 3 on drift).
 #[derive(Debug, Args)]
-pub struct VerifyArgs {
+pub(super) struct VerifyArgs {
     #[command(flatten)]
     pub target: super::Selection,
     /// s3 destinations: download and hash every recorded object instead of trusting the
@@ -37,7 +37,7 @@ pub struct VerifyArgs {
 }
 
 /// Runs the command.
-pub fn run(a: VerifyArgs) -> Result<CommandOutput> {
+pub(super) fn run(a: VerifyArgs) -> Result<CommandOutput> {
     let config = a.target.pipeline.load()?;
     let dests = config.select(&a.target.destinations)?;
     let view = JournalView::open(&resolve_journal(a.journal.as_deref(), Some(&config))?)?;

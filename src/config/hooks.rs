@@ -6,9 +6,9 @@
 use serde::Deserialize;
 
 /// `timeout` when a hook does not say.
-pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+pub(super) const DEFAULT_TIMEOUT_SECS: u64 = 60;
 /// Longest `timeout` a hook may ask for.
-pub const MAX_TIMEOUT_SECS: u64 = 3600;
+pub(super) const MAX_TIMEOUT_SECS: u64 = 3600;
 
 /// Variables that hold distributor's own credentials: never passed to a hook, whatever
 /// `pass_env` says (SPEC §19).

@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Most inactive releases `keep` may ask for.
-pub const KEEP_MAX: u32 = 1000;
+pub(super) const KEEP_MAX: u32 = 1000;
 /// `keep` when the config does not say.
-pub const KEEP_DEFAULT: u32 = 3;
+pub(super) const KEEP_DEFAULT: u32 = 3;
 
 /// A destination's validated `releases:` settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

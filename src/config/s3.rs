@@ -11,7 +11,7 @@
 //! an error saying where they come from, and no error here ever echoes a value that could
 //! be a secret (an endpoint with `user:password@` is refused without repeating it).
 
-pub mod azure;
+pub(super) mod azure;
 
 use super::bounded::Bounded;
 use globset::{GlobBuilder, GlobMatcher};
@@ -22,13 +22,13 @@ use std::marker::PhantomData;
 
 /// Longest key prefix accepted, in bytes: keys below it (the manifest's paths, the state,
 /// lock and staging objects) must fit S3's 1024-byte key limit with room to spare.
-pub const MAX_PREFIX: usize = 900;
+pub(super) const MAX_PREFIX: usize = 900;
 
 /// Default `s3.lease_seconds`.
-pub const DEFAULT_LEASE_SECONDS: u64 = 60;
+pub(super) const DEFAULT_LEASE_SECONDS: u64 = 60;
 
 /// Default `s3.concurrency`.
-pub const DEFAULT_CONCURRENCY: usize = 16;
+pub(super) const DEFAULT_CONCURRENCY: usize = 16;
 
 const MAX_SEGMENT: usize = 255;
 

@@ -57,15 +57,15 @@ mod imp {
         p.parent().unwrap_or(p)
     }
 
-    pub fn entry(path: &Path) {
+    pub(super) fn entry(path: &Path) {
         pending().push(Change::Entry(path.to_path_buf()));
     }
 
-    pub fn data(path: &Path) {
+    pub(super) fn data(path: &Path) {
         pending().push(Change::Data(path.to_path_buf()));
     }
 
-    pub fn renamed(from: &Path, to: &Path) {
+    pub(super) fn renamed(from: &Path, to: &Path) {
         let mut p = pending();
         // Pending data and entries below the old name follow the file to its new one.
         for c in p.iter_mut() {
@@ -81,7 +81,7 @@ mod imp {
         });
     }
 
-    pub fn exchanged(a: &Path, b: &Path) {
+    pub(super) fn exchanged(a: &Path, b: &Path) {
         let mut p = pending();
         // Pending data and entries below either name follow their entry to the other.
         for c in p.iter_mut() {
@@ -99,7 +99,7 @@ mod imp {
         });
     }
 
-    pub fn replacing(path: &Path) {
+    pub(super) fn replacing(path: &Path) {
         match std::fs::symlink_metadata(path) {
             Ok(md) if md.file_type().is_symlink() => {
                 if let Ok(target) = std::fs::read_link(path) {
@@ -121,11 +121,11 @@ mod imp {
         }
     }
 
-    pub fn file_synced(path: &Path) {
+    pub(super) fn file_synced(path: &Path) {
         pending().retain(|c| !matches!(c, Change::Data(p) if p == path));
     }
 
-    pub fn dir_synced(dir: &Path) {
+    pub(super) fn dir_synced(dir: &Path) {
         pending().retain(|c| match c {
             Change::Entry(p) => parent(p) != dir,
             Change::Renamed { from, to } => parent(from) != dir && parent(to) != dir,
@@ -137,11 +137,11 @@ mod imp {
         });
     }
 
-    pub fn fs_synced() {
+    pub(super) fn fs_synced() {
         pending().clear();
     }
 
-    pub fn power_cut() {
+    pub(super) fn power_cut() {
         let changes = std::mem::take(&mut *pending());
         for c in changes.into_iter().rev() {
             let _ = match c {
@@ -174,50 +174,50 @@ mod imp {
 }
 
 /// A new entry (file, symlink, directory) was made at `path`.
-pub fn entry(_path: &Path) {
+pub(crate) fn entry(_path: &Path) {
     #[cfg(feature = "failpoints")]
     imp::entry(_path);
 }
 
 /// Data was written to the file at `path`.
-pub fn data(_path: &Path) {
+pub(crate) fn data(_path: &Path) {
     #[cfg(feature = "failpoints")]
     imp::data(_path);
 }
 
 /// `from` was renamed to `to`.
-pub fn renamed(_from: &Path, _to: &Path) {
+pub(crate) fn renamed(_from: &Path, _to: &Path) {
     #[cfg(feature = "failpoints")]
     imp::renamed(_from, _to);
 }
 
 /// The entries at `a` and `b` were exchanged (`RENAME_EXCHANGE`).
-pub fn exchanged(_a: &Path, _b: &Path) {
+pub(crate) fn exchanged(_a: &Path, _b: &Path) {
     #[cfg(feature = "failpoints")]
     imp::exchanged(_a, _b);
 }
 
 /// A rename is about to replace the file at `path`: what it holds comes back if the
 /// rename is lost.
-pub fn replacing(_path: &Path) {
+pub(crate) fn replacing(_path: &Path) {
     #[cfg(feature = "failpoints")]
     imp::replacing(_path);
 }
 
 /// The file at `path` was fsynced.
-pub fn file_synced(_path: &Path) {
+pub(crate) fn file_synced(_path: &Path) {
     #[cfg(feature = "failpoints")]
     imp::file_synced(_path);
 }
 
 /// The directory `dir` was fsynced.
-pub fn dir_synced(_dir: &Path) {
+pub(crate) fn dir_synced(_dir: &Path) {
     #[cfg(feature = "failpoints")]
     imp::dir_synced(_dir);
 }
 
 /// The whole filesystem was synced.
-pub fn fs_synced() {
+pub(crate) fn fs_synced() {
     #[cfg(feature = "failpoints")]
     imp::fs_synced();
 }
@@ -225,6 +225,6 @@ pub fn fs_synced() {
 /// Undoes every change not yet durable, newest first (the power goes out). Only a
 /// `powercut` failpoint calls it, so it exists only with the `failpoints` feature.
 #[cfg(feature = "failpoints")]
-pub fn power_cut() {
+pub(crate) fn power_cut() {
     imp::power_cut();
 }

@@ -18,8 +18,8 @@
 //!
 //! Only the local and releases backends use this layer, and `source/` to read a bundle.
 
-pub mod crashsim;
-pub mod tree;
+pub(crate) mod crashsim;
+pub(crate) mod tree;
 
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{
@@ -72,7 +72,7 @@ static OPENAT2: AtomicU8 = AtomicU8::new(0);
 
 /// True for the errors that say "not a real directory on the way": a symlink
 /// (`ELOOP`, or `EXDEV` from `RESOLVE_BENEATH`), or something else than a directory.
-pub fn is_redirect(e: &io::Error) -> bool {
+pub(crate) fn is_redirect(e: &io::Error) -> bool {
     matches!(
         Errno::from_io_error(e),
         Some(Errno::LOOP | Errno::NOTDIR | Errno::XDEV)
@@ -371,13 +371,13 @@ impl Dir {
 }
 
 /// [`Dir::open_file`] in the directory `dir` (a handle opened with `O_PATH` serves too).
-pub fn open_file_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<(File, Stat)> {
+pub(crate) fn open_file_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<(File, Stat)> {
     open_typed(dir, Path::new(name))
 }
 
 /// [`Dir::open_file`] by path: for a source bundle's files, whose directories are the
 /// producer's (the last segment is never followed).
-pub fn open_file_path(path: &Path) -> io::Result<(File, Stat)> {
+pub(crate) fn open_file_path(path: &Path) -> io::Result<(File, Stat)> {
     open_typed(CWD, path)
 }
 
@@ -411,7 +411,7 @@ fn open_typed(dir: BorrowedFd<'_>, name: &Path) -> io::Result<(File, Stat)> {
 }
 
 /// A word for a file type, for messages.
-pub fn type_name(kind: FileType) -> &'static str {
+pub(crate) fn type_name(kind: FileType) -> &'static str {
     match kind {
         FileType::RegularFile => "a regular file",
         FileType::Directory => "a directory",
@@ -425,7 +425,7 @@ pub fn type_name(kind: FileType) -> &'static str {
 }
 
 /// The directory part and the name of a bundle-relative path (`""` for top-level names).
-pub fn split(rel: &str) -> (&str, &str) {
+pub(crate) fn split(rel: &str) -> (&str, &str) {
     rel.rsplit_once('/').unwrap_or(("", rel))
 }
 

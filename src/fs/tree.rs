@@ -16,7 +16,7 @@ use std::path::Path;
 
 /// What `lstat` says about an entry, in the terms the callers use.
 #[derive(Debug, Clone, Copy)]
-pub struct Meta {
+pub(crate) struct Meta {
     /// Its kind; symlinks are not followed.
     pub file_type: FileType,
     /// Size in bytes.
@@ -45,7 +45,7 @@ impl Meta {
 
 /// Open handles of a tree's root and of the directories below it opened so far, keyed by
 /// their root-relative path (`a/b`, no leading or trailing slash).
-pub struct Tree<'p> {
+pub(crate) struct Tree<'p> {
     root: OwnedFd,
     dirs: foldhash::HashMap<&'p str, OwnedFd>,
 }
@@ -59,7 +59,7 @@ fn dir_flags() -> OFlags {
 impl<'p> Tree<'p> {
     /// Opens the root directory (a symlink in `root` itself is followed: callers check the
     /// root path by their own rules before).
-    pub fn open(root: &Path) -> io::Result<Tree<'p>> {
+    pub(crate) fn open(root: &Path) -> io::Result<Tree<'p>> {
         let root = openat(
             CWD,
             root,
@@ -85,7 +85,7 @@ impl<'p> Tree<'p> {
     /// sorted order do that: a parent sorts before its children). `Ok(false)` when `rel`
     /// is missing or is not a real directory (a symlink, a file, anything else), or its
     /// parent is not open.
-    pub fn open_dir(&mut self, rel: &'p str) -> io::Result<bool> {
+    pub(crate) fn open_dir(&mut self, rel: &'p str) -> io::Result<bool> {
         let Some((parent, name)) = self.parent(rel) else {
             return Ok(false);
         };
@@ -100,7 +100,7 @@ impl<'p> Tree<'p> {
     }
 
     /// A tree rooted at an open directory (a second handle of it).
-    pub fn from_dir(root: &crate::fs::Dir) -> io::Result<Tree<'p>> {
+    pub(crate) fn from_dir(root: &crate::fs::Dir) -> io::Result<Tree<'p>> {
         Ok(Tree {
             root: root.fd().try_clone_to_owned()?,
             dirs: foldhash::HashMap::default(),
@@ -109,7 +109,7 @@ impl<'p> Tree<'p> {
 
     /// Opens the regular file `rel` for reading, never through a symlink and never
     /// blocking (anything but a regular file is an error).
-    pub fn open_file(&self, rel: &str) -> io::Result<std::fs::File> {
+    pub(crate) fn open_file(&self, rel: &str) -> io::Result<std::fs::File> {
         let (parent, name) = self.parent(rel).ok_or(Errno::NOENT)?;
         crate::fs::open_file_at(parent, name).map(|(f, _)| f)
     }
@@ -117,24 +117,24 @@ impl<'p> Tree<'p> {
     /// [`Tree::open_file`], with the file's size as `fstat` gave it.
     // The field types of `stat` differ between targets.
     #[allow(clippy::unnecessary_cast)]
-    pub fn open_file_stat(&self, rel: &str) -> io::Result<(std::fs::File, u64)> {
+    pub(crate) fn open_file_stat(&self, rel: &str) -> io::Result<(std::fs::File, u64)> {
         let (parent, name) = self.parent(rel).ok_or(Errno::NOENT)?;
         crate::fs::open_file_at(parent, name).map(|(f, st)| (f, st.st_size as u64))
     }
 
     /// Whether the directory holding `rel` was opened.
-    pub fn has_parent(&self, rel: &str) -> bool {
+    pub(crate) fn has_parent(&self, rel: &str) -> bool {
         self.parent(rel).is_some()
     }
 
     /// `lstat` of `rel`. A parent directory that was not opened reads as `ENOENT`.
-    pub fn lstat(&self, rel: &str) -> io::Result<Meta> {
+    pub(crate) fn lstat(&self, rel: &str) -> io::Result<Meta> {
         let (parent, name) = self.parent(rel).ok_or(Errno::NOENT)?;
         Ok(Meta::of(&statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)?))
     }
 
     /// The target of symlink `rel`, lossily as text.
-    pub fn read_link(&self, rel: &str) -> io::Result<String> {
+    pub(crate) fn read_link(&self, rel: &str) -> io::Result<String> {
         let (parent, name) = self.parent(rel).ok_or(Errno::NOENT)?;
         let target = readlinkat(parent, name, Vec::new())?;
         Ok(String::from_utf8_lossy(target.as_bytes()).into_owned())

@@ -73,7 +73,7 @@ const CORE_TABLES: &[&str] = &[
 /// that is not a distributor journal this build can use: a newer schema, or one that
 /// claims a schema version without distributor's tables, or that holds other tables and
 /// no version at all. Returns the schema version it read (`PRAGMA user_version`).
-pub fn refuse_foreign(conn: &Connection) -> Result<i64, String> {
+pub(super) fn refuse_foreign(conn: &Connection) -> Result<i64, String> {
     // One statement, so the version and the tables come from one snapshot: another
     // process may be creating this journal right now, and its migration commits both at
     // once.
@@ -108,7 +108,7 @@ pub fn refuse_foreign(conn: &Connection) -> Result<i64, String> {
 
 /// Brings the database to [`SCHEMA_VERSION`]; refuses what [`refuse_foreign`] refuses.
 #[cfg(test)]
-pub fn migrate(conn: &mut Connection) -> Result<(), String> {
+pub(super) fn migrate(conn: &mut Connection) -> Result<(), String> {
     let version = refuse_foreign(conn)?;
     migrate_from(conn, version)
 }
@@ -116,7 +116,7 @@ pub fn migrate(conn: &mut Connection) -> Result<(), String> {
 /// [`migrate`] of a database [`refuse_foreign`] just accepted at schema `version`: a
 /// journal already current (every open but the first of each new schema) costs no
 /// further statement.
-pub fn migrate_from(conn: &mut Connection, version: i64) -> Result<(), String> {
+pub(super) fn migrate_from(conn: &mut Connection, version: i64) -> Result<(), String> {
     if version as usize == SCHEMA_VERSION {
         return Ok(());
     }

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 /// One destination's result in a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     /// Destination id.
     pub destination: String,
     /// Files and links written.
@@ -38,7 +38,7 @@ pub struct Row {
 
 /// What a command's run gives the metrics file.
 #[derive(Debug, Clone, Default)]
-pub struct Run {
+pub(crate) struct Run {
     /// The pipeline.
     pub pipeline: String,
     /// One row per destination the command looked at.
@@ -48,7 +48,7 @@ pub struct Run {
 impl Row {
     /// The row of a command that writes nothing (`verify`, `status`, `recover`): only
     /// whether it succeeded at `destination`.
-    pub fn checked(destination: &str, success: bool) -> Row {
+    pub(crate) fn checked(destination: &str, success: bool) -> Row {
         Row {
             destination: destination.to_string(),
             files_written: 0,
@@ -61,7 +61,7 @@ impl Row {
 
 impl Run {
     /// The rows of a `publish`, `plan` or `rollback` report.
-    pub fn of_report(report: &crate::report::Report) -> Run {
+    pub(crate) fn of_report(report: &crate::report::Report) -> Run {
         use crate::report::Status;
         Run {
             pipeline: report.pipeline_id.clone(),
@@ -91,7 +91,7 @@ struct Labels {
 type G = Gauge<f64, AtomicU64>;
 
 /// Writes the gauges of `run` (command `command`, `elapsed`, exit code `code`) to `path`.
-pub fn write(
+pub(crate) fn write(
     path: &Path,
     command: &str,
     run: &Run,

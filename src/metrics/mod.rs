@@ -8,7 +8,7 @@
 //! Must never: put anything a client sent into a label, or leave a torn metrics file (it
 //! is written beside and renamed over, under a lock).
 
-pub mod file;
+pub(crate) mod file;
 
 use crate::report::Report;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 use std::time::Duration;
 
 /// Histogram buckets, seconds (SPEC §20).
-pub const BUCKETS: [f64; 9] = [0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0];
+pub(crate) const BUCKETS: [f64; 9] = [0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Dest {
@@ -63,7 +63,7 @@ fn histogram() -> Histogram {
 
 /// `serve`'s metrics.
 #[derive(Debug)]
-pub struct ServeMetrics {
+pub(crate) struct ServeMetrics {
     registry: Registry,
     publications: Family<DestOutcome, Counter>,
     files_written: Family<Dest, Counter>,
@@ -83,7 +83,7 @@ impl Default for ServeMetrics {
 
 impl ServeMetrics {
     /// Every metric registered, `distributor_build_info` set.
-    pub fn new() -> ServeMetrics {
+    pub(crate) fn new() -> ServeMetrics {
         let mut registry = Registry::default();
         let publications = Family::<DestOutcome, Counter>::default();
         registry.register(
@@ -168,7 +168,7 @@ impl ServeMetrics {
 
     /// Counts a publication's report: per destination its outcome, files and bytes,
     /// conflicts by kind, and `elapsed` (the whole publication, shared by its destinations).
-    pub fn publication(&self, report: &Report, elapsed: Duration) {
+    pub(crate) fn publication(&self, report: &Report, elapsed: Duration) {
         for d in &report.destinations {
             let dest = Dest {
                 pipeline: report.pipeline_id.clone(),
@@ -209,7 +209,7 @@ impl ServeMetrics {
 
     /// Counts an upload refused before it was published; `reason` is the error's kind (a
     /// closed set: `invalid_bundle`, `too_large`, `unauthorized`, ...).
-    pub fn rejected(&self, reason: &'static str) {
+    pub(crate) fn rejected(&self, reason: &'static str) {
         self.rejected
             .get_or_create(&Reason {
                 reason: reason.to_string(),
@@ -218,7 +218,7 @@ impl ServeMetrics {
     }
 
     /// The metrics in the text format.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String does not fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -240,7 +240,7 @@ fn status_word(s: crate::report::Status) -> &'static str {
 
 /// What one destination's run wrote and deleted.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Files and links written.
     pub written: u64,
     /// Bytes written.
@@ -253,7 +253,7 @@ pub struct Counts {
 
 impl Counts {
     /// The counts of a destination's report entry; nothing for a run that wrote nothing.
-    pub fn of(d: &crate::report::DestinationReport) -> Counts {
+    pub(crate) fn of(d: &crate::report::DestinationReport) -> Counts {
         use crate::model::FileOp;
         let mut c = Counts {
             conflicts: d.conflicts.len() as u64,

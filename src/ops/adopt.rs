@@ -23,14 +23,14 @@ use serde::Serialize;
 use std::fmt::Write;
 
 /// What to adopt and how.
-pub type AdoptOptions = ReleasesOptions;
+pub(crate) type AdoptOptions = ReleasesOptions;
 
 /// The adopt report (`releases adopt`).
-pub type AdoptReport = ReleasesReport<DestinationAdopt>;
+pub(crate) type AdoptReport = ReleasesReport<DestinationAdopt>;
 
 /// One destination's adoption.
 #[derive(Debug, Serialize)]
-pub struct DestinationAdopt {
+pub(crate) struct DestinationAdopt {
     /// Destination id.
     pub destination_id: String,
     /// Its `path`.
@@ -52,7 +52,7 @@ pub struct DestinationAdopt {
 
 impl AdoptReport {
     /// The report as text (at most 20 unmanaged paths per destination).
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut out = String::new();
         for d in &self.destinations {
             let _ = writeln!(
@@ -77,7 +77,7 @@ impl AdoptReport {
 
 /// Adopts the selected destinations; returns the report and the exit code (0; 3 when a
 /// destination was refused for unmanaged content; the worst error's otherwise).
-pub fn adopt(config: &Config, opts: &AdoptOptions) -> Result<(AdoptReport, ExitCode)> {
+pub(crate) fn adopt(config: &Config, opts: &AdoptOptions) -> Result<(AdoptReport, ExitCode)> {
     for_each_releases_destination(
         config,
         opts,

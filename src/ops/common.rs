@@ -15,11 +15,11 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use crate::error::ExitCode;
+pub(crate) use crate::error::ExitCode;
 
 /// A report and the exit code it implies (SPEC §10).
 #[derive(Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The report.
     pub report: Report,
     /// Success, failed, usage (a destination's own config), conflict or recovery
@@ -86,7 +86,7 @@ fn staging_names(store: &dyn BundleStore) -> Result<Vec<String>> {
 
 /// Refuses (exit 4) when an operation on the bundle path is unfinished or staging holds
 /// anything.
-pub fn check_recovery(journal: &Journal, store: &dyn BundleStore) -> Result<()> {
+pub(crate) fn check_recovery(journal: &Journal, store: &dyn BundleStore) -> Result<()> {
     let key = store.path().to_string_lossy();
     let unfinished = journal.unfinished_for(&key)?;
     let staging = staging_names(store)?;
@@ -119,7 +119,7 @@ fn recovery_due(key: &str, unfinished: &[String], staging: &[String]) -> Option<
 /// Whether recovery is pending at a bundle path, as a command that takes no lock sees it
 /// (SPEC §16).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Pending {
+pub(crate) enum Pending {
     /// Nothing is unfinished.
     Nothing,
     /// Something is unfinished and another process holds the lock now: it is that
@@ -132,7 +132,7 @@ pub enum Pending {
 /// Reads, without writing or locking anything, whether an operation at `bundle` is
 /// unfinished (in the journal `view`, or in the staging of `store`) and whether a live
 /// lock covers it.
-pub fn pending(
+pub(crate) fn pending(
     view: Option<&JournalView>,
     bundle: &Path,
     store: Option<&dyn BundleStore>,
@@ -157,7 +157,7 @@ pub fn pending(
 
 /// Whether [`resolve_journal`] falls through to the default location (no `--journal`,
 /// `DISTRIBUTOR_JOURNAL` or `journal.path`).
-pub fn journal_is_default(flag: Option<&Path>, config: Option<&Config>) -> bool {
+pub(crate) fn journal_is_default(flag: Option<&Path>, config: Option<&Config>) -> bool {
     flag.is_none()
         && std::env::var_os("DISTRIBUTOR_JOURNAL").is_none_or(|v| v.is_empty())
         && config.is_none_or(|c| c.journal_path.is_none())
@@ -165,7 +165,7 @@ pub fn journal_is_default(flag: Option<&Path>, config: Option<&Config>) -> bool 
 
 /// The journal location (SPEC §2): `--journal`, `DISTRIBUTOR_JOURNAL`, `journal.path`,
 /// `$XDG_STATE_HOME/distributor/journal.sqlite3`, `~/.local/state/distributor/journal.sqlite3`.
-pub fn resolve_journal(flag: Option<&Path>, config: Option<&Config>) -> Result<PathBuf> {
+pub(crate) fn resolve_journal(flag: Option<&Path>, config: Option<&Config>) -> Result<PathBuf> {
     if let Some(p) = flag {
         return Ok(p.to_path_buf());
     }
@@ -233,7 +233,7 @@ pub(crate) fn journal_or_view(
 
 /// What a releases command (`prune`, `releases adopt`, `releases settings`) runs with.
 #[derive(Debug, Clone)]
-pub struct ReleasesOptions {
+pub(crate) struct ReleasesOptions {
     /// Destination ids; empty means every destination with `releases`.
     pub destinations: Vec<String>,
     /// Say what would happen; write nothing anywhere.
@@ -248,7 +248,7 @@ pub struct ReleasesOptions {
 
 /// The report of a releases command: one entry of kind `D` per destination.
 #[derive(Debug, Serialize)]
-pub struct ReleasesReport<D> {
+pub(crate) struct ReleasesReport<D> {
     /// Always 1.
     pub report_version: u32,
     /// The command (`prune`, `releases adopt`, `releases settings`).
@@ -303,7 +303,7 @@ pub(crate) struct Activations {
 impl Activations {
     /// Adds `dest`'s result: its report (a conflict's exit code 3) and the source it
     /// activated, or the error it failed with (its plan's report, when it was planned).
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         dest: &Destination,
         result: std::result::Result<(DestinationReport, SourceRef), PlanFailed>,
@@ -329,7 +329,7 @@ impl Activations {
     }
 
     /// The outcome of `command`: the report of every destination, the run's exit code.
-    pub fn outcome(self, config: &Config, command: &str, dry_run: bool) -> Outcome {
+    pub(crate) fn outcome(self, config: &Config, command: &str, dry_run: bool) -> Outcome {
         let summary = Summary::of(&self.reports);
         Outcome {
             report: Report {

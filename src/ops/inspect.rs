@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 /// every directory under it holding a `.distributor.json` or a `.distributor-staging/` for
 /// mapped destinations (an interrupted first publication has staging and no state yet, and
 /// status must still show that it needs recovery).
-pub fn bundle_paths(dest: &Destination) -> Result<Vec<PathBuf>> {
+pub(crate) fn bundle_paths(dest: &Destination) -> Result<Vec<PathBuf>> {
     if dest.path_mapping == PathMapping::Fixed {
         return Ok(vec![dest.path.clone()]);
     }
@@ -64,7 +64,7 @@ fn open(dest: &Destination, bundle: &std::path::Path) -> Result<Option<Box<dyn B
 
 /// One owner in a status entry.
 #[derive(Debug, Serialize)]
-pub struct OwnerStatus {
+pub(crate) struct OwnerStatus {
     /// Owner.
     pub owner: Owner,
     /// Its source.
@@ -81,7 +81,7 @@ pub struct OwnerStatus {
 
 /// Status of one bundle path.
 #[derive(Debug, Serialize)]
-pub struct BundleStatus {
+pub(crate) struct BundleStatus {
     /// Destination id.
     pub destination_id: String,
     /// Bundle path.
@@ -187,7 +187,7 @@ impl Reported for BundleStatus {
 /// Status of every bundle path of the selected destinations. An error at one bundle path
 /// (or in listing a destination's bundle paths) is reported on its entry, with state
 /// `error`, and the others are still read.
-pub fn status(dests: &[&Destination], view: Option<&JournalView>) -> Vec<BundleStatus> {
+pub(crate) fn status(dests: &[&Destination], view: Option<&JournalView>) -> Vec<BundleStatus> {
     each_bundle(dests, view, |d, bundle, s| status_of(d, bundle, view, s))
 }
 
@@ -264,7 +264,7 @@ fn log_error(bundle: &Path, store: Option<&dyn BundleStore>) -> Option<String> {
 
 /// Drift found in one bundle path.
 #[derive(Debug, Serialize)]
-pub struct BundleDrift {
+pub(crate) struct BundleDrift {
     /// Destination id.
     pub destination_id: String,
     /// Bundle path.
@@ -310,7 +310,7 @@ pub struct BundleDrift {
 impl BundleDrift {
     /// True when storage and state disagree (or state is invalid, or is not what the
     /// destination log says distributor made).
-    pub fn drifted(&self) -> bool {
+    pub(crate) fn drifted(&self) -> bool {
         self.state == "invalid"
             || !self.missing.is_empty()
             || !self.modified.is_empty()
@@ -367,7 +367,7 @@ impl Reported for BundleDrift {
 /// compared (it says which); an error at one is reported on its entry, with state
 /// `error`, and the others are still verified. `progress` hears of each recorded path
 /// checked and each byte hashed.
-pub fn verify(
+pub(crate) fn verify(
     dests: &[&Destination],
     deep: bool,
     view: Option<&JournalView>,

@@ -9,7 +9,7 @@ use std::fmt::Write;
 impl BundleStatus {
     /// Its exit code: an unreadable bundle path (or a bad log entry) is 1, pending
     /// recovery 4 (SPEC §10 precedence).
-    pub fn exit_code(&self) -> ExitCode {
+    pub(crate) fn exit_code(&self) -> ExitCode {
         match (self.error.as_ref(), self.recovery_pending) {
             (Some(_), _) => ExitCode::Failed,
             // An untrusted record is decided before a pending recovery (SPEC §17).
@@ -24,7 +24,7 @@ impl BundleStatus {
 impl BundleDrift {
     /// Its exit code: an unverifiable bundle path is 1, pending recovery 4, drift 3
     /// (SPEC §10 precedence).
-    pub fn exit_code(&self) -> ExitCode {
+    pub(crate) fn exit_code(&self) -> ExitCode {
         match (self.error.as_ref(), self.recovery_pending, self.drifted()) {
             (Some(_), _, _) => ExitCode::Failed,
             // An untrusted record is decided before a pending recovery (SPEC §17).
@@ -39,7 +39,7 @@ impl BundleDrift {
 
 /// The metrics of a command that writes nothing: a row per bundle path, `(destination
 /// id, exit code)`, saying only whether it succeeded.
-pub fn checked_metrics<'a>(
+pub(crate) fn checked_metrics<'a>(
     pipeline_id: &str,
     rows: impl Iterator<Item = (&'a str, ExitCode)>,
 ) -> crate::metrics::file::Run {
@@ -77,7 +77,7 @@ fn problem_lines(
 
 /// `status` as text: each bundle path's state, problems, owners, releases, and a pending
 /// recovery or a publication under way.
-pub fn status_text(st: &[BundleStatus]) -> String {
+pub(crate) fn status_text(st: &[BundleStatus]) -> String {
     let mut out = String::new();
     for s in st {
         let _ = writeln!(
@@ -136,7 +136,7 @@ pub fn status_text(st: &[BundleStatus]) -> String {
 /// `status --quiet` (SPEC §16, as §20 amends it): a line for every bundle path that could
 /// not be read, waits for recovery, or holds an untrusted record or an invalid state,
 /// saying why, then the summary.
-pub fn status_quiet_text(st: &[BundleStatus]) -> String {
+pub(crate) fn status_quiet_text(st: &[BundleStatus]) -> String {
     let mut out = String::new();
     let (mut valid, mut absent, mut invalid) = (0, 0, 0);
     let (mut pending, mut busy, mut errors) = (0, 0, 0);
@@ -177,7 +177,7 @@ pub fn status_quiet_text(st: &[BundleStatus]) -> String {
 
 /// `verify` as text: each bundle path's verdict, problems, the counts of its drifted
 /// paths and the paths (at most [`crate::report::FILE_LINES`] unless `every_file`).
-pub fn verify_text(drift: &[BundleDrift], every_file: bool) -> String {
+pub(crate) fn verify_text(drift: &[BundleDrift], every_file: bool) -> String {
     let mut out = String::new();
     for d in drift {
         let verdict = if d.error.is_some() {
@@ -262,7 +262,7 @@ fn drifted_paths(out: &mut String, d: &BundleDrift, every_file: bool) {
 
 /// `verify --quiet` (SPEC §16, as §20 amends it): a line for every bundle path that could
 /// not be verified, drifted or waits for recovery, saying why, then the summary.
-pub fn verify_quiet_text(drift: &[BundleDrift]) -> String {
+pub(crate) fn verify_quiet_text(drift: &[BundleDrift]) -> String {
     let mut out = String::new();
     let (mut ok, mut drifted, mut pending, mut busy, mut errors) = (0, 0, 0, 0, 0);
     for d in drift {

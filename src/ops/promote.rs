@@ -33,7 +33,7 @@ use std::time::Duration;
 
 /// What to promote and how.
 #[derive(Debug, Clone)]
-pub struct PromoteOptions {
+pub(crate) struct PromoteOptions {
     /// `(destination id, staged operation id or its unique start)`, in order.
     pub targets: Vec<(String, String)>,
     /// Plan only; write nothing anywhere.
@@ -49,7 +49,7 @@ pub struct PromoteOptions {
 }
 
 /// Promotes each named staged release.
-pub fn promote(config: &Config, opts: &PromoteOptions) -> Result<Outcome> {
+pub(crate) fn promote(config: &Config, opts: &PromoteOptions) -> Result<Outcome> {
     let mut selected = Vec::new();
     for (id, op) in &opts.targets {
         let dest = config.select(std::slice::from_ref(id))?.remove(0);

@@ -22,14 +22,14 @@ use serde::Serialize;
 use std::fmt::Write;
 
 /// What to prune and how.
-pub type PruneOptions = ReleasesOptions;
+pub(crate) type PruneOptions = ReleasesOptions;
 
 /// The prune report.
-pub type PruneReport = ReleasesReport<DestinationPrune>;
+pub(crate) type PruneReport = ReleasesReport<DestinationPrune>;
 
 /// Retention at one destination.
 #[derive(Debug, Serialize)]
-pub struct DestinationPrune {
+pub(crate) struct DestinationPrune {
     /// Destination id.
     pub destination_id: String,
     /// Its `path`.
@@ -56,7 +56,7 @@ pub struct DestinationPrune {
 
 impl PruneReport {
     /// The report as text.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut out = String::new();
         for d in &self.destinations {
             let verb = if self.dry_run {
@@ -98,7 +98,7 @@ impl PruneReport {
 
 /// Prunes the selected destinations; returns the report and the exit code (0, or the
 /// worst error's); `progress` hears of each release removed.
-pub fn prune(
+pub(crate) fn prune(
     config: &Config,
     opts: &PruneOptions,
     progress: Ticker<'_>,

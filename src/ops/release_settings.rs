@@ -20,14 +20,14 @@ use serde::Serialize;
 use std::fmt::Write;
 
 /// What to record and how.
-pub type SettingsOptions = ReleasesOptions;
+pub(crate) type SettingsOptions = ReleasesOptions;
 
 /// The report of `releases settings`.
-pub type SettingsReport = ReleasesReport<DestinationSettings>;
+pub(crate) type SettingsReport = ReleasesReport<DestinationSettings>;
 
 /// One destination's settings.
 #[derive(Debug, Serialize)]
-pub struct DestinationSettings {
+pub(crate) struct DestinationSettings {
     /// Destination id.
     pub destination_id: String,
     /// Its `releases.dir`.
@@ -76,7 +76,7 @@ fn changes(before: &RecordedSettings, after: &RecordedSettings) -> String {
 
 impl SettingsReport {
     /// The report as text.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut out = String::new();
         for d in &self.destinations {
             let what = match (d.status, self.dry_run) {
@@ -107,7 +107,7 @@ impl SettingsReport {
 
 /// Records the config's settings at the selected destinations; returns the report and
 /// the exit code (0, or the worst error's).
-pub fn record_settings(
+pub(crate) fn record_settings(
     config: &Config,
     opts: &SettingsOptions,
 ) -> Result<(SettingsReport, ExitCode)> {

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 /// What to roll back and how.
 #[derive(Debug, Clone)]
-pub struct RollbackOptions {
+pub(crate) struct RollbackOptions {
     /// Destination ids; empty means every destination with `releases`.
     pub destinations: Vec<String>,
     /// The release (the operation id that built it) to activate; default: the one active
@@ -49,7 +49,7 @@ pub struct RollbackOptions {
 }
 
 /// Rolls back the selected destinations (all that have `releases` when none is named).
-pub fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
+pub(crate) fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcome> {
     let selected = releases_destinations(
         config,
         &opts.destinations,

@@ -9,13 +9,13 @@ mod planner;
 mod takeover;
 mod unchanged;
 
-pub mod saved;
+pub(crate) mod saved;
 
-pub use planner::{PlanInput, plan_destination};
-pub use takeover::takeover_permitted;
-pub use unchanged::{Republication, records_exactly};
+pub(crate) use planner::{PlanInput, plan_destination};
+pub(crate) use takeover::takeover_permitted;
+pub(crate) use unchanged::{Republication, records_exactly};
 
-pub use crate::backend::types::{Entry, Replaced, Storage};
+pub(crate) use crate::backend::types::{Entry, Replaced, Storage};
 
 use crate::hash::ContentHash;
 use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef, StateMode, TakeoverMode};
@@ -30,7 +30,7 @@ use std::sync::Arc;
 /// conflicts; `--allow-delete N` lifts the deletion guard (`mass_delete`) up to N
 /// deletions, whatever `on_conflict` says.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Overrides {
+pub(crate) struct Overrides {
     /// `--force`.
     pub force: bool,
     /// `--allow-delete N`.
@@ -196,7 +196,7 @@ mod tests;
 /// kept for the report (a report never says less than what happened, SPEC §17). An
 /// error before there was a plan has none.
 #[derive(Debug)]
-pub struct PlanFailed {
+pub(crate) struct PlanFailed {
     /// The plan that was being carried out, if there was one yet.
     pub plan: Option<Box<DestinationPlan>>,
     /// What went wrong.
@@ -205,7 +205,7 @@ pub struct PlanFailed {
 
 impl PlanFailed {
     /// `error`, met while carrying out `plan`.
-    pub fn new(plan: DestinationPlan, error: crate::error::Error) -> Self {
+    pub(crate) fn new(plan: DestinationPlan, error: crate::error::Error) -> Self {
         PlanFailed {
             plan: Some(Box::new(plan)),
             error,

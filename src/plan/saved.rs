@@ -22,12 +22,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// `plan_format_version` of the plan files this build writes and reads.
-pub const PLAN_FORMAT_VERSION: u32 = 1;
+pub(crate) const PLAN_FORMAT_VERSION: u32 = 1;
 
 /// A saved plan, as `plan --out` writes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PlanFile {
+pub(crate) struct PlanFile {
     /// Always [`PLAN_FORMAT_VERSION`].
     pub plan_format_version: u32,
     /// The pipeline planned.
@@ -48,7 +48,7 @@ pub struct PlanFile {
 /// What was planned for one destination.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SavedDestination {
+pub(crate) struct SavedDestination {
     /// Destination id.
     pub destination_id: String,
     /// The bundle path the source maps to.
@@ -68,7 +68,7 @@ pub struct SavedDestination {
 /// A conflict as a plan file holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SavedConflict {
+pub(crate) struct SavedConflict {
     /// Kind.
     pub kind: String,
     /// Path, if any.
@@ -80,7 +80,7 @@ pub struct SavedConflict {
 /// An action as a plan file holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SavedAction {
+pub(crate) struct SavedAction {
     /// `file_create`, `file_overwrite`, `file_delete`, `link_create`, `link_overwrite`,
     /// `link_delete`.
     pub kind: String,
@@ -103,7 +103,7 @@ pub struct SavedAction {
 impl SavedDestination {
     /// The entry of `plan` for `dest`, planned against a state whose sha256 is
     /// `pre_state_sha256`.
-    pub fn of(
+    pub(crate) fn of(
         config: &Config,
         dest: &Destination,
         plan: &DestinationPlan,
@@ -155,7 +155,7 @@ impl SavedDestination {
 
     /// How `now` (the plan made again under the lock) differs from this saved entry, in
     /// words; `None` when it is the same plan.
-    pub fn differences(&self, now: &SavedDestination) -> Option<String> {
+    pub(crate) fn differences(&self, now: &SavedDestination) -> Option<String> {
         let mut why = Vec::new();
         if self.bundle_path != now.bundle_path {
             why.push(format!(
@@ -254,7 +254,7 @@ fn actions_differ(saved: &[SavedAction], now: &[SavedAction]) -> String {
 /// sha256 of what decides a destination's plan in its config: the pipeline, the
 /// destination's id, backend, path, mapping, modes, transfer, takeover, s3 settings (no
 /// credentials: the config holds none), releases and guard settings, verify's ignores.
-pub fn settings_sha256(config: &Config, dest: &Destination) -> String {
+pub(crate) fn settings_sha256(config: &Config, dest: &Destination) -> String {
     let mapping = match &dest.path_mapping {
         PathMapping::Fixed => "fixed".to_string(),
         PathMapping::SourceId => "source_id".to_string(),
@@ -301,7 +301,7 @@ pub fn settings_sha256(config: &Config, dest: &Destination) -> String {
 /// Reads and checks a plan file: whole, valid JSON of this format, and (with `sha256`)
 /// exactly the file whose sha256 is given. Any error is a usage error (exit 2) naming the
 /// file and what is accepted: nothing is planned or written.
-pub fn read(file: &Path, sha256: Option<&str>) -> Result<(PlanFile, String)> {
+pub(crate) fn read(file: &Path, sha256: Option<&str>) -> Result<(PlanFile, String)> {
     let bytes = std::fs::read(file)
         .map_err(|e| Error::Usage(format!("--plan {}: cannot be read: {e}", file.display())))?;
     let actual = sha256_hex(&bytes);
@@ -331,7 +331,7 @@ pub fn read(file: &Path, sha256: Option<&str>) -> Result<(PlanFile, String)> {
 
 impl PlanFile {
     /// The rendered file (pretty JSON, a final newline) and its sha256.
-    pub fn render(&self) -> Result<(Vec<u8>, String)> {
+    pub(crate) fn render(&self) -> Result<(Vec<u8>, String)> {
         let mut bytes = serde_json::to_vec_pretty(self)?;
         bytes.push(b'\n');
         let sha = sha256_hex(&bytes);
@@ -339,13 +339,13 @@ impl PlanFile {
     }
 
     /// The saved entry of destination `id`.
-    pub fn destination(&self, id: &str) -> Option<&SavedDestination> {
+    pub(crate) fn destination(&self, id: &str) -> Option<&SavedDestination> {
         self.destinations.iter().find(|d| d.destination_id == id)
     }
 
     /// Checks that this plan is for `config`'s pipeline and names only its destinations;
     /// returns the ids it names, in its order.
-    pub fn destination_ids(&self, config: &Config, file: &Path) -> Result<Vec<String>> {
+    pub(crate) fn destination_ids(&self, config: &Config, file: &Path) -> Result<Vec<String>> {
         if self.pipeline_id != config.pipeline_id {
             return Err(Error::Usage(format!(
                 "--plan {}: planned for pipeline '{}', and {} is pipeline '{}'; accepted: a plan made with this config",
@@ -379,7 +379,7 @@ impl PlanFile {
 
 /// Writes a plan file whole or not at all: a temporary file beside it, synced, renamed
 /// over it (readable by the reviewers: 0644).
-pub fn write(out: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write(out: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let name = out
@@ -412,7 +412,7 @@ pub fn write(out: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Turns `plan` into the refusal `stale_plan` (not forceable): nothing is written.
-pub fn refuse_stale(plan: &mut DestinationPlan, why: &str) {
+pub(crate) fn refuse_stale(plan: &mut DestinationPlan, why: &str) {
     plan.conflicts.push(Conflict::new(
         crate::model::ConflictKind::StalePlan,
         None,

@@ -4,7 +4,7 @@ use crate::model::{Owner, TakeoverMode};
 
 /// May the current owner (`me`, publishing `source_id`) take over content recorded for
 /// `other` with `other_source_id`? Applies only to valid state of the configured mode.
-pub fn takeover_permitted(
+pub(crate) fn takeover_permitted(
     mode: TakeoverMode,
     me: &Owner,
     source_id: &str,

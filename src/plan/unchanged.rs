@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 /// A publication of the very source the state records for its owner, with the same paths
 /// and content: `unchanged` if storage holds them (see the module).
-pub struct Republication<'a> {
+pub(crate) struct Republication<'a> {
     destination: &'a Destination,
     source: &'a Source,
     /// The owner and the source the state records (the state's records themselves are not
@@ -42,7 +42,7 @@ impl<'a> Republication<'a> {
     /// nothing else recorded for it; manifest and state both sorted by path. `None`
     /// otherwise, and for object stores and releases destinations (their storage has more
     /// to say than its files: key lengths, release settings, rollback holds).
-    pub fn of(
+    pub(crate) fn of(
         pipeline_id: &str,
         destination: &'a Destination,
         source: &'a Source,
@@ -76,7 +76,7 @@ impl<'a> Republication<'a> {
     /// publication by this owner, in this state mode, of this very source, which recorded
     /// that owner with exactly the manifest's outputs and links ([`records_exactly`] held
     /// at the commit). `None` otherwise, and where [`Republication::of`] says `None`.
-    pub fn committed(
+    pub(crate) fn committed(
         pipeline_id: &str,
         destination: &'a Destination,
         source: &'a Source,
@@ -105,19 +105,19 @@ impl<'a> Republication<'a> {
 
     /// Whether a republication to `d` can be decided this way at all: a local bundle path
     /// that is not a releases destination.
-    pub fn may_be(d: &Destination) -> bool {
+    pub(crate) fn may_be(d: &Destination) -> bool {
         crate::backend::capabilities(d).keeps_state_file_id
     }
 
     /// The source published again.
-    pub fn source(&self) -> &'a Source {
+    pub(crate) fn source(&self) -> &'a Source {
         self.source
     }
 
     /// Whether `storage` holds each of `outputs` (the manifest's, probed with their
     /// proofs) as a regular file proven to have its size and sha256, reached through
     /// directories.
-    pub fn outputs_hold(storage: &Storage, outputs: &[OutputEntry]) -> bool {
+    pub(crate) fn outputs_hold(storage: &Storage, outputs: &[OutputEntry]) -> bool {
         outputs.iter().all(|o| {
             matches!(storage.get(&o.path), Entry::File { size, sha256: Some(h) } if *size == o.size && **h == o.sha256)
                 && through_dirs(storage, &o.path)
@@ -126,7 +126,7 @@ impl<'a> Republication<'a> {
 
     /// Whether `storage` holds each of `links` as a symlink with its text, reached
     /// through directories.
-    pub fn links_hold(storage: &Storage, links: &[LinkEntry]) -> bool {
+    pub(crate) fn links_hold(storage: &Storage, links: &[LinkEntry]) -> bool {
         links.iter().all(|l| {
             matches!(storage.get(&l.path), Entry::Symlink { target } if *target == relative_link_target(&l.path, &l.target))
                 && through_dirs(storage, &l.path)
@@ -135,7 +135,7 @@ impl<'a> Republication<'a> {
 
     /// Whether what stands at the state file's path is one a writing plan could replace
     /// (the planner's check: a symlink, directory or special file there is a conflict).
-    pub fn state_file_holds(storage: &Storage) -> bool {
+    pub(crate) fn state_file_holds(storage: &Storage) -> bool {
         !matches!(
             storage.get(crate::state::STATE_FILE),
             Entry::Dir { .. } | Entry::Special | Entry::Symlink { .. }
@@ -143,7 +143,7 @@ impl<'a> Republication<'a> {
     }
 
     /// The `unchanged` plan, once storage was found to hold every path.
-    pub fn plan(self, bundle_path: &Path) -> DestinationPlan {
+    pub(crate) fn plan(self, bundle_path: &Path) -> DestinationPlan {
         let d = self.destination;
         let m = &self.source.manifest;
         DestinationPlan {
@@ -175,7 +175,7 @@ impl<'a> Republication<'a> {
 /// digest) and the records of `me` are exactly the manifest's outputs (same size and
 /// sha256) and links (same target): what a republication of `source` can take as
 /// `unchanged` once storage holds them. Manifest and state must both be sorted by path.
-pub fn records_exactly<'s>(
+pub(crate) fn records_exactly<'s>(
     state: &'s State,
     me: &Owner,
     source: &Source,

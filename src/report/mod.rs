@@ -9,11 +9,11 @@ use serde::Serialize;
 use std::sync::Arc;
 
 mod text;
-pub use text::{FILE_LINES, TextOptions};
+pub(crate) use text::{FILE_LINES, TextOptions};
 
 /// The report of one `publish`/`plan` run.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// Always 1.
     pub report_version: u32,
     /// `publish` or `plan`.
@@ -35,7 +35,7 @@ pub struct Report {
 
 /// A saved plan (SPEC §19) as a report names it.
 #[derive(Debug, Clone, Serialize)]
-pub struct PlanFileUse {
+pub(crate) struct PlanFileUse {
     /// The file.
     pub path: String,
     /// Its sha256.
@@ -50,7 +50,7 @@ pub struct PlanFileUse {
 /// Status of one destination in a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Status {
+pub(crate) enum Status {
     /// Dry run of a writing decision.
     Planned,
     /// Written.
@@ -68,7 +68,7 @@ pub enum Status {
 
 /// One destination in a report.
 #[derive(Debug, Clone, Serialize)]
-pub struct DestinationReport {
+pub(crate) struct DestinationReport {
     /// Destination id.
     pub destination_id: String,
     /// Bundle path.
@@ -122,7 +122,7 @@ pub struct DestinationReport {
 /// What `--omit-unchanged` left out of a destination's `files` and `links`: the files and
 /// links whose op is `unchanged`, counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct OmittedUnchanged {
+pub(crate) struct OmittedUnchanged {
     /// Unchanged files left out of `files`.
     pub files: u64,
     /// Unchanged links left out of `links`.
@@ -131,7 +131,7 @@ pub struct OmittedUnchanged {
 
 /// How one hook ran (SPEC §19).
 #[derive(Debug, Clone, Serialize)]
-pub struct HookOutcome {
+pub(crate) struct HookOutcome {
     /// `after_commit` or `after_failure`.
     pub when: String,
     /// The program and its arguments.
@@ -156,14 +156,14 @@ pub struct HookOutcome {
 /// manifest an `unchanged` republication holds ([`DestinationPlan::outputs_unchanged`]),
 /// made into report rows only as they are written.
 #[derive(Debug, Clone, Default)]
-pub struct Files {
+pub(crate) struct Files {
     listed: Vec<FileAction>,
     unchanged: Option<Arc<Manifest>>,
 }
 
 /// One file action of a report (serialized as a [`FileAction`] is).
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct FileRow<'a> {
+pub(crate) struct FileRow<'a> {
     /// Bundle-relative path.
     pub path: &'a str,
     /// Operation.
@@ -176,7 +176,7 @@ pub struct FileRow<'a> {
 
 impl Files {
     /// Every row, in order.
-    pub fn iter(&self) -> impl Iterator<Item = FileRow<'_>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = FileRow<'_>> {
         let listed = self.listed.iter().map(|f| FileRow {
             path: &f.path,
             op: f.op,
@@ -195,7 +195,7 @@ impl Files {
     }
 
     /// Drops the rows whose op is `unchanged`; returns how many there were.
-    pub fn omit_unchanged(&mut self) -> u64 {
+    pub(crate) fn omit_unchanged(&mut self) -> u64 {
         let before = self.len();
         self.unchanged = None;
         self.listed.retain(|f| f.op != FileOp::Unchanged);
@@ -203,7 +203,7 @@ impl Files {
     }
 
     /// How many rows.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.listed.len() + self.unchanged.as_ref().map_or(0, |m| m.outputs.len())
     }
 }
@@ -219,7 +219,7 @@ impl DestinationReport {
     /// Past the commit point the operation stands (SPEC §17: a report never says less
     /// than what happened): applied, its files counted, with the error, which says what is
     /// left for `recover`, as the message (exit 1 all the same).
-    pub fn of_error(plan: DestinationPlan, e: &crate::error::Error) -> Self {
+    pub(crate) fn of_error(plan: DestinationPlan, e: &crate::error::Error) -> Self {
         let mut r = match e.committed_operation() {
             Some(op) => Self::from_plan(plan, Status::Applied, Some(op.to_string())),
             None => Self::from_plan(plan, Status::Failed, None),
@@ -230,7 +230,11 @@ impl DestinationReport {
     }
 
     /// Builds the entry of a plan.
-    pub fn from_plan(plan: DestinationPlan, status: Status, operation_id: Option<String>) -> Self {
+    pub(crate) fn from_plan(
+        plan: DestinationPlan,
+        status: Status,
+        operation_id: Option<String>,
+    ) -> Self {
         DestinationReport {
             destination_id: plan.destination_id,
             bundle_path: plan.bundle_path.to_string_lossy().into_owned(),
@@ -261,7 +265,7 @@ impl DestinationReport {
 /// Counters over all destinations.
 #[derive(Debug, Clone, Default, Serialize)]
 #[allow(missing_docs)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub destinations: u64,
     pub create: u64,
     pub unchanged: u64,
@@ -287,7 +291,7 @@ pub struct Summary {
 
 impl Summary {
     /// Counts the destinations of a report.
-    pub fn of(destinations: &[DestinationReport]) -> Summary {
+    pub(crate) fn of(destinations: &[DestinationReport]) -> Summary {
         let mut s = Summary {
             destinations: destinations.len() as u64,
             ..Default::default()
@@ -336,7 +340,7 @@ impl Summary {
 
 impl Report {
     /// About how long the report is as JSON ([`Report::write_json`]), in bytes.
-    pub fn json_len_estimate(&self) -> usize {
+    pub(crate) fn json_len_estimate(&self) -> usize {
         self.destinations
             .iter()
             .map(|d| {
@@ -354,7 +358,7 @@ impl Report {
     /// `links` and counts them in its `omitted_unchanged` (`--omit-unchanged`): a report
     /// of a republication that says what was written, not every file that stayed. The
     /// summary's counters do not change.
-    pub fn omit_unchanged(&mut self) {
+    pub(crate) fn omit_unchanged(&mut self) {
         for d in &mut self.destinations {
             let files = d.files.omit_unchanged();
             let before = d.links.len();
@@ -368,7 +372,7 @@ impl Report {
 
     /// Writes the report to `w` as pretty JSON with a trailing newline, as it is
     /// serialized, without holding it whole.
-    pub fn write_json(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+    pub(crate) fn write_json(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
         serde_json::to_writer_pretty(&mut *w, self)?;
         w.write_all(b"\n")
     }

@@ -13,7 +13,7 @@ impl Report {
     /// The text plan (SPEC §16): per destination its decision, counts by op, conflicts
     /// grouped by kind, then at most [`FILE_LINES`] file and link lines (changes first)
     /// unless `opts.files`; with `opts.quiet`, only the summary.
-    pub fn to_text(&self, opts: &TextOptions) -> String {
+    pub(crate) fn to_text(&self, opts: &TextOptions) -> String {
         let mut out = String::new();
         let words = Words::of(self);
         if opts.quiet {
@@ -284,14 +284,14 @@ fn write_afterwards(out: &mut String, d: &DestinationReport, opts: &TextOptions)
     }
 }
 
-pub const FILE_LINES: usize = 20;
+pub(crate) const FILE_LINES: usize = 20;
 
 /// Conflicts of one kind a text report names by path before it says how many more.
 const CONFLICT_PATHS: usize = 5;
 
 /// How a text report is laid out (SPEC §16).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct TextOptions {
+pub(crate) struct TextOptions {
     /// Every file and link line, and every path of a conflict (`--files`).
     pub files: bool,
     /// Only the summary (`--quiet`).
@@ -303,7 +303,7 @@ pub struct TextOptions {
 impl TextOptions {
     /// Colour when `terminal` (stdout is one), `NO_COLOR` is unset or empty
     /// (<https://no-color.org>) and `TERM` is not `dumb`.
-    pub fn colour_for(terminal: bool) -> bool {
+    pub(crate) fn colour_for(terminal: bool) -> bool {
         colour_from(
             terminal,
             std::env::var_os("NO_COLOR").as_deref(),

@@ -18,20 +18,20 @@ struct TokenEntry {
 
 /// Every token of every served pipeline.
 #[derive(Debug, Clone, Default)]
-pub struct Tokens {
+pub(crate) struct Tokens {
     entries: Vec<TokenEntry>,
 }
 
 /// Who a request is, once authorized for a pipeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
+pub(crate) struct Caller {
     /// Token name, or None for an unauthenticated server.
     pub token_name: Option<String>,
 }
 
 impl Caller {
     /// The actor the journal records: `token:<name>`, or `unauthenticated`.
-    pub fn actor(&self) -> String {
+    pub(crate) fn actor(&self) -> String {
         match &self.token_name {
             Some(n) => format!("token:{n}"),
             None => "unauthenticated".to_string(),
@@ -41,7 +41,7 @@ impl Caller {
 
 /// A (pipeline, token name) pair a bearer token matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Match {
+pub(crate) struct Match {
     /// Pipeline the token is configured for.
     pub pipeline_id: String,
     /// The token's name.
@@ -50,7 +50,12 @@ pub struct Match {
 
 impl Tokens {
     /// Adds a pipeline's tokens; `sha256` was validated as 64 lowercase hex by the config.
-    pub fn add(&mut self, pipeline_id: &str, name: &str, sha256_hex: &str) -> Result<(), String> {
+    pub(crate) fn add(
+        &mut self,
+        pipeline_id: &str,
+        name: &str,
+        sha256_hex: &str,
+    ) -> Result<(), String> {
         let sha256 = decode_hex32(sha256_hex)
             .ok_or_else(|| format!("token '{name}': sha256 is not 64 hex characters"))?;
         self.entries.push(TokenEntry {
@@ -62,13 +67,13 @@ impl Tokens {
     }
 
     /// True when no token is configured at all.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// Every configured token the bearer secret matches. All entries are compared, match
     /// or not, each in constant time.
-    pub fn matches(&self, secret: &str) -> Vec<Match> {
+    pub(crate) fn matches(&self, secret: &str) -> Vec<Match> {
         let hash: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
         let mut out = Vec::new();
         for e in &self.entries {
@@ -99,7 +104,7 @@ fn decode_hex32(s: &str) -> Option<[u8; 32]> {
 
 /// The bearer secret of a request: None without an Authorization header, an error for a
 /// header that is not `Bearer <token>`.
-pub fn bearer(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Ok(None);
     };
@@ -121,7 +126,7 @@ pub fn bearer(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 
 /// The outcome of authenticating a request before its pipeline is looked at.
 #[derive(Debug, Clone)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     /// Whether the request carried a bearer token.
     pub presented: bool,
     /// What the token matched (empty: no token, or a wrong one).
@@ -130,7 +135,10 @@ pub struct Credentials {
 
 impl Credentials {
     /// Reads and checks the Authorization header against every configured token.
-    pub fn from_headers(headers: &HeaderMap, tokens: &Tokens) -> Result<Credentials, ApiError> {
+    pub(crate) fn from_headers(
+        headers: &HeaderMap,
+        tokens: &Tokens,
+    ) -> Result<Credentials, ApiError> {
         Ok(match bearer(headers)? {
             None => Credentials {
                 presented: false,
@@ -144,14 +152,14 @@ impl Credentials {
     }
 
     /// Whether the token is valid for some pipeline served here.
-    pub fn authenticated(&self) -> bool {
+    pub(crate) fn authenticated(&self) -> bool {
         !self.matches.is_empty()
     }
 
     /// Authorizes the request for `pipeline_id`: 401 without a valid token, 403 for a token
     /// of another pipeline. `open` is true for a pipeline without tokens on a server
     /// started with `--allow-unauthenticated`.
-    pub fn authorize(&self, pipeline_id: &str, open: bool) -> Result<Caller, ApiError> {
+    pub(crate) fn authorize(&self, pipeline_id: &str, open: bool) -> Result<Caller, ApiError> {
         if let Some(m) = self.matches.iter().find(|m| m.pipeline_id == pipeline_id) {
             return Ok(Caller {
                 token_name: Some(m.name.clone()),
@@ -179,14 +187,14 @@ impl Credentials {
     }
 
     /// Names of the matched tokens, for the log (never the secret).
-    pub fn token_names(&self) -> Option<String> {
+    pub(crate) fn token_names(&self) -> Option<String> {
         let names: Vec<&str> = self.matches.iter().map(|m| m.name.as_str()).collect();
         (!names.is_empty()).then(|| names.join(","))
     }
 }
 
 /// A 401 reply.
-pub fn unauthorized(message: &str) -> ApiError {
+pub(crate) fn unauthorized(message: &str) -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
 }
 

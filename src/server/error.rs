@@ -10,7 +10,7 @@ use serde_json::json;
 
 /// An error reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     /// HTTP status.
     pub status: StatusCode,
     /// Machine-readable kind.
@@ -21,7 +21,7 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with any status.
-    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             kind,
@@ -30,27 +30,27 @@ impl ApiError {
     }
 
     /// 400 for a bad archive (entries, paths, truncation, garbage).
-    pub fn bad_bundle(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_bundle(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_bundle", message)
     }
 
     /// 400 for a bad manifest or content that does not match it.
-    pub fn invalid_source(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid_source(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_source", message)
     }
 
     /// 413 for any upload limit passed.
-    pub fn too_large(message: impl Into<String>) -> Self {
+    pub(crate) fn too_large(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
     }
 
     /// 500 for failures of the server itself.
-    pub fn internal(message: impl Into<String>) -> Self {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
     }
 
     /// The JSON body of this error.
-    pub fn body(&self) -> serde_json::Value {
+    pub(crate) fn body(&self) -> serde_json::Value {
         json!({"error": {"kind": self.kind, "message": self.message}})
     }
 }
@@ -79,7 +79,7 @@ impl IntoResponse for ApiError {
 }
 
 /// Maps a library error met outside a publication (source, journal, I/O) to a reply.
-pub fn from_library(e: &crate::Error, message: String) -> ApiError {
+pub(crate) fn from_library(e: &crate::Error, message: String) -> ApiError {
     use crate::Error;
     match e.root() {
         Error::Source(_) => ApiError::invalid_source(message),

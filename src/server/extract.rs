@@ -29,7 +29,7 @@ use tar::EntryType;
 
 /// What was unpacked: every regular file with its size and sha256.
 #[derive(Debug, Default)]
-pub struct Extracted {
+pub(crate) struct Extracted {
     /// Path → (size, lowercase hex sha256).
     pub files: HashMap<String, (u64, crate::hash::ContentHash)>,
     /// Entries read, extension headers included.
@@ -50,7 +50,7 @@ enum Kind {
 
 /// Unpacks `archive` (a tar, or a gzip tar recognised by its magic bytes) into `dest`,
 /// which must exist and be empty.
-pub fn extract(archive: &Path, dest: &Path, limits: &Limits) -> Result<Extracted, ApiError> {
+pub(crate) fn extract(archive: &Path, dest: &Path, limits: &Limits) -> Result<Extracted, ApiError> {
     let mut file = File::open(archive)
         .map_err(|e| ApiError::internal(format!("cannot reopen the spooled upload: {e}")))?;
     let mut magic = [0u8; 2];

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 /// What a handler learned about a request, attached to its response for the log line.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct RequestLog {
+pub(crate) struct RequestLog {
     /// Pipeline id from the path, when the route has one.
     pub pipeline: Option<String>,
     /// Name of the token that authenticated (or was refused for this pipeline).
@@ -35,7 +35,7 @@ pub struct RequestLog {
 
 /// One destination's outcome in a request log line.
 #[derive(Debug, Clone, Serialize)]
-pub struct DestinationLog {
+pub(crate) struct DestinationLog {
     /// Destination id.
     pub destination: String,
     /// Planned decision.
@@ -47,7 +47,7 @@ pub struct DestinationLog {
 }
 
 /// Writes one JSON line to stderr. A closed stderr is not worth failing a request for.
-pub fn emit(mut line: Value) {
+pub(crate) fn emit(mut line: Value) {
     if let Value::Object(map) = &mut line {
         map.insert(
             "ts".into(),
@@ -62,7 +62,7 @@ pub fn emit(mut line: Value) {
 }
 
 /// A lifecycle event (`listening`, `shutdown`, `stopped`, `spool_cleanup_failed`, ...).
-pub fn event(name: &str, fields: Value) {
+pub(crate) fn event(name: &str, fields: Value) {
     let mut line = json!({"event": name});
     if let (Value::Object(l), Value::Object(f)) = (&mut line, fields) {
         l.extend(f);
@@ -71,7 +71,7 @@ pub fn event(name: &str, fields: Value) {
 }
 
 /// Middleware: times the request and logs one line when the response is ready.
-pub async fn log_requests(req: Request, next: Next) -> Response {
+pub(crate) async fn log_requests(req: Request, next: Next) -> Response {
     let start = Instant::now();
     let method = req.method().to_string();
     // The path only: query strings hold nothing secret today, but the path is what
@@ -100,7 +100,7 @@ pub async fn log_requests(req: Request, next: Next) -> Response {
 /// Middleware: replies that are errors but not JSON (axum's own 404/405 and extractor
 /// rejections) are rewritten as `{"error": {"kind", "message"}}` so every
 /// error a client sees has one shape.
-pub async fn json_errors(req: Request, next: Next) -> Response {
+pub(crate) async fn json_errors(req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
     let status = resp.status();
     let is_json = resp
@@ -140,7 +140,7 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
 }
 
 /// The reply for a panic inside a handler (tower-http's catch-panic layer).
-pub fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response<Body> {
+pub(crate) fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response<Body> {
     let body = json!({"error": {"kind": "internal", "message": "the server failed while handling this request"}});
     let mut out = (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(body)).into_response();
     out.extensions_mut().insert(RequestLog {

@@ -13,14 +13,14 @@
 //! stops accepting connections, lets in-flight requests and publications finish, and
 //! returns normally (exit 0).
 
-pub mod auth;
-pub mod error;
-pub mod extract;
-pub mod limits;
-pub mod logging;
-pub mod pace;
-pub mod routes;
-pub mod spool;
+pub(crate) mod auth;
+pub(crate) mod error;
+pub(crate) mod extract;
+pub(crate) mod limits;
+pub(crate) mod logging;
+pub(crate) mod pace;
+pub(crate) mod routes;
+pub(crate) mod spool;
 
 use crate::config::Config;
 use crate::error::{ConfigError, Error, IoContext, Result};
@@ -48,7 +48,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 /// How to run the server.
 #[derive(Debug, Clone)]
-pub struct ServeOptions {
+pub(crate) struct ServeOptions {
     /// One config file per pipeline.
     pub configs: Vec<PathBuf>,
     /// Address to listen on (`127.0.0.1:8080`, `[::1]:0`, `localhost:8080`).
@@ -71,7 +71,7 @@ pub struct ServeOptions {
 
 /// Shared by every request.
 #[derive(Debug)]
-pub struct AppState {
+pub(crate) struct AppState {
     /// Served pipelines by id.
     pub pipelines: HashMap<String, Arc<Pipeline>>,
     /// Every token of every pipeline.
@@ -94,7 +94,7 @@ pub struct AppState {
 }
 
 /// Runs the server until SIGTERM or SIGINT; returns once in-flight publications finished.
-pub fn serve(opts: ServeOptions) -> Result<()> {
+pub(crate) fn serve(opts: ServeOptions) -> Result<()> {
     let (pipelines, tokens) = load_pipelines(&opts)?;
     let addr = resolve_listen(&opts.listen)?;
     let metrics_addr = match &opts.metrics_listen {
@@ -214,7 +214,7 @@ fn resolve_listen(listen: &str) -> Result<SocketAddr> {
 }
 
 /// The router: every route, the body limit, panic catching, JSON errors and request logs.
-pub fn router(state: Arc<AppState>) -> Router {
+pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/health", get(routes::health))
         .route("/v1/pipelines/{pipeline_id}/bundles", post(routes::upload))

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// Why a body was cut off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cut {
+pub(crate) enum Cut {
     /// Nothing arrived for the idle timeout.
     Idle,
     /// A whole window brought `window_bytes`, fewer than the minimum rate asks.
@@ -41,7 +41,7 @@ pub enum Cut {
 
 /// The pace of one body: what it received, in which window, and when it must end.
 #[derive(Debug, Clone)]
-pub struct Pace {
+pub(crate) struct Pace {
     idle: Duration,
     min_rate: u64,
     window: Duration,
@@ -61,7 +61,7 @@ fn after(now: Instant, d: Duration) -> Instant {
 
 impl Pace {
     /// A body whose first read starts at `now`.
-    pub fn new(limits: &Limits, now: Instant) -> Pace {
+    pub(crate) fn new(limits: &Limits, now: Instant) -> Pace {
         Pace {
             idle: limits.idle_timeout,
             min_rate: limits.min_rate,
@@ -75,17 +75,17 @@ impl Pace {
     }
 
     /// Bytes received so far.
-    pub fn received(&self) -> u64 {
+    pub(crate) fn received(&self) -> u64 {
         self.received
     }
 
     /// The window's length.
-    pub fn window(&self) -> Duration {
+    pub(crate) fn window(&self) -> Duration {
         self.window
     }
 
     /// Bytes a whole window must bring: `min_rate` × window, in whole bytes.
-    pub fn window_minimum(&self) -> u64 {
+    pub(crate) fn window_minimum(&self) -> u64 {
         let bytes = u128::from(self.min_rate).saturating_mul(self.window.as_millis()) / 1000;
         u64::try_from(bytes).unwrap_or(u64::MAX)
     }
@@ -93,7 +93,7 @@ impl Pace {
     /// When a wait for the next piece of the body, begun at `now`, must stop to be
     /// judged: the idle timeout, the end of the current window or the deadline, whichever
     /// comes first.
-    pub fn wake_at(&self, now: Instant) -> Instant {
+    pub(crate) fn wake_at(&self, now: Instant) -> Instant {
         let idle = after(now, self.idle.saturating_sub(self.idle_waited));
         let window = after(now, self.window.saturating_sub(self.window_waited));
         idle.min(window).min(self.deadline_at)
@@ -101,7 +101,12 @@ impl Pace {
 
     /// Records a wait from `from` to `now` that brought `bytes` (`None`: it was stopped at
     /// [`Self::wake_at`] with nothing), and judges the body so far.
-    pub fn record(&mut self, from: Instant, now: Instant, bytes: Option<u64>) -> Result<(), Cut> {
+    pub(crate) fn record(
+        &mut self,
+        from: Instant,
+        now: Instant,
+        bytes: Option<u64>,
+    ) -> Result<(), Cut> {
         let waited = now.saturating_duration_since(from);
         self.window_waited += waited;
         self.idle_waited += waited;

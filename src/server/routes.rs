@@ -26,7 +26,7 @@ use std::time::Duration;
 
 /// One served pipeline.
 #[derive(Debug)]
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     /// Its configuration.
     pub config: Config,
     /// Its journal (resolved as the CLI resolves it).
@@ -37,7 +37,7 @@ pub struct Pipeline {
 
 /// Query parameters a producer may set.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct UploadParams {
+pub(crate) struct UploadParams {
     /// `dry_run=true`: plan only.
     pub dry_run: bool,
     /// `destination=ID` (repeatable); empty: all.
@@ -60,7 +60,7 @@ const FORBIDDEN: &[&str] = &[
 ];
 
 /// Parses the upload's query string.
-pub fn parse_params(query: Option<&str>) -> Result<UploadParams, ApiError> {
+pub(crate) fn parse_params(query: Option<&str>) -> Result<UploadParams, ApiError> {
     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
         .map_err(|e| invalid_parameter(format!("the query string cannot be parsed: {e}")))?;
     let mut out = UploadParams::default();
@@ -116,12 +116,12 @@ fn invalid_parameter(message: String) -> ApiError {
 }
 
 /// `GET /v1/health`.
-pub async fn health() -> Response {
+pub(crate) async fn health() -> Response {
     Json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")})).into_response()
 }
 
 /// Unknown routes.
-pub async fn not_found() -> Response {
+pub(crate) async fn not_found() -> Response {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
@@ -176,7 +176,7 @@ fn authorize(
 }
 
 /// `GET /v1/pipelines/{id}/destinations`: each destination's state summary.
-pub async fn destinations(
+pub(crate) async fn destinations(
     State(state): State<Arc<AppState>>,
     Path(pipeline_id): Path<String>,
     headers: HeaderMap,
@@ -203,7 +203,7 @@ pub async fn destinations(
 }
 
 /// `POST /v1/pipelines/{id}/bundles`: upload, unpack, verify, publish (or plan).
-pub async fn upload(
+pub(crate) async fn upload(
     State(state): State<Arc<AppState>>,
     Path(pipeline_id): Path<String>,
     RawQuery(query): RawQuery,

@@ -25,7 +25,7 @@ const REQUEST_PREFIX: &str = "req-";
 
 /// The spool root of a running server.
 #[derive(Debug)]
-pub struct Spool {
+pub(crate) struct Spool {
     root: PathBuf,
     _lock: File,
     remove_on_close: bool,
@@ -33,7 +33,7 @@ pub struct Spool {
 
 impl Spool {
     /// Opens (creating) the spool at `dir`, or a fresh temporary one.
-    pub fn open(dir: Option<&Path>) -> Result<Spool> {
+    pub(crate) fn open(dir: Option<&Path>) -> Result<Spool> {
         let (root, remove_on_close) = match dir {
             Some(d) => (d.to_path_buf(), false),
             None => (
@@ -71,7 +71,7 @@ impl Spool {
     }
 
     /// The spool root.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
@@ -87,7 +87,7 @@ impl Spool {
     }
 
     /// A fresh private directory for one request.
-    pub fn request(&self) -> std::result::Result<RequestSpool, ApiError> {
+    pub(crate) fn request(&self) -> std::result::Result<RequestSpool, ApiError> {
         let dir = self
             .root
             .join(format!("{REQUEST_PREFIX}{}", uuid::Uuid::new_v4()));
@@ -104,7 +104,7 @@ impl Spool {
     }
 
     /// Removes the spool root when this server created it.
-    pub fn close(self) {
+    pub(crate) fn close(self) {
         if self.remove_on_close
             && let Err(e) = fs::remove_dir_all(&self.root)
         {
@@ -127,23 +127,23 @@ fn remove_any(p: &Path) -> std::io::Result<()> {
 /// One request's directory: `body` (the upload as received) and `bundle/` (unpacked).
 /// Dropping it removes the directory.
 #[derive(Debug)]
-pub struct RequestSpool {
+pub(crate) struct RequestSpool {
     dir: PathBuf,
 }
 
 impl RequestSpool {
     /// Where the body is written.
-    pub fn body_path(&self) -> PathBuf {
+    pub(crate) fn body_path(&self) -> PathBuf {
         self.dir.join("body")
     }
 
     /// Where the bundle is unpacked.
-    pub fn bundle_dir(&self) -> PathBuf {
+    pub(crate) fn bundle_dir(&self) -> PathBuf {
         self.dir.join("bundle")
     }
 
     /// The request directory itself.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
@@ -152,7 +152,11 @@ impl RequestSpool {
     /// rest. The body's pace is judged as it arrives ([`Pace`]): nothing for the idle
     /// timeout is a 400, too slow a rate or the deadline passed a 408. Returns the bytes
     /// received.
-    pub async fn receive(&self, body: Body, limits: &Limits) -> std::result::Result<u64, ApiError> {
+    pub(crate) async fn receive(
+        &self,
+        body: Body,
+        limits: &Limits,
+    ) -> std::result::Result<u64, ApiError> {
         let path = self.body_path();
         let mut file = tokio::fs::File::create(&path)
             .await

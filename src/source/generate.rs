@@ -19,7 +19,7 @@ pub fn write_manifest(dir: &Path, id: &str, created_at: &str) -> Result<Manifest
 /// [`write_manifest`], leaving out every file, link and directory whose bundle-relative
 /// path `exclude` matches (a matched directory with everything below it: `--exclude
 /// .git`); `progress` hears of the files found, then of the files and bytes hashed.
-pub fn write_manifest_excluding(
+pub(crate) fn write_manifest_excluding(
     dir: &Path,
     id: &str,
     created_at: &str,

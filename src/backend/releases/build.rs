@@ -27,7 +27,7 @@ use std::sync::Arc;
 /// The release an operation builds: its handle and the directories below it opened so
 /// far, by release-relative path.
 #[derive(Debug)]
-pub struct Building {
+pub(super) struct Building {
     op: String,
     dirs: foldhash::HashMap<String, Arc<Dir>>,
 }

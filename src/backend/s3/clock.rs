@@ -22,18 +22,18 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// The last `Date` the store sent, and when it arrived.
 #[derive(Debug, Default, Clone)]
-pub struct StoreClock(Arc<Mutex<Option<(Instant, SystemTime)>>>);
+pub(crate) struct StoreClock(Arc<Mutex<Option<(Instant, SystemTime)>>>);
 
 impl StoreClock {
     /// The store's time now, by its last `Date` header and the monotonic time since;
     /// `None` before any response carried one.
-    pub fn now(&self) -> Option<SystemTime> {
+    pub(crate) fn now(&self) -> Option<SystemTime> {
         let seen = *self.0.lock().unwrap_or_else(|e| e.into_inner());
         seen.map(|(at, date)| date + at.elapsed())
     }
 
     /// Forgets what was seen (before a request whose own `Date` is wanted).
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
@@ -51,7 +51,7 @@ const FIRST_CONTACT_ATTEMPTS: u32 = 3;
 #[error(
     "cannot reach the store at {url} ({cause}); nothing was written. Check {fix}, that the service is running, and that this host can connect to it (firewall, proxy: HTTPS_PROXY, NO_PROXY)"
 )]
-pub struct Unreachable {
+pub(crate) struct Unreachable {
     /// Where the requests went: scheme, host and port.
     url: String,
     /// Why the connection failed, in the HTTP client's words.
@@ -72,7 +72,7 @@ pub(crate) trait Prepare: std::fmt::Debug + Send + Sync {
 
 /// Makes object_store's usual HTTP client, wrapped to read the `Date` of each response.
 #[derive(Debug)]
-pub struct DateConnector {
+pub(crate) struct DateConnector {
     clock: StoreClock,
     /// What names the store's address, for [`Unreachable`]'s advice.
     fix: &'static str,
@@ -82,7 +82,7 @@ pub struct DateConnector {
 impl DateConnector {
     /// The connector of one object-store client; `fix` says which settings name the
     /// store's address ("s3.endpoint (AWS_ENDPOINT_URL overrides it when set)").
-    pub fn new(clock: StoreClock, fix: &'static str) -> DateConnector {
+    pub(crate) fn new(clock: StoreClock, fix: &'static str) -> DateConnector {
         DateConnector {
             clock,
             fix,

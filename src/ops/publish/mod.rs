@@ -34,11 +34,11 @@ use crate::source::Source;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use plan::plan_rollback;
+pub(crate) use plan::plan_rollback;
 
 /// What to publish and how.
 #[derive(Debug, Clone)]
-pub struct PublishOptions {
+pub(crate) struct PublishOptions {
     /// Destination ids to publish to; empty means all.
     pub destinations: Vec<String>,
     /// Plan only; write nothing anywhere.
@@ -67,12 +67,12 @@ pub struct PublishOptions {
 }
 
 /// Publishes (or plans) a verified source to the configured destinations.
-pub fn publish(config: &Config, source: &Source, opts: &PublishOptions) -> Result<Outcome> {
+pub(crate) fn publish(config: &Config, source: &Source, opts: &PublishOptions) -> Result<Outcome> {
     publish_with_progress(config, source, opts, None)
 }
 
 /// [`publish`], telling `progress` how staging goes (the CLI draws a progress bar).
-pub fn publish_with_progress(
+pub(crate) fn publish_with_progress(
     config: &Config,
     source: &Source,
     opts: &PublishOptions,
@@ -219,7 +219,7 @@ fn shown_bundle_path(config: &Config, dest: &Destination, source: &Source) -> St
 }
 
 /// The bundle path of `dest` for `source` (SPEC §2 path mapping).
-pub fn bundle_path(config: &Config, dest: &Destination, source: &Source) -> Result<PathBuf> {
+pub(crate) fn bundle_path(config: &Config, dest: &Destination, source: &Source) -> Result<PathBuf> {
     Ok(match &dest.path_mapping {
         PathMapping::Fixed => dest.path.clone(),
         PathMapping::SourceId => dest.path.join(&source.manifest.id),
@@ -249,7 +249,7 @@ pub fn bundle_path(config: &Config, dest: &Destination, source: &Source) -> Resu
 
 impl PublishOptions {
     /// What this run lifts: `--force`, `--allow-delete`.
-    pub fn overrides(&self) -> Overrides {
+    pub(crate) fn overrides(&self) -> Overrides {
         Overrides {
             force: self.force,
             allow_delete: self.allow_delete,

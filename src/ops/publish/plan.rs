@@ -87,7 +87,7 @@ pub(super) fn plan_with(
 /// release rolled back to, planned against what `store` (locked, or open for a dry run)
 /// holds now; the owner's own newer record does not stop it, everything else of §5
 /// applies (other owners' paths, unmanaged content).
-pub fn plan_rollback(
+pub(crate) fn plan_rollback(
     config: &Config,
     dest: &Destination,
     source: &Source,

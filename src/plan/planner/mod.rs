@@ -27,7 +27,7 @@ use foldhash::HashMap;
 use std::path::Path;
 
 /// Everything the planner looks at.
-pub struct PlanInput<'a> {
+pub(crate) struct PlanInput<'a> {
     /// Current pipeline id.
     pub pipeline_id: &'a str,
     /// The destination's configuration.
@@ -117,7 +117,7 @@ enum Basis {
 }
 
 /// Plans one destination.
-pub fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
+pub(crate) fn plan_destination(input: &PlanInput<'_>) -> DestinationPlan {
     let d = input.destination;
     let me = Owner::new(input.pipeline_id, d.id.clone());
     let src = input.source.source_ref();

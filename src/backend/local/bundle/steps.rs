@@ -331,7 +331,7 @@ pub fn fingerprint(st: &rustix::fs::Stat, sha256: crate::hash::ContentHash) -> F
 /// action's that placed it).
 // The field types of `stat` differ between targets.
 #[allow(clippy::unnecessary_cast)]
-pub fn placed(st: &rustix::fs::Stat) -> Placed {
+pub(super) fn placed(st: &rustix::fs::Stat) -> Placed {
     Placed {
         size: st.st_size as u64,
         mtime_ns: st.st_mtime as i64 * 1_000_000_000 + st.st_mtime_nsec as i64,

@@ -23,7 +23,7 @@
 
 mod object;
 
-pub use object::{LOCK_OBJECT, live_holder};
+pub(super) use object::{LOCK_OBJECT, live_holder};
 
 use super::{S3Backend, block_on, store_error};
 use crate::error::{Error, Result};
@@ -70,7 +70,7 @@ struct Inner {
 
 /// A held lease; renewed in the background until dropped, then deleted if there is time.
 #[derive(Debug)]
-pub struct Lease {
+pub(crate) struct Lease {
     inner: Arc<Inner>,
     renewer: Option<std::thread::JoinHandle<()>>,
 }
@@ -149,7 +149,7 @@ fn time_left(deadline: Instant, now: Instant) -> Left {
 }
 
 /// Implemented by the outcome of a request: whether it failed.
-pub trait Outcome {
+pub(crate) trait Outcome {
     /// True for a failure.
     fn failed(&self) -> bool;
 }
@@ -174,7 +174,7 @@ pub(super) fn refusal() -> Option<String> {
 impl Lease {
     /// Takes the lease of the bundle path `bundle` (key prefix `prefix`), waiting up to
     /// `timeout` for a live one to be released or to expire.
-    pub fn acquire(
+    pub(crate) fn acquire(
         backend: &S3Backend,
         bundle: &Path,
         prefix: &str,
@@ -301,7 +301,7 @@ impl Lease {
     /// Refuses to go on when the lease may no longer be held: lost to a conditional
     /// write, past its holder's deadline, or too close to it to send a request. Called
     /// before every write, and by [`Lease::send`] before every request.
-    pub fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         self.inner.check(Instant::now())
     }
 
@@ -309,7 +309,7 @@ impl Lease {
     /// less than 5 s are left, each retry refused likewise, and cut short when the
     /// holder's deadline passes (it moves on with each renewal). A request refused or cut
     /// short is a lost lease (`concurrent_change`), whatever object_store made of it.
-    pub fn send<F>(&self, request: F) -> Result<F::Output>
+    pub(crate) fn send<F>(&self, request: F) -> Result<F::Output>
     where
         F: Future,
         F::Output: Outcome,
@@ -319,7 +319,7 @@ impl Lease {
 
     /// Records the operation the lease is held for (written with the next renewal, and
     /// now).
-    pub fn set_operation(&self, op: &str) -> Result<()> {
+    pub(crate) fn set_operation(&self, op: &str) -> Result<()> {
         self.inner
             .held
             .lock()

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 /// The lease object's name under the prefix.
-pub const LOCK_OBJECT: &str = ".distributor.lock";
+pub(crate) const LOCK_OBJECT: &str = ".distributor.lock";
 
 /// What the lease object holds. The fields after `lease_seconds` are absent from leases
 /// written before they existed; such a lease is only ever taken over once it expired.
@@ -207,7 +207,11 @@ pub(super) fn judge(
 
 /// Whether a live lease covers the bundle path `bundle` (key prefix `prefix`) now (SPEC
 /// §16 `busy`): who holds it. Reads the lease, writes nothing.
-pub fn live_holder(backend: &S3Backend, bundle: &Path, prefix: &str) -> Result<Option<String>> {
+pub(crate) fn live_holder(
+    backend: &S3Backend,
+    bundle: &Path,
+    prefix: &str,
+) -> Result<Option<String>> {
     let key = Key::from(format!("{prefix}/{LOCK_OBJECT}"));
     let shown = format!("{}/{LOCK_OBJECT}", bundle.display());
     let lease = Duration::from_secs(backend.location.lease_seconds);
