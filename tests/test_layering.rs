@@ -104,7 +104,7 @@ const LAYERS: &[(u8, &[&str])] = &[
     (
         0,
         &[
-            "error.rs",
+            "error/",
             "model.rs",
             "units.rs",
             "clock.rs",
