@@ -10,8 +10,11 @@ use crate::error::{Error, ReleasesError, Result};
 use crate::execute::{Origin, StagedOperation, Transaction, retain};
 use crate::hash::sha256_hex;
 use crate::journal::Journal;
+use crate::model::{FileOp, Owner};
 use crate::ops::common::check_recovery;
-use crate::plan::DestinationPlan;
+use crate::plan::{DestinationPlan, FileAction, LinkAction};
+use crate::state::State;
+use std::collections::BTreeMap;
 
 /// How an activation that publishes nothing (a rollback, a promote) opens its
 /// destination, and what its errors say.
@@ -135,5 +138,85 @@ pub(crate) fn run_activation(
     let bundle = plan.bundle_path.to_string_lossy();
     passed.finish(&[], Some(&detail), |journal| {
         retain(store, &state, &op_id, &bundle, journal)
+    })
+}
+
+/// The file and link actions that take readers of `path` from the state `from` (none
+/// before the first release) to `to`, in path order: of `owner`'s entries only, or of
+/// every entry when `owner` is `None` (a single_owner rollback). What a rollback and a
+/// promote change, since both only swap one release's tree for another's.
+pub(crate) fn state_change(
+    owner: Option<&Owner>,
+    from: Option<&State>,
+    to: &State,
+) -> (Vec<FileAction>, Vec<LinkAction>) {
+    let mine = |o: &Owner| owner.is_none_or(|me| *o == *me);
+    let outputs = |s: &State| -> BTreeMap<String, (crate::hash::ContentHash, u64)> {
+        (s.outputs.iter())
+            .filter(|o| mine(&o.owner))
+            .map(|o| (o.path.clone(), (o.sha256, o.size)))
+            .collect()
+    };
+    let links = |s: &State| -> BTreeMap<String, String> {
+        (s.links.iter())
+            .filter(|l| mine(&l.owner))
+            .map(|l| (l.path.clone(), l.target.clone()))
+            .collect()
+    };
+    let file = |path: &String, op, (sha256, size): &(crate::hash::ContentHash, u64)| FileAction {
+        path: path.clone(),
+        op,
+        size: *size,
+        sha256: *sha256,
+        replaces: None,
+    };
+    let link = |path: &String, op, target: &String| LinkAction {
+        path: path.clone(),
+        target: target.clone(),
+        op,
+        replaces: None,
+    };
+    let (old, new) = (from.map(outputs).unwrap_or_default(), outputs(to));
+    let mut files: Vec<FileAction> = (new.iter())
+        .map(|(path, o)| {
+            let op = match old.get(path) {
+                Some((sha, _)) if *sha == o.0 => FileOp::Unchanged,
+                Some(_) => FileOp::Overwrite,
+                None => FileOp::Create,
+            };
+            file(path, op, o)
+        })
+        .chain(
+            (old.iter())
+                .filter(|(p, _)| !new.contains_key(*p))
+                .map(|(p, o)| file(p, FileOp::Delete, o)),
+        )
+        .collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let (old, new) = (from.map(links).unwrap_or_default(), links(to));
+    let mut link_actions: Vec<LinkAction> = (new.iter())
+        .map(|(path, target)| {
+            let op = match old.get(path) {
+                Some(t) if t == target => FileOp::Unchanged,
+                Some(_) => FileOp::Overwrite,
+                None => FileOp::Create,
+            };
+            link(path, op, target)
+        })
+        .chain(
+            (old.iter())
+                .filter(|(p, _)| !new.contains_key(*p))
+                .map(|(p, t)| link(p, FileOp::Delete, t)),
+        )
+        .collect();
+    link_actions.sort_by(|a, b| a.path.cmp(&b.path));
+    (files, link_actions)
+}
+
+/// A source as a rollback's or promote's plan message names it (`<id> created <time>`),
+/// `?` when the state names none.
+pub(crate) fn source_shown(source: Option<&crate::model::SourceRef>) -> String {
+    source.map_or("?".to_string(), |s| {
+        format!("{} created {}", s.id, s.created_at)
     })
 }

@@ -20,14 +20,13 @@ use crate::backend::releases::{Purpose, ReleaseStore};
 use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::journal::Journal;
-use crate::model::{ConflictKind, Decision, FileOp, Owner, SourceRef};
-use crate::ops::activation::{Activation, run_activation};
+use crate::model::{ConflictKind, Decision, Owner, SourceRef};
+use crate::ops::activation::{Activation, run_activation, source_shown, state_change};
 use crate::ops::common::{Activations, Outcome, journal_or_view};
 use crate::plan::PlanFailed;
-use crate::plan::{Conflict, DestinationPlan, FileAction, LinkAction, Previous};
+use crate::plan::{Conflict, DestinationPlan, Previous};
 use crate::report::{DestinationReport, Status};
 use crate::state::{State, StateFile};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -369,15 +368,11 @@ fn plan(
         owner: o.owner.clone(),
         source: o.source.clone(),
     });
-    let files = file_actions(me, from, &to);
-    let links = link_actions(me, from, &to);
+    let (files, links) = state_change(Some(me), from, &to);
     let source = to.owner(me).map(|o| o.source.clone());
     let message = format!(
         "promotes staged release {release} (source {})",
-        source.as_ref().map_or("?".to_string(), |s| format!(
-            "{} created {}",
-            s.id, s.created_at
-        ))
+        source_shown(source.as_ref())
     );
     Ok(DestinationPlan {
         destination_id: dest.id.clone(),
@@ -394,83 +389,4 @@ fn plan(
         message,
         new_state: Some(to),
     })
-}
-
-/// The file actions of a promote: this owner's recorded files, from the active release's
-/// state to the staged one's, in path order.
-fn file_actions(me: &Owner, from: Option<&State>, to: &State) -> Vec<FileAction> {
-    let mine_from = |s: &State| -> BTreeMap<String, (crate::hash::ContentHash, u64)> {
-        (s.outputs.iter())
-            .filter(|o| *o.owner == *me)
-            .map(|o| (o.path.clone(), (o.sha256, o.size)))
-            .collect()
-    };
-    let old = from.map(mine_from).unwrap_or_default();
-    let new = mine_from(to);
-    let mut files: Vec<FileAction> = Vec::new();
-    for (path, (sha, size)) in &new {
-        let op = match old.get(path) {
-            Some((s, _)) if s == sha => FileOp::Unchanged,
-            Some(_) => FileOp::Overwrite,
-            None => FileOp::Create,
-        };
-        files.push(FileAction {
-            path: path.clone(),
-            op,
-            size: *size,
-            sha256: *sha,
-            replaces: None,
-        });
-    }
-    for (path, (sha, size)) in old.iter().filter(|(p, _)| !new.contains_key(*p)) {
-        files.push(FileAction {
-            path: path.clone(),
-            op: FileOp::Delete,
-            size: *size,
-            sha256: *sha,
-            replaces: None,
-        });
-    }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    files
-}
-
-/// The link actions of a promote: this owner's recorded links, from the active release's
-/// state to the staged one's, in path order.
-fn link_actions(me: &Owner, from: Option<&State>, to: &State) -> Vec<LinkAction> {
-    let links_of = |s: &State| -> BTreeMap<String, String> {
-        (s.links.iter())
-            .filter(|l| *l.owner == *me)
-            .map(|l| (l.path.clone(), l.target.clone()))
-            .collect()
-    };
-    let old_links = from.map(links_of).unwrap_or_default();
-    let new_links = links_of(to);
-    let mut links: Vec<LinkAction> = Vec::new();
-    for (path, target) in &new_links {
-        let op = match old_links.get(path) {
-            Some(t) if t == target => FileOp::Unchanged,
-            Some(_) => FileOp::Overwrite,
-            None => FileOp::Create,
-        };
-        links.push(LinkAction {
-            path: path.clone(),
-            target: target.clone(),
-            op,
-            replaces: None,
-        });
-    }
-    for (path, target) in old_links
-        .iter()
-        .filter(|(p, _)| !new_links.contains_key(*p))
-    {
-        links.push(LinkAction {
-            path: path.clone(),
-            target: target.clone(),
-            op: FileOp::Delete,
-            replaces: None,
-        });
-    }
-    links.sort_by(|a, b| a.path.cmp(&b.path));
-    links
 }

@@ -17,16 +17,17 @@ use crate::config::{Config, Destination};
 use crate::error::{Error, ReleasesError, Result};
 use crate::execute::{ExecContext, StagedOperation, execute};
 use crate::journal::{Journal, query};
-use crate::model::{Decision, FileOp, Owner, SourceRef, StateMode};
-use crate::ops::activation::{Activation, Opening, open_releases, run_activation};
+use crate::model::{Decision, Owner, SourceRef, StateMode};
+use crate::ops::activation::{
+    Activation, Opening, open_releases, run_activation, source_shown, state_change,
+};
 use crate::ops::common::{Activations, Outcome, journal_or_view, releases_destinations};
 use crate::ops::publish::plan_rollback;
 use crate::plan::PlanFailed;
-use crate::plan::{DestinationPlan, FileAction, LinkAction, Previous};
+use crate::plan::{DestinationPlan, Previous};
 use crate::report::{DestinationReport, Status};
 use crate::source::{LinkEntry, Manifest, OutputEntry, Source};
 use crate::state::{State, StateFile};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -422,83 +423,12 @@ fn plan(
         owner: o.owner.clone(),
         source: o.source.clone(),
     });
-    let old: BTreeMap<&str, (crate::hash::ContentHash, u64)> = (from.outputs.iter())
-        .map(|o| (o.path.as_str(), (o.sha256, o.size)))
-        .collect();
-    let new_paths: std::collections::BTreeSet<&str> =
-        to.outputs.iter().map(|o| o.path.as_str()).collect();
-    let mut files: Vec<FileAction> = Vec::new();
-    for o in &to.outputs {
-        let op = match old.get(o.path.as_str()) {
-            Some((sha, _)) if *sha == o.sha256 => FileOp::Unchanged,
-            Some(_) => FileOp::Overwrite,
-            None => FileOp::Create,
-        };
-        files.push(FileAction {
-            path: o.path.clone(),
-            op,
-            size: o.size,
-            sha256: o.sha256,
-            replaces: None,
-        });
-    }
-    for o in from
-        .outputs
-        .iter()
-        .filter(|o| !new_paths.contains(o.path.as_str()))
-    {
-        files.push(FileAction {
-            path: o.path.clone(),
-            op: FileOp::Delete,
-            size: o.size,
-            sha256: o.sha256,
-            replaces: None,
-        });
-    }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    let old_links: BTreeMap<&str, &str> = (from.links.iter())
-        .map(|l| (l.path.as_str(), l.target.as_str()))
-        .collect();
-    let new_links: std::collections::BTreeSet<&str> =
-        to.links.iter().map(|l| l.path.as_str()).collect();
-    let mut links: Vec<LinkAction> = Vec::new();
-    for l in &to.links {
-        let op = match old_links.get(l.path.as_str()) {
-            Some(t) if *t == l.target => FileOp::Unchanged,
-            Some(_) => FileOp::Overwrite,
-            None => FileOp::Create,
-        };
-        links.push(LinkAction {
-            path: l.path.clone(),
-            target: l.target.clone(),
-            op,
-            replaces: None,
-        });
-    }
-    for l in from
-        .links
-        .iter()
-        .filter(|l| !new_links.contains(l.path.as_str()))
-    {
-        links.push(LinkAction {
-            path: l.path.clone(),
-            target: l.target.clone(),
-            op: FileOp::Delete,
-            replaces: None,
-        });
-    }
-    links.sort_by(|a, b| a.path.cmp(&b.path));
+    let (files, links) = state_change(None, Some(from), &to);
     let to_source = to.owners.first().map(|o| o.source.clone());
     let message = format!(
         "rolls back from release {current} (source {}) to release {target} (source {})",
-        previous.as_ref().map_or("?".to_string(), |p| format!(
-            "{} created {}",
-            p.source.id, p.source.created_at
-        )),
-        to_source.as_ref().map_or("?".to_string(), |s| format!(
-            "{} created {}",
-            s.id, s.created_at
-        )),
+        source_shown(previous.as_ref().map(|p| &p.source)),
+        source_shown(to_source.as_ref()),
     );
     Ok(DestinationPlan {
         destination_id: dest.id.clone(),
