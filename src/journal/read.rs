@@ -132,18 +132,7 @@ impl Journal {
 
     /// Every unfinished operation (any bundle path), oldest first: id and bundle path.
     pub fn unfinished(&self) -> Result<Vec<(String, String)>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT operation_id, bundle_path FROM operations WHERE status IN ('in_progress', 'committed', 'diverged')
-                 ORDER BY started_at, operation_id",
-            )
-            .map_err(|e| jerr(&self.path, e))?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
-            .map_err(|e| jerr(&self.path, e))?;
-        rows.collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| jerr(&self.path, e))
+        unfinished(&self.conn, &self.path)
     }
 
     /// The derived status of an operation (`None` when the journal does not know it).
@@ -288,4 +277,20 @@ pub(super) fn column<T: std::str::FromStr<Err = String>>(
         }
         .into()
     })
+}
+
+/// Every unfinished operation (any bundle path) in the journal at `path` open on `conn`,
+/// oldest first: id and bundle path. Read by the writer and by the read-only view.
+pub(super) fn unfinished(conn: &Connection, path: &Path) -> Result<Vec<(String, String)>> {
+    let mut stmt = conn
+        .prepare(
+            "SELECT operation_id, bundle_path FROM operations WHERE status IN ('in_progress', 'committed', 'diverged')
+             ORDER BY started_at, operation_id",
+        )
+        .map_err(|e| jerr(path, e))?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .map_err(|e| jerr(path, e))?;
+    rows.collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(|e| jerr(path, e))
 }

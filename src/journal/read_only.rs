@@ -153,18 +153,7 @@ impl JournalView {
                 // Created and never migrated: it records nothing.
                 return Ok(Vec::new());
             }
-            let mut stmt = conn
-                .prepare(
-                    "SELECT operation_id, bundle_path FROM operations
-                     WHERE status IN ('in_progress', 'committed', 'diverged')
-                     ORDER BY started_at, operation_id",
-                )
-                .map_err(|e| jerr(&self.path, e))?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
-                .map_err(|e| jerr(&self.path, e))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()
-                .map_err(|e| jerr(&self.path, e))
+            super::read::unfinished(conn, &self.path)
         };
         let first = read(self.conn());
         let wal_now = size(&sibling(&self.path, "-wal"))?.unwrap_or(0) > 0;
