@@ -25,6 +25,7 @@ ap.add_argument("--size", type=int, default=4096)
 ap.add_argument("--reps", type=int, default=5)
 ap.add_argument("--tool", action="append", default=[], help="name=binary")
 ap.add_argument("--no-rsync", action="store_true")
+ap.add_argument("--floor", help="the first-publication floor program (examples/floor_first.rs), timed as a tool of its own")
 ap.add_argument("--keep", action="store_true", help="keep the run directories")
 a = ap.parse_args()
 
@@ -34,7 +35,7 @@ if not os.path.exists(os.path.join(src, "distributor-manifest.json")):
 runs = os.path.join(a.work, "runs")
 os.makedirs(runs, exist_ok=True)
 tools = dict(t.split("=", 1) for t in a.tool)
-names = list(tools) + ([] if a.no_rsync else ["rsync"])
+names = list(tools) + ([] if a.no_rsync else ["rsync"]) + (["floor"] if a.floor else [])
 
 def run(cmds):
     t0 = time.perf_counter(); cpu = 0.0
@@ -61,6 +62,8 @@ for r in range(a.reps):
         if t == "rsync":
             os.makedirs(dst)
             cmds = [["rsync", "-a", "--delete", src + "/", dst + "/"], ["sync", "-f", dst]]
+        elif t == "floor":
+            cmds = [[a.floor, src, dst, os.path.join(d, "j.sqlite3")]]
         else:
             cfg = os.path.join(d, "cfg.yaml")
             open(cfg, "w").write(f"version: 1\npipeline:\n  id: bench\ndestinations:\n  - id: dest\n    path: {dst}\n    state:\n      mode: single_owner\n")

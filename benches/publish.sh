@@ -36,7 +36,8 @@ for tool in rsync python3 sync cp; do
     fi
   fi
 done
-cargo build --release --locked --quiet --bin distributor --example floor
+cargo build --release --locked --quiet --bin distributor --example floor --example floor_first
 exec python3 benches/publish.py --bin "${CARGO_TARGET_DIR:-target}/release/distributor" \
   --floor "${CARGO_TARGET_DIR:-target}/release/examples/floor" \
+  --floor-first "${CARGO_TARGET_DIR:-target}/release/examples/floor_first" \
   --work "${BENCH_DIR:-target/bench}" "$@"

@@ -1,0 +1,244 @@
+//! The floor of a first publication (issue 28): the work distributor cannot skip to put a
+//! new bundle into an empty local destination durably and crash-safely, done as plainly
+//! as possible, on as many threads as distributor's staging uses where the work is per
+//! file.
+//!
+//! - Read the manifest, parse it into distributor's own `Manifest` type, check it and take
+//!   its source digest (SPEC §3.3).
+//! - `lstat` every source file and compare its size with the manifest's (the source check
+//!   before planning).
+//! - Journal the operation before acting (SPEC §7): a SQLite journal in WAL mode, one
+//!   transaction with the operation and a row per action (path, size, sha256), committed
+//!   with an fsync.
+//! - Stage (SPEC §6 step 4): every file copied into `.distributor/staging/<op>/new/<n>/`
+//!   (256 files a directory, as distributor's flat layout), created exclusively with mode
+//!   0644, hashed while copied, the digest compared with the manifest's; on two threads
+//!   (this machine's cores).
+//! - One `syncfs` before the first rename into the destination (SPEC §13).
+//! - Place: create the missing directories and rename each staged file into place with
+//!   `RENAME_NOREPLACE` (a file that appeared there is never replaced), on one thread.
+//! - One `syncfs` for the directories that gained entries; write the state file (every
+//!   output's path, size and sha256) to a temp file, fsync it, rename it over
+//!   `.distributor.json`, fsync the bundle directory.
+//! - Commit in the journal (an fsync), remove the emptied staging directories.
+//!
+//! What distributor does beyond this (the staging record, the plan and its report, the
+//! placement fingerprints, the destination log, the lock, its checks against a hostile
+//! neighbour) is its overhead. Used by `benches/first_publish.py --floor`.
+//!
+//!     cargo run --release --example floor_first -- SOURCE_DIR BUNDLE_PATH JOURNAL
+
+use distributor::source::{MANIFEST_FILE, Manifest, OutputEntry};
+use rusqlite::Connection;
+use rustix::fs::{Mode, OFlags, RenameFlags};
+use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+const BUCKET: usize = 256;
+const THREADS: usize = 2;
+
+fn fail(what: &Path, e: impl std::fmt::Display) -> ! {
+    eprintln!("floor_first: {}: {e}", what.display());
+    std::process::exit(1)
+}
+
+fn journal(path: &Path, op: &str, outputs: &[OutputEntry]) -> Connection {
+    let db = Connection::open(path).unwrap_or_else(|e| fail(path, e));
+    db.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;
+         CREATE TABLE IF NOT EXISTS operations (id TEXT PRIMARY KEY, status TEXT NOT NULL);
+         CREATE TABLE IF NOT EXISTS actions (op TEXT NOT NULL, seq INTEGER NOT NULL,
+             path TEXT NOT NULL, size INTEGER NOT NULL, sha256 BLOB NOT NULL,
+             PRIMARY KEY (op, seq)) WITHOUT ROWID;",
+    )
+    .unwrap_or_else(|e| fail(path, e));
+    let tx = db.unchecked_transaction().unwrap_or_else(|e| fail(path, e));
+    tx.execute("INSERT INTO operations VALUES (?1, 'begun')", [op])
+        .unwrap_or_else(|e| fail(path, e));
+    {
+        let mut ins = tx
+            .prepare("INSERT INTO actions VALUES (?1, ?2, ?3, ?4, ?5)")
+            .unwrap_or_else(|e| fail(path, e));
+        for (i, o) in outputs.iter().enumerate() {
+            ins.execute(rusqlite::params![
+                op,
+                i as i64,
+                o.path,
+                o.size as i64,
+                o.sha256.0.as_slice()
+            ])
+            .unwrap_or_else(|e| fail(path, e));
+        }
+    }
+    tx.commit().unwrap_or_else(|e| fail(path, e));
+    db
+}
+
+fn open_dir(path: &Path) -> OwnedFd {
+    rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .unwrap_or_else(|e| fail(path, e))
+}
+
+/// Copies output `i` into its staging bucket, hashing it, and checks the digest.
+fn stage(source: &Path, buckets: &[OwnedFd], i: usize, o: &OutputEntry, buf: &mut [u8]) {
+    let p = source.join(&o.path);
+    let mut input = std::fs::File::open(&p).unwrap_or_else(|e| fail(&p, e));
+    let fd = rustix::fs::openat(
+        &buckets[i / BUCKET],
+        i.to_string(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .unwrap_or_else(|e| fail(&p, e));
+    let mut output = std::fs::File::from(fd);
+    let mut h = Sha256::new();
+    loop {
+        let n = input.read(buf).unwrap_or_else(|e| fail(&p, e));
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        output.write_all(&buf[..n]).unwrap_or_else(|e| fail(&p, e));
+    }
+    if h.finalize().as_slice() != o.sha256.0.as_slice() {
+        fail(&p, "sha256 differs from the manifest");
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, source, bundle, journal_path] = args.as_slice() else {
+        eprintln!("usage: floor_first SOURCE_DIR BUNDLE_PATH JOURNAL");
+        std::process::exit(2);
+    };
+    let (source, bundle, journal_path) = (
+        Path::new(source),
+        Path::new(bundle),
+        Path::new(journal_path),
+    );
+    let file = source.join(MANIFEST_FILE);
+    let bytes = std::fs::read(&file).unwrap_or_else(|e| fail(&file, e));
+    let manifest: Manifest = serde_json::from_slice(&bytes).unwrap_or_else(|e| fail(&file, e));
+    drop(bytes);
+    manifest.validate().unwrap_or_else(|e| fail(&file, e));
+    let digest = manifest.digest();
+    let outputs = &manifest.outputs;
+    for o in outputs {
+        let p = source.join(&o.path);
+        let st = std::fs::symlink_metadata(&p).unwrap_or_else(|e| fail(&p, e));
+        if !st.is_file() || st.len() != o.size {
+            fail(&p, "not a regular file of the manifest's size");
+        }
+    }
+
+    let op = uuid::Uuid::new_v4().to_string();
+    let db = journal(journal_path, &op, outputs);
+
+    let staging = bundle.join(".distributor/staging").join(&op).join("new");
+    std::fs::create_dir_all(&staging).unwrap_or_else(|e| fail(&staging, e));
+    let buckets: Vec<OwnedFd> = (0..outputs.len().div_ceil(BUCKET))
+        .map(|b| {
+            let d = staging.join(b.to_string());
+            std::fs::create_dir(&d).unwrap_or_else(|e| fail(&d, e));
+            open_dir(&d)
+        })
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                let mut buf = vec![0u8; 256 * 1024];
+                loop {
+                    let start = next.fetch_add(BUCKET, std::sync::atomic::Ordering::Relaxed);
+                    if start >= outputs.len() {
+                        break;
+                    }
+                    let end = (start + BUCKET).min(outputs.len());
+                    for (i, o) in outputs[start..end].iter().enumerate() {
+                        stage(source, &buckets, start + i, o, &mut buf);
+                    }
+                }
+            });
+        }
+    });
+    let root = open_dir(bundle);
+    rustix::fs::syncfs(&root).unwrap_or_else(|e| fail(bundle, e));
+
+    let mut made: HashSet<String> = HashSet::new();
+    let mut dirs: std::collections::HashMap<String, OwnedFd> = Default::default();
+    for (i, o) in outputs.iter().enumerate() {
+        let (parent, name) = o.path.rsplit_once('/').unwrap_or(("", &o.path));
+        if !dirs.contains_key(parent) {
+            let mut at = String::new();
+            for part in parent.split('/').filter(|p| !p.is_empty()) {
+                at = if at.is_empty() {
+                    part.to_string()
+                } else {
+                    format!("{at}/{part}")
+                };
+                if made.insert(at.clone()) {
+                    let d = bundle.join(&at);
+                    match std::fs::create_dir(&d) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                        Err(e) => fail(&d, e),
+                    }
+                }
+            }
+            dirs.insert(parent.to_string(), open_dir(&bundle.join(parent)));
+        }
+        rustix::fs::renameat_with(
+            &buckets[i / BUCKET],
+            i.to_string(),
+            &dirs[parent],
+            name,
+            RenameFlags::NOREPLACE,
+        )
+        .unwrap_or_else(|e| fail(&bundle.join(&o.path), e));
+    }
+    rustix::fs::syncfs(&root).unwrap_or_else(|e| fail(bundle, e));
+
+    #[derive(serde::Serialize)]
+    struct State<'a> {
+        source_digest: &'a str,
+        outputs: &'a [OutputEntry],
+    }
+    let tmp = bundle
+        .join(".distributor/staging")
+        .join(&op)
+        .join("state.json");
+    let mut f = std::fs::File::create(&tmp).unwrap_or_else(|e| fail(&tmp, e));
+    let digest = digest.to_string();
+    serde_json::to_writer(
+        std::io::BufWriter::new(&mut f),
+        &State {
+            source_digest: &digest,
+            outputs,
+        },
+    )
+    .unwrap_or_else(|e| fail(&tmp, e));
+    f.sync_all().unwrap_or_else(|e| fail(&tmp, e));
+    let state = bundle.join(".distributor.json");
+    std::fs::rename(&tmp, &state).unwrap_or_else(|e| fail(&state, e));
+    rustix::fs::fsync(&root).unwrap_or_else(|e| fail(bundle, e));
+    db.execute(
+        "UPDATE operations SET status = 'committed' WHERE id = ?1",
+        [&op],
+    )
+    .unwrap_or_else(|e| fail(journal_path, e));
+    drop(buckets);
+    std::fs::remove_dir_all(bundle.join(".distributor/staging").join(&op))
+        .unwrap_or_else(|e| fail(&staging, e));
+    println!(
+        "{} files published ({digest}), {} bytes",
+        outputs.len(),
+        outputs.iter().map(|o| o.size).sum::<u64>()
+    );
+}
