@@ -10,21 +10,31 @@
 //! - Journal the operation before acting (SPEC §7): a SQLite journal in WAL mode, one
 //!   transaction with the operation and a row per action (path, size, sha256), committed
 //!   with an fsync.
+//! - Take the bundle path's lock: `flock` on `.distributor.lock` (SPEC §6 step 1).
+//! - Write the staging record first (SPEC §17): `plan.json` (every action's path, size and
+//!   sha256) and `post-state.json` (the state to commit) under
+//!   `.distributor/staging/.tmp-<op>/`, one `syncfs`, renamed to `<op>`, the staging
+//!   directory fsynced.
 //! - Stage (SPEC §6 step 4): every file copied into `.distributor/staging/<op>/new/<n>/`
 //!   (256 files a directory, as distributor's flat layout), created exclusively with mode
 //!   0644, hashed while copied, the digest compared with the manifest's; on two threads
 //!   (this machine's cores).
 //! - One `syncfs` before the first rename into the destination (SPEC §13).
 //! - Place: create the missing directories and rename each staged file into place with
-//!   `RENAME_NOREPLACE` (a file that appeared there is never replaced), on one thread.
-//! - One `syncfs` for the directories that gained entries; write the state file (every
-//!   output's path, size and sha256) to a temp file, fsync it, rename it over
-//!   `.distributor.json`, fsync the bundle directory.
-//! - Commit in the journal (an fsync), remove the emptied staging directories.
+//!   `RENAME_NOREPLACE` (a file that appeared there is never replaced), and `lstat` it
+//!   for its placement fingerprint (the rename changed its ctime), on one thread.
+//! - One `syncfs` for the directories that gained entries; copy the staged post-state to
+//!   a temp file, fsync it, rename it over `.distributor.json`, fsync the bundle
+//!   directory.
+//! - Commit in the journal with the placement fingerprints (an fsync); append the
+//!   destination log's entry (SPEC §18: a record file fsynced, linked to `<seq>.json`,
+//!   the log directory fsynced); remove the staging entry.
 //!
-//! What distributor does beyond this (the staging record, the plan and its report, the
-//! placement fingerprints, the destination log, the lock, its checks against a hostile
-//! neighbour) is its overhead. Used by `benches/first_publish.py --floor`.
+//! What distributor does beyond this (planning and the report, its checks against a
+//! hostile neighbour: the file type of every source opened, record owners and modes, the
+//! bundle path's identity before the commit; the journal's schema, step events and
+//! indexes; progress) is its overhead. Used by `benches/publish.py --floor-first` and
+//! `benches/first_publish.py --floor`.
 //!
 //!     cargo run --release --example floor_first -- SOURCE_DIR BUNDLE_PATH JOURNAL
 
@@ -49,14 +59,15 @@ fn journal(path: &Path, op: &str, outputs: &[OutputEntry]) -> Connection {
     let db = Connection::open(path).unwrap_or_else(|e| fail(path, e));
     db.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;
-         CREATE TABLE IF NOT EXISTS operations (id TEXT PRIMARY KEY, status TEXT NOT NULL);
+         CREATE TABLE IF NOT EXISTS operations (id TEXT PRIMARY KEY, status TEXT NOT NULL,
+             placements TEXT);
          CREATE TABLE IF NOT EXISTS actions (op TEXT NOT NULL, seq INTEGER NOT NULL,
              path TEXT NOT NULL, size INTEGER NOT NULL, sha256 BLOB NOT NULL,
              PRIMARY KEY (op, seq)) WITHOUT ROWID;",
     )
     .unwrap_or_else(|e| fail(path, e));
     let tx = db.unchecked_transaction().unwrap_or_else(|e| fail(path, e));
-    tx.execute("INSERT INTO operations VALUES (?1, 'begun')", [op])
+    tx.execute("INSERT INTO operations VALUES (?1, 'begun', NULL)", [op])
         .unwrap_or_else(|e| fail(path, e));
     {
         let mut ins = tx
@@ -141,8 +152,44 @@ fn main() {
     let op = uuid::Uuid::new_v4().to_string();
     let db = journal(journal_path, &op, outputs);
 
-    let staging = bundle.join(".distributor/staging").join(&op).join("new");
-    std::fs::create_dir_all(&staging).unwrap_or_else(|e| fail(&staging, e));
+    std::fs::create_dir_all(bundle.join(".distributor/staging"))
+        .unwrap_or_else(|e| fail(bundle, e));
+    let root = open_dir(bundle);
+    let lock_path = bundle.join(".distributor.lock");
+    let lock = std::fs::File::create(&lock_path).unwrap_or_else(|e| fail(&lock_path, e));
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+        .unwrap_or_else(|e| fail(&lock_path, e));
+
+    #[derive(serde::Serialize)]
+    struct State<'a> {
+        source_digest: &'a str,
+        outputs: &'a [OutputEntry],
+    }
+    let digest = digest.to_string();
+    let record_tmp = bundle
+        .join(".distributor/staging")
+        .join(format!(".tmp-{op}"));
+    std::fs::create_dir(&record_tmp).unwrap_or_else(|e| fail(&record_tmp, e));
+    for (name, value) in [
+        ("plan.json", serde_json::to_vec(outputs)),
+        (
+            "post-state.json",
+            serde_json::to_vec(&State {
+                source_digest: &digest,
+                outputs,
+            }),
+        ),
+    ] {
+        let p = record_tmp.join(name);
+        std::fs::write(&p, value.unwrap_or_else(|e| fail(&p, e))).unwrap_or_else(|e| fail(&p, e));
+    }
+    rustix::fs::syncfs(&root).unwrap_or_else(|e| fail(bundle, e));
+    let record = bundle.join(".distributor/staging").join(&op);
+    std::fs::rename(&record_tmp, &record).unwrap_or_else(|e| fail(&record, e));
+    rustix::fs::fsync(open_dir(&bundle.join(".distributor/staging")))
+        .unwrap_or_else(|e| fail(bundle, e));
+    let staging = record.join("new");
+    std::fs::create_dir(&staging).unwrap_or_else(|e| fail(&staging, e));
     let buckets: Vec<OwnedFd> = (0..outputs.len().div_ceil(BUCKET))
         .map(|b| {
             let d = staging.join(b.to_string());
@@ -168,9 +215,9 @@ fn main() {
             });
         }
     });
-    let root = open_dir(bundle);
     rustix::fs::syncfs(&root).unwrap_or_else(|e| fail(bundle, e));
 
+    let mut fingerprints = Vec::with_capacity(outputs.len());
     let mut made: HashSet<String> = HashSet::new();
     let mut dirs: std::collections::HashMap<String, OwnedFd> = Default::default();
     for (i, o) in outputs.iter().enumerate() {
@@ -202,40 +249,48 @@ fn main() {
             RenameFlags::NOREPLACE,
         )
         .unwrap_or_else(|e| fail(&bundle.join(&o.path), e));
+        let st = rustix::fs::statat(&dirs[parent], name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .unwrap_or_else(|e| fail(&bundle.join(&o.path), e));
+        fingerprints.push((st.st_ino, st.st_mtime, st.st_ctime));
     }
     rustix::fs::syncfs(&root).unwrap_or_else(|e| fail(bundle, e));
 
-    #[derive(serde::Serialize)]
-    struct State<'a> {
-        source_digest: &'a str,
-        outputs: &'a [OutputEntry],
-    }
-    let tmp = bundle
-        .join(".distributor/staging")
-        .join(&op)
-        .join("state.json");
+    let tmp = record.join("state.json");
     let mut f = std::fs::File::create(&tmp).unwrap_or_else(|e| fail(&tmp, e));
-    let digest = digest.to_string();
-    serde_json::to_writer(
-        std::io::BufWriter::new(&mut f),
-        &State {
-            source_digest: &digest,
-            outputs,
-        },
+    std::io::copy(
+        &mut std::fs::File::open(record.join("post-state.json")).unwrap_or_else(|e| fail(&tmp, e)),
+        &mut f,
     )
     .unwrap_or_else(|e| fail(&tmp, e));
     f.sync_all().unwrap_or_else(|e| fail(&tmp, e));
     let state = bundle.join(".distributor.json");
     std::fs::rename(&tmp, &state).unwrap_or_else(|e| fail(&state, e));
     rustix::fs::fsync(&root).unwrap_or_else(|e| fail(bundle, e));
+    let placements = serde_json::to_string(&fingerprints).unwrap_or_else(|e| fail(&tmp, e));
     db.execute(
-        "UPDATE operations SET status = 'committed' WHERE id = ?1",
-        [&op],
+        "UPDATE operations SET status = 'committed', placements = ?2 WHERE id = ?1",
+        [&op, &placements],
     )
     .unwrap_or_else(|e| fail(journal_path, e));
+
+    let log = bundle.join(".distributor/log");
+    std::fs::create_dir_all(&log).unwrap_or_else(|e| fail(&log, e));
+    let entry = log.join(format!(".tmp-{op}"));
+    let mut f = std::fs::File::create(&entry).unwrap_or_else(|e| fail(&entry, e));
+    writeln!(
+        f,
+        "{{\"seq\":1,\"operation_id\":\"{op}\",\"source_digest\":\"{digest}\",\"outputs\":{}}}",
+        outputs.len()
+    )
+    .unwrap_or_else(|e| fail(&entry, e));
+    f.sync_all().unwrap_or_else(|e| fail(&entry, e));
+    std::fs::hard_link(&entry, log.join("1.json")).unwrap_or_else(|e| fail(&log, e));
+    rustix::fs::fsync(open_dir(&log)).unwrap_or_else(|e| fail(&log, e));
+    std::fs::remove_file(&entry).unwrap_or_else(|e| fail(&entry, e));
+
     drop(buckets);
-    std::fs::remove_dir_all(bundle.join(".distributor/staging").join(&op))
-        .unwrap_or_else(|e| fail(&staging, e));
+    std::fs::remove_dir_all(&record).unwrap_or_else(|e| fail(&staging, e));
+    drop(lock);
     println!(
         "{} files published ({digest}), {} bytes",
         outputs.len(),
