@@ -371,9 +371,11 @@ impl Report {
     }
 
     /// Writes the report to `w` as pretty JSON with a trailing newline, as it is
-    /// serialized, without holding it whole.
-    pub(crate) fn write_json(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
-        serde_json::to_writer_pretty(&mut *w, self)?;
+    /// serialized, without holding it whole. Generic over the writer: serde_json writes
+    /// every token through it, and a concrete buffered writer takes each as a copy into its
+    /// buffer where a `dyn Write` would take a call.
+    pub(crate) fn write_json<W: std::io::Write>(&self, mut w: W) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(&mut w, self)?;
         w.write_all(b"\n")
     }
 }
