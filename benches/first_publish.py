@@ -8,10 +8,14 @@ builds (`--tool NAME=BINARY`) and `rsync -a --delete` followed by `sync -f` (the
 region holds both). For every run it prints the wall time and the CPU time (user + system
 of the processes, from wait4) and the load average; at the end the medians and the ratios
 of the medians and per round. On a shared machine the CPU ratio is the steadier figure:
-wall time there is mostly waiting for a core.
+wall time there is mostly waiting for a core. With `--floor BINARY` the first-publication
+floor program (examples/floor_first.rs: the work any publication must do, without
+distributor's planning, report and checks) runs as one more tool, "floor", in the same
+rounds.
 
     python3 benches/first_publish.py --work /tmp/fp --files 10000 --dirs 100 --size 4096 \
-        --reps 5 --tool new=target/release/distributor --tool old=/path/to/old/distributor
+        --reps 5 --tool new=target/release/distributor --tool old=/path/to/old/distributor \
+        --floor target/release/examples/floor_first
 """
 import os, sys, json, time, subprocess, statistics, argparse, shutil
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
