@@ -3,10 +3,10 @@
 //! as possible, on as many threads as distributor's staging uses where the work is per
 //! file.
 //!
-//! - Read the manifest, parse it into distributor's own `Manifest` type, check it and take
-//!   its source digest (SPEC §3.3).
-//! - `lstat` every source file and compare its size with the manifest's (the source check
-//!   before planning).
+//! - Open the source as distributor does (`Source::open`: read the manifest, parse it into
+//!   distributor's own `Manifest` type, check it and take its source digest, SPEC §3.3),
+//!   and check its files (`Source::check_files`: `lstat` every output, compare its type
+//!   and size with the manifest's).
 //! - Journal the operation before acting (SPEC §7): a SQLite journal in WAL mode, one
 //!   transaction with the operation and a row per action (path, size, sha256), committed
 //!   with an fsync.
@@ -38,7 +38,7 @@
 //!
 //!     cargo run --release --example floor_first -- SOURCE_DIR BUNDLE_PATH JOURNAL
 
-use distributor::source::{MANIFEST_FILE, Manifest, OutputEntry};
+use distributor::source::{OutputEntry, Source};
 use rusqlite::Connection;
 use rustix::fs::{Mode, OFlags, RenameFlags};
 use sha2::{Digest, Sha256};
@@ -134,20 +134,11 @@ fn main() {
         Path::new(bundle),
         Path::new(journal_path),
     );
-    let file = source.join(MANIFEST_FILE);
-    let bytes = std::fs::read(&file).unwrap_or_else(|e| fail(&file, e));
-    let manifest: Manifest = serde_json::from_slice(&bytes).unwrap_or_else(|e| fail(&file, e));
-    drop(bytes);
-    manifest.validate().unwrap_or_else(|e| fail(&file, e));
-    let digest = manifest.digest();
-    let outputs = &manifest.outputs;
-    for o in outputs {
-        let p = source.join(&o.path);
-        let st = std::fs::symlink_metadata(&p).unwrap_or_else(|e| fail(&p, e));
-        if !st.is_file() || st.len() != o.size {
-            fail(&p, "not a regular file of the manifest's size");
-        }
-    }
+    // The source work distributor does, through its own functions: read, parse, check and
+    // digest the manifest, then `lstat` every output (on the threads distributor uses).
+    let src = Source::open(source).unwrap_or_else(|e| fail(source, e));
+    src.check_files().unwrap_or_else(|e| fail(source, e));
+    let (digest, outputs) = (&src.digest, &src.manifest.outputs);
 
     let op = uuid::Uuid::new_v4().to_string();
     let db = journal(journal_path, &op, outputs);
@@ -165,7 +156,6 @@ fn main() {
         source_digest: &'a str,
         outputs: &'a [OutputEntry],
     }
-    let digest = digest.to_string();
     let record_tmp = bundle
         .join(".distributor/staging")
         .join(format!(".tmp-{op}"));
@@ -175,7 +165,7 @@ fn main() {
         (
             "post-state.json",
             serde_json::to_vec(&State {
-                source_digest: &digest,
+                source_digest: digest,
                 outputs,
             }),
         ),
