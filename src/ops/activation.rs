@@ -176,41 +176,47 @@ pub(crate) fn state_change(
         op,
         replaces: None,
     };
-    let (old, new) = (from.map(outputs).unwrap_or_default(), outputs(to));
-    let mut files: Vec<FileAction> = (new.iter())
-        .map(|(path, o)| {
-            let op = match old.get(path) {
-                Some((sha, _)) if *sha == o.0 => FileOp::Unchanged,
-                Some(_) => FileOp::Overwrite,
-                None => FileOp::Create,
-            };
-            file(path, op, o)
-        })
-        .chain(
-            (old.iter())
-                .filter(|(p, _)| !new.contains_key(*p))
-                .map(|(p, o)| file(p, FileOp::Delete, o)),
-        )
-        .collect();
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    let (old, new) = (from.map(links).unwrap_or_default(), links(to));
-    let mut link_actions: Vec<LinkAction> = (new.iter())
-        .map(|(path, target)| {
-            let op = match old.get(path) {
-                Some(t) if t == target => FileOp::Unchanged,
-                Some(_) => FileOp::Overwrite,
-                None => FileOp::Create,
-            };
-            link(path, op, target)
-        })
-        .chain(
-            (old.iter())
-                .filter(|(p, _)| !new.contains_key(*p))
-                .map(|(p, t)| link(p, FileOp::Delete, t)),
-        )
-        .collect();
-    link_actions.sort_by(|a, b| a.path.cmp(&b.path));
+    let files = diff(
+        &from.map(outputs).unwrap_or_default(),
+        &outputs(to),
+        |a, b| a.0 == b.0,
+        file,
+    );
+    let link_actions = diff(
+        &from.map(links).unwrap_or_default(),
+        &links(to),
+        |a, b| a == b,
+        link,
+    );
     (files, link_actions)
+}
+
+/// The actions that take the entries `old` to `new` (path to what the path holds), in
+/// path order: each path of `new` created, overwritten or unchanged (`same` says whether
+/// what it held stays), each path only in `old` deleted.
+fn diff<V, A>(
+    old: &BTreeMap<String, V>,
+    new: &BTreeMap<String, V>,
+    same: impl Fn(&V, &V) -> bool,
+    action: impl Fn(&String, FileOp, &V) -> A,
+) -> Vec<A> {
+    let mut actions: Vec<(&String, A)> = (new.iter())
+        .map(|(path, v)| {
+            let op = match old.get(path) {
+                Some(was) if same(was, v) => FileOp::Unchanged,
+                Some(_) => FileOp::Overwrite,
+                None => FileOp::Create,
+            };
+            (path, action(path, op, v))
+        })
+        .chain(
+            (old.iter())
+                .filter(|(p, _)| !new.contains_key(*p))
+                .map(|(p, v)| (p, action(p, FileOp::Delete, v))),
+        )
+        .collect();
+    actions.sort_by(|a, b| a.0.cmp(b.0));
+    actions.into_iter().map(|(_, a)| a).collect()
 }
 
 /// A source as a rollback's or promote's plan message names it (`<id> created <time>`),
