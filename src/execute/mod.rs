@@ -358,7 +358,7 @@ pub fn journal_records(
         kind: a.kind.as_str().into(),
         path: a.path.as_str().into(),
         size: a.size,
-        sha256: a.sha256.map(|h| h.hex().into()),
+        sha256: a.sha256,
         target: a.target.as_deref().map(Into::into),
         replaces: a.replaces.map(|r| r.as_str().into()),
     });

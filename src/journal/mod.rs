@@ -186,9 +186,9 @@ pub struct ActionRecord<'a> {
     /// Size (files).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
-    /// sha256 (files), lowercase hex.
+    /// sha256 (files); serialized as lowercase hex.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<Cow<'a, str>>,
+    pub sha256: Option<crate::hash::ContentHash>,
     /// Link target (links).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<Cow<'a, str>>,

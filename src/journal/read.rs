@@ -246,14 +246,17 @@ fn read_actions(conn: &Connection, path: &Path, set: i64) -> Result<Vec<ActionRe
             .ok_or_else(|| corrupt("unknown kind code"))?;
         let sha256 = match r.get_ref(4).map_err(err)? {
             rusqlite::types::ValueRef::Null => None,
-            rusqlite::types::ValueRef::Blob(b) if b.len() == 32 => Some(crate::hash::hex(b)),
+            rusqlite::types::ValueRef::Blob(b) => match <[u8; 32]>::try_from(b) {
+                Ok(b) => Some(crate::hash::ContentHash(b)),
+                Err(_) => return Err(corrupt("sha256 is not 32 bytes")),
+            },
             _ => return Err(corrupt("sha256 is not 32 bytes")),
         };
         out.push(ActionRecord {
             kind: Cow::Borrowed(kind),
             path: Cow::Owned(r.get(2).map_err(err)?),
             size: r.get::<_, Option<i64>>(3).map_err(err)?.map(|s| s as u64),
-            sha256: sha256.map(Cow::Owned),
+            sha256,
             target: r.get::<_, Option<String>>(5).map_err(err)?.map(Cow::Owned),
             replaces: r.get::<_, Option<String>>(6).map_err(err)?.map(Cow::Owned),
         });

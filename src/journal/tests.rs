@@ -65,7 +65,7 @@ fn place(j: &mut Journal, op: &str, bundle: &str, paths: &[(&str, u64)]) {
             kind: "file_create".into(),
             path: (*p).into(),
             size: Some(1),
-            sha256: Some(sha(*i).hex().into()),
+            sha256: Some(*sha(*i)),
             target: None,
             replaces: None,
         })
@@ -136,7 +136,7 @@ fn actions_are_stored_once_and_put_back_into_the_plan() {
             kind: "file_overwrite".into(),
             path: "dir/a \"b\".txt".into(),
             size: Some(7),
-            sha256: Some(sha(3).hex().into()),
+            sha256: Some(*sha(3)),
             target: None,
             replaces: Some("link".into()),
         },
@@ -217,18 +217,107 @@ fn actions_are_stored_once_and_put_back_into_the_plan() {
             ),
         ]
     );
-    // A sha256 that is not one is refused, and nothing of the operation is written.
+    // A kind that is not one is refused, and nothing of the operation is written.
     let mut bad = actions.clone();
-    bad[0].sha256 = Some("sha-3".into());
+    bad[1].kind = "link_rename".into();
     let e = j
         .begin_operation(&operation("o4", "/d"), bad)
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("action 0 of o4") && e.contains("64 lowercase hex"),
+        e.contains("action 1 of o4") && e.contains("unknown kind"),
         "{e}"
     );
     assert_eq!(j.status("o4").unwrap(), None);
+}
+
+/// Actions go into `journal_action_rows` many rows a statement: a set of two full
+/// statements and a remainder comes back whole and in order, and a bad action in the
+/// second statement writes nothing of its operation, not even the first statement's rows.
+#[test]
+fn actions_many_statements_long_come_back_whole_and_in_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut j = Journal::open(&tmp.path().join("j.sqlite3")).unwrap();
+    let n = 2 * super::write::ACTION_ROWS_PER_STATEMENT + 45;
+    let actions: Vec<ActionRecord<'static>> = (0..n)
+        .map(|i| ActionRecord {
+            kind: if i % 3 == 2 {
+                "link_create"
+            } else {
+                "file_create"
+            }
+            .into(),
+            path: format!("d{}/f{i}", i % 7).into(),
+            size: (i % 3 != 2).then_some(i as u64),
+            sha256: (i % 3 != 2).then(|| ContentHash::parse(&format!("{:064x}", i + 1)).unwrap()),
+            target: (i % 3 == 2).then(|| format!("d{}", i % 5).into()),
+            replaces: (i % 11 == 0).then(|| "file".into()),
+        })
+        .collect();
+    j.begin_operation(&operation("o1", "/d"), actions.clone())
+        .unwrap();
+    type Row = (
+        i64,
+        String,
+        String,
+        Option<i64>,
+        Option<String>,
+        Option<String>,
+    );
+    let back: Vec<Row> = j
+        .connection()
+        .prepare("SELECT seq, kind, path, size, sha256, target FROM journal_actions WHERE operation_id = 'o1' ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    let want: Vec<_> = actions
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            (
+                i as i64,
+                a.kind.to_string(),
+                a.path.to_string(),
+                a.size.map(|s| s as i64),
+                a.sha256.as_ref().map(|h| h.to_string()),
+                a.target.as_ref().map(|t| t.to_string()),
+            )
+        })
+        .collect();
+    assert_eq!(back, want);
+    let replaces: Vec<Option<String>> = j
+        .connection()
+        .prepare("SELECT replaces FROM journal_action_rows ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    let want: Vec<Option<String>> = actions
+        .iter()
+        .map(|a| a.replaces.as_ref().map(|r| r.to_string()))
+        .collect();
+    assert_eq!(replaces, want);
+    // The bad action is in the second statement: the first one's rows are not kept.
+    let mut bad = actions;
+    let at = super::write::ACTION_ROWS_PER_STATEMENT + 3;
+    bad[at].kind = "file_rename".into();
+    let e = j
+        .begin_operation(&operation("o2", "/d"), bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("action {at} of o2")) && e.contains("unknown kind"),
+        "{e}"
+    );
+    assert_eq!(j.status("o2").unwrap(), None);
+    let rows: i64 = j
+        .connection()
+        .query_row("SELECT count(*) FROM journal_action_rows", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows as usize, n, "only o1's rows");
 }
 
 #[test]
@@ -309,7 +398,7 @@ fn the_largest_inode_numbers_come_back_exact() {
         kind: "file_create".into(),
         path: "a".into(),
         size: Some(1),
-        sha256: Some(sha(1).hex().into()),
+        sha256: Some(*sha(1)),
         target: None,
         replaces: None,
     };
