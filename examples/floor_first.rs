@@ -15,14 +15,16 @@
 //!   sha256) and `post-state.json` (the state to commit) under
 //!   `.distributor/staging/.tmp-<op>/`, one `syncfs`, renamed to `<op>`, the staging
 //!   directory fsynced.
-//! - Stage (SPEC §6 step 4): every file copied into `.distributor/staging/<op>/new/<n>/`
-//!   (256 files a directory, as distributor's flat layout), created exclusively with mode
-//!   0644, hashed while copied, the digest compared with the manifest's; on two threads
-//!   (this machine's cores).
+//! - Stage (SPEC §6 step 4): every file copied into `.distributor/staging/<op>/new/`,
+//!   created exclusively with mode 0644, hashed while copied, the digest compared with the
+//!   manifest's; on two threads (this machine's cores). As distributor's `trees` layout
+//!   has it: a file in a directory (in an empty destination every directory is new) at
+//!   its path under `new/tree/`, a file at the top by its index in `new/<n>/` (256 a
+//!   directory).
 //! - One `syncfs` before the first rename into the destination (SPEC §13).
-//! - Place: create the missing directories and rename each staged file into place with
-//!   `RENAME_NOREPLACE` (a file that appeared there is never replaced), and `lstat` it
-//!   for its placement fingerprint (the rename changed its ctime), on one thread.
+//! - Place: rename each new tree (each top directory) into place whole, and each file at
+//!   the top, with `RENAME_NOREPLACE` (nothing that appeared there is ever replaced), then
+//!   `lstat` every file for its placement fingerprint, on one thread.
 //! - One `syncfs` for the directories that gained entries; copy the staged post-state to
 //!   a temp file, fsync it, rename it over `.distributor.json`, fsync the bundle
 //!   directory.
@@ -42,7 +44,7 @@ use distributor::source::{OutputEntry, Source};
 use rusqlite::Connection;
 use rustix::fs::{Mode, OFlags, RenameFlags};
 use sha2::{Digest, Sha256};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -97,13 +99,13 @@ fn open_dir(path: &Path) -> OwnedFd {
     .unwrap_or_else(|e| fail(path, e))
 }
 
-/// Copies output `i` into its staging bucket, hashing it, and checks the digest.
-fn stage(source: &Path, buckets: &[OwnedFd], i: usize, o: &OutputEntry, buf: &mut [u8]) {
+/// Copies output `i` into `dir` as `name`, hashing it, and checks the digest.
+fn stage(source: &Path, dir: &OwnedFd, name: &str, o: &OutputEntry, buf: &mut [u8]) {
     let p = source.join(&o.path);
     let mut input = std::fs::File::open(&p).unwrap_or_else(|e| fail(&p, e));
     let fd = rustix::fs::openat(
-        &buckets[i / BUCKET],
-        i.to_string(),
+        dir,
+        name,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o644),
     )
@@ -180,13 +182,32 @@ fn main() {
         .unwrap_or_else(|e| fail(bundle, e));
     let staging = record.join("new");
     std::fs::create_dir(&staging).unwrap_or_else(|e| fail(&staging, e));
-    let buckets: Vec<OwnedFd> = (0..outputs.len().div_ceil(BUCKET))
-        .map(|b| {
-            let d = staging.join(b.to_string());
-            std::fs::create_dir(&d).unwrap_or_else(|e| fail(&d, e));
-            open_dir(&d)
-        })
-        .collect();
+    // Where each output is staged: its directory's handle and its name there.
+    let tree = staging.join("tree");
+    std::fs::create_dir(&tree).unwrap_or_else(|e| fail(&tree, e));
+    let mut dirs: HashMap<&str, OwnedFd> = HashMap::new();
+    let mut buckets: Vec<OwnedFd> = Vec::new();
+    let mut at: Vec<(&str, usize, String)> = Vec::with_capacity(outputs.len());
+    for (i, o) in outputs.iter().enumerate() {
+        match o.path.rsplit_once('/') {
+            Some((parent, name)) => {
+                if !dirs.contains_key(parent) {
+                    let d = tree.join(parent);
+                    std::fs::create_dir_all(&d).unwrap_or_else(|e| fail(&d, e));
+                    dirs.insert(parent, open_dir(&d));
+                }
+                at.push((parent, 0, name.to_string()));
+            }
+            None => {
+                if buckets.len() <= i / BUCKET {
+                    let d = staging.join((i / BUCKET).to_string());
+                    std::fs::create_dir_all(&d).unwrap_or_else(|e| fail(&d, e));
+                    buckets.resize_with(i / BUCKET + 1, || open_dir(&d));
+                }
+                at.push(("", i / BUCKET, i.to_string()));
+            }
+        }
+    }
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
         for _ in 0..THREADS {
@@ -199,7 +220,12 @@ fn main() {
                     }
                     let end = (start + BUCKET).min(outputs.len());
                     for (i, o) in outputs[start..end].iter().enumerate() {
-                        stage(source, &buckets, start + i, o, &mut buf);
+                        let (parent, bucket, name) = &at[start + i];
+                        let dir = match *parent {
+                            "" => &buckets[*bucket],
+                            p => &dirs[p],
+                        };
+                        stage(source, dir, name, o, &mut buf);
                     }
                 }
             });
@@ -207,39 +233,39 @@ fn main() {
     });
     rustix::fs::syncfs(&root).unwrap_or_else(|e| fail(bundle, e));
 
+    // Each new tree whole, then each file at the top; then every fingerprint.
+    let tree_fd = open_dir(&tree);
+    let mut tops: Vec<&str> = outputs
+        .iter()
+        .filter_map(|o| o.path.split_once('/').map(|(top, _)| top))
+        .collect();
+    tops.sort_unstable();
+    tops.dedup();
+    for top in tops {
+        rustix::fs::renameat_with(&tree_fd, top, &root, top, RenameFlags::NOREPLACE)
+            .unwrap_or_else(|e| fail(&bundle.join(top), e));
+    }
+    let mut placed: HashMap<&str, OwnedFd> = HashMap::new();
     let mut fingerprints = Vec::with_capacity(outputs.len());
-    let mut made: HashSet<String> = HashSet::new();
-    let mut dirs: std::collections::HashMap<String, OwnedFd> = Default::default();
-    for (i, o) in outputs.iter().enumerate() {
-        let (parent, name) = o.path.rsplit_once('/').unwrap_or(("", &o.path));
-        if !dirs.contains_key(parent) {
-            let mut at = String::new();
-            for part in parent.split('/').filter(|p| !p.is_empty()) {
-                at = if at.is_empty() {
-                    part.to_string()
-                } else {
-                    format!("{at}/{part}")
-                };
-                if made.insert(at.clone()) {
-                    let d = bundle.join(&at);
-                    match std::fs::create_dir(&d) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                        Err(e) => fail(&d, e),
-                    }
-                }
-            }
-            dirs.insert(parent.to_string(), open_dir(&bundle.join(parent)));
+    for (o, (parent, bucket, name)) in outputs.iter().zip(&at) {
+        if parent.is_empty() {
+            rustix::fs::renameat_with(
+                &buckets[*bucket],
+                name.as_str(),
+                &root,
+                &o.path,
+                RenameFlags::NOREPLACE,
+            )
+            .unwrap_or_else(|e| fail(&bundle.join(&o.path), e));
         }
-        rustix::fs::renameat_with(
-            &buckets[i / BUCKET],
-            i.to_string(),
-            &dirs[parent],
-            name,
-            RenameFlags::NOREPLACE,
-        )
-        .unwrap_or_else(|e| fail(&bundle.join(&o.path), e));
-        let st = rustix::fs::statat(&dirs[parent], name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        let (dir, name) = match o.path.rsplit_once('/') {
+            Some((p, n)) => (
+                &*placed.entry(p).or_insert_with(|| open_dir(&bundle.join(p))),
+                n,
+            ),
+            None => (&root, o.path.as_str()),
+        };
+        let st = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
             .unwrap_or_else(|e| fail(&bundle.join(&o.path), e));
         fingerprints.push((st.st_ino, st.st_mtime, st.st_ctime));
     }

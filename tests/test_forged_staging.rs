@@ -329,3 +329,61 @@ fn recover_refuses_an_operation_directory_with_unknown_entries() {
         "unknown entries in the operation directory",
     );
 }
+
+/// The planted operation also created `n/t.txt` in a new directory `n`, staged as a new
+/// tree (`staging_layout: trees`, `new/tree/n/t.txt`) and placed whole: `new/tree/` is
+/// empty, `n/t.txt` stands in the destination with the new content.
+fn with_a_new_tree() -> Forged {
+    let mut f = Forged::new();
+    f.plan["staging_layout"] = "trees".into();
+    f.plan["new_dirs"] = json!(["n"]);
+    let actions = f.plan["actions"].as_array_mut().unwrap();
+    actions.push(file_action("file_create", "n/t.txt", "v2 tree"));
+    f.write_plan();
+    fs::create_dir_all(f.op_dir.join("new/tree")).unwrap();
+    f.env.write(&format!("{DEST}/n/t.txt"), "v2 tree");
+    crate::common::as_records(&f.bundle);
+    f
+}
+
+/// The control for the new-tree forgeries: such an operation is rolled back, the placed
+/// tree removed with it.
+#[test]
+fn a_well_formed_record_with_a_placed_new_tree_is_rolled_back() {
+    let f = with_a_new_tree();
+    let r = f.recover();
+    r.expect_code(0);
+    let ops = r.json()["operations"].clone();
+    assert_eq!(ops[0]["outcome"], "rolled_back", "{}", r.stdout);
+    assert_eq!(destination(&f.env), f.v1, "not rolled back to v1");
+    assert!(!f.env.staging_left(DEST));
+}
+
+/// (i) `new/tree/` holds what the record does not stage there: a file beside the tree's
+/// (planted in the tree's directory), a directory of another name, or the tree's
+/// directory as a symlink to a private directory.
+#[test]
+fn recover_refuses_new_trees_holding_what_the_record_does_not_stage() {
+    let f = with_a_new_tree();
+    fs::create_dir(f.op_dir.join("new/tree/n")).unwrap();
+    fs::write(f.op_dir.join("new/tree/n/evil.txt"), "planted").unwrap();
+    f.assert_refused(
+        &[&op_path("new/tree/n/evil.txt")],
+        "a planted file in a tree",
+    );
+
+    let f = with_a_new_tree();
+    fs::create_dir_all(f.op_dir.join("new/tree/other")).unwrap();
+    f.assert_refused(&[&op_path("new/tree/other")], "a directory no tree names");
+
+    let f = with_a_new_tree();
+    fs::create_dir_all(f.private("n")).unwrap();
+    fs::write(f.private("n/t.txt"), "v2 tree").unwrap();
+    symlink(f.private("n"), f.op_dir.join("new/tree/n")).unwrap();
+    f.assert_refused(&[&op_path("new/tree/n")], "new/tree/n -> private dir");
+
+    let f = with_a_new_tree();
+    fs::remove_dir(f.op_dir.join("new/tree")).unwrap();
+    symlink(f.env.path(PRIVATE), f.op_dir.join("new/tree")).unwrap();
+    f.assert_refused(&[&op_path("new/tree")], "new/tree -> private dir");
+}

@@ -915,3 +915,134 @@ fn a_staged_post_state_swapped_for_a_symlink_is_never_followed() {
         "post-state.json: Too many levels of symbolic links",
     );
 }
+
+/// The one operation staged in `DEST` (its staging entry's directory).
+fn staging_entry(env: &Env) -> PathBuf {
+    let staging = env.path(&format!("{DEST}/.distributor/staging"));
+    let entries: Vec<PathBuf> = std::fs::read_dir(&staging)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    entries.into_iter().next().unwrap()
+}
+
+/// v1 published: `top.txt` only. v2 adds the directory `new` (a new tree).
+fn a_new_tree_ahead(env: &Env) -> (PathBuf, PathBuf) {
+    let cfg = env.simple_config("c.yaml", "weather", "latest", DEST, "");
+    let v1 = env.bundle("b1", SOURCE_ID, V1_AT, &[("top.txt", "v1 top")], &[]);
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let v2 = env.bundle(
+        "b2",
+        SOURCE_ID,
+        V2_AT,
+        &[
+            ("top.txt", "v1 top"),
+            ("new/a.txt", "v2 a"),
+            ("new/sub/b.txt", "v2 b"),
+        ],
+        &[],
+    );
+    (cfg, v2)
+}
+
+/// A directory the publication creates is staged as a new tree (`new/tree/new/...` in its
+/// staging entry) and placed whole, with one rename: after placement the staged tree is
+/// gone from staging and stands in the destination, its directories exactly 0755.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_directory_the_publication_creates_is_placed_whole() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let (cfg, v2) = a_new_tree_ahead(&env);
+    let run = publish_paused(&env, &cfg, &v2, "after_staging");
+    let tree = staging_entry(&env).join("new/tree");
+    assert_eq!(
+        std::fs::read_to_string(tree.join("new/sub/b.txt")).unwrap(),
+        "v2 b"
+    );
+    assert!(!env.path(&format!("{DEST}/new")).exists());
+    let r = run.resume();
+    r.expect_code(0);
+    let run = {
+        let v3 = env.bundle(
+            "b3",
+            SOURCE_ID,
+            "2026-12-02T08:00:00Z",
+            &[
+                ("top.txt", "v1 top"),
+                ("n3/c.txt", "v3 c"),
+                ("n3/d/e.txt", "v3 e"),
+            ],
+            &[],
+        );
+        publish_paused(&env, &cfg, &v3, "after_placement")
+    };
+    let tree = staging_entry(&env).join("new/tree");
+    assert!(
+        tree.is_dir() && !tree.join("n3").exists(),
+        "the tree is still staged"
+    );
+    assert_eq!(env.read(&format!("{DEST}/n3/d/e.txt")), "v3 e");
+    for d in ["n3", "n3/d"] {
+        let mode = std::fs::metadata(env.path(&format!("{DEST}/{d}")))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o755, "{d}");
+    }
+    run.resume().expect_code(0);
+    assert!(!env.staging_left(DEST));
+    env.run(&["verify", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+}
+
+/// A hand makes the directory a publication is about to place whole, after staging: the
+/// rename that would place the tree never replaces it. The files go in one by one beside
+/// the hand's own, which stays, in the hand's directory; where the hand made a planned
+/// file, the run fails before its commit point and takes back what it placed.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_directory_made_by_a_hand_where_a_new_tree_goes_is_never_replaced() {
+    use std::os::unix::fs::MetadataExt;
+    let env = Env::new();
+    let (cfg, v2) = a_new_tree_ahead(&env);
+    let run = publish_paused(&env, &cfg, &v2, "after_staging");
+    env.write(&format!("{DEST}/new/mine.txt"), "hand-made");
+    let ino = std::fs::metadata(env.path(&format!("{DEST}/new")))
+        .unwrap()
+        .ino();
+    run.resume().expect_code(0);
+    assert_eq!(env.read(&format!("{DEST}/new/mine.txt")), "hand-made");
+    assert_eq!(env.read(&format!("{DEST}/new/a.txt")), "v2 a");
+    assert_eq!(env.read(&format!("{DEST}/new/sub/b.txt")), "v2 b");
+    assert_eq!(
+        std::fs::metadata(env.path(&format!("{DEST}/new")))
+            .unwrap()
+            .ino(),
+        ino,
+        "the hand's directory was replaced"
+    );
+    assert!(!env.staging_left(DEST));
+
+    let env = Env::new();
+    let (cfg, v2) = a_new_tree_ahead(&env);
+    let state_before = env.read(&format!("{DEST}/.distributor.json"));
+    let run = publish_paused(&env, &cfg, &v2, "after_staging");
+    env.write(&format!("{DEST}/new/sub/b.txt"), "hand-made b");
+    let r = run.resume();
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert_eq!(env.read(&format!("{DEST}/new/sub/b.txt")), "hand-made b");
+    assert!(
+        !env.path(&format!("{DEST}/new/a.txt")).exists(),
+        "placed content left"
+    );
+    assert_eq!(env.read(&format!("{DEST}/.distributor.json")), state_before);
+    assert!(!env.staging_left(DEST));
+}

@@ -85,6 +85,7 @@ impl StagedOperation {
             store: None,
             releases: None,
             record_dir: None,
+            new_dir_index: Default::default(),
         })
     }
 }

@@ -266,6 +266,20 @@ impl Dir {
         Ok(())
     }
 
+    /// Moves the directory `name` to `to/to_name` where nothing is (`RENAME_NOREPLACE`).
+    /// Where the filesystem cannot rename so, fails (`EINVAL`) rather than check and
+    /// rename, which could replace an empty directory made in between.
+    pub fn rename_dir_new(&self, name: &str, to: &Dir, to_name: &str) -> io::Result<()> {
+        match renameat_with(&self.fd, name, &to.fd, to_name, RenameFlags::NOREPLACE) {
+            Ok(()) => {
+                crashsim::renamed(&self.join(name), &to.join(to_name));
+                Ok(())
+            }
+            Err(Errno::NOSYS) => Err(Errno::INVAL.into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Moves `name` to `to/to_name`, replacing what is there: only for the state file,
     /// whose replacement is the commit point.
     pub fn rename_over(&self, name: &str, to: &Dir, to_name: &str) -> io::Result<()> {

@@ -8,7 +8,7 @@
 pub mod staging;
 
 pub use staging::{
-    ActionKind, NEW, OLD, Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, RecordDir,
+    ActionKind, NEW, NEW_TREES, OLD, Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, RecordDir,
     STATE_TMP_FILE, StagedAction, StagedOperation, StagingLayout,
 };
 

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::model::Replaced;
 use crate::model::{FileOp, RecordedDecision, SourceRef, StateMode, TakeoverMode};
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// `plan.json`: the operation's record in its staging directory.
@@ -210,6 +211,9 @@ pub struct StagedOperation {
     /// of earlier versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub record_dir: Option<RecordDir>,
+    /// `new_dirs` as a set (not recorded).
+    #[serde(skip)]
+    pub new_dir_index: NewDirIndex,
 }
 
 /// Device and inode of a record directory.
@@ -240,7 +244,29 @@ pub enum StagingLayout {
     /// `staging_layout`); `recover` still reads it.
     #[default]
     Mirrored,
+    /// Flat, except for the files in directories the operation creates: those are staged
+    /// under `new/tree/`, at their bundle-relative path, so that each new directory that
+    /// stands in one that exists (a *new tree*: in `new_dirs`, its parent not) is placed
+    /// whole, with one rename. Local bundle paths stage this way.
+    Trees,
 }
+
+/// The directory under `new/` that holds the new trees ([`StagingLayout::Trees`]); never
+/// a number, so never a flat bucket.
+pub const NEW_TREES: &str = "tree";
+
+/// The directories an operation creates, as a set, made when first asked for (a
+/// [`StagedOperation`] is compared and cloned as its recorded fields alone).
+#[derive(Debug, Clone, Default)]
+pub struct NewDirIndex(std::sync::OnceLock<foldhash::HashSet<String>>);
+
+impl PartialEq for NewDirIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for NewDirIndex {}
 
 /// A [`StagedOperation`] without its actions, serialized as the journal's `plan_json`
 /// holds it (schema 8 journals the actions as rows of their own). Every field but
@@ -280,6 +306,7 @@ impl StagedOperation {
             store,
             releases,
             record_dir,
+            new_dir_index: _,
         } = self;
         serde_json::to_string(&WithoutActions {
             operation_id,
@@ -297,18 +324,77 @@ impl StagedOperation {
     }
 
     /// Where the file written by action `i` is staged until it is placed, relative to the
-    /// operation's staging entry: flat, `new/<i / 256>/<i>`.
+    /// operation's staging entry: flat, `new/<i / 256>/<i>`; in a new tree,
+    /// `new/tree/<path>`.
     pub fn staged_new(&self, i: usize) -> String {
         match self.staging_layout {
-            StagingLayout::Flat => format!("{NEW}/{}/{i}", i / NEW_BUCKET),
+            StagingLayout::Trees if self.new_tree_of(&self.actions[i].path).is_some() => {
+                format!("{NEW}/{NEW_TREES}/{}", self.actions[i].path)
+            }
+            StagingLayout::Flat | StagingLayout::Trees => format!("{NEW}/{}/{i}", i / NEW_BUCKET),
             StagingLayout::Mirrored => format!("{NEW}/{}", self.actions[i].path),
         }
     }
 
-    /// The directories under `new/` that staging needs (flat layout), relative to the
-    /// operation's staging entry.
+    /// The new tree `path` lies in ([`StagingLayout::Trees`]): its outermost ancestor
+    /// that the operation creates, when its parent is one.
+    pub fn new_tree_of<'p>(&self, path: &'p str) -> Option<&'p str> {
+        let (parent, _) = path.rsplit_once('/')?;
+        let dirs = self
+            .new_dir_index
+            .0
+            .get_or_init(|| self.new_dirs.iter().cloned().collect());
+        if !dirs.contains(parent) {
+            return None;
+        }
+        let mut at = 0;
+        loop {
+            let end = parent[at..].find('/').map_or(parent.len(), |n| at + n);
+            if dirs.contains(&parent[..end]) {
+                return Some(&path[..end]);
+            }
+            at = end + 1;
+        }
+    }
+
+    /// The new trees of this operation's staged files ([`StagingLayout::Trees`]), each
+    /// once, outermost first, with the directories under `new/tree/` each needs (the
+    /// tree's own and those below it that hold staged files), parents first.
+    pub fn new_trees(&self) -> Vec<(String, Vec<String>)> {
+        if self.staging_layout != StagingLayout::Trees {
+            return Vec::new();
+        }
+        let mut trees: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for (_, a) in self.file_writes() {
+            let Some(root) = self.new_tree_of(&a.path) else {
+                continue;
+            };
+            let dirs = trees.entry(root).or_default();
+            let mut d = a.path.rsplit_once('/').map_or("", |(d, _)| d);
+            while d.len() > root.len() && dirs.insert(d) {
+                d = d.rsplit_once('/').map_or("", |(p, _)| p);
+            }
+        }
+        trees
+            .into_iter()
+            .map(|(root, dirs)| {
+                let mut dirs: Vec<String> = dirs.into_iter().map(String::from).collect();
+                dirs.sort_by_key(|d| d.matches('/').count());
+                (root.to_string(), dirs)
+            })
+            .collect()
+    }
+
+    /// The directories under `new/` that flat staging needs, relative to the operation's
+    /// staging entry (files in new trees are staged under `new/tree/` instead).
     pub fn new_buckets(&self) -> Vec<String> {
-        let mut buckets: Vec<usize> = self.file_writes().map(|(i, _)| i / NEW_BUCKET).collect();
+        let mut buckets: Vec<usize> = self
+            .file_writes()
+            .filter(|(_, a)| {
+                self.staging_layout != StagingLayout::Trees || self.new_tree_of(&a.path).is_none()
+            })
+            .map(|(i, _)| i / NEW_BUCKET)
+            .collect();
         buckets.dedup();
         buckets.into_iter().map(|b| format!("{NEW}/{b}")).collect()
     }
@@ -317,7 +403,7 @@ impl StagedOperation {
     /// to the operation's staging entry: flat, `old/<i>`.
     pub fn staged_old(&self, i: usize) -> String {
         match self.staging_layout {
-            StagingLayout::Flat => format!("{OLD}/{i}"),
+            StagingLayout::Flat | StagingLayout::Trees => format!("{OLD}/{i}"),
             StagingLayout::Mirrored => format!("{OLD}/{}", self.actions[i].path),
         }
     }
@@ -477,6 +563,7 @@ mod tests {
             store: None,
             releases: None,
             record_dir: Some(RecordDir { dev: 1, ino: 2 }),
+            new_dir_index: Default::default(),
         }
     }
 
@@ -511,6 +598,58 @@ mod tests {
         let op = record(StagingLayout::Mirrored);
         assert_eq!(op.staged_old(0), "old/a/x.txt");
         assert_eq!(op.staged_new(1), "new/b/y.txt");
+    }
+
+    /// Trees: a file in a directory the operation creates is staged at its path under
+    /// `new/tree/`, in the outermost new directory standing in one that exists; the rest
+    /// as flat staging has it.
+    #[test]
+    fn trees_staging_stages_files_of_new_directories_by_path() {
+        let mut op = record(StagingLayout::Trees);
+        let file = |path: &str| StagedAction {
+            kind: ActionKind::FileCreate,
+            path: path.into(),
+            size: Some(1),
+            sha256: Some(crate::hash::ContentHash::default()),
+            target: None,
+            replaces: None,
+        };
+        op.actions.extend([
+            file("b/c/d/z.txt"),
+            file("a/n/w.txt"),
+            file("top.txt"),
+            file("b/c/v.txt"),
+        ]);
+        op.new_dirs = vec!["b".into(), "a/n".into(), "b/c".into(), "b/c/d".into()];
+        assert_eq!(op.staged_old(0), "old/0");
+        assert_eq!(op.staged_new(0), "new/0/0", "a/x.txt: a exists");
+        assert_eq!(op.staged_new(1), "new/tree/b/y.txt");
+        assert_eq!(op.staged_new(2), "new/tree/b/c/d/z.txt");
+        assert_eq!(op.staged_new(3), "new/tree/a/n/w.txt");
+        assert_eq!(op.staged_new(4), "new/0/4");
+        assert_eq!(op.new_tree_of("b/c/d/z.txt"), Some("b"));
+        assert_eq!(op.new_tree_of("a/n/w.txt"), Some("a/n"));
+        assert_eq!(op.new_tree_of("a/x.txt"), None);
+        assert_eq!(op.new_tree_of("top.txt"), None);
+        assert_eq!(
+            op.new_trees(),
+            vec![
+                ("a/n".to_string(), vec![]),
+                (
+                    "b".to_string(),
+                    vec!["b/c".to_string(), "b/c/d".to_string()]
+                ),
+            ]
+        );
+        assert_eq!(op.new_buckets(), vec!["new/0".to_string()]);
+        // Recorded as `trees`; read back the same.
+        let back: StagedOperation = serde_json::from_slice(&op.to_json().unwrap()).unwrap();
+        assert_eq!(back.staging_layout, StagingLayout::Trees);
+        assert_eq!(back.staged_new(2), "new/tree/b/c/d/z.txt");
+        // Flat staging stages the same actions by index.
+        op.staging_layout = StagingLayout::Flat;
+        assert_eq!(op.staged_new(2), "new/0/2");
+        assert!(op.new_trees().is_empty());
     }
 
     #[test]

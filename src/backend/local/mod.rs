@@ -17,7 +17,7 @@ pub use bundle::{Bundle, TMP_PREFIX, bundle_unsafe};
 use crate::backend::{Backend, BundleStore, Committed};
 use crate::hash::ContentHash;
 use crate::progress::Ticker;
-use crate::record::StagedOperation;
+use crate::record::{StagedOperation, StagingLayout};
 use std::borrow::Cow;
 
 /// The local filesystem.
@@ -173,6 +173,14 @@ impl crate::backend::RecordStore for Bundle {
 }
 
 impl crate::backend::Steps for Bundle {
+    /// A local publication stages the files of the directories it creates as new trees,
+    /// each placed whole with one rename ([`StagingLayout::Trees`]).
+    fn describe(&self, staged: &mut StagedOperation) {
+        if staged.staging_layout == StagingLayout::Flat {
+            staged.staging_layout = StagingLayout::Trees;
+        }
+    }
+
     fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()> {
         Bundle::begin(self, op, pre, post)
     }

@@ -30,8 +30,8 @@ use crate::failpoint;
 use crate::fs::{Dir, Identity, is_redirect, split, type_name};
 use crate::hash::ContentHash;
 use crate::record::{
-    ActionKind, NEW, OLD, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE, StagedAction,
-    StagedOperation, StagingLayout,
+    ActionKind, NEW, NEW_TREES, OLD, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE,
+    StagedAction, StagedOperation, StagingLayout,
 };
 use crate::source::{SourceFile, relative_link_target};
 use crate::state::{STATE_FILE, StateFile};
@@ -64,6 +64,9 @@ pub struct Bundle {
     dirs: Mutex<foldhash::HashMap<String, Arc<Dir>>>,
     /// Directories that gained or lost entries: fsynced before the commit point.
     touched: Mutex<BTreeSet<String>>,
+    /// The new trees placed so far (`<op>/<tree>`): whole (true), or file by file because
+    /// something stood at the tree's path (false).
+    trees: Mutex<foldhash::HashMap<String, bool>>,
     /// Why the state file last opened is not believed (SPEC §17).
     state_untrusted: Mutex<Option<String>>,
 }
@@ -263,6 +266,7 @@ impl Bundle {
             lock,
             dirs: Mutex::default(),
             touched: Mutex::default(),
+            trees: Mutex::default(),
             state_untrusted: Mutex::default(),
         })
     }

@@ -71,7 +71,10 @@ impl Bundle {
         let mut bytes = Vec::new();
         f.read_to_end(&mut bytes).ctx("read", &plan_path)?;
         let record = StagedOperation::parse(&bytes, &plan_path, &self.record_path, op)?;
-        if record.staging_layout == StagingLayout::Flat {
+        if matches!(
+            record.staging_layout,
+            StagingLayout::Flat | StagingLayout::Trees
+        ) {
             self.check_flat_staging(&record, &op_dir, &op_path)
                 .map_err(|e| match e {
                     Error::Unsafe(what) => refuse(what),
@@ -120,8 +123,16 @@ impl Bundle {
                 .into_iter()
                 .map(|b| b.trim_start_matches("new/").to_string())
                 .collect();
+            let trees = record.new_trees();
             for (bucket, kind) in new.entries().ctx("list", op_path.join(NEW))? {
                 let path = op_path.join(NEW).join(&bucket);
+                if bucket == NEW_TREES && kind == FileType::Directory && !trees.is_empty() {
+                    let tree = new
+                        .open_dir(&bucket)
+                        .map_err(|e| dir_error(path.clone(), e))?;
+                    check_trees(record, &trees, &tree, &path)?;
+                    continue;
+                }
                 if kind != FileType::Directory || !buckets.contains(&bucket) {
                     return Err(Error::Unsafe(format!(
                         "{} is {}, which the record does not stage",
@@ -217,8 +228,111 @@ impl Bundle {
             new.make_record_dir(name)
                 .map_err(|e| record_error(e, &staging_path.join(id).join(&b), "create staging"))?;
         }
+        let trees = op.new_trees();
+        if !trees.is_empty() {
+            let at = staging_path.join(id).join(NEW).join(NEW_TREES);
+            let tree = new
+                .make_record_dir(NEW_TREES)
+                .map_err(|e| record_error(e, &at, "create staging"))?;
+            make_trees(tree, &at, &trees)?;
+        }
         Ok(())
     }
+}
+
+/// What `new/tree/` (`tree`, at `path`) holds is exactly the record's new trees: the
+/// directories above and in each, and in them only the files the record stages there,
+/// nothing reached through a symlink.
+fn check_trees(
+    record: &StagedOperation,
+    trees: &[(String, Vec<String>)],
+    tree: &Dir,
+    path: &Path,
+) -> Result<()> {
+    let mut dirs: BTreeSet<&str> = BTreeSet::new();
+    for (root, below) in trees {
+        let mut d = root.as_str();
+        while dirs.insert(d) {
+            match d.rsplit_once('/') {
+                Some((parent, _)) => d = parent,
+                None => break,
+            }
+        }
+        dirs.extend(below.iter().map(String::as_str));
+    }
+    let files: BTreeSet<&str> = record
+        .file_writes()
+        .filter(|(_, a)| record.new_tree_of(&a.path).is_some())
+        .map(|(_, a)| a.path.as_str())
+        .collect();
+    let mut todo = vec![(String::new(), tree.try_clone().ctx("open", path)?)];
+    while let Some((rel, dir)) = todo.pop() {
+        let at = path.join(&rel);
+        for (name, kind) in dir.entries().ctx("list", &at)? {
+            let child = if rel.is_empty() {
+                name.clone()
+            } else {
+                format!("{rel}/{name}")
+            };
+            let fits = match kind {
+                FileType::Directory => dirs.contains(child.as_str()),
+                FileType::RegularFile => files.contains(child.as_str()),
+                _ => false,
+            };
+            if !fits {
+                return Err(Error::Unsafe(format!(
+                    "{} is {}, which the record does not stage",
+                    at.join(&name).display(),
+                    type_name(kind)
+                )));
+            }
+            if kind == FileType::Directory {
+                let sub = dir
+                    .open_dir(&name)
+                    .map_err(|e| dir_error(at.join(&name), e))?;
+                todo.push((child, sub));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The directories of the new trees under `new/tree/` (`at`): the ones the bundle has
+/// above each tree as records of distributor's own, the tree's own as the directories
+/// they become once placed, exactly 0755 (SPEC §17).
+fn make_trees(tree: Dir, at: &Path, trees: &[(String, Vec<String>)]) -> Result<()> {
+    let mut made: foldhash::HashMap<String, Dir> = foldhash::HashMap::default();
+    made.insert(String::new(), tree);
+    for (root, below) in trees {
+        let mut above = root.as_str();
+        let mut missing = Vec::new();
+        while let Some((parent, _)) = above.rsplit_once('/') {
+            if made.contains_key(parent) {
+                break;
+            }
+            missing.push(parent);
+            above = parent;
+        }
+        for d in missing.into_iter().rev() {
+            let (parent, name) = split(d);
+            let dir = made[parent]
+                .make_record_dir(name)
+                .map_err(|e| record_error(e, &at.join(d), "create staging"))?;
+            made.insert(d.to_string(), dir);
+        }
+        for d in std::iter::once(root).chain(below) {
+            let (parent, name) = split(d);
+            let path = at.join(d);
+            let p = &made[parent];
+            if !p.mkdir(name).ctx("create directory", &path)? {
+                return Err(StepError::Exists { path }.into());
+            }
+            let dir = p.open_dir(name).ctx("open", &path)?;
+            records::set_mode(dir.fd(), records::CONTENT_DIR_MODE).ctx("chmod", &path)?;
+            made.insert(d.clone(), dir);
+        }
+    }
+    Ok(())
 }
 
 /// Creates `name` in `dir` (it must not exist) and fills it with `write`.

@@ -149,8 +149,16 @@ impl Bundle {
         self.locked()?;
         let a = &op.actions[i];
         let (dir_rel, name) = split(&a.path);
-        let path = self.path.join(&a.path);
         failpoint::hit("during_placement");
+        if op.staging_layout == StagingLayout::Trees
+            && let Some(tree) = op.new_tree_of(&a.path)
+            && self.place_tree(op, tree)?
+        {
+            // Placed with its tree: not renamed itself, so what it was staged as it is.
+            let st = (self.sub(dir_rel)?.stat(name)).ctx("stat", self.path.join(&a.path))?;
+            return Ok(placed(&st));
+        }
+        let path = self.path.join(&a.path);
         let parent = self.make_dirs(dir_rel)?;
         let (staged_rel, staged_name) = split_owned(&format!(
             "{STAGING_DIR}/{}/{}",
@@ -170,6 +178,41 @@ impl Bundle {
         self.touch(dir_rel);
         let st = parent.stat(name).ctx("stat", &path)?;
         Ok(placed(&st))
+    }
+
+    /// Places the new tree `tree` of `op` whole, with one rename from `new/tree/<tree>`
+    /// that never replaces anything (the first time one of its files is placed; the
+    /// answer is kept for the others). False when something stands at the tree's path
+    /// already (a hand made it after planning) or the filesystem cannot rename without
+    /// replacing: its files are then placed one by one, from where they are staged.
+    fn place_tree(&self, op: &StagedOperation, tree: &str) -> Result<bool> {
+        let key = format!("{}/{tree}", op.operation_id);
+        if let Some(&whole) = (self.trees.lock().unwrap_or_else(|p| p.into_inner())).get(&key) {
+            return Ok(whole);
+        }
+        let (parent, name) = split(tree);
+        let staged_rel = format!("{STAGING_DIR}/{}/{NEW}/{NEW_TREES}", op.operation_id);
+        let staged_parent = match parent {
+            "" => staged_rel.clone(),
+            p => format!("{staged_rel}/{p}"),
+        };
+        let from = self.sub(&staged_parent)?;
+        let to = self.make_dirs(parent)?;
+        let path = self.path.join(tree);
+        failpoint::io("io_rename").ctx("rename into place", &path)?;
+        let whole = match from.rename_dir_new(name, &to, name) {
+            Ok(()) => {
+                // Its handles now reach into the bundle path: never again by this name.
+                self.forget(&format!("{staged_rel}/{tree}"));
+                self.touch(parent);
+                true
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => false,
+            Err(e) => return Err(Error::io("rename into place", &path, e)),
+        };
+        (self.trees.lock().unwrap_or_else(|p| p.into_inner())).insert(key, whole);
+        Ok(whole)
     }
 
     /// Creates the link of action `i` (it must not exist).
