@@ -146,3 +146,43 @@ fn an_s3_state_object_over_the_limit_is_invalid_state_and_not_downloaded() {
         "{d}"
     );
 }
+
+/// A first publication that creates many directories holds no open handle per directory
+/// while it stages (each new tree's files are created through one handle of `new/tree/`):
+/// 200 new directories publish under a limit of 300 open files, as they did when staging
+/// was flat. (A build that kept each staged directory open failed here with "Too many open
+/// files".) Run through `sh -c 'ulimit -n 300; exec distributor ...'`.
+#[test]
+fn many_new_directories_stage_within_a_small_open_file_limit() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let names: Vec<(String, String)> = (0..400)
+        .map(|i| (format!("d{:03}/f{i}.txt", i % 200), format!("file {i}")))
+        .collect();
+    let files: Vec<(&str, &str)> = names
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    let b = env.bundle("b", "one", "2026-12-02T06:00:00Z", &files, &[]);
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -n 300 && exec "$0" "$@""#)
+        .arg(env!("CARGO_BIN_EXE_distributor"))
+        .args(["publish", "--config", cfg.to_str().unwrap(), "--source"])
+        .arg(&b)
+        .env_clear()
+        .env("HOME", env.path("home"))
+        .env("DISTRIBUTOR_ACTOR", "tester")
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DISTRIBUTOR_JOURNAL", env.journal())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(env.read("dest/d199/f399.txt"), "file 399");
+    assert!(!env.staging_left("dest"));
+}

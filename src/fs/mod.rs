@@ -155,6 +155,36 @@ impl Dir {
         })
     }
 
+    /// Creates the file `rel` (one or more `/`-separated segments; it must not exist) with
+    /// `mode`, for writing, through the directories below this one, never a symlink on the
+    /// way or at the end: one `openat2` that resolves beneath this directory, or without it
+    /// the parent opened as [`Dir::open_dir`] does, then the file created in it. Holds no
+    /// handle of the directories on the way (a new tree has as many as the bundle).
+    pub fn create_file_below(&self, rel: &str, mode: u32) -> io::Result<File> {
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = match rel.rsplit_once('/') {
+            Some((parent, name)) if OPENAT2.load(Ordering::Relaxed) == 2 => {
+                openat(&self.walk(parent)?, name, flags, Mode::from_raw_mode(mode))?
+            }
+            Some((parent, name)) => {
+                let resolve =
+                    ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+                match openat2(&self.fd, rel, flags, Mode::from_raw_mode(mode), resolve) {
+                    Ok(fd) => fd,
+                    Err(Errno::NOSYS | Errno::PERM | Errno::AGAIN) => {
+                        openat(&self.walk(parent)?, name, flags, Mode::from_raw_mode(mode))?
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            None => openat(&self.fd, rel, flags, Mode::from_raw_mode(mode))?,
+        };
+        crashsim::entry(&self.join(rel));
+        crashsim::data(&self.join(rel));
+        Ok(File::from(fd))
+    }
+
     /// [`Dir::open_dir`] without `openat2`: one `O_NOFOLLOW` open per segment.
     fn walk(&self, rel: &str) -> io::Result<OwnedFd> {
         let mut cur: Option<OwnedFd> = None;

@@ -265,9 +265,12 @@ fn check_trees(
         .filter(|(_, a)| record.new_tree_of(&a.path).is_some())
         .map(|(_, a)| a.path.as_str())
         .collect();
-    let mut todo = vec![(String::new(), tree.try_clone().ctx("open", path)?)];
-    while let Some((rel, dir)) = todo.pop() {
+    // Directories to look into, by path: opened from `tree` when their turn comes (a
+    // handle each held meanwhile could be thousands).
+    let mut todo = vec![String::new()];
+    while let Some(rel) = todo.pop() {
         let at = path.join(&rel);
+        let dir = tree.open_dir(&rel).map_err(|e| dir_error(at.clone(), e))?;
         for (name, kind) in dir.entries().ctx("list", &at)? {
             let child = if rel.is_empty() {
                 name.clone()
@@ -287,10 +290,7 @@ fn check_trees(
                 )));
             }
             if kind == FileType::Directory {
-                let sub = dir
-                    .open_dir(&name)
-                    .map_err(|e| dir_error(at.join(&name), e))?;
-                todo.push((child, sub));
+                todo.push(child);
             }
         }
     }
@@ -301,35 +301,41 @@ fn check_trees(
 /// above each tree as records of distributor's own, the tree's own as the directories
 /// they become once placed, exactly 0755 (SPEC §17).
 fn make_trees(tree: Dir, at: &Path, trees: &[(String, Vec<String>)]) -> Result<()> {
-    let mut made: foldhash::HashMap<String, Dir> = foldhash::HashMap::default();
-    made.insert(String::new(), tree);
+    // Each directory made in its parent, opened again from `tree` (never through a
+    // symlink): no handle is held per directory, a bundle may have as many as it likes.
+    let parent_of = |d: &str| -> Result<Dir> {
+        let parent = d.rsplit_once('/').map_or("", |(p, _)| p);
+        tree.open_dir(parent)
+            .map_err(|e| dir_error(at.join(parent), e))
+    };
+    let mut made: BTreeSet<&str> = BTreeSet::new();
     for (root, below) in trees {
-        let mut above = root.as_str();
-        let mut missing = Vec::new();
-        while let Some((parent, _)) = above.rsplit_once('/') {
-            if made.contains_key(parent) {
+        let mut above: Vec<&str> = Vec::new();
+        let mut d = root.as_str();
+        while let Some((parent, _)) = d.rsplit_once('/') {
+            if made.contains(parent) {
                 break;
             }
-            missing.push(parent);
-            above = parent;
+            above.push(parent);
+            d = parent;
         }
-        for d in missing.into_iter().rev() {
-            let (parent, name) = split(d);
-            let dir = made[parent]
+        for d in above.into_iter().rev() {
+            let (_, name) = split(d);
+            parent_of(d)?
                 .make_record_dir(name)
                 .map_err(|e| record_error(e, &at.join(d), "create staging"))?;
-            made.insert(d.to_string(), dir);
+            made.insert(d);
         }
         for d in std::iter::once(root).chain(below) {
-            let (parent, name) = split(d);
+            let (_, name) = split(d);
             let path = at.join(d);
-            let p = &made[parent];
+            let p = parent_of(d)?;
             if !p.mkdir(name).ctx("create directory", &path)? {
                 return Err(StepError::Exists { path }.into());
             }
             let dir = p.open_dir(name).ctx("open", &path)?;
             records::set_mode(dir.fd(), records::CONTENT_DIR_MODE).ctx("chmod", &path)?;
-            made.insert(d.clone(), dir);
+            made.insert(d);
         }
     }
     Ok(())

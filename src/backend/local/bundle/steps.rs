@@ -22,17 +22,23 @@ impl Bundle {
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, crate::hash::ContentHash)> {
         self.locked()?;
-        let (dir_rel, name) = split_owned(&format!(
-            "{STAGING_DIR}/{}/{}",
-            op.operation_id,
-            op.staged_new(i)
-        ));
-        let bucket = self.sub(&dir_rel)?;
+        let staged = op.staged_new(i);
+        let tree = format!("{NEW}/{NEW_TREES}/");
+        let (dir_rel, name) = match staged.strip_prefix(&tree) {
+            // In a new tree: created through `new/tree/`'s handle alone, so that staging
+            // holds no handle per directory of the tree.
+            Some(rel) => (
+                format!("{STAGING_DIR}/{}/{NEW}/{NEW_TREES}", op.operation_id),
+                rel.to_string(),
+            ),
+            None => split_owned(&format!("{STAGING_DIR}/{}/{staged}", op.operation_id)),
+        };
+        let dir = self.sub(&dir_rel)?;
         let (mut input, opened_size) = source.open()?;
         let dst = self.path.join(&dir_rel).join(&name);
         // Published content is exactly 0644, never a record's mode (SPEC §17).
-        let mut output = bucket
-            .create_file_mode(&name, records::CONTENT_FILE_MODE)
+        let mut output = dir
+            .create_file_below(&name, records::CONTENT_FILE_MODE)
             .ctx("create", &dst)?;
         records::set_mode(&output, records::CONTENT_FILE_MODE).ctx("chmod", &dst)?;
         let mut h = Sha256::new();

@@ -21,7 +21,23 @@ impl Bundle {
             self.remove_unfinished(&op.operation_id)?;
             return self.remove_staging(&op.operation_id);
         }
+        let tree_prefix = format!("{NEW}/{NEW_TREES}/");
         let staged_exists = |rel: String| -> Result<bool> {
+            if let Some(below) = rel.strip_prefix(&tree_prefix) {
+                // In a new tree: looked up through `new/tree/`'s handle, keeping no handle
+                // per directory of the tree.
+                let tree_rel = format!("{op_rel}/{NEW}/{NEW_TREES}");
+                let Some(tree) = self.sub_opt(&tree_rel)? else {
+                    return Ok(false);
+                };
+                let (d, n) = split(below);
+                let at = self.path.join(&tree_rel).join(d);
+                return match tree.open_dir(d) {
+                    Ok(dir) => Ok(dir.stat_opt(n).ctx("stat", at.join(n))?.is_some()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                    Err(e) => Err(dir_error(at, e)),
+                };
+            }
             let (d, n) = split_owned(&format!("{op_rel}/{rel}"));
             Ok(match self.sub_opt(&d)? {
                 Some(dir) => dir
