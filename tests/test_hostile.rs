@@ -1031,6 +1031,24 @@ fn a_directory_made_by_a_hand_where_a_new_tree_goes_is_never_replaced() {
     );
     assert!(!env.staging_left(DEST));
 
+    // An empty directory too: a plain rename would replace it.
+    let env = Env::new();
+    let (cfg, v2) = a_new_tree_ahead(&env);
+    let run = publish_paused(&env, &cfg, &v2, "after_staging");
+    std::fs::create_dir(env.path(&format!("{DEST}/new"))).unwrap();
+    let ino = std::fs::metadata(env.path(&format!("{DEST}/new")))
+        .unwrap()
+        .ino();
+    run.resume().expect_code(0);
+    assert_eq!(env.read(&format!("{DEST}/new/sub/b.txt")), "v2 b");
+    assert_eq!(
+        std::fs::metadata(env.path(&format!("{DEST}/new")))
+            .unwrap()
+            .ino(),
+        ino,
+        "the hand's empty directory was replaced"
+    );
+
     let env = Env::new();
     let (cfg, v2) = a_new_tree_ahead(&env);
     let state_before = env.read(&format!("{DEST}/.distributor.json"));
