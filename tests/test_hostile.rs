@@ -312,6 +312,36 @@ fn placement_through_a_swapped_subdirectory_never_writes_outside() {
     .run();
 }
 
+/// v2 creates the directory `sub/new` (a new tree, placed whole with one rename into
+/// `sub`): `sub` is swapped for a symlink as that rename is about to happen.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_new_tree_placed_through_a_swapped_subdirectory_never_lands_outside() {
+    Attack {
+        versions: Versions {
+            v1: &[("sub/keep.txt", "kept")],
+            v1_links: &[],
+            v2: &[
+                ("sub/keep.txt", "kept"),
+                ("sub/new/a.txt", "v2 new a"),
+                ("sub/new/deep/b.txt", "v2 new b"),
+            ],
+            v2_links: &[],
+            by_source_id: false,
+        },
+        cmd: Cmd::Publish,
+        step: "during_placement",
+        k: 1,
+        renames: true,
+        swap: "sub",
+        written: &["v2 new a", "v2 new b"],
+    }
+    .run();
+}
+
 /// v2 overwrites `a.txt` and `sub/b.txt`: moved aside in path order, `sub/b.txt` second.
 #[test]
 #[cfg_attr(
