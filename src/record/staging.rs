@@ -336,9 +336,13 @@ impl StagedOperation {
         }
     }
 
-    /// The new tree `path` lies in ([`StagingLayout::Trees`]): its outermost ancestor
-    /// that the operation creates, when its parent is one.
+    /// The new tree `path` lies in: its outermost ancestor that the operation creates,
+    /// when its parent is one and the operation stages new trees
+    /// ([`StagingLayout::Trees`]); `None` otherwise.
     pub fn new_tree_of<'p>(&self, path: &'p str) -> Option<&'p str> {
+        if self.staging_layout != StagingLayout::Trees {
+            return None;
+        }
         let (parent, _) = path.rsplit_once('/')?;
         let dirs = self
             .new_dir_index
@@ -361,9 +365,6 @@ impl StagedOperation {
     /// once, outermost first, with the directories under `new/tree/` each needs (the
     /// tree's own and those below it that hold staged files), parents first.
     pub fn new_trees(&self) -> Vec<(String, Vec<String>)> {
-        if self.staging_layout != StagingLayout::Trees {
-            return Vec::new();
-        }
         let mut trees: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for (_, a) in self.file_writes() {
             let Some(root) = self.new_tree_of(&a.path) else {
@@ -390,9 +391,7 @@ impl StagedOperation {
     pub fn new_buckets(&self) -> Vec<String> {
         let mut buckets: Vec<usize> = self
             .file_writes()
-            .filter(|(_, a)| {
-                self.staging_layout != StagingLayout::Trees || self.new_tree_of(&a.path).is_none()
-            })
+            .filter(|(_, a)| self.new_tree_of(&a.path).is_none())
             .map(|(i, _)| i / NEW_BUCKET)
             .collect();
         buckets.dedup();

@@ -22,16 +22,19 @@ impl Bundle {
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<(u64, crate::hash::ContentHash)> {
         self.locked()?;
-        let staged = op.staged_new(i);
-        let tree = format!("{NEW}/{NEW_TREES}/");
-        let (dir_rel, name) = match staged.strip_prefix(&tree) {
+        let path = &op.actions[i].path;
+        let (dir_rel, name) = match op.new_tree_of(path) {
             // In a new tree: created through `new/tree/`'s handle alone, so that staging
             // holds no handle per directory of the tree.
-            Some(rel) => (
+            Some(_) => (
                 format!("{STAGING_DIR}/{}/{NEW}/{NEW_TREES}", op.operation_id),
-                rel.to_string(),
+                path.clone(),
             ),
-            None => split_owned(&format!("{STAGING_DIR}/{}/{staged}", op.operation_id)),
+            None => split_owned(&format!(
+                "{STAGING_DIR}/{}/{}",
+                op.operation_id,
+                op.staged_new(i)
+            )),
         };
         let dir = self.sub(&dir_rel)?;
         let (mut input, opened_size) = source.open()?;
@@ -156,8 +159,7 @@ impl Bundle {
         let a = &op.actions[i];
         let (dir_rel, name) = split(&a.path);
         failpoint::hit("during_placement");
-        if op.staging_layout == StagingLayout::Trees
-            && let Some(tree) = op.new_tree_of(&a.path)
+        if let Some(tree) = op.new_tree_of(&a.path)
             && self.place_tree(op, tree)?
         {
             // Placed with its tree: not renamed itself, so what it was staged as it is.
