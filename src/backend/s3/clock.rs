@@ -146,9 +146,35 @@ impl DateService {
     }
 }
 
+/// A connection that could not be made in time, as an error object_store retries.
+///
+/// reqwest calls a connect timeout a timeout first, and object_store retries a timed-out
+/// request only when it is idempotent; a conditional PUT (a lease taken, a state written
+/// `If-Match`) is not. But a request whose connection was never made was never sent, so
+/// trying it again cannot apply it twice: it is [`HttpErrorKind::Connect`], which
+/// object_store retries like a refused connection. Under a loaded host a store on this
+/// machine can take longer than object_store's 5 s to accept a connection.
+fn never_sent(e: HttpError) -> HttpError {
+    if e.kind() != HttpErrorKind::Timeout
+        || !super::find_source::<reqwest::Error>(&e).is_some_and(reqwest::Error::is_connect)
+    {
+        return e;
+    }
+    let cause = innermost(&e);
+    HttpError::new(HttpErrorKind::Connect, NotConnected { cause })
+}
+
+/// A connection not made in time (the request was never sent), with the HTTP client's
+/// innermost words for it ("deadline has elapsed").
+#[derive(Debug, thiserror::Error)]
+#[error("no connection within the connect timeout ({cause})")]
+struct NotConnected {
+    cause: String,
+}
+
 /// The innermost cause of `e` (for reqwest: "Connection refused (os error 111)" rather
 /// than "error sending request"), on one line.
-fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
     let mut last = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -187,7 +213,7 @@ impl HttpService for DateService {
         );
         let response = match self.inner.execute(req).await {
             Ok(r) => r,
-            Err(e) => return Err(self.first_contact_failure(url, e)),
+            Err(e) => return Err(self.first_contact_failure(url, never_sent(e))),
         };
         self.answered.store(true, Ordering::Relaxed);
         crate::failpoint::hit("s3_response");
@@ -213,6 +239,7 @@ fn parse_http_date(s: &str) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use object_store::ObjectStore;
 
     #[test]
     fn http_dates_parse() {
@@ -220,5 +247,74 @@ mod tests {
         let secs = t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
         assert_eq!(secs, 1_796_330_033);
         assert!(parse_http_date("yesterday").is_none());
+    }
+
+    /// A listener on 127.0.0.1 that completes no more connections (its accept queue is
+    /// full and nothing accepts), and the connections that filled it.
+    fn full_listener() -> (
+        std::net::SocketAddr,
+        tokio::net::TcpListener,
+        Vec<std::net::TcpStream>,
+    ) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut held = Vec::new();
+        for _ in 0..16 {
+            match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+                Ok(s) => held.push(s),
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    return (addr, listener, held);
+                }
+                Err(e) => panic!("connect to {addr}: {e}"),
+            }
+        }
+        panic!("{addr} still completes connections after 16 that were never accepted");
+    }
+
+    #[test]
+    fn a_conditional_put_whose_connection_is_not_made_in_time_is_tried_again() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (addr, _listener, _held) = full_listener();
+            let store = object_store::aws::AmazonS3Builder::new()
+                .with_bucket_name("b")
+                .with_region("us-east-1")
+                .with_endpoint(format!("http://{addr}"))
+                .with_access_key_id("k")
+                .with_secret_access_key("s")
+                .with_client_options(
+                    ClientOptions::new()
+                        .with_allow_http(true)
+                        .with_connect_timeout(Duration::from_millis(200)),
+                )
+                .with_http_connector(DateConnector::new(StoreClock::default(), "s3.endpoint"))
+                .build()
+                .unwrap();
+            // Create-only, as a lease is taken: not idempotent, so object_store retries it
+            // only after errors that say it was never sent.
+            let key = object_store::path::Path::from("site/.distributor.lock");
+            let put = store.put_opts(
+                &key,
+                object_store::PutPayload::from_static(b"{}"),
+                object_store::PutMode::Create.into(),
+            );
+            let e = put.await.expect_err("nothing accepts the connection");
+            // Tried FIRST_CONTACT_ATTEMPTS times, then called unreachable; a connect
+            // timeout taken for a response timeout ends after one attempt, with object_store's
+            // "error sending request".
+            let unreachable = crate::backend::s3::find_source::<Unreachable>(&e)
+                .unwrap_or_else(|| panic!("not retried to the end: {e}"));
+            let text = unreachable.to_string();
+            assert!(text.contains(&addr.to_string()), "{text}");
+            assert!(
+                text.contains("no connection within the connect timeout"),
+                "{text}"
+            );
+        });
     }
 }

@@ -604,7 +604,7 @@ pub(crate) fn store_error(action: &str, what: &str, e: object_store::Error) -> E
     } else {
         StoreFailure::Other {
             store,
-            text: dialect.clean(&e.to_string()),
+            text: dialect.clean(&with_cause(&e)),
         }
     };
     StoreError {
@@ -614,6 +614,19 @@ pub(crate) fn store_error(action: &str, what: &str, e: object_store::Error) -> E
         source: e,
     }
     .into()
+}
+
+/// The text of `e`, and its innermost cause after it when the text does not already
+/// say it: object_store says "HTTP error: error sending request" where the cause is
+/// "Connection refused (os error 111)" or "operation timed out".
+fn with_cause(e: &object_store::Error) -> String {
+    let text = e.to_string();
+    let cause = clock::innermost(e);
+    if cause.is_empty() || text.contains(&cause) {
+        text
+    } else {
+        format!("{text} ({cause})")
+    }
 }
 
 /// The first error of type `T` in `e`'s chain of sources.
@@ -661,6 +674,24 @@ mod tests {
         let m = store_error("read", "s3://b/site/.distributor.json", e).to_string();
         assert!(!m.contains("169.254"), "{m}");
         assert!(m.contains("the instance metadata service"), "{m}");
+    }
+
+    #[test]
+    fn a_store_error_ends_with_its_innermost_cause() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("HTTP error: error sending request")]
+        struct Sending(#[source] std::io::Error);
+        let refused = std::io::Error::from_raw_os_error(104);
+        let cause = refused.to_string();
+        let m = store_error("write", "s3://b/site/a.txt", generic(Sending(refused))).to_string();
+        assert!(
+            m.ends_with(&format!("error sending request ({cause})")),
+            "{m}"
+        );
+        // A text that says its cause already is not given it twice.
+        let e = generic(std::io::Error::other("Connection refused (os error 111)"));
+        let m = store_error("write", "s3://b/site/a.txt", e).to_string();
+        assert_eq!(m.matches("Connection refused").count(), 1, "{m}");
     }
 
     #[test]
