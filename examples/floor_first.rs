@@ -20,11 +20,12 @@
 //!   manifest's; on two threads (this machine's cores). As distributor's `trees` layout
 //!   has it: a file in a directory (in an empty destination every directory is new) at
 //!   its path under `new/tree/`, a file at the top by its index in `new/<n>/` (256 a
-//!   directory).
+//!   directory). Each file in a tree is `fstat`ed once written: placing its tree changes
+//!   nothing of it, so that is its placement fingerprint.
 //! - One `syncfs` before the first rename into the destination (SPEC §13).
 //! - Place: rename each new tree (each top directory) into place whole, and each file at
-//!   the top, with `RENAME_NOREPLACE` (nothing that appeared there is ever replaced), then
-//!   `lstat` every file for its placement fingerprint, on one thread.
+//!   the top, with `RENAME_NOREPLACE` (nothing that appeared there is ever replaced),
+//!   `lstat`ing each file renamed for its placement fingerprint, on one thread.
 //! - One `syncfs` for the directories that gained entries; copy the staged post-state to
 //!   a temp file, fsync it, rename it over `.distributor.json`, fsync the bundle
 //!   directory.
@@ -99,8 +100,16 @@ fn open_dir(path: &Path) -> OwnedFd {
     .unwrap_or_else(|e| fail(path, e))
 }
 
-/// Copies output `i` into `dir` as `name`, hashing it, and checks the digest.
-fn stage(source: &Path, dir: &OwnedFd, name: &str, o: &OutputEntry, buf: &mut [u8]) {
+/// A placement fingerprint: inode, mtime and ctime.
+type Fingerprint = (u64, i64, i64);
+
+fn fingerprint(st: &rustix::fs::Stat) -> Fingerprint {
+    (st.st_ino, st.st_mtime, st.st_ctime)
+}
+
+/// Copies output `i` into `dir` as `name`, hashing it, and checks the digest: the file's
+/// fingerprint once written.
+fn stage(source: &Path, dir: &OwnedFd, name: &str, o: &OutputEntry, buf: &mut [u8]) -> Fingerprint {
     let p = source.join(&o.path);
     let mut input = std::fs::File::open(&p).unwrap_or_else(|e| fail(&p, e));
     let fd = rustix::fs::openat(
@@ -123,6 +132,7 @@ fn stage(source: &Path, dir: &OwnedFd, name: &str, o: &OutputEntry, buf: &mut [u
     if h.finalize().as_slice() != o.sha256.0.as_slice() {
         fail(&p, "sha256 differs from the manifest");
     }
+    fingerprint(&rustix::fs::fstat(&output).unwrap_or_else(|e| fail(&p, e)))
 }
 
 fn main() {
@@ -209,31 +219,45 @@ fn main() {
         }
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut as_staged: Vec<Fingerprint> = vec![(0, 0, 0); outputs.len()];
     std::thread::scope(|s| {
-        for _ in 0..THREADS {
-            s.spawn(|| {
-                let mut buf = vec![0u8; 256 * 1024];
-                loop {
-                    let start = next.fetch_add(BUCKET, std::sync::atomic::Ordering::Relaxed);
-                    if start >= outputs.len() {
-                        break;
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut buf = vec![0u8; 256 * 1024];
+                    let mut staged = Vec::new();
+                    loop {
+                        let start = next.fetch_add(BUCKET, std::sync::atomic::Ordering::Relaxed);
+                        if start >= outputs.len() {
+                            break;
+                        }
+                        let end = (start + BUCKET).min(outputs.len());
+                        for (i, o) in outputs[start..end].iter().enumerate() {
+                            let (parent, bucket, name) = &at[start + i];
+                            let dir = match *parent {
+                                "" => &buckets[*bucket],
+                                p => &dirs[p],
+                            };
+                            staged.push((start + i, stage(source, dir, name, o, &mut buf)));
+                        }
                     }
-                    let end = (start + BUCKET).min(outputs.len());
-                    for (i, o) in outputs[start..end].iter().enumerate() {
-                        let (parent, bucket, name) = &at[start + i];
-                        let dir = match *parent {
-                            "" => &buckets[*bucket],
-                            p => &dirs[p],
-                        };
-                        stage(source, dir, name, o, &mut buf);
-                    }
-                }
-            });
+                    staged
+                })
+            })
+            .collect();
+        for t in threads {
+            for (i, f) in t
+                .join()
+                .unwrap_or_else(|_| fail(source, "a staging thread panicked"))
+            {
+                as_staged[i] = f;
+            }
         }
     });
     rustix::fs::syncfs(&root).unwrap_or_else(|e| fail(bundle, e));
 
-    // Each new tree whole, then each file at the top; then every fingerprint.
+    // Each new tree whole, then each file at the top, `lstat`ed for its fingerprint (its
+    // rename set its ctime); a file placed with its tree keeps its fingerprint as staged.
     let tree_fd = open_dir(&tree);
     let mut tops: Vec<&str> = outputs
         .iter()
@@ -245,9 +269,8 @@ fn main() {
         rustix::fs::renameat_with(&tree_fd, top, &root, top, RenameFlags::NOREPLACE)
             .unwrap_or_else(|e| fail(&bundle.join(top), e));
     }
-    let mut placed: HashMap<&str, OwnedFd> = HashMap::new();
-    let mut fingerprints = Vec::with_capacity(outputs.len());
-    for (o, (parent, bucket, name)) in outputs.iter().zip(&at) {
+    let mut fingerprints = as_staged;
+    for ((o, (parent, bucket, name)), f) in outputs.iter().zip(&at).zip(&mut fingerprints) {
         if parent.is_empty() {
             rustix::fs::renameat_with(
                 &buckets[*bucket],
@@ -257,17 +280,10 @@ fn main() {
                 RenameFlags::NOREPLACE,
             )
             .unwrap_or_else(|e| fail(&bundle.join(&o.path), e));
+            let st = rustix::fs::statat(&root, &o.path, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .unwrap_or_else(|e| fail(&bundle.join(&o.path), e));
+            *f = fingerprint(&st);
         }
-        let (dir, name) = match o.path.rsplit_once('/') {
-            Some((p, n)) => (
-                &*placed.entry(p).or_insert_with(|| open_dir(&bundle.join(p))),
-                n,
-            ),
-            None => (&root, o.path.as_str()),
-        };
-        let st = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-            .unwrap_or_else(|e| fail(&bundle.join(&o.path), e));
-        fingerprints.push((st.st_ino, st.st_mtime, st.st_ctime));
     }
     rustix::fs::syncfs(&root).unwrap_or_else(|e| fail(bundle, e));
 

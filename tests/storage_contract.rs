@@ -299,19 +299,24 @@ fn run_to_commit(
     let steps = Operation::with(store, &staged, state);
     steps.begin(pre.bytes(), &post).expect("begin");
     let mut buf = vec![0u8; 64 * 1024];
+    let mut as_staged = Vec::new();
     for (i, (name, bytes)) in files.iter().enumerate() {
         let source = distributor::source::SourceFile::at_path(fx.source(name, bytes));
-        let (size, sha) = steps
+        let staged_file = steps
             .stage(i, &source, &mut buf, &mut |_| {})
             .expect("stage");
-        assert_eq!((size, sha), (bytes.len() as u64, ContentHash::of(bytes)));
+        assert_eq!(
+            (staged_file.size, staged_file.sha256),
+            (bytes.len() as u64, ContentHash::of(bytes))
+        );
+        as_staged.push(staged_file.as_staged);
     }
     steps.make_staged_durable().expect("make_staged_durable");
     for (i, _) in staged.moves() {
         steps.move_aside(i).expect("move_aside");
     }
-    for (i, _) in files.iter().enumerate() {
-        let placed = steps.place(i).expect("place");
+    for (i, as_staged) in as_staged.into_iter().enumerate() {
+        let placed = steps.place(i, as_staged).expect("place");
         if store.capabilities().proves_by_etag {
             assert!(placed.is_none(), "an ETag proves content: no fingerprint");
         }

@@ -30,7 +30,7 @@ use crate::state::StateFile;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use types::Storage;
-use types::{Placed, Proof, StagingEntry, StateBytes};
+use types::{Placed, Proof, Staged, StagingEntry, StateBytes};
 
 pub use types::Capabilities;
 
@@ -233,7 +233,8 @@ pub trait Steps {
     /// Writes the staging record, whole and atomically, before anything else changes.
     fn begin(&self, op: &StagedOperation, pre: Option<&[u8]>, post: &[u8]) -> Result<()>;
 
-    /// Stages the file of action `i` from `source`, hashing while copying: size and sha256.
+    /// Stages the file of action `i` from `source`, hashing while copying: size and
+    /// sha256, and the fingerprint as staged where placing may keep it ([`Staged`]).
     fn stage(
         &self,
         op: &StagedOperation,
@@ -241,7 +242,7 @@ pub trait Steps {
         source: &crate::source::SourceFile<'_>,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, crate::hash::ContentHash)>;
+    ) -> Result<Staged>;
 
     /// Makes what was staged durable before anything is placed.
     fn make_staged_durable(&self) -> Result<()>;
@@ -254,7 +255,14 @@ pub trait Steps {
 
     /// Places the file staged for action `i`: its placement fingerprint where the
     /// backend proves content by one (an object store proves it by the state's ETag).
-    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Placed>>;
+    /// `as_staged` is what [`Steps::stage`] said of the file ([`Staged::as_staged`]),
+    /// returned as the placement fingerprint only where placing left the file as it was.
+    fn place(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        as_staged: Option<Placed>,
+    ) -> Result<Option<Placed>>;
 
     /// Creates the link of action `i`.
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()>;
@@ -295,7 +303,7 @@ impl<T: Steps + ?Sized> Steps for &T {
         source: &crate::source::SourceFile<'_>,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, crate::hash::ContentHash)> {
+    ) -> Result<Staged> {
         (**self).stage(op, i, source, buf, on_bytes)
     }
 
@@ -311,8 +319,13 @@ impl<T: Steps + ?Sized> Steps for &T {
         (**self).remove_emptied_dir(rel)
     }
 
-    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Placed>> {
-        (**self).place(op, i)
+    fn place(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        as_staged: Option<Placed>,
+    ) -> Result<Option<Placed>> {
+        (**self).place(op, i, as_staged)
     }
 
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()> {
@@ -446,14 +459,14 @@ impl<'s> Operation<'s> {
     }
 
     /// Stages the file of action `i` from `source` ([`Steps::stage`]): its size and
-    /// sha256 as copied.
+    /// sha256 as copied, and its fingerprint as staged where placing may keep it.
     pub fn stage(
         &self,
         i: usize,
         source: &crate::source::SourceFile<'_>,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, ContentHash)> {
+    ) -> Result<Staged> {
         self.steps().stage(self.record, i, source, buf, on_bytes)
     }
 
@@ -473,9 +486,9 @@ impl<'s> Operation<'s> {
         self.steps().remove_emptied_dir(rel)
     }
 
-    /// Places the file staged for action `i` ([`Steps::place`]).
-    pub fn place(&self, i: usize) -> Result<Option<Placed>> {
-        self.steps().place(self.record, i)
+    /// Places the file staged for action `i` ([`Steps::place`]), staged as `as_staged`.
+    pub fn place(&self, i: usize, as_staged: Option<Placed>) -> Result<Option<Placed>> {
+        self.steps().place(self.record, i, as_staged)
     }
 
     /// Creates the link of action `i` ([`Steps::link`]).

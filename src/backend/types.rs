@@ -91,6 +91,22 @@ enum Slot {
     Other,
 }
 
+/// A file staged ([`super::Steps::stage`]): its size and sha256 as copied, and the
+/// fingerprint it has as staged where placing it may leave the file itself as it is.
+#[derive(Debug, Clone, Copy)]
+pub struct Staged {
+    /// Size copied.
+    pub size: u64,
+    /// sha256 of the bytes copied.
+    pub sha256: ContentHash,
+    /// The file's fingerprint after its last write (`fstat` on the handle it was written
+    /// through): a local file staged in a new tree, which the tree's one rename places
+    /// without changing anything of the file. Handed back to [`super::Steps::place`],
+    /// which returns it when the file was placed that way. `None` where placing changes
+    /// the file (a rename of the file itself sets its ctime) or no fingerprint is kept.
+    pub as_staged: Option<Placed>,
+}
+
 /// Size, mtime, inode and ctime recorded when a file was placed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placed {

@@ -244,6 +244,15 @@ fn counted(done: u64, total: Option<u64>, unit: &str) -> String {
 pub(super) struct Lines {
     command: &'static str,
     every: Duration,
+    /// The task's counts, added to by the working threads without a lock (staging counts
+    /// twice a file, on several threads).
+    done: AtomicU64,
+    bytes: AtomicU64,
+    /// When this was made: the clock of `last_ms`.
+    epoch: Instant,
+    /// Milliseconds since `epoch` when the last line was printed or the task started.
+    last_ms: AtomicU64,
+    /// What a line says besides the counts, taken only to print one.
     state: Mutex<LinesState>,
 }
 
@@ -253,7 +262,6 @@ struct LinesState {
     done: u64,
     bytes: u64,
     started: Instant,
-    last: Instant,
 }
 
 impl Lines {
@@ -271,25 +279,38 @@ impl Lines {
         Lines {
             command,
             every,
+            done: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            epoch: now,
+            last_ms: AtomicU64::new(0),
             state: Mutex::new(LinesState {
                 shape: Shape::default(),
                 done: 0,
                 bytes: 0,
                 started: now,
-                last: now,
             }),
         }
     }
 
     fn tick(&self, done: u64, bytes: u64) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.done += done;
-        s.bytes += bytes;
+        self.done.fetch_add(done, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
         let now = Instant::now();
-        if now.duration_since(s.last) < self.every {
-            return;
+        let now_ms = now.duration_since(self.epoch).as_millis() as u64;
+        let last_ms = self.last_ms.load(Ordering::Relaxed);
+        if !self.every.is_zero() {
+            // One thread prints when a line is due; the others go on.
+            if now_ms.saturating_sub(last_ms) < self.every.as_millis() as u64
+                || (self.last_ms)
+                    .compare_exchange(last_ms, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                return;
+            }
         }
-        s.last = now;
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.done = self.done.load(Ordering::Relaxed);
+        s.bytes = self.bytes.load(Ordering::Relaxed);
         eprintln!("{}", line(self.command, &s, now));
     }
 }
@@ -330,8 +351,11 @@ impl Progress for Lines {
             done: 0,
             bytes: 0,
             started: now,
-            last: now,
         };
+        self.done.store(0, Ordering::Relaxed);
+        self.bytes.store(0, Ordering::Relaxed);
+        let now_ms = now.duration_since(self.epoch).as_millis() as u64;
+        self.last_ms.store(now_ms, Ordering::Relaxed);
     }
 
     fn bytes(&self, n: u64) {
@@ -378,7 +402,6 @@ mod tests {
             done,
             bytes,
             started: now - Duration::from_secs(41),
-            last: now,
         }
     }
 

@@ -230,7 +230,7 @@ fn run_steps(
             .map(|f| &f.path)
             .eq(writes.iter().map(|&i| &staged.actions[i].path))
     );
-    stage::stage(op, &writes, source, crate::progress::Ticker::to(progress))?;
+    let as_staged = stage::stage(op, &writes, source, crate::progress::Ticker::to(progress))?;
     op.make_staged_durable()?;
     journal.step_event(&staged.operation_id, Event::Staged)?;
     failpoint::hit("after_staging");
@@ -252,10 +252,11 @@ fn run_steps(
     journal.step_event(&staged.operation_id, Event::MovedAside)?;
     failpoint::hit("after_move_aside");
 
-    // 6. Place files, then links. Each fingerprint is taken after its file's rename.
+    // 6. Place files, then links. Each fingerprint is taken after its file's rename, or
+    // where placing renamed not the file but its new tree, kept from staging.
     let mut placements = Vec::with_capacity(writes.len());
-    for &i in &writes {
-        if let Some(fingerprint) = op.place(i)? {
+    for (&i, as_staged) in writes.iter().zip(as_staged) {
+        if let Some(fingerprint) = op.place(i, as_staged)? {
             placements.push((i, fingerprint));
         }
     }

@@ -13,6 +13,7 @@
 //! differ from the manifest.
 
 use crate::backend::Operation;
+use crate::backend::types::{Placed, Staged};
 use crate::error::Result;
 use crate::failpoint;
 use crate::parallel;
@@ -23,13 +24,15 @@ use crate::source::{Source, SourceDirs};
 const BUF_SIZE: usize = 1 << 20;
 
 /// Stages the files of the actions `writes` (indexes into `op.actions`), on as many
-/// threads as the storage suits.
+/// threads as the storage suits: the fingerprint of each as staged, where the backend
+/// keeps one for placing ([`crate::backend::types::Staged::as_staged`]), in the order of
+/// `writes`.
 pub(super) fn stage(
     operation: &Operation<'_>,
     writes: &[usize],
     source: &Source,
     progress: Ticker<'_>,
-) -> Result<()> {
+) -> Result<Vec<Option<Placed>>> {
     let op = operation.record();
     if progress.is_on() {
         let bytes = writes.iter().filter_map(|&i| op.actions[i].size).sum();
@@ -49,7 +52,7 @@ pub(super) fn stage(
         |&i, buf| stage_one(operation, i, &dirs, buf, progress),
     );
     progress.finish();
-    result.map(|_| ())
+    result
 }
 
 fn stage_one(
@@ -58,11 +61,15 @@ fn stage_one(
     dirs: &SourceDirs<'_>,
     buf: &mut [u8],
     progress: Ticker<'_>,
-) -> Result<()> {
+) -> Result<Option<Placed>> {
     failpoint::hit("during_staging");
     let mut on_bytes = |n: u64| progress.bytes(n);
     let a = &operation.record().actions[i];
-    let (size, sha256) = operation.stage(i, &dirs.file(&a.path), buf, &mut on_bytes)?;
+    let Staged {
+        size,
+        sha256,
+        as_staged,
+    } = operation.stage(i, &dirs.file(&a.path), buf, &mut on_bytes)?;
     let (want_size, want_sha) = (a.size.unwrap_or_default(), a.sha256.unwrap_or_default());
     if size != want_size || sha256 != want_sha {
         return Err(crate::source::content_mismatch(
@@ -70,5 +77,5 @@ fn stage_one(
         ));
     }
     progress.done(1);
-    Ok(())
+    Ok(as_staged)
 }

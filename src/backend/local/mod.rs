@@ -192,7 +192,7 @@ impl crate::backend::Steps for Bundle {
         source: &crate::source::SourceFile<'_>,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, crate::hash::ContentHash)> {
+    ) -> Result<Staged> {
         Bundle::stage(self, op, i, source, buf, on_bytes)
     }
 
@@ -208,8 +208,13 @@ impl crate::backend::Steps for Bundle {
         Bundle::remove_emptied_dir(self, rel)
     }
 
-    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Placed>> {
-        Bundle::place(self, op, i).map(Some)
+    fn place(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        as_staged: Option<Placed>,
+    ) -> Result<Option<Placed>> {
+        Bundle::place(self, op, i, as_staged).map(Some)
     }
 
     fn link(&self, op: &StagedOperation, i: usize) -> Result<()> {
@@ -239,7 +244,7 @@ impl crate::backend::Steps for Bundle {
 
 impl BundleStore for Bundle {}
 
-use crate::backend::types::{Entry, Placed, Proof, StagingEntry, StateBytes, Storage};
+use crate::backend::types::{Entry, Placed, Proof, Staged, StagingEntry, StateBytes, Storage};
 use crate::error::{Error, IoContext, Result};
 use crate::fs::tree::{Meta, Tree};
 use crate::state::STATE_FILE;

@@ -11,7 +11,7 @@ use super::log;
 use crate::backend::Committed;
 use crate::backend::local::records::RECORD_DIR;
 use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE};
-use crate::backend::types::Placed;
+use crate::backend::types::{Placed, Staged};
 use crate::error::{Error, IoContext, Result, StepError};
 use crate::failpoint;
 use crate::fs::{Dir, Identity, split, type_name};
@@ -192,7 +192,7 @@ impl crate::backend::Steps for ReleaseOperation<'_> {
         source: &crate::source::SourceFile<'_>,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, crate::hash::ContentHash)> {
+    ) -> Result<Staged> {
         self.root()?.stage(op, i, source, buf, on_bytes)
     }
 
@@ -210,7 +210,12 @@ impl crate::backend::Steps for ReleaseOperation<'_> {
         self.remove_emptied_dir_in_release(rel)
     }
 
-    fn place(&self, op: &StagedOperation, i: usize) -> Result<Option<Placed>> {
+    fn place(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        _as_staged: Option<Placed>,
+    ) -> Result<Option<Placed>> {
         self.place_in_release(op, i).map(|()| None)
     }
 

@@ -3,7 +3,7 @@
 //! handles opened from the bundle path's handle without following a symlink.
 
 use super::*;
-use crate::backend::types::Placed;
+use crate::backend::types::{Placed, Staged};
 
 /// Most directories fsynced one by one before the commit point; more take one syncfs.
 const DIR_FSYNC_MAX: usize = 8;
@@ -12,7 +12,9 @@ impl Bundle {
     /// Stages the file written by action `i`: copies `source` into `new/`, hashing the
     /// bytes as they are copied (every byte written is a byte hashed, from the same
     /// buffer). The source is opened without blocking and must be a regular file; it is
-    /// opened in its directory's handle when `source` holds one ([`SourceFile`]).
+    /// opened in its directory's handle when `source` holds one ([`SourceFile`]). A file
+    /// of a new tree is `fstat`ed once written: its fingerprint as staged, which it keeps
+    /// when its tree is placed whole ([`Bundle::place`]).
     pub fn stage(
         &self,
         op: &StagedOperation,
@@ -20,30 +22,38 @@ impl Bundle {
         source: &SourceFile<'_>,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, crate::hash::ContentHash)> {
+    ) -> Result<Staged> {
         self.locked()?;
         let path = &op.actions[i].path;
-        let (dir_rel, name) = match op.new_tree_of(path) {
+        let in_tree = op.new_tree_of(path).is_some();
+        let (dir_rel, name): (String, std::borrow::Cow<'_, str>) = match in_tree {
             // In a new tree: created through `new/tree/`'s handle alone, so that staging
             // holds no handle per directory of the tree.
-            Some(_) => (
+            true => (
                 format!("{STAGING_DIR}/{}/{NEW}/{NEW_TREES}", op.operation_id),
-                path.clone(),
+                path.as_str().into(),
             ),
-            None => split_owned(&format!(
-                "{STAGING_DIR}/{}/{}",
-                op.operation_id,
-                op.staged_new(i)
-            )),
+            false => {
+                let (d, n) = split_owned(&format!(
+                    "{STAGING_DIR}/{}/{}",
+                    op.operation_id,
+                    op.staged_new(i)
+                ));
+                (d, n.into())
+            }
         };
         let dir = self.sub(&dir_rel)?;
         let (mut input, opened_size) = source.open()?;
-        let dst = self.path.join(&dir_rel).join(&name);
+        // Where the copy goes, named only in an error (built for each file, it was a
+        // noticeable part of staging's own time at 100,000 files).
+        let failed = |action: &'static str, e: std::io::Error| {
+            Error::io(action, self.path.join(&dir_rel).join(&*name), e)
+        };
         // Published content is exactly 0644, never a record's mode (SPEC §17).
         let mut output = dir
             .create_file_below(&name, records::CONTENT_FILE_MODE)
-            .ctx("create", &dst)?;
-        records::set_mode(&output, records::CONTENT_FILE_MODE).ctx("chmod", &dst)?;
+            .map_err(|e| failed("create", e))?;
+        records::set_mode(&output, records::CONTENT_FILE_MODE).map_err(|e| failed("chmod", e))?;
         let mut h = Sha256::new();
         let size = crate::hash::read_to_end_of(&mut input, opened_size, buf, |chunk| {
             h.update(chunk);
@@ -54,9 +64,21 @@ impl Bundle {
         })
         .map_err(|e| match e {
             crate::hash::ReadOrSink::Read(e) => Error::io("read", source.path(), e),
-            crate::hash::ReadOrSink::Sink(e) => Error::io("write", &dst, e),
+            crate::hash::ReadOrSink::Sink(e) => failed("write", e),
         })?;
-        Ok((size, crate::hash::ContentHash::from(h)))
+        // After the last write (which set its mtime and ctime), nothing but placing
+        // touches the file: as it is now, it stands in place once its tree is renamed.
+        let as_staged = match in_tree {
+            true => Some(placed(
+                &rustix::fs::fstat(&output).map_err(|e| failed("stat", e.into()))?,
+            )),
+            false => None,
+        };
+        Ok(Staged {
+            size,
+            sha256: crate::hash::ContentHash::from(h),
+            as_staged,
+        })
     }
 
     /// Makes everything staged durable before the first rename into the bundle path
@@ -154,7 +176,12 @@ impl Bundle {
     /// (`RENAME_NOREPLACE`: a file that appeared there after planning is never replaced),
     /// creating missing directories. Returns its placement fingerprint, taken after the
     /// rename (which changes its ctime).
-    pub fn place(&self, op: &StagedOperation, i: usize) -> Result<Placed> {
+    pub fn place(
+        &self,
+        op: &StagedOperation,
+        i: usize,
+        as_staged: Option<Placed>,
+    ) -> Result<Placed> {
         self.locked()?;
         let a = &op.actions[i];
         let (dir_rel, name) = split(&a.path);
@@ -162,7 +189,11 @@ impl Bundle {
         if let Some(tree) = op.new_tree_of(&a.path)
             && self.place_tree(op, tree)?
         {
-            // Placed with its tree: not renamed itself, so what it was staged as it is.
+            // Placed with its tree: not renamed itself, so what it was staged as it is
+            // (its fingerprint as staged, or where staging kept none, read now).
+            if let Some(p) = as_staged {
+                return Ok(p);
+            }
             let st = (self.sub(dir_rel)?.stat(name)).ctx("stat", self.path.join(&a.path))?;
             return Ok(placed(&st));
         }

@@ -4,7 +4,7 @@
 //! that back. Made by the store's `operation`; dropped with the operation.
 
 use super::{DECISION, Listed, REPLACED, S3Store, STAGING, lock};
-use crate::backend::types::Placed;
+use crate::backend::types::{Placed, Staged};
 use crate::backend::{Committed, ReplacedState};
 use crate::error::{Error, Result, StepError};
 use crate::failpoint;
@@ -320,7 +320,7 @@ impl crate::backend::Steps for S3Operation<'_> {
         source: &crate::source::SourceFile<'_>,
         buf: &mut [u8],
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<(u64, ContentHash)> {
+    ) -> Result<Staged> {
         self.writable()?;
         let a = &op.actions[i];
         let want = (a.size.unwrap_or_default(), a.sha256.unwrap_or_default());
@@ -352,7 +352,11 @@ impl crate::backend::Steps for S3Operation<'_> {
         if let Some(etag) = etag {
             lock(&self.placed).insert(a.path.clone(), etag);
         }
-        Ok((size, sha))
+        Ok(Staged {
+            size,
+            sha256: sha,
+            as_staged: None,
+        })
     }
 
     fn make_staged_durable(&self) -> Result<()> {
@@ -376,7 +380,12 @@ impl crate::backend::Steps for S3Operation<'_> {
         Ok(())
     }
 
-    fn place(&self, _op: &StagedOperation, _i: usize) -> Result<Option<Placed>> {
+    fn place(
+        &self,
+        _op: &StagedOperation,
+        _i: usize,
+        _as_staged: Option<Placed>,
+    ) -> Result<Option<Placed>> {
         // Uploaded to its final key already; the state's ETag proves it later.
         self.writable()?;
         Ok(None)
