@@ -7,7 +7,8 @@
 //! `untrusted` and touches nothing; `publish`, `plan`, `status` and `verify` report the
 //! conflict `untrusted_record` (exit 3), before any pending recovery.
 //!
-//! Also: records are made with exact modes whatever the umask; a published file renamed
+//! Also: records are made with exact modes whatever the umask, and published content
+//! whatever a default ACL above the bundle path; a published file renamed
 //! into a record's place (root's, mode 0644) is not believed; a staging entry of an
 //! earlier version (`.distributor-staging/`) is recovered only through the journal that
 //! recorded its operation, and untrusted through any other.
@@ -338,6 +339,86 @@ fn records_have_exact_modes_whatever_the_umask() {
     env.run(&["recover", "--config", cfg.to_str().unwrap()])
         .expect_code(0);
     assert_eq!(env.read(&format!("{DEST}/a/b.txt")), "b");
+}
+
+/// A default ACL on the directory above the bundle path, as an operator may set on a web
+/// root: `user::rwx`, `group::---`, `other::---`. Where a directory has one, it decides the
+/// mode of what is made in it instead of the umask, and directories made in it inherit
+/// it, so every directory distributor makes below has it too. Content created asking for
+/// 0644 would be 0600 there (a record's mode) without an `fchmod`.
+#[test]
+fn published_content_has_exact_modes_under_a_default_acl() {
+    let env = Env::new();
+    let cfg = env.simple_config("weather.yaml", "weather", "latest", DEST, "");
+    let parent = env.path("dest");
+    fs::create_dir_all(&parent).unwrap();
+    // The xattr's value (linux/posix_acl_xattr.h): version 2, then (tag, perm, id) entries.
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm) in [(0x01u16, 7u16), (0x04, 0), (0x20, 0)] {
+        acl.extend(tag.to_le_bytes());
+        acl.extend(perm.to_le_bytes());
+        acl.extend(u32::MAX.to_le_bytes());
+    }
+    rustix::fs::setxattr(
+        &parent,
+        "system.posix_acl_default",
+        &acl,
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "this test needs POSIX ACLs where the tests run ({}): {e}",
+            parent.display()
+        )
+    });
+    // The ACL is in force: a directory made under it gets group and other bits from it.
+    fs::create_dir(parent.join("probe")).unwrap();
+    let probe = fs::metadata(parent.join("probe")).unwrap().mode() & 0o777;
+    assert_eq!(probe, 0o700, "the default ACL did not apply");
+    fs::remove_dir(parent.join("probe")).unwrap();
+
+    let mode = |rel: &str| fs::symlink_metadata(env.path(rel)).unwrap().mode() & 0o7777;
+    // A new tree (a/), a file at the top, then a file into a directory that exists.
+    let v1 = env.bundle(
+        "b1",
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("a/b/c.txt", "c"), ("top.txt", "t")],
+        &[],
+    );
+    env.publish(&cfg, &v1, &[]).expect_code(0);
+    let v2 = env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T07:00:00Z",
+        &[("a/b/c.txt", "c"), ("a/d.txt", "d"), ("top.txt", "t2")],
+        &[],
+    );
+    env.publish(&cfg, &v2, &[]).expect_code(0);
+    for f in ["a/b/c.txt", "a/d.txt", "top.txt"] {
+        assert_eq!(mode(&format!("{DEST}/{f}")), 0o644, "published file {f}");
+    }
+    for d in ["a", "a/b"] {
+        assert_eq!(
+            mode(&format!("{DEST}/{d}")),
+            0o755,
+            "published directory {d}"
+        );
+    }
+    assert_eq!(
+        mode(&format!("{DEST}/.distributor.json")),
+        0o600,
+        "state file"
+    );
+    for d in [".distributor", ".distributor/log", ".distributor/staging"] {
+        assert_eq!(mode(&format!("{DEST}/{d}")), 0o700, "record directory {d}");
+    }
+    // Its own records believed: the same bundle again is unchanged, and verify passes.
+    let again = env.publish(&cfg, &v2, &[]);
+    again.expect_code(0);
+    assert_eq!(again.decision(), "unchanged");
+    env.run(&["verify", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
 }
 
 /// An interrupted publication whose staging is moved to where an earlier version kept it

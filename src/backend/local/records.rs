@@ -56,18 +56,30 @@ fn umask() -> Option<u32> {
     })
 }
 
-/// Whether an entry created asking for `mode` needs an `fchmod` to have exactly it (the
-/// umask takes some of its bits, or the umask is not known).
-pub fn needs_chmod(mode: u32) -> bool {
-    umask().is_none_or(|m| mode & m != 0)
+/// Whether a file created asking for `mode` in `dir`, or in a directory distributor made
+/// below it, has exactly `mode` without an `fchmod`: the umask takes none of its bits, and
+/// `dir` has no default ACL. Where a directory has one, the ACL decides the mode of what is
+/// created in it instead of the umask (`group::---` and `other::---` would make a published
+/// file 0600, a record's mode), and directories made in it inherit it.
+pub fn created_exact(dir: impl AsFd, mode: u32) -> bool {
+    umask().is_some_and(|m| mode & m == 0) && !has_default_acl(dir)
 }
 
-/// Gives `fd` (an entry distributor just created asking for `mode`) exactly `mode`, where
-/// the umask took some of it.
-pub fn set_mode(fd: impl AsFd, mode: u32) -> io::Result<()> {
-    if needs_chmod(mode) {
-        fchmod(fd, Mode::from_raw_mode(mode))?;
+/// Whether the directory `dir` has a default ACL; true when that cannot be read (an
+/// `fchmod` too many is the safe side).
+fn has_default_acl(dir: impl AsFd) -> bool {
+    match rustix::fs::fgetxattr_query(dir, "system.posix_acl_default") {
+        Ok(size) => size > 0,
+        // None, or none possible on this filesystem.
+        Err(Errno::NODATA | Errno::NOTSUP) => false,
+        Err(_) => true,
     }
+}
+
+/// Gives `fd` (an entry distributor just created asking for `mode`) exactly `mode`,
+/// whatever the umask or a default ACL of its directory made of it.
+pub fn set_mode(fd: impl AsFd, mode: u32) -> io::Result<()> {
+    fchmod(fd, Mode::from_raw_mode(mode))?;
     Ok(())
 }
 

@@ -69,6 +69,9 @@ pub struct Bundle {
     trees: Mutex<foldhash::HashMap<String, bool>>,
     /// Why the state file last opened is not believed (SPEC §17).
     state_untrusted: Mutex<Option<String>>,
+    /// The operation whose staged files are created with exactly the published mode, or
+    /// need an `fchmod` each (asked once: [`Bundle::stage`]).
+    staged_exact: std::sync::OnceLock<(String, bool)>,
 }
 
 /// A state file up to this size is read whole, then parsed; a larger one is parsed as it
@@ -268,6 +271,7 @@ impl Bundle {
             touched: Mutex::default(),
             trees: Mutex::default(),
             state_untrusted: Mutex::default(),
+            staged_exact: std::sync::OnceLock::new(),
         })
     }
 

@@ -49,11 +49,15 @@ impl Bundle {
         let failed = |action: &'static str, e: std::io::Error| {
             Error::io(action, self.path.join(&dir_rel).join(&*name), e)
         };
-        // Published content is exactly 0644, never a record's mode (SPEC §17).
+        // Published content is exactly 0644, never a record's mode (SPEC §17): created so
+        // where nothing takes bits of it, else `fchmod`ed.
         let mut output = dir
             .create_file_below(&name, records::CONTENT_FILE_MODE)
             .map_err(|e| failed("create", e))?;
-        records::set_mode(&output, records::CONTENT_FILE_MODE).map_err(|e| failed("chmod", e))?;
+        if !self.staged_exact(op)? {
+            records::set_mode(&output, records::CONTENT_FILE_MODE)
+                .map_err(|e| failed("chmod", e))?;
+        }
         let mut h = Sha256::new();
         let size = crate::hash::read_to_end_of(&mut input, opened_size, buf, |chunk| {
             h.update(chunk);
@@ -79,6 +83,21 @@ impl Bundle {
             sha256: crate::hash::ContentHash::from(h),
             as_staged,
         })
+    }
+
+    /// Whether files staged for `op` are created with exactly the published mode
+    /// ([`records::created_exact`] of its `new/`, below which every one is made), asked
+    /// once per operation.
+    fn staged_exact(&self, op: &StagedOperation) -> Result<bool> {
+        if let Some((id, exact)) = self.staged_exact.get()
+            && *id == op.operation_id
+        {
+            return Ok(*exact);
+        }
+        let new = self.sub(&format!("{STAGING_DIR}/{}/{NEW}", op.operation_id))?;
+        let exact = records::created_exact(new.fd(), records::CONTENT_FILE_MODE);
+        let _ = self.staged_exact.set((op.operation_id.clone(), exact));
+        Ok(exact)
     }
 
     /// Makes everything staged durable before the first rename into the bundle path
