@@ -346,12 +346,9 @@ fn records_have_exact_modes_whatever_the_umask() {
 /// mode of what is made in it instead of the umask, and directories made in it inherit
 /// it, so every directory distributor makes below has it too. Content created asking for
 /// 0644 would be 0600 there (a record's mode) without an `fchmod`.
-#[test]
-fn published_content_has_exact_modes_under_a_default_acl() {
-    let env = Env::new();
-    let cfg = env.simple_config("weather.yaml", "weather", "latest", DEST, "");
-    let parent = env.path("dest");
-    fs::create_dir_all(&parent).unwrap();
+/// Sets that default ACL on `dir` (made if missing), and checks it applies.
+fn default_acl_on(dir: &Path) {
+    fs::create_dir_all(dir).unwrap();
     // The xattr's value (linux/posix_acl_xattr.h): version 2, then (tag, perm, id) entries.
     let mut acl = 2u32.to_le_bytes().to_vec();
     for (tag, perm) in [(0x01u16, 7u16), (0x04, 0), (0x20, 0)] {
@@ -360,7 +357,7 @@ fn published_content_has_exact_modes_under_a_default_acl() {
         acl.extend(u32::MAX.to_le_bytes());
     }
     rustix::fs::setxattr(
-        &parent,
+        dir,
         "system.posix_acl_default",
         &acl,
         rustix::fs::XattrFlags::empty(),
@@ -368,14 +365,21 @@ fn published_content_has_exact_modes_under_a_default_acl() {
     .unwrap_or_else(|e| {
         panic!(
             "this test needs POSIX ACLs where the tests run ({}): {e}",
-            parent.display()
+            dir.display()
         )
     });
     // The ACL is in force: a directory made under it gets group and other bits from it.
-    fs::create_dir(parent.join("probe")).unwrap();
-    let probe = fs::metadata(parent.join("probe")).unwrap().mode() & 0o777;
+    fs::create_dir(dir.join("probe")).unwrap();
+    let probe = fs::metadata(dir.join("probe")).unwrap().mode() & 0o777;
     assert_eq!(probe, 0o700, "the default ACL did not apply");
-    fs::remove_dir(parent.join("probe")).unwrap();
+    fs::remove_dir(dir.join("probe")).unwrap();
+}
+
+#[test]
+fn published_content_has_exact_modes_under_a_default_acl() {
+    let env = Env::new();
+    let cfg = env.simple_config("weather.yaml", "weather", "latest", DEST, "");
+    default_acl_on(&env.path("dest"));
 
     let mode = |rel: &str| fs::symlink_metadata(env.path(rel)).unwrap().mode() & 0o7777;
     // A new tree (a/), a file at the top, then a file into a directory that exists.
@@ -417,6 +421,49 @@ fn published_content_has_exact_modes_under_a_default_acl() {
     let again = env.publish(&cfg, &v2, &[]);
     again.expect_code(0);
     assert_eq!(again.decision(), "unchanged");
+    env.run(&["verify", "--config", cfg.to_str().unwrap()])
+        .expect_code(0);
+}
+
+/// The same default ACL above a releases destination: each release's directories are
+/// exactly 0755 and its files 0444.
+#[test]
+fn release_directories_have_exact_modes_under_a_default_acl() {
+    let env = Env::new();
+    let cfg = env.simple_config(
+        "c.yaml",
+        "weather",
+        "latest",
+        "www/latest",
+        "    releases:\n      keep: 3\n",
+    );
+    default_acl_on(&env.path("www"));
+    // The second carries a/b/c.txt over from the first and makes a/d/ for its new file.
+    for (i, files) in [
+        (1, &["a/b/c.txt"][..]),
+        (2, &["a/b/c.txt", "a/d/e.txt"][..]),
+    ] {
+        let version = format!("version {i}");
+        let mut outputs = vec![("index.html", version.as_str())];
+        outputs.extend(files.iter().map(|f| (*f, "x")));
+        let b = env.bundle(
+            &format!("b{i}"),
+            "tomorrow",
+            &format!("2026-12-02T0{i}:00:00Z"),
+            &outputs,
+            &[],
+        );
+        env.publish(&cfg, &b, &[]).expect_code(0);
+    }
+    // The active release: its own directories and those carried over from the first.
+    let release = fs::canonicalize(env.path("www/latest")).unwrap();
+    let mode = |rel: &str| fs::symlink_metadata(release.join(rel)).unwrap().mode() & 0o7777;
+    for d in ["", "a", "a/b", "a/d"] {
+        assert_eq!(mode(d), 0o755, "release directory {d:?}");
+    }
+    for f in ["index.html", "a/b/c.txt", "a/d/e.txt"] {
+        assert_eq!(mode(f), 0o444, "release file {f}");
+    }
     env.run(&["verify", "--config", cfg.to_str().unwrap()])
         .expect_code(0);
 }

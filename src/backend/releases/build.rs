@@ -86,6 +86,7 @@ impl ReleaseOperation<'_> {
             return Err(StepError::Exists { path: release_path }.into());
         }
         let release = Arc::new(root.dir().open_dir(id).ctx("open", &release_path)?);
+        content_dir_mode(&release)?;
         failpoint::hit("during_carry_over");
         if let Some(active) = &self.active {
             let skip: foldhash::HashSet<&str> =
@@ -255,7 +256,7 @@ fn make_dirs(b: &mut Building, rel: &str, base: &Path) -> Result<Arc<Dir>> {
     }
     let (parent, name) = split(rel);
     let p = make_dirs(b, parent, base)?;
-    p.mkdir(name).ctx("create directory", base.join(rel))?;
+    let created = p.mkdir(name).ctx("create directory", base.join(rel))?;
     let d = Arc::new(p.open_dir(name).map_err(|e| {
         if crate::fs::is_redirect(&e) {
             Error::Unsafe(format!(
@@ -266,6 +267,9 @@ fn make_dirs(b: &mut Building, rel: &str, base: &Path) -> Result<Arc<Dir>> {
             Error::io("open", base.join(rel), e)
         }
     })?);
+    if created {
+        content_dir_mode(&d)?;
+    }
     b.dirs.insert(rel.to_string(), Arc::clone(&d));
     Ok(d)
 }
@@ -331,6 +335,16 @@ fn scan(
 }
 
 /// Opens `rel` below `root`, never through a symlink.
+/// Gives a directory a release made exactly the published directories' mode, 0755
+/// (SPEC §17), whatever the umask or a default ACL of `releases.dir` made of it.
+fn content_dir_mode(d: &Dir) -> Result<()> {
+    crate::backend::local::records::set_mode(
+        d.fd(),
+        crate::backend::local::records::CONTENT_DIR_MODE,
+    )
+    .ctx("chmod", d.path())
+}
+
 fn open_real(root: &Dir, rel: &str) -> Result<Dir> {
     root.open_dir(rel).map_err(|e| {
         if crate::fs::is_redirect(&e) {
@@ -381,8 +395,11 @@ fn carry(src: &Dir, dst: &Dir, skip: &foldhash::HashSet<&str>, read_only: bool) 
         }
         let (parent_rel, name) = split(&d.rel);
         let p = reopen(dst, parent_rel, parent)?;
-        p.mkdir(name).ctx("create directory", p.join(name))?;
+        let created = p.mkdir(name).ctx("create directory", p.join(name))?;
         let sub = open_real(&p, name)?;
+        if created {
+            content_dir_mode(&sub)?;
+        }
         made[i] = Some(sub.identity().ctx("stat", sub.path())?);
     }
     let work: Vec<(&Scanned, Identity)> = dirs
