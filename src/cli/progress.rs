@@ -256,11 +256,10 @@ pub(super) struct Lines {
     state: Mutex<LinesState>,
 }
 
+/// The task a line speaks of: what it is, and since when.
 #[derive(Debug)]
 struct LinesState {
     shape: Shape,
-    done: u64,
-    bytes: u64,
     started: Instant,
 }
 
@@ -285,8 +284,6 @@ impl Lines {
             last_ms: AtomicU64::new(0),
             state: Mutex::new(LinesState {
                 shape: Shape::default(),
-                done: 0,
-                bytes: 0,
                 started: now,
             }),
         }
@@ -308,23 +305,25 @@ impl Lines {
                 return;
             }
         }
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.done = self.done.load(Ordering::Relaxed);
-        s.bytes = self.bytes.load(Ordering::Relaxed);
-        eprintln!("{}", line(self.command, &s, now));
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (done, bytes) = (
+            self.done.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        );
+        eprintln!("{}", line(self.command, &s, done, bytes, now));
     }
 }
 
-/// One progress line.
-fn line(command: &str, s: &LinesState, now: Instant) -> String {
+/// One progress line: `done` items and `bytes` of the task `s`.
+fn line(command: &str, s: &LinesState, done: u64, bytes: u64, now: Instant) -> String {
     let bytes = match s.shape.counts_bytes() {
-        true => format!(", {}", crate::units::human_size(s.bytes)),
+        true => format!(", {}", crate::units::human_size(bytes)),
         false => String::new(),
     };
     format!(
         "{}: {}{bytes}, {} s",
         labelled(command, &s.shape.label),
-        counted(s.done, s.shape.total, s.shape.unit),
+        counted(done, s.shape.total, s.shape.unit),
         now.duration_since(s.started).as_secs()
     )
 }
@@ -348,8 +347,6 @@ impl Progress for Lines {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         *s = LinesState {
             shape: Shape::of(task),
-            done: 0,
-            bytes: 0,
             started: now,
         };
         self.done.store(0, Ordering::Relaxed);
@@ -396,11 +393,9 @@ mod tests {
         );
     }
 
-    fn state(task: &Task<'_>, done: u64, bytes: u64, now: Instant) -> LinesState {
+    fn state(task: &Task<'_>, now: Instant) -> LinesState {
         LinesState {
             shape: Shape::of(task),
-            done,
-            bytes,
             started: now - Duration::from_secs(41),
         }
     }
@@ -414,8 +409,8 @@ mod tests {
             total: Some(100_000),
             bytes: Bytes::Of(2 << 30),
         };
-        let s = state(&staging, 12_000, 1288490189, now);
-        let got = line("publish", &s, now);
+        let s = state(&staging, now);
+        let got = line("publish", &s, 12_000, 1288490189, now);
         assert_eq!(got, "publish latest: 12,000/100,000 files, 1.2 GiB, 41 s");
         let checking = Task {
             label: "latest",
@@ -423,7 +418,7 @@ mod tests {
             total: Some(20_000),
             bytes: Bytes::Uncounted,
         };
-        let got = line("verify", &state(&checking, 3_000, 0, now), now);
+        let got = line("verify", &state(&checking, now), 3_000, 0, now);
         assert_eq!(got, "verify latest: 3,000/20,000 files, 41 s");
         let walking = Task {
             label: "",
@@ -431,7 +426,7 @@ mod tests {
             total: None,
             bytes: Bytes::Uncounted,
         };
-        let got = line("manifest", &state(&walking, 8_000, 0, now), now);
+        let got = line("manifest", &state(&walking, now), 8_000, 0, now);
         assert_eq!(got, "manifest: 8,000 files found, 41 s");
     }
 

@@ -64,9 +64,9 @@ pub struct Bundle {
     dirs: Mutex<foldhash::HashMap<String, Arc<Dir>>>,
     /// Directories that gained or lost entries: fsynced before the commit point.
     touched: Mutex<BTreeSet<String>>,
-    /// The new trees placed so far (`<op>/<tree>`): whole (true), or file by file because
-    /// something stood at the tree's path (false).
-    trees: Mutex<foldhash::HashMap<String, bool>>,
+    /// The operation placing new trees, and its trees placed so far: whole (true), or
+    /// file by file because something stood at the tree's path (false).
+    trees: Mutex<(String, foldhash::HashMap<String, bool>)>,
     /// Why the state file last opened is not believed (SPEC §17).
     state_untrusted: Mutex<Option<String>>,
     /// The operation whose staged files are created with exactly the published mode, or

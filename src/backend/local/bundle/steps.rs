@@ -244,9 +244,14 @@ impl Bundle {
     /// already (a hand made it after planning) or the filesystem cannot rename without
     /// replacing: its files are then placed one by one, from where they are staged.
     fn place_tree(&self, op: &StagedOperation, tree: &str) -> Result<bool> {
-        let key = format!("{}/{tree}", op.operation_id);
-        if let Some(&whole) = (self.trees.lock().unwrap_or_else(|p| p.into_inner())).get(&key) {
-            return Ok(whole);
+        {
+            // Asked once a file: looked up by the tree's own name, nothing allocated.
+            let placed = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+            if placed.0 == op.operation_id
+                && let Some(&whole) = placed.1.get(tree)
+            {
+                return Ok(whole);
+            }
         }
         let (parent, name) = split(tree);
         let staged_rel = format!("{STAGING_DIR}/{}/{NEW}/{NEW_TREES}", op.operation_id);
@@ -269,7 +274,11 @@ impl Bundle {
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => false,
             Err(e) => return Err(Error::io("rename into place", &path, e)),
         };
-        (self.trees.lock().unwrap_or_else(|p| p.into_inner())).insert(key, whole);
+        let mut placed = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+        if placed.0 != op.operation_id {
+            *placed = (op.operation_id.clone(), Default::default());
+        }
+        placed.1.insert(tree.to_string(), whole);
         Ok(whole)
     }
 
