@@ -603,3 +603,136 @@ fn verify_reports_a_state_object_the_log_does_not_name() {
     v.expect_code(3);
     assert!(v.stdout.contains("log_mismatch"), "{}", v.stdout);
 }
+
+/// A publication of what is already there (`unchanged`) while an operation is committed
+/// but not logged yet is `recovery required` (exit 4) on an object store, as a writing
+/// one is (docs/operations.md, "Recovery"): reporting `unchanged` would leave the log
+/// short of the state until someone ran `recover`. After `recover` it is `unchanged`.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn an_unchanged_publication_is_recovery_required_while_an_operation_is_unlogged() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    w.publish(&w.bundle("b1", 1, V1), &[]).expect_code(0);
+    let b2 = w.bundle("b2", 2, V2);
+    let r = w.run(
+        &w.publish_args(&b2),
+        &[("DISTRIBUTOR_FAILPOINT", "s3_before_log_entry")],
+    );
+    assert_ne!(r.code, 0, "the failpoint did not stop the run");
+    let op = w.staged_operation();
+    assert_eq!(w.log().len(), 1, "operation {op} is committed, not logged");
+    for args in [vec![], vec!["--dry-run"]] {
+        let r = w.publish(&b2, &args);
+        r.expect_code(4);
+        assert!(
+            r.stdout.contains("recovery required") && r.stdout.contains(&op),
+            "{args:?}: {}",
+            r.stdout
+        );
+    }
+    assert_eq!(w.log().len(), 1, "nothing was written");
+    w.cmd("recover", &[]).expect_code(0);
+    assert_eq!(w.log().len(), 2);
+    let r = w.publish(&b2, &[]);
+    r.expect_code(0);
+    assert_eq!(r.decision(), "unchanged");
+}
+
+/// Runs the binary as [`World::run`] does, killed after `secs` (a run that never ends is
+/// the bug this guards against, so the test must end either way).
+fn run_bounded(w: &World, args: &[&str], secs: u32) -> Run {
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.arg("--signal=KILL")
+        .arg(secs.to_string())
+        .arg(env!("CARGO_BIN_EXE_distributor"))
+        .args(args)
+        .env_clear()
+        .env("HOME", w.env.path("home"))
+        .env("USER", "tester")
+        .env("DISTRIBUTOR_ACTOR", "tester")
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DISTRIBUTOR_JOURNAL", w.env.journal());
+    for (k, v) in w.env_vars() {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run distributor");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A planted entry named with a seq no writer makes (`18446744073709551615.json`, the
+/// largest u64: the next seq wrapped to 0) is a bad entry, named by `log`, `status` and
+/// `verify`, never counted in the numbering: the publication it would have stranded is
+/// logged by `recover` at the next real seq, in bounded time, and later ones go on from
+/// there. `log --quarantine` moves it out.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn a_seq_at_or_above_ten_to_the_nineteenth_is_a_bad_entry_and_never_wraps_the_log() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    w.publish(&w.bundle("b1", 1, V1), &[]).expect_code(0);
+    let planted = key(&format!(".distributor/log/{}.json", u64::MAX));
+    w.moto
+        .put(&w.bucket, &planted, &entry_of(u64::MAX, "planted"));
+    let b2 = w.bundle("b2", 2, V2);
+    let r = w.run(
+        &w.publish_args(&b2),
+        &[("DISTRIBUTOR_FAILPOINT", "s3_before_log_entry")],
+    );
+    assert_ne!(r.code, 0, "the failpoint did not stop the run");
+    let op = w.staged_operation();
+    let r = run_bounded(&w, &["recover", "--json", "--config", path(&w.config)], 300);
+    r.expect_code(0);
+    let log = w.log();
+    let seqs: Vec<u64> = log.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, [1, 2, u64::MAX], "{log:#?}");
+    assert_eq!(log[1]["operation_id"], op.as_str());
+    assert!(
+        w.moto
+            .get(
+                &w.bucket,
+                &key(".distributor/log/00000000000000000000.json")
+            )
+            .is_none(),
+        "the numbering wrapped"
+    );
+    let r = w.cmd("log", &[]);
+    r.expect_code(1);
+    assert!(
+        r.stdout.contains(&planted) && r.stdout.contains("at or above 10^19"),
+        "{}",
+        r.stdout
+    );
+    for command in ["status", "verify"] {
+        let r = w.cmd(command, &[]);
+        r.expect_code(1);
+        assert!(
+            r.stdout.contains(&planted) || r.stderr.contains(&planted),
+            "{command}: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    let r = w.publish(&w.bundle("b3", 3, V1), &[]);
+    r.expect_code(0);
+    assert_eq!(w.log()[2]["seq"], 3, "the next seq after the real tail");
+    let r = w.cmd("log", &["--quarantine", &u64::MAX.to_string()]);
+    r.expect_code(0);
+    assert!(
+        r.stdout.contains("entry 4 records the move"),
+        "{}",
+        r.stdout
+    );
+    w.cmd("log", &[]).expect_code(0);
+    w.cmd("verify", &[]).expect_code(0);
+}

@@ -74,6 +74,8 @@ impl<'a> Transaction<'a> {
         state.describe(&mut staged);
         staged.record_dir = store.record_dir(true)?;
         staged.origin.journal_id = Some(journal.journal_id()?);
+        // An entry that could not be logged after the commit point is refused now.
+        crate::backend::local::log::check_fits(&staged)?;
         let (record, actions) = journal_records(&staged)?;
         journal.begin_operation(&record, actions)?;
         failpoint::hit("after_journal_append");

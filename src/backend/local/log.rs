@@ -34,6 +34,13 @@ use std::path::{Path, PathBuf};
 pub const LOG_FORMAT_VERSION: u32 = 1;
 /// An entry is at most this long (no file lists: SPEC §18).
 pub const MAX_ENTRY_BYTES: usize = 4096;
+/// No writer numbers an entry at or above 10^19 (docs/operations.md, "The destination
+/// log"): `seq` is 20 digits, and the next one can never wrap. A file named so is a bad
+/// entry, never counted in the numbering.
+pub const SEQ_LIMIT: u64 = 10_000_000_000_000_000_000;
+/// Why an entry named with a seq no writer makes is bad.
+pub(crate) const OUT_OF_RANGE: &str =
+    "its seq is 0 or at or above 10^19, which no writer numbers an entry with";
 /// At most this many removed releases are named by a prune's entry (their count is
 /// always there).
 pub const MAX_REMOVED_NAMED: usize = 50;
@@ -263,13 +270,49 @@ pub fn file_name(seq: u64) -> String {
     format!("{seq:020}.json")
 }
 
-/// The seq a file name in `log/` (or `quarantine/`) stands for.
+/// The seq a file name in `log/` (or `quarantine/`) stands for: 1 to 10^19 - 1.
 pub(crate) fn seq_of(name: &str) -> Option<u64> {
     let digits = name.get(..20)?;
     let rest = &name[20..];
     (digits.bytes().all(|b| b.is_ascii_digit()) && (rest == ".json" || rest.starts_with('.')))
         .then(|| digits.parse().ok())
         .flatten()
+        .filter(|s| (1..SEQ_LIMIT).contains(s))
+}
+
+/// Whether `name` in `log/` is named as an entry (20 digits, `.json`) with a seq no writer
+/// makes (0, or at or above 10^19): a bad entry, which the numbering never counts.
+pub(crate) fn out_of_range(name: &str) -> bool {
+    name.len() == 25
+        && name.ends_with(".json")
+        && name.bytes().take(20).all(|b| b.is_ascii_digit())
+        && seq_of(name).is_none()
+}
+
+/// The log's tail: `top`, the highest seq `log/` names, extended over the numbers
+/// `quarantine/` holds (`moved`) that follow on from it.
+pub(crate) fn tail(top: u64, moved: &[u64]) -> u64 {
+    let moved: std::collections::BTreeSet<u64> = moved.iter().copied().collect();
+    let mut tail = top;
+    while moved.contains(&(tail + 1)) {
+        tail += 1;
+    }
+    tail
+}
+
+/// The seq the next entry takes: after `top`, the highest seq `log/` names, and after
+/// every number `quarantine/` holds (`moved`) that follows on from it, so a number moved
+/// out is never taken again, while one far above the log (a planted entry, quarantined)
+/// does not push the numbering up to it. Refused at 10^19, naming the entry (`shown`).
+pub(crate) fn next_seq(top: u64, moved: &[u64], shown: impl Fn(u64) -> String) -> Result<u64> {
+    let tail = tail(top, moved);
+    if tail + 1 >= SEQ_LIMIT {
+        return Err(Error::Failed(format!(
+            "{} leaves no seq below 10^19 for the next entry; an entry numbered so high was not made by distributor: inspect it, then `distributor log --quarantine {tail}` moves it out of the log",
+            shown(tail)
+        )));
+    }
+    Ok(tail + 1)
 }
 
 /// This host's name, as log entries and lock records give it.
@@ -446,9 +489,12 @@ pub fn read(base: &Dir) -> Result<Log> {
     let listing = dir.entries().ctx("list", dir.path())?;
     let mut names: Vec<(u64, String)> = Vec::new();
     let mut temps: Vec<Identity> = Vec::new();
+    let mut out_of_range_names = Vec::new();
     for (name, kind) in listing {
         if let Some(seq) = seq_of(&name).filter(|_| name.len() == 25) {
             names.push((seq, name));
+        } else if out_of_range(&name) {
+            out_of_range_names.push(name);
         } else if name.starts_with(TMP_PREFIX)
             && kind == FileType::RegularFile
             && let Ok(st) = dir.stat(&name)
@@ -470,6 +516,11 @@ pub fn read(base: &Dir) -> Result<Log> {
             }),
         }
     }
+    log.bad
+        .extend(out_of_range_names.into_iter().map(|name| Bad {
+            file: dir.join(&name),
+            why: OUT_OF_RANGE.into(),
+        }));
     sequence(&mut log, &present, good, moved, |seq| {
         dir.join(&file_name(seq))
     });
@@ -572,10 +623,13 @@ fn make_log_dir(base: &Dir) -> Result<Dir> {
 /// destination lock. The next seq is found from the names in `log/` and `quarantine/`
 /// alone: no entry is read.
 pub fn append(base: &Dir, entry: Entry) -> Result<u64> {
-    let next = highest_name(base)?
-        .map_or(0, |(seq, _)| seq)
-        .max(quarantined_files(base).into_iter().max().unwrap_or(0))
-        + 1;
+    let top = highest_name(base)?.map_or(0, |(seq, _)| seq);
+    let next = next_seq(top, &quarantined_files(base), |seq| {
+        base.join(records::LOG)
+            .join(file_name(seq))
+            .display()
+            .to_string()
+    })?;
     append_at(base, entry, next)
 }
 
@@ -625,9 +679,74 @@ pub fn last_is(base: &Dir, op: &str) -> Result<bool> {
     Ok(read_entry(&dir, &file_name(seq), seq, &temps).is_ok_and(|e| e.operation_id == op))
 }
 
-/// The bytes of `entry` as stored: pretty JSON, at most [`MAX_ENTRY_BYTES`].
+/// Refuses, before the commit point, an operation whose log entry could not be written
+/// within [`MAX_ENTRY_BYTES`] (docs/operations.md, "The destination log"): its entry as
+/// [`Entry::of_operation`] makes it, with every field filled after the commit point at
+/// its longest (the highest seq, an object store's state ETag and replaced state, a
+/// releases activation's names and hold). Only `recovered_by` is left out: `recover`
+/// shortens its own actor there to fit ([`render`]). Otherwise a publication would pass
+/// its commit point and then never get its entry, and every later one would wait for a
+/// `recover` that can never finish.
+pub fn check_fits(op: &StagedOperation) -> Result<()> {
+    let mut e = Entry::of_operation(op);
+    e.recovered_by = None;
+    e.seq = SEQ_LIMIT - 1;
+    let hex = "0".repeat(64);
+    let release = uuid::Uuid::nil().to_string();
+    e.post_state_sha256 = Some(hex.clone());
+    if op.store.is_some() {
+        e.post_state_etag = Some(format!("\"{hex}-10000\""));
+        e.replaced_state = Some(crate::backend::ReplacedState {
+            sha256: hex.clone(),
+            etag: e.post_state_etag.clone(),
+            copied_to: format!(
+                "{}/.distributor/replaced/{}.json",
+                op.bundle_path.display(),
+                op.operation_id
+            ),
+        });
+    }
+    if op.releases.is_some() {
+        e.release_activated = Some(release.clone());
+        e.release_deactivated = Some(release.clone());
+        e.release_staged = Some(release.clone());
+        e.staged_against = Some(release.clone());
+        e.undoes = Some(release);
+        e.held = vec![Hold {
+            owner: format!("{}/{}", e.pipeline_id, e.destination_id),
+            digest: format!("sha256:{hex}"),
+        }];
+    }
+    let len = serde_json::to_vec_pretty(&e)?.len();
+    if len > MAX_ENTRY_BYTES {
+        return Err(Error::Usage(format!(
+            "the destination log entry of this {} would be {len} bytes, more than the {MAX_ENTRY_BYTES} an entry may hold; nothing was written: shorten what it records (--actor, the source id, the pipeline and destination ids)",
+            op.origin.command
+        )));
+    }
+    Ok(())
+}
+
+/// The bytes of `entry` as stored: pretty JSON, at most [`MAX_ENTRY_BYTES`]. An entry
+/// `recover` writes keeps the operation's own facts whole and shortens only the actor in
+/// its `recovered_by` to fit.
 pub(crate) fn render(entry: &Entry) -> Result<Vec<u8>> {
-    let bytes = serde_json::to_vec_pretty(entry)?;
+    let mut bytes = serde_json::to_vec_pretty(entry)?;
+    if bytes.len() > MAX_ENTRY_BYTES
+        && let Some(by) = &entry.recovered_by
+    {
+        let over = bytes.len() - MAX_ENTRY_BYTES;
+        let mut short = entry.clone();
+        let keep = serde_json::to_string(&by.actor)?
+            .len()
+            .saturating_sub(over + 8);
+        let mut actor: String = by.actor.chars().take(keep / 6).collect();
+        actor.push_str("...");
+        if let Some(r) = short.recovered_by.as_mut() {
+            r.actor = actor;
+        }
+        bytes = serde_json::to_vec_pretty(&short)?;
+    }
     if bytes.len() > MAX_ENTRY_BYTES {
         return Err(Error::Failed(format!(
             "log entry of operation {} is {} bytes, more than {MAX_ENTRY_BYTES}",
@@ -694,7 +813,6 @@ pub fn append_at(base: &Dir, mut entry: Entry, seq: u64) -> Result<u64> {
 /// Moves entry `seq` into `.distributor/quarantine/` and appends an entry recording the
 /// move (`quarantine` made by `by`). Needs the lock.
 pub fn quarantine(base: &Dir, seq: u64, mut by: Entry) -> Result<u64> {
-    let log = read(base)?;
     let dir = make_log_dir(base)?;
     let name = file_name(seq);
     if dir.stat_opt(&name).ctx("stat", dir.join(&name))?.is_none() {
@@ -715,12 +833,17 @@ pub fn quarantine(base: &Dir, seq: u64, mut by: Entry) -> Result<u64> {
         to = format!("{seq:020}.{n}.json");
         n += 1;
     }
-    let next = log.last_seq.max(seq) + 1;
     dir.rename_new(&name, &q, &to)
         .ctx("quarantine", dir.join(&name))?;
     q.sync().ctx("fsync", q.path())?;
     dir.sync().ctx("fsync", dir.path())?;
-    by.quarantined_seq = Some(seq);
+    // Numbered after what stays in the log (and the numbers moved out that follow on from
+    // it): a planted entry far above the log, quarantined, does not push the numbering up.
+    let top = highest_name(base)?.map_or(0, |(s, _)| s);
+    let next = next_seq(top, &quarantined_files(base), |s| {
+        dir.join(&file_name(s)).display().to_string()
+    })?;
+    by.quarantined_seq = (seq < SEQ_LIMIT).then_some(seq);
     by.quarantined_to = Some(format!("{}/{to}", records::QUARANTINE));
     append_at(base, by, next)
 }
@@ -769,6 +892,119 @@ mod tests {
         let e = Entry::of_operation(&record(None));
         assert_eq!(e.counts.unchanged, 0);
         assert_eq!(e.counts.written, 1);
+    }
+
+    /// A staging record of operation `op` whose actor is `actor`.
+    fn record_by(actor: &str) -> StagedOperation {
+        serde_json::from_value(serde_json::json!({
+            "operation_id": "7c2e1f4a-0000-4000-8000-000000000001", "destination_id": "d",
+            "bundle_path": "/b", "pre_state_sha256": null, "post_state_sha256": "0",
+            "origin": {
+                "started_at": "2026-12-02T00:00:00.000Z", "command": "publish",
+                "actor": actor, "pipeline_id": "p", "state_mode": "single_owner",
+                "decision": "replace_older", "takeover_mode": "same_pipeline",
+                "previous_owner": null, "previous_source": null,
+                "source": {"id": "s", "created_at": "2026-12-02T00:00:00Z", "digest": "d"},
+                "takeovers": []
+            },
+            "actions": [], "new_dirs": []
+        }))
+        .unwrap()
+    }
+
+    /// An operation whose entry could not be written within 4 KiB is refused before its
+    /// commit point (`Transaction::begin` asks, before the journal's row); one that fits,
+    /// with room for every field filled after the commit point, is not.
+    #[test]
+    fn an_entry_that_cannot_fit_in_4_kib_is_refused_before_the_commit_point() {
+        check_fits(&record_by("cli:tester")).unwrap();
+        // A 1 KiB actor of characters JSON escapes (2 KiB in the entry) still fits.
+        check_fits(&record_by(&format!("cli:{}", "\\".repeat(1020)))).unwrap();
+        let err = check_fits(&record_by(&"\\".repeat(2000))).unwrap_err();
+        assert!(matches!(err, Error::Usage(_)), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("more than the 4096 an entry may hold"),
+            "{err}"
+        );
+    }
+
+    /// `recover` finishing an operation whose entry fits keeps its facts whole and
+    /// shortens only its own actor in `recovered_by` to fit.
+    #[test]
+    fn recovered_by_is_shortened_to_fit_and_the_operation_stays_whole() {
+        let op = record_by(&format!("cli:{}", "\\".repeat(1000)));
+        check_fits(&op).unwrap();
+        let mut e = Entry::of_operation(&op);
+        e.recovered_by = Some(RecoveredBy {
+            actor: format!("cli:{}", "\\".repeat(1020)),
+            host: "h".into(),
+            at: "2026-12-02T00:00:00Z".into(),
+        });
+        assert!(serde_json::to_vec_pretty(&e).unwrap().len() > MAX_ENTRY_BYTES);
+        let bytes = render(&e).unwrap();
+        assert!(bytes.len() <= MAX_ENTRY_BYTES);
+        let back: Entry = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back.actor, e.actor, "the operation's own actor is whole");
+        let by = back.recovered_by.unwrap();
+        assert!(
+            by.actor.starts_with("cli:\\") && by.actor.ends_with("..."),
+            "{}",
+            by.actor
+        );
+    }
+
+    /// A name with a seq no writer makes (0, at or above 10^19) is a bad entry, never
+    /// numbered after; a number quarantined far above the log does not push the
+    /// numbering up, one that follows on from the log is never taken again.
+    #[test]
+    fn seqs_at_or_above_ten_to_the_nineteenth_are_bad_and_never_numbered_after() {
+        assert_eq!(seq_of("09999999999999999999.json"), Some(SEQ_LIMIT - 1));
+        assert_eq!(seq_of("10000000000000000000.json"), None);
+        assert_eq!(seq_of("18446744073709551615.json"), None);
+        assert_eq!(seq_of("00000000000000000000.json"), None);
+        assert!(out_of_range("18446744073709551615.json"));
+        assert!(out_of_range("99999999999999999999.json"));
+        assert!(out_of_range("00000000000000000000.json"));
+        assert!(!out_of_range("00000000000000000001.json"));
+        assert!(!out_of_range(".tmp-x"));
+        assert_eq!(tail(5, &[6, 7, 999]), 7);
+        assert_eq!(next_seq(5, &[999], |s| s.to_string()).unwrap(), 6);
+        let err = next_seq(SEQ_LIMIT - 1, &[], |s| format!("entry {s}")).unwrap_err();
+        assert!(err.to_string().contains("no seq below 10^19"), "{err}");
+
+        let t = tempfile::tempdir().unwrap();
+        let d = Dir::open_path(t.path()).unwrap();
+        assert_eq!(append(&d, entry("a")).unwrap(), 1);
+        let log_dir = t.path().join(records::LOG);
+        for name in ["18446744073709551615.json", "99999999999999999999.json"] {
+            let f = log_dir.join(name);
+            std::fs::write(&f, b"{}").unwrap();
+            std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
+        }
+        assert_eq!(
+            append(&d, entry("b")).unwrap(),
+            2,
+            "numbered after the real tail"
+        );
+        let log = read(&d).unwrap();
+        assert_eq!(log.entries.len(), 2);
+        let bad: Vec<String> = (log.bad.iter())
+            .map(|b| format!("{} {}", b.file.display(), b.why))
+            .collect();
+        assert_eq!(bad.len(), 2, "{bad:?}");
+        assert!(
+            bad.iter().all(|b| b.contains("at or above 10^19")),
+            "{bad:?}"
+        );
+        assert!(last_is(&d, "b").unwrap());
+        // Quarantined, it goes; its record takes the next seq after the real tail.
+        assert_eq!(quarantine(&d, u64::MAX, entry("q")).unwrap(), 3);
+        let log = read(&d).unwrap();
+        assert_eq!(log.bad.len(), 1, "{:?}", log.bad);
+        assert_eq!(log.entries[2].quarantined_seq, None);
+        assert_eq!(append(&d, entry("c")).unwrap(), 4);
     }
 
     #[test]

@@ -59,7 +59,10 @@ pub(super) fn plan_and_read(
     // publishing there right now (`busy`).
     let store = Unlocked::open(dest, &plan.bundle_path)?.store;
     let busy = match pending(view, &plan.bundle_path, store.as_deref())? {
-        Pending::Recovery(what) if !stands_during_recovery(plan.decision) && !untrusted(&plan) => {
+        Pending::Recovery(what)
+            if !stands_during_recovery(plan.decision, backend::capabilities(dest))
+                && !untrusted(&plan) =>
+        {
             return Err(PlanFailed::new(plan, Error::RecoveryRequired(what)));
         }
         Pending::Busy(who) => Some(who),

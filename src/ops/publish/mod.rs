@@ -321,11 +321,18 @@ fn untrusted(plan: &DestinationPlan) -> bool {
 /// source, every recorded path matching it, or a newer one), so they stand. A conflict is
 /// refused like a writing decision: what it objects to may be the interrupted operation's
 /// half-placed files, and recovery is what resolves them.
-fn stands_during_recovery(decision: Decision) -> bool {
-    matches!(
-        decision,
-        Decision::Unchanged | Decision::SkipDestinationNewer
-    )
+///
+/// Not on a store whose commit point is a decision record (an object store): there an
+/// operation committed but not logged yet leaves the destination log short of what the
+/// state holds, and a publication that reported `unchanged` would hide that until someone
+/// ran `recover`; every publication is `recovery required` (exit 4) instead
+/// (docs/operations.md, "Recovery").
+fn stands_during_recovery(decision: Decision, store: crate::backend::Capabilities) -> bool {
+    !store.commits_by_decision
+        && matches!(
+            decision,
+            Decision::Unchanged | Decision::SkipDestinationNewer
+        )
 }
 
 fn status_of(plan: &DestinationPlan, writing: Status) -> Status {

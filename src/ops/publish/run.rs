@@ -263,7 +263,7 @@ impl<'a> Run<'a> {
             let entry = saved_entry(config, dest, &plan, Some(store))?;
             judge_saved(opts, source, &entry, &mut plan);
         }
-        if stands_during_recovery(plan.decision) {
+        if stands_during_recovery(plan.decision, store.capabilities()) {
             let (status, code) = (status_of(&plan, Status::Applied), code_of(&plan));
             return Ok((
                 stamp(DestinationReport::from_plan(plan, status, None)),

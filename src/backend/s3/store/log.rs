@@ -30,7 +30,9 @@
 
 use super::operation::Finished;
 use super::{S3Store, lock};
-use crate::backend::local::log::{self, Bad, Entry, Log, MAX_ENTRY_BYTES, file_name, seq_of};
+use crate::backend::local::log::{
+    self, Bad, Entry, Log, MAX_ENTRY_BYTES, file_name, next_seq, out_of_range, seq_of,
+};
 use crate::backend::local::records::{LOG, QUARANTINE};
 use crate::backend::s3::store_error;
 use crate::error::{Error, Result};
@@ -50,13 +52,24 @@ fn entry_rel(seq: u64) -> String {
     format!("{LOG}/{}", file_name(seq))
 }
 
-/// The seq a bundle-relative key names in `log/` or `quarantine/`, as [`S3Store::log_tail`]
-/// counts them: in `log/` only `<seq>.json`, in `quarantine/` also `<seq>.<n>.json`.
-pub(super) fn listed_seq(rel: &str) -> Option<u64> {
-    [LOG, QUARANTINE].into_iter().find_map(|dir| {
-        let name = rel.strip_prefix(dir)?.strip_prefix('/')?;
-        seq_in(dir, name)
-    })
+/// The log's tail as a listing of the bundle's keys (bundle-relative) shows it, as
+/// [`S3Store::log_tail`] counts it: the highest `<seq>.json` in `log/`, extended over the
+/// numbers `quarantine/` holds (`<seq>.json`, `<seq>.<n>.json`) that follow on from it.
+pub(super) fn listed_tail<'a>(rels: impl Iterator<Item = &'a String>) -> u64 {
+    let (mut top, mut moved) = (0, Vec::new());
+    for rel in rels {
+        for dir in [LOG, QUARANTINE] {
+            let Some(name) = rel.strip_prefix(dir).and_then(|r| r.strip_prefix('/')) else {
+                continue;
+            };
+            match seq_in(dir, name) {
+                Some(seq) if dir == LOG => top = top.max(seq),
+                Some(seq) => moved.push(seq),
+                None => {}
+            }
+        }
+    }
+    log::tail(top, &moved)
 }
 
 /// The seq of `name`, an object directly in `dir` (`log/` or `quarantine/`).
@@ -67,11 +80,21 @@ fn seq_in(dir: &str, name: &str) -> Option<u64> {
         .flatten()
 }
 
+/// A listing of `log/` or `quarantine/`: each entry's seq and size, sorted, and the names
+/// of entries numbered with a seq no writer makes.
+type Listing = (Vec<(u64, u64)>, Vec<String>);
+
 impl S3Store {
     /// The seqs named directly in `dir` (`log/` or `quarantine/`), sorted, with each
     /// object's size; with `after`, only the names after that seq's (one listing from
     /// there on, `start-after`).
     fn listed_seqs(&self, dir: &str, after: Option<u64>) -> Result<Vec<(u64, u64)>> {
+        Ok(self.listing(dir, after)?.0)
+    }
+
+    /// [`S3Store::listed_seqs`], and the names in `dir` that are entries' names with a
+    /// seq no writer makes (0, or at or above 10^19): bad entries, never numbered after.
+    fn listing(&self, dir: &str, after: Option<u64>) -> Result<Listing> {
         let base = format!("{}/{dir}", self.prefix);
         let key = Key::from(base.clone());
         let client = self.client();
@@ -96,7 +119,12 @@ impl S3Store {
             })
             .collect();
         out.sort();
-        Ok(out)
+        let unnumbered = (metas.iter())
+            .filter_map(|m| m.location.as_ref().strip_prefix(&strip))
+            .filter(|name| out_of_range(name))
+            .map(|name| format!("{dir}/{name}"))
+            .collect();
+        Ok((out, unnumbered))
     }
 
     /// The newest seq of the log (0: empty). With a tail from the journal, one listing
@@ -114,13 +142,13 @@ impl S3Store {
             }
         }
         let logged = self.listed_seqs(LOG, None)?;
-        let moved = self.listed_seqs(QUARANTINE, None)?;
-        Ok(logged
+        let moved: Vec<u64> = self
+            .listed_seqs(QUARANTINE, None)?
             .iter()
-            .chain(&moved)
             .map(|(s, _)| *s)
-            .max()
-            .unwrap_or(0))
+            .collect();
+        let top = logged.iter().map(|(s, _)| *s).max().unwrap_or(0);
+        Ok(log::tail(top, &moved))
     }
 
     /// Entry `seq` read and judged: `None` when there is none, else the entry or why it
@@ -144,8 +172,12 @@ impl S3Store {
     /// moved to quarantine, is operation `op`'s. A bad entry there is an error: whether
     /// `op` is logged cannot be told.
     fn logged_last(&self, op: &str, tail: u64) -> Result<bool> {
-        let mut seq = tail;
-        while seq > 0 {
+        // Only the numbers the log holds are read: a gap, however wide, costs nothing.
+        let listed = self.listed_seqs(LOG, None)?;
+        for seq in (listed.iter().map(|(s, _)| *s))
+            .filter(|s| *s <= tail)
+            .rev()
+        {
             match self.read_entry(seq)? {
                 None => {}
                 Some(Ok(e)) if e.operation_id == op => return Ok(true),
@@ -158,7 +190,6 @@ impl S3Store {
                     )));
                 }
             }
-            seq -= 1;
         }
         Ok(false)
     }
@@ -190,7 +221,8 @@ impl S3Store {
             return Ok(());
         }
         failpoint::hit("s3_before_log_entry");
-        self.create_entry(entry, tail + 1).map(|_| ())
+        let next = next_seq(tail, &[], |seq| self.shown(&entry_rel(seq)))?;
+        self.create_entry(entry, next).map(|_| ())
     }
 
     /// After a refused entry nothing more is written to the log through this store.
@@ -256,7 +288,7 @@ impl S3Store {
         let moved: Vec<u64> = (self.listed_seqs(QUARANTINE, None)?.into_iter())
             .map(|(s, _)| s)
             .collect();
-        let listed = self.listed_seqs(LOG, None)?;
+        let (listed, unnumbered) = self.listing(LOG, None)?;
         let mut log = Log {
             last_seq: (listed.iter().map(|(s, _)| *s))
                 .chain(moved.iter().copied())
@@ -301,6 +333,10 @@ impl S3Store {
             }
             present.push(seq);
         }
+        log.bad.extend(unnumbered.iter().map(|rel| Bad {
+            file: PathBuf::from(self.shown(rel)),
+            why: log::OUT_OF_RANGE.into(),
+        }));
         log::sequence(&mut log, &present, good, moved, |seq| {
             PathBuf::from(self.shown(&entry_rel(seq)))
         });
@@ -343,13 +379,17 @@ impl S3Store {
         self.writable()?;
         self.delete(&rel)?;
         let logged = self.listed_seqs(LOG, None)?;
-        let moved = self.listed_seqs(QUARANTINE, None)?;
-        let next = (logged.iter().chain(&moved).map(|(s, _)| *s))
-            .chain([seq])
-            .max()
-            .unwrap_or(0)
-            + 1;
-        by.quarantined_seq = Some(seq);
+        let moved: Vec<u64> = self
+            .listed_seqs(QUARANTINE, None)?
+            .iter()
+            .map(|(s, _)| *s)
+            .collect();
+        // Numbered after what stays in the log (and the numbers moved out that follow on
+        // from it): a planted entry far above the log, quarantined, does not push the
+        // numbering up.
+        let top = logged.iter().map(|(s, _)| *s).max().unwrap_or(0);
+        let next = next_seq(top, &moved, |s| self.shown(&entry_rel(s)))?;
+        by.quarantined_seq = (seq < log::SEQ_LIMIT).then_some(seq);
         by.quarantined_to = Some(to);
         self.create_entry(by, next)
     }

@@ -262,11 +262,7 @@ impl S3Store {
         }
         let all = self.listed(metas);
         if self.lease.is_some() {
-            let tail = (all.iter())
-                .filter_map(|(k, _)| super::log::listed_seq(k))
-                .max()
-                .unwrap_or(0);
-            *lock(&self.log_listed) = Some(tail);
+            *lock(&self.log_listed) = Some(super::log::listed_tail(all.iter().map(|(k, _)| k)));
         }
         let staging: Vec<String> = (all.iter())
             .filter(|(k, _)| {
