@@ -179,19 +179,79 @@ pub(crate) fn errors(logs: &[DestinationLog]) -> String {
     out
 }
 
-/// `log --quarantine SEQ`: under the destination's lock, moves entry `seq` into
-/// `.distributor/quarantine/` and adds an entry recording the move; returns its seq.
-pub(crate) fn quarantine(
+/// A destination's log, locked for `--quarantine` or `--restart`: a directory's (local,
+/// releases) or a store's behind the storage interface (an object store, under its lease).
+pub(crate) enum LockedLog<'a> {
+    /// The directory holding `.distributor/`, and where journals keep its tail.
+    Dir(&'a crate::fs::Dir, &'a crate::backend::LogCursor),
+    /// An object store's log.
+    Store(&'a dyn crate::backend::LogStore),
+}
+
+impl LockedLog<'_> {
+    /// Where journals keep this log's tail.
+    fn location(&self) -> &str {
+        match self {
+            LockedLog::Dir(_, cursor) => cursor.location(),
+            LockedLog::Store(s) => s.log_cursor().location(),
+        }
+    }
+
+    fn quarantine(&self, seq: u64, by: Entry) -> Result<u64> {
+        match self {
+            LockedLog::Dir(base, _) => log::quarantine(base, seq, by),
+            LockedLog::Store(s) => s.quarantine_log(seq, by),
+        }
+    }
+
+    fn restart(&self, after: u64, by: Entry) -> Result<u64> {
+        match self {
+            LockedLog::Dir(base, _) => log::append_after(base, by, after),
+            LockedLog::Store(s) => s.restart_log(after, by),
+        }
+    }
+}
+
+/// What `log --quarantine` or `log --restart` does under the destination's lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LogRepair {
+    /// Move entry SEQ into `.distributor/quarantine/` and log the move.
+    Quarantine(u64),
+    /// Log that the log is shorter than the journal in use saw it, and go on from there.
+    Restart,
+}
+
+/// What a repair did: the destination, the entry that records it, and for a restart
+/// the tail the journal knew.
+#[derive(Debug, Clone)]
+pub(crate) struct Repaired {
+    /// The destination's id.
+    pub destination: String,
+    /// The seq of the entry that records the repair.
+    pub seq: u64,
+    /// `--restart`: the last seq the journal in use had seen (`None`: it had seen none).
+    pub journal_knew: Option<u64>,
+}
+
+/// `log --quarantine SEQ` or `log --restart`: under the destination's lock, repairs its
+/// log and adds an entry recording the repair; the journal in use then knows the log to
+/// end at that entry (docs/operations.md, "The log's continuity").
+pub(crate) fn repair(
     config: &Config,
     destinations: &[String],
-    seq: u64,
+    what: LogRepair,
     lock_timeout: Duration,
     actor: &str,
-) -> Result<(String, u64)> {
+    journal: &crate::journal::Journal,
+) -> Result<Repaired> {
     let selected = select(config, destinations)?;
+    let flag = match what {
+        LogRepair::Quarantine(_) => "--quarantine",
+        LogRepair::Restart => "--restart",
+    };
     let [dest] = selected.as_slice() else {
         return Err(Error::Usage(format!(
-            "--quarantine acts on one destination: name it with --destination (one of {})",
+            "{flag} acts on one destination: name it with --destination (one of {})",
             config
                 .destinations
                 .iter()
@@ -200,30 +260,61 @@ pub(crate) fn quarantine(
                 .join(", ")
         )));
     };
-    let mut by = Entry::new(
-        &uuid::Uuid::new_v4().to_string(),
-        "quarantine",
-        "quarantine",
-    );
+    let (command, decision) = match what {
+        LogRepair::Quarantine(_) => ("quarantine", "quarantine"),
+        LogRepair::Restart => ("restart", "restart"),
+    };
+    let mut by = Entry::new(&uuid::Uuid::new_v4().to_string(), command, decision);
     by.actor = actor.to_string();
     by.pipeline_id = config.pipeline_id.clone();
     by.destination_id = dest.id.clone();
+    let mut journal_knew = None;
+    let act = |log: LockedLog<'_>| -> Result<u64> {
+        let seq = match what {
+            LogRepair::Quarantine(seq) => log.quarantine(seq, by)?,
+            LogRepair::Restart => {
+                let knew = journal.log_tail(log.location())?;
+                journal_knew = knew;
+                by.restarted_after = Some(knew.unwrap_or(0));
+                log.restart(knew.unwrap_or(0), by)?
+            }
+        };
+        journal.record_log_tail(log.location(), seq)?;
+        Ok(seq)
+    };
+    let seq = under_lock(dest, lock_timeout, actor, act)?;
+    Ok(Repaired {
+        destination: dest.id.clone(),
+        seq,
+        journal_knew,
+    })
+}
+
+/// Runs `act` on the log of `dest`, locked.
+fn under_lock(
+    dest: &Destination,
+    lock_timeout: Duration,
+    actor: &str,
+    act: impl FnOnce(LockedLog<'_>) -> Result<u64>,
+) -> Result<u64> {
     let behind_interface = crate::backend::capabilities(dest).log_behind_interface;
     let how = crate::backend::LockRequest {
         timeout: lock_timeout,
         create: false,
         actor,
     };
-    let done = match &dest.releases {
+    match &dest.releases {
         Some(r) => {
             let store = crate::backend::releases::ReleaseStore::open(&dest.path, r, Some(how))?
                 .ok_or_else(|| nothing_there(dest))?;
-            log::quarantine(store.record_base()?, seq, by)?
+            let cursor = crate::backend::BundleStore::log_cursor(&store)
+                .ok_or_else(|| nothing_there(dest))?;
+            act(LockedLog::Dir(store.record_base()?, cursor))
         }
         None if dest.path_mapping == PathMapping::Fixed && !behind_interface => {
             let b = crate::backend::local::Bundle::lock(&dest.path, &dest.path, how)?
                 .ok_or_else(|| nothing_there(dest))?;
-            log::quarantine(b.dir(), seq, by)?
+            act(LockedLog::Dir(b.dir(), b.log_cursor()))
         }
         // An object store: under its lease (SPEC §14), through the storage interface.
         None if dest.path_mapping == PathMapping::Fixed && behind_interface => {
@@ -232,18 +323,15 @@ pub(crate) fn quarantine(
                 .lock(&dest.path, &dest.path, how)?
                 .ok_or_else(|| nothing_there(dest))?;
             match store.log() {
-                Some(log) => log.quarantine_log(seq, by)?,
-                None => {
-                    return Err(Error::Failed(format!(
-                        "{}: its log is not kept through the storage interface",
-                        store.path().display()
-                    )));
-                }
+                Some(log) => act(LockedLog::Store(log)),
+                None => Err(Error::Failed(format!(
+                    "{}: its log is not kept through the storage interface",
+                    store.path().display()
+                ))),
             }
         }
-        None => return Err(unsupported(dest)),
-    };
-    Ok((dest.id.clone(), done))
+        None => Err(unsupported(dest)),
+    }
 }
 
 fn nothing_there(dest: &Destination) -> Error {
@@ -256,7 +344,7 @@ fn nothing_there(dest: &Destination) -> Error {
 
 fn unsupported(dest: &Destination) -> Error {
     Error::Failed(format!(
-        "destination '{}': `distributor log --quarantine` acts on a destination with a fixed path (local, s3) or on a releases destination; this one maps its path (path_mapping), so move the entry by hand under its lock",
+        "destination '{}': `distributor log --quarantine` and `--restart` act on a destination with a fixed path (local, s3) or on a releases destination; this one maps its path (path_mapping), so move the entry by hand under its lock",
         dest.id
     ))
 }

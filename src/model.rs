@@ -360,6 +360,9 @@ string_enum!(
         /// `distributor promote`: the active release is no longer the one the staged
         /// release was built against (SPEC §19); stage again.
         StaleStage = "stale_stage",
+        /// The journal in use saw the destination log reach an entry the log no longer
+        /// has (docs/operations.md, "The log's continuity"): it was removed or cut short.
+        LogMissing = "log_missing",
     }
 );
 
@@ -380,6 +383,7 @@ impl ConflictKind {
                 | ConflictKind::MassDelete
                 | ConflictKind::StalePlan
                 | ConflictKind::StaleStage
+                | ConflictKind::LogMissing
         )
     }
 }

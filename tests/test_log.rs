@@ -351,6 +351,13 @@ fn the_old_activation_log_migrates_once_and_a_torn_line_loses_no_activation() {
     env.write(&format!("{DIR}/.distributor-releases.json"), &settings);
     prune(&env, &cfg).expect_code(0);
     assert_eq!(logged(&env), log);
+    // The log this journal saw reach entry 3 was removed by hand above (a Part II
+    // binary's journal knew no log): a rollback is `log_missing` until `log --restart`.
+    let r = env.run(&["rollback", "--json", "--config", cfg.to_str().unwrap()]);
+    r.expect_code(3);
+    assert!(r.stdout.contains("log_missing"), "{}", r.stdout);
+    env.run(&["log", "--config", cfg.to_str().unwrap(), "--restart"])
+        .expect_code(0);
     // The previous release is the one before the active, and rollback goes there.
     assert!(releases(&env).contains(&ops[1]));
     let r = env.run(&["rollback", "--json", "--config", cfg.to_str().unwrap()]);
@@ -387,6 +394,13 @@ fn an_unreadable_old_log_line_stops_retention_and_publishing() {
         err.contains(".distributor-activations.log: line 1"),
         "{err}"
     );
+    // Publishing is refused: the log this journal saw was removed by hand above
+    // (`log_missing`); once that gap is logged, by the unreadable line.
+    let r = env.publish(&cfg, &site(&env, 3), &[]);
+    r.expect_code(3);
+    assert_eq!(r.conflict_kinds(), ["log_missing"], "{}", r.stdout);
+    env.run(&["log", "--config", cfg.to_str().unwrap(), "--restart"])
+        .expect_code(0);
     let r = env.publish(&cfg, &site(&env, 3), &[]);
     r.expect_code(1);
     assert_eq!(releases(&env).len(), 2);

@@ -575,6 +575,12 @@ fn an_earlier_versions_staging_is_recovered_through_the_journal_that_recorded_it
     );
     assert!(!env.exists(&format!("{DEST}/.distributor-staging")));
     assert!(!env.staging_left(DEST));
+    // The log this journal saw (entry 1) went with `.distributor/` above: publishing
+    // waits for `log --restart` (an earlier version's journal knew no log).
+    env.publish(&env.path("weather.yaml"), &v3, &[])
+        .expect_code(3);
+    env.run(&["log", "--config", cfg, "--restart"])
+        .expect_code(0);
     env.publish(&env.path("weather.yaml"), &v3, &[])
         .expect_code(0);
     assert_eq!(env.read(&format!("{DEST}/x.txt")), "v3");
@@ -966,4 +972,80 @@ fn a_releases_settings_record_another_uid_wrote_is_never_believed() {
         "something in the destination changed"
     );
     assert_eq!(env.read(&format!("{PATH}/index.html")), "version 3");
+}
+
+/// The log's continuity (docs/operations.md, "The log's continuity"): the neighbour, who
+/// owns the bundle directory, renames root's `.distributor/` away. Before, the next
+/// publication quietly started a new log at seq 1 although the journal knew the log had
+/// reached entry 2. Now `publish` refuses with the conflict `log_missing` (exit 3, not
+/// forceable) and writes nothing, `verify` reports `log_mismatch` (exit 3), until
+/// `log --restart` logs the gap (an entry after the tail the journal knew); then
+/// publishing resumes, numbered after it, and the log reads without a bad entry.
+#[test]
+fn a_log_renamed_away_is_log_missing_until_log_restart() {
+    let s = Scene::new();
+    let v2 = s.env.bundle(
+        "b2",
+        "tomorrow",
+        "2026-12-02T07:00:00Z",
+        &[("sub/x.txt", "root's x, v2"), ("keep.txt", "kept")],
+        &[],
+    );
+    s.env.publish(&s.cfg, &v2, &[]).expect_code(0);
+    let log = s.bundle.join(".distributor/log");
+    assert!(log.join("00000000000000000002.json").exists());
+    s.as_neighbour(&format!("mv {DEST}/.distributor {DEST}/.moved-away"));
+    let v3 = s.env.bundle(
+        "b3",
+        "tomorrow",
+        "2026-12-02T08:00:00Z",
+        &[("sub/x.txt", "root's x, v3"), ("keep.txt", "kept")],
+        &[],
+    );
+    for extra in [&[][..], &["--force"][..]] {
+        let r = s.env.publish(&s.cfg, &v3, extra);
+        r.expect_code(3);
+        assert_eq!(r.conflict_kinds(), ["log_missing"], "{}", r.stdout);
+        let m = r.dest(0)["conflicts"][0]["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            m.contains("saw this destination's log reach entry 2")
+                && m.contains("distributor log --restart"),
+            "{m}"
+        );
+    }
+    assert_eq!(
+        fs::read_to_string(s.bundle.join("sub/x.txt")).unwrap(),
+        "root's x, v2"
+    );
+    assert!(!log.exists(), "no new log was started");
+    let r = s.env.run(&["verify", "--config", s.cfg()]);
+    r.expect_code(3);
+    assert!(r.stdout.contains("log_mismatch"), "{}", r.stdout);
+
+    let r = s.env.run(&["log", "--config", s.cfg(), "--restart"]);
+    r.expect_code(0);
+    assert!(
+        r.stdout
+            .contains("entry 3 records that the log went on from here"),
+        "{}",
+        r.stdout
+    );
+    let entry: Value =
+        serde_json::from_slice(&fs::read(log.join("00000000000000000003.json")).unwrap()).unwrap();
+    assert_eq!(entry["command"], "restart");
+    assert_eq!(entry["restarted_after"], 2);
+    // The operator looks at what the neighbour moved aside, then removes it.
+    fs::remove_dir_all(s.bundle.join(".moved-away")).unwrap();
+    s.env.run(&["verify", "--config", s.cfg()]).expect_code(0);
+    let r = s.env.publish(&s.cfg, &v3, &[]);
+    r.expect_code(0);
+    assert!(log.join("00000000000000000004.json").exists());
+    s.env.run(&["log", "--config", s.cfg()]).expect_code(0);
+    assert_eq!(
+        fs::read_to_string(s.bundle.join("sub/x.txt")).unwrap(),
+        "root's x, v3"
+    );
 }

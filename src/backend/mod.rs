@@ -93,6 +93,18 @@ pub trait BundleStore: StoreRead + RecordStore {
     fn log(&self) -> Option<&dyn LogStore> {
         None
     }
+
+    /// Where journals keep this store's log tail: [`LogStore::log_cursor`] where the log
+    /// is behind the interface; a local store's own (`local:<directory holding
+    /// .distributor/>`). `None`: the store keeps no log.
+    fn log_cursor(&self) -> Option<&LogCursor> {
+        self.log().map(|l| l.log_cursor())
+    }
+
+    /// [`LogStore::log_tail_now`], or the local log's; `None` where the store keeps no log.
+    fn log_tail_now(&self) -> Result<Option<u64>> {
+        self.log().map(|l| l.log_tail_now()).transpose()
+    }
 }
 
 /// The read side of one bundle path: what `status`, `verify`, planning and `recover`
@@ -364,6 +376,43 @@ pub trait LogStore {
     /// `distributor log --quarantine SEQ`: moves entry `seq` to `.distributor/quarantine/`
     /// and appends `by`, which records the move; returns `by`'s seq. Needs the lock.
     fn quarantine_log(&self, seq: u64, by: local::log::Entry) -> Result<u64>;
+
+    /// The seq of the log's last entry as the store holds it now (0: none), counting the
+    /// numbers moved to quarantine that follow on from it.
+    fn log_tail_now(&self) -> Result<u64>;
+
+    /// `distributor log --restart`: appends `by` after the log's tail and after `after`
+    /// (the tail the journal in use knew), so the entries a journal saw are never
+    /// numbered again; returns its seq. Needs the lock.
+    fn restart_log(&self, after: u64, by: local::log::Entry) -> Result<u64>;
+}
+
+/// Why the destination log of the locked `store` is shorter than the journal in use saw
+/// it (docs/operations.md, "The log's continuity"), if it is: the journal's tail, handed
+/// to the store's cursor before planning ([`LogCursor::set_known`]), is past the log's
+/// last entry now. The conflict `log_missing` (not forceable): the log was removed or cut
+/// short, and a publication would go on numbering it as if nothing had happened.
+pub fn log_missing(store: &dyn BundleStore) -> Result<Option<String>> {
+    let Some(cursor) = store.log_cursor() else {
+        return Ok(None);
+    };
+    let Some(known) = cursor.known().filter(|k| *k > 0) else {
+        return Ok(None);
+    };
+    let Some(now) = store.log_tail_now()? else {
+        return Ok(None);
+    };
+    if now >= known {
+        return Ok(None);
+    }
+    let ends = match now {
+        0 => "holds no entry".to_string(),
+        n => format!("ends at entry {n}"),
+    };
+    Ok(Some(format!(
+        "{}: the journal in use saw this destination's log reach entry {known}, but the log there now {ends}: it was removed or cut short, by hand or by someone who can write there; distributor writes nothing there until `distributor log --restart` records the gap (or `distributor log --quarantine SEQ` moves a bad entry out)",
+        cursor.location()
+    )))
 }
 
 /// The backend's state of one operation, apart from its record: what the lifecycle

@@ -287,6 +287,9 @@ pub struct Storage<'a> {
     /// Set when a releases destination's `path` is not the symlink the last logged
     /// activation made (SPEC §17): why.
     pub path_changed: Option<String>,
+    /// Set when the journal in use saw the destination log reach an entry the log no
+    /// longer has (docs/operations.md, "The log's continuity"): why.
+    pub log_missing: Option<String>,
     /// Source digests rolled back from and not published past since, per owner (a
     /// releases destination's activation log, SPEC §15).
     pub rolled_back: Vec<Hold>,
@@ -312,6 +315,7 @@ impl<'a> Storage<'a> {
             releases_mismatch: None,
             untrusted_record: None,
             path_changed: None,
+            log_missing: None,
             rolled_back: Vec::new(),
             entries,
             probed,

@@ -1,7 +1,7 @@
 //! `distributor log`.
 
 use super::{CommandOutput, cli_actor};
-use crate::dest_log::{LogOptions, errors, quarantine, read_logs, to_jsonl, to_text};
+use crate::dest_log::{LogOptions, LogRepair, errors, read_logs, repair, to_jsonl, to_text};
 use crate::error::Result;
 use clap::Args;
 
@@ -30,28 +30,61 @@ pub(super) struct LogArgs {
     pub jsonl: bool,
     /// Move entry SEQ (a bad one) to .distributor/quarantine/ under the destination lock
     /// (s3: its lease), and log the move.
-    #[arg(long, value_name = "SEQ", conflicts_with_all = ["since", "limit", "jsonl"])]
+    #[arg(long, value_name = "SEQ", conflicts_with_all = ["since", "limit", "jsonl", "restart"])]
     pub quarantine: Option<u64>,
-    /// Seconds to wait for the destination lock (--quarantine).
+    /// Under the destination lock, log that the log is shorter than the journal in use
+    /// saw it (it was removed or cut short) and go on from there: publishing is refused
+    /// (log_missing) until this or --quarantine is run.
+    #[arg(long, conflicts_with_all = ["since", "limit", "jsonl"])]
+    pub restart: bool,
+    /// Seconds to wait for the destination lock (--quarantine, --restart).
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub lock_timeout: f64,
-    /// Who runs this, for the quarantine's entry (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
+    /// Who runs this, for the entry of --quarantine or --restart (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
     #[arg(long, value_name = "NAME")]
     pub actor: Option<String>,
+    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3): where --quarantine and --restart record the log's new tail.
+    #[arg(long, value_name = "P")]
+    pub journal: Option<std::path::PathBuf>,
 }
 
 /// Runs log.
 pub(super) fn run(a: LogArgs) -> Result<CommandOutput> {
     let config = a.pipeline.load()?;
-    if let Some(seq) = a.quarantine {
+    let what = match (a.quarantine, a.restart) {
+        (Some(seq), _) => Some(LogRepair::Quarantine(seq)),
+        (None, true) => Some(LogRepair::Restart),
+        (None, false) => None,
+    };
+    if let Some(what) = what {
         let lock_timeout = super::lock_timeout(a.lock_timeout)?;
         let actor = cli_actor(a.actor.as_deref());
-        let (dest, at) = quarantine(&config, &a.destinations, seq, lock_timeout, &actor)?;
-        return Ok(CommandOutput {
-            report: None,
-            stdout: format!(
+        let path = crate::ops::common::resolve_journal(a.journal.as_deref(), Some(&config))?;
+        let journal = crate::journal::Journal::open(&path)?;
+        let done = repair(
+            &config,
+            &a.destinations,
+            what,
+            lock_timeout,
+            &actor,
+            &journal,
+        )?;
+        let (dest, at) = (done.destination, done.seq);
+        let stdout = match what {
+            LogRepair::Quarantine(seq) => format!(
                 "destination {dest}: entry {seq} moved to .distributor/quarantine/; entry {at} records the move\n"
             ),
+            LogRepair::Restart => format!(
+                "destination {dest}: entry {at} records that the log went on from here ({}); publishing resumes\n",
+                match done.journal_knew {
+                    Some(k) => format!("journal {} had seen it reach entry {k}", path.display()),
+                    None => format!("journal {} had seen none of it", path.display()),
+                }
+            ),
+        };
+        return Ok(CommandOutput {
+            report: None,
+            stdout,
             code: crate::error::ExitCode::Success,
             metrics: None,
         });

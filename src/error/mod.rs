@@ -126,6 +126,12 @@ pub enum Error {
     /// `untrusted_record`, exit 3).
     #[error("{0}")]
     Untrusted(String),
+    /// The destination log is shorter than the journal in use saw it (docs/operations.md,
+    /// "The log's continuity"): a command that changes the destination without a plan
+    /// (rollback, promote, adopt, prune) refuses as a publication's conflict
+    /// `log_missing` does (exit 3).
+    #[error("log_missing: {0}")]
+    LogMissing(String),
     /// A lost race on an object store: a conditional write refused, or the lease lost
     /// (exit 1; HTTP 409).
     #[error("concurrent change: {0}")]
@@ -165,12 +171,14 @@ impl Error {
     }
 
     /// The process exit code this error maps to (SPEC §10): the one place an error's kind
-    /// decides it. Usage and config errors are 2, a required recovery 4, anything else 1
-    /// (3, a conflict, is a plan's outcome, never an error).
+    /// decides it. Usage and config errors are 2, a required recovery 4, a log shorter
+    /// than the journal saw it 3 (as the conflict `log_missing` of a plan), anything else 1
+    /// (3 is otherwise a plan's outcome, never an error).
     pub fn exit_code(&self) -> ExitCode {
         match self.root() {
             Error::Usage(_) | Error::Config(_) => ExitCode::Usage,
             Error::RecoveryRequired(_) => ExitCode::RecoveryRequired,
+            Error::LogMissing(_) => ExitCode::Conflict,
             Error::Source(_)
             | Error::Io { .. }
             | Error::Unsafe(_)
@@ -201,6 +209,7 @@ impl Error {
             Error::ConcurrentChange(_) => "concurrent_change",
             Error::Store(e) if e.is_concurrent_change() => "concurrent_change",
             Error::Untrusted(_) => "untrusted_record",
+            Error::LogMissing(_) => "log_missing",
             Error::Failed(_)
             | Error::Releases(_)
             | Error::Step(_)

@@ -70,6 +70,14 @@ impl<'a> Transaction<'a> {
         mut staged: StagedOperation,
         state: OperationState<'a>,
     ) -> Result<Transaction<'a>> {
+        // A log shorter than this journal saw it is refused before anything is written
+        // (publications are refused earlier, as the planner's conflict `log_missing`).
+        if let Some(cursor) = store.log_cursor() {
+            cursor.set_known(journal.log_tail(cursor.location())?);
+            if let Some(why) = crate::backend::log_missing(store)? {
+                return Err(Error::LogMissing(why));
+            }
+        }
         store.describe(&mut staged);
         state.describe(&mut staged);
         staged.record_dir = store.record_dir(true)?;

@@ -202,6 +202,28 @@ impl JournalView {
         super::committed_post_state(self.conn(), &self.path, bundle_path, sha256)
     }
 
+    /// The last seq of the destination log at `location` this journal saw (a journal older
+    /// than schema 10 kept none).
+    pub fn log_tail(&self, location: &str) -> Result<Option<u64>> {
+        let version: i64 = self
+            .conn()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| jerr(&self.path, e))?;
+        if version < 10 {
+            return Ok(None);
+        }
+        use rusqlite::OptionalExtension;
+        self.conn()
+            .query_row(
+                "SELECT seq FROM journal_log_tails WHERE location = ?1 ORDER BY id DESC LIMIT 1",
+                [location],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map(|s| s.map(|s| s as u64))
+            .map_err(|e| jerr(&self.path, e))
+    }
+
     /// Unfinished operations on `bundle_path`, oldest first.
     pub fn unfinished_for(&self, bundle_path: &str) -> Result<Vec<String>> {
         Ok(self

@@ -254,7 +254,7 @@ impl Journal {
         store: &dyn crate::backend::BundleStore,
         step: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
-        let Some(cursor) = store.log().map(|l| l.log_cursor()) else {
+        let Some(cursor) = store.log_cursor() else {
             return step();
         };
         cursor.set_known(self.log_tail(cursor.location()).ok().flatten());

@@ -442,6 +442,14 @@ fn verify_one(
         if v.log_mismatch.is_some() {
             v.log_mismatch = log_mismatch_again(d, bundle, view)?;
         }
+        // A log shorter than the journal in use saw it (docs/operations.md, "The log's
+        // continuity").
+        if v.log_mismatch.is_none()
+            && let (Some(view), Some(cursor)) = (view, s.log_cursor())
+        {
+            cursor.set_known(view.log_tail(cursor.location())?);
+            v.log_mismatch = crate::backend::log_missing(s)?;
+        }
     }
     match (state, store) {
         (StateFile::Absent, _) => {}

@@ -159,6 +159,11 @@ pub struct Entry {
     /// `log --quarantine`: where it went, relative to the record directory's parent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quarantined_to: Option<String>,
+    /// `log --restart`: the last seq the journal that ran it had seen in this log (0:
+    /// none). The numbers missing before this entry are the gap it records, not a bad
+    /// entry (docs/operations.md, "The log's continuity").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted_after: Option<u64>,
     /// Set when the entry was made from a line of `.distributor-activations.log`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migrated_from: Option<String>,
@@ -202,6 +207,7 @@ impl Entry {
             removed_count: None,
             quarantined_seq: None,
             quarantined_to: None,
+            restarted_after: None,
             migrated_from: None,
             recovered_by: None,
         }
@@ -543,12 +549,17 @@ pub(crate) fn sequence(
         .filter_map(|(_, e)| e.quarantined_seq)
         .chain(moved)
         .collect();
+    // A restart entry records the numbers missing before it (`log --restart`).
+    let restarts: std::collections::BTreeSet<u64> = (good.iter())
+        .filter(|(_, e)| e.restarted_after.is_some())
+        .map(|(seq, _)| *seq)
+        .collect();
     let mut gapped = std::collections::BTreeSet::new();
     for w in present.windows(2) {
         let (p, q) = (w[0], w[1]);
         let missing = q - p - 1;
         let covered = quarantined.range(p + 1..q).count() as u64;
-        if missing > covered {
+        if missing > covered && !restarts.contains(&q) {
             gapped.insert(q);
         }
     }
@@ -665,6 +676,26 @@ fn highest_name(base: &Dir) -> Result<Option<(u64, Dir)>> {
         .filter_map(|(n, _)| seq_of(n))
         .max();
     Ok(top.map(|seq| (seq, dir)))
+}
+
+/// The seq of the last entry of the log below `base` (0: none), counting the numbers
+/// moved to quarantine that follow on from it: what the next writer numbers after.
+pub fn tail_now(base: &Dir) -> Result<u64> {
+    let top = highest_name(base)?.map_or(0, |(seq, _)| seq);
+    Ok(tail(top, &quarantined_files(base)))
+}
+
+/// `distributor log --restart`: appends `entry` after the log's tail and after `after`
+/// (the tail the journal in use knew), so no number a journal saw is taken again. Needs
+/// the lock.
+pub fn append_after(base: &Dir, entry: Entry, after: u64) -> Result<u64> {
+    let next = next_seq(tail_now(base)?.max(after), &[], |seq| {
+        base.join(records::LOG)
+            .join(file_name(seq))
+            .display()
+            .to_string()
+    })?;
+    append_at(base, entry, next)
 }
 
 /// Whether the newest entry of the log below `base` is operation `op`'s (a missing entry

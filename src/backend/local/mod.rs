@@ -236,13 +236,22 @@ impl crate::backend::Steps for Bundle {
         if log::last_is(self.dir(), &op.operation_id)? {
             log::tidy(self.dir(), &op.operation_id)?;
         } else {
-            log::append(self.dir(), log::Entry::of_operation(op))?;
+            let seq = log::append(self.dir(), log::Entry::of_operation(op))?;
+            self.log_cursor().set_reached(seq);
         }
         Bundle::clean_up(self, op)
     }
 }
 
-impl BundleStore for Bundle {}
+impl BundleStore for Bundle {
+    fn log_cursor(&self) -> Option<&crate::backend::LogCursor> {
+        Some(Bundle::log_cursor(self))
+    }
+
+    fn log_tail_now(&self) -> Result<Option<u64>> {
+        log::tail_now(self.dir()).map(Some)
+    }
+}
 
 use crate::backend::types::{Entry, Placed, Proof, Staged, StagingEntry, StateBytes, Storage};
 use crate::error::{Error, IoContext, Result};

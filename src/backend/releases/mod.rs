@@ -607,7 +607,19 @@ impl crate::backend::RecordStore for ReleaseStore {
     }
 }
 
-impl BundleStore for ReleaseStore {}
+impl BundleStore for ReleaseStore {
+    /// The log in `releases.dir`: its cursor (`None` before `releases.dir` exists).
+    fn log_cursor(&self) -> Option<&crate::backend::LogCursor> {
+        self.root.as_ref().map(Bundle::log_cursor)
+    }
+
+    fn log_tail_now(&self) -> Result<Option<u64>> {
+        match &self.root {
+            Some(r) => crate::backend::local::log::tail_now(r.dir()).map(Some),
+            None => Ok(Some(0)),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -502,6 +502,14 @@ impl crate::backend::LogStore for S3Store {
     fn quarantine_log(&self, seq: u64, by: crate::backend::local::log::Entry) -> Result<u64> {
         self.quarantine_entry(seq, by)
     }
+
+    fn log_tail_now(&self) -> Result<u64> {
+        self.log_tail()
+    }
+
+    fn restart_log(&self, after: u64, by: crate::backend::local::log::Entry) -> Result<u64> {
+        self.restart_entry(after, by)
+    }
 }
 
 impl BundleStore for S3Store {

@@ -254,7 +254,9 @@ fn probe_for_plan<'a>(
     match view {
         View::Store(s) => {
             progress.start("paths probed", Some(paths.len() as u64), Bytes::Counted);
-            s.probe(&paths, &dirs_wanted, progress)
+            let mut storage = s.probe(&paths, &dirs_wanted, progress)?;
+            storage.log_missing = crate::backend::log_missing(*s)?;
+            Ok(storage)
         }
         // Nothing there yet: every path is missing.
         View::Missing => Ok(Storage::default()),

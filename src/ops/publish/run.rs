@@ -253,6 +253,11 @@ impl<'a> Run<'a> {
             r.lock_wait = Some(waited);
             r
         };
+        // Where the journal in use saw the destination log end: a log shorter than that is
+        // the conflict `log_missing`, decided by planning under the lock.
+        if let Some(cursor) = store.log_cursor() {
+            cursor.set_known(journal.log_tail(cursor.location())?);
+        }
         let mut plan = plan_with(
             self.planning(fingerprints),
             memo,

@@ -72,6 +72,9 @@ pub struct Bundle {
     /// The operation whose staged files are created with exactly the published mode, or
     /// need an `fchmod` each (asked once: [`Bundle::stage`]).
     staged_exact: std::sync::OnceLock<(String, bool)>,
+    /// Where journals keep this directory's log tail, and what the journal in use knows of
+    /// it (docs/operations.md, "The log's continuity").
+    cursor: crate::backend::LogCursor,
 }
 
 /// A state file up to this size is read whole, then parsed; a larger one is parsed as it
@@ -272,7 +275,13 @@ impl Bundle {
             trees: Mutex::default(),
             state_untrusted: Mutex::default(),
             staged_exact: std::sync::OnceLock::new(),
+            cursor: crate::backend::LogCursor::new(format!("local:{}", bundle.display())),
         })
+    }
+
+    /// Where journals keep the tail of the log below this directory.
+    pub fn log_cursor(&self) -> &crate::backend::LogCursor {
+        &self.cursor
     }
 
     /// Takes the destination lock (SPEC §6 step 1, §13): an exclusive `flock` on

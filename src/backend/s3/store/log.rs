@@ -130,7 +130,7 @@ impl S3Store {
     /// The newest seq of the log (0: empty). With a tail from the journal, one listing
     /// from that entry on, believed when it shows that entry; else the whole log and
     /// `quarantine/` (a quarantined number is not taken again).
-    fn log_tail(&self) -> Result<u64> {
+    pub(super) fn log_tail(&self) -> Result<u64> {
         // Listed under the lease with the whole prefix, and kept since.
         if let Some(tail) = *lock(&self.log_listed) {
             return Ok(tail);
@@ -341,6 +341,16 @@ impl S3Store {
             PathBuf::from(self.shown(&entry_rel(seq)))
         });
         Ok(log)
+    }
+
+    /// `log --restart` (docs/operations.md, "The log's continuity"): under the lease, `by`
+    /// is created after the log's tail and after `after`, the tail the journal in use knew.
+    pub(super) fn restart_entry(&self, after: u64, by: Entry) -> Result<u64> {
+        self.writable()?;
+        self.refuse_after_refusal(&by.operation_id)?;
+        let tail = self.log_tail()?.max(after);
+        let next = next_seq(tail, &[], |s| self.shown(&entry_rel(s)))?;
+        self.create_entry(by, next)
     }
 
     /// `log --quarantine SEQ` (SPEC §18, §22): under the lease, entry `seq` is copied to
