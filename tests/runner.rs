@@ -2,6 +2,7 @@
 
 mod common;
 
+mod test_audit;
 mod test_azure;
 mod test_bad_input;
 mod test_chaos;

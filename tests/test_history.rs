@@ -313,7 +313,7 @@ fn takeover_audit() {
         "by cli:tester",
         "previous: weather/old source run-1",
         "new: weather/new source run-2",
-        "from weather/old (source run-1)",
+        "takeover from weather/old (another owner, source run-1): 1 path(s)",
     ] {
         assert!(
             text.stdout.contains(needle),
@@ -370,7 +370,7 @@ fn shared_root_takeover_lists_the_paths_that_changed_hands() {
     assert_eq!(audit.len(), 1);
     assert_eq!(
         audit[0]["takeovers"],
-        serde_json::json!([{"from_owner": "weather/a", "from_source_id": "one", "paths": ["x/1.txt", "x/2.txt"]}])
+        serde_json::json!([{"from_owner": "weather/a", "from_source_id": "one", "cross_owner": true, "paths": ["x/1.txt", "x/2.txt"]}])
     );
     assert_eq!(
         audit[0]["previous"],
@@ -575,7 +575,7 @@ fn takeover_audit_includes_forced_replacements_that_took_paths() {
     assert_eq!(audit[0]["decision"], "force_replace");
     assert_eq!(
         audit[0]["takeovers"],
-        serde_json::json!([{"from_owner": "weather/a", "from_source_id": "one", "paths": ["x.txt"]}])
+        serde_json::json!([{"from_owner": "weather/a", "from_source_id": "one", "cross_owner": true, "paths": ["x.txt"]}])
     );
     // The plain decision filter still means the decision.
     assert_eq!(history(&env, &["--action", "force_replace"]).len(), 1);

@@ -853,12 +853,24 @@ pub(crate) fn check_report_shape(r: &Value, ctx: &str, check: &mut Check) {
                 set(&["id", "created_at", "digest"]),
             );
         }
+        let owner = format!(
+            "{}/{}",
+            r["pipeline_id"].as_str().unwrap_or("?"),
+            d["destination_id"].as_str().unwrap_or("?")
+        );
         for t in d["takeovers"].as_array().into_iter().flatten() {
             check.eq(
                 ctx,
                 "takeover keys",
                 keys(t),
-                set(&["from_owner", "from_source_id", "paths"]),
+                set(&["from_owner", "from_source_id", "cross_owner", "paths"]),
+            );
+            // Another owner's paths, or only another source id of this owner.
+            check.eq(
+                ctx,
+                "takeover cross_owner",
+                t["cross_owner"].as_bool(),
+                Some(t["from_owner"].as_str() != Some(owner.as_str())),
             );
         }
         for c in d["conflicts"].as_array().into_iter().flatten() {

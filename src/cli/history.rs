@@ -18,9 +18,9 @@ pub(super) struct JournalArgs {
     /// Pipeline config file: use its journal.path.
     #[arg(long, value_name = "F", conflicts_with = "journal")]
     pub config: Option<PathBuf>,
-    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3).
+    /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3); repeat it to merge several journals by time.
     #[arg(long, value_name = "P")]
-    pub journal: Option<PathBuf>,
+    pub journal: Vec<PathBuf>,
 }
 
 /// List journaled operations, newest first; `--action replace_takeover` is the audit of
@@ -57,18 +57,30 @@ struct ListArgs {
     #[arg(long, value_name = "S", hide_possible_values = true,
           value_parser = super::completions::Hinted(|| STATUSES.to_vec()))]
     status: Option<String>,
-    /// Started at or after T (RFC 3339, or a date YYYY-MM-DD meaning midnight UTC).
+    /// Started at or after T (RFC 3339, a date YYYY-MM-DD meaning midnight UTC, or a duration back from now: 90m, 12h, 7d).
     #[arg(long, value_name = "T")]
     since: Option<String>,
-    /// Started before T (RFC 3339, or a date YYYY-MM-DD meaning midnight UTC).
+    /// Started before T (RFC 3339, a date YYYY-MM-DD meaning midnight UTC, or a duration back from now: 90m, 12h, 7d).
     #[arg(long, value_name = "T")]
     until: Option<String>,
+    /// Only operations that wrote, deleted or took over a path GLOB matches (repeatable; * stays in one path segment, ** crosses them).
+    #[arg(long = "path", value_name = "GLOB")]
+    paths: Vec<String>,
+    /// Only takeovers from another owner (cross_owner), not a new source id of the same owner.
+    #[arg(long)]
+    takeovers: bool,
+    /// Only operations run by A: the recorded actor (cli:alice, token:ci), or its name after cli: or token:.
+    #[arg(long, value_name = "A")]
+    actor: Option<String>,
     /// At most N operations.
     #[arg(long, value_name = "N")]
     limit: Option<u64>,
     /// Print JSON.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "jsonl")]
     json: bool,
+    /// One JSON object per operation and line (history_version 1; docs/audit.md).
+    #[arg(long)]
+    jsonl: bool,
 }
 
 /// Show one operation with its events and actions.
@@ -82,6 +94,9 @@ struct ShowArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Print every path (actions, takeovers, conflicts), one per line; without it at most 10 of each.
+    #[arg(long)]
+    files: bool,
 }
 
 impl HistoryArgs {
@@ -105,6 +120,10 @@ fn merged(mut s: ShowArgs, list: ListArgs) -> Result<ShowArgs> {
         ("--since", list.since.is_some()),
         ("--until", list.until.is_some()),
         ("--limit", list.limit.is_some()),
+        ("--path", !list.paths.is_empty()),
+        ("--takeovers", list.takeovers),
+        ("--actor", list.actor.is_some()),
+        ("--jsonl", list.jsonl),
     ];
     if let Some((flag, _)) = filters.iter().find(|(_, given)| *given) {
         return Err(Error::Usage(format!(
@@ -112,8 +131,8 @@ fn merged(mut s: ShowArgs, list: ListArgs) -> Result<ShowArgs> {
         )));
     }
     s.journal.config = s.journal.config.or(list.journal.config);
-    s.journal.journal = s.journal.journal.or(list.journal.journal);
-    if s.journal.config.is_some() && s.journal.journal.is_some() {
+    s.journal.journal.extend(list.journal.journal);
+    if s.journal.config.is_some() && !s.journal.journal.is_empty() {
         return Err(Error::Usage(
             "--config and --journal both name the journal; give one".into(),
         ));
@@ -122,11 +141,27 @@ fn merged(mut s: ShowArgs, list: ListArgs) -> Result<ShowArgs> {
     Ok(s)
 }
 
-fn open(a: &JournalArgs) -> Result<(PathBuf, Option<Journal>)> {
-    let config = a.config.as_deref().map(Config::load).transpose()?;
-    let path = resolve_journal(a.journal.as_deref(), config.as_ref())?;
-    let journal = Journal::open_existing(&path)?;
-    Ok((path, journal))
+/// The journals named (`--journal`, repeatable), else the one the environment or the
+/// config names; each with its path. A journal named on the command line that does not
+/// exist is a usage error (a typo, not an empty history); the default one may not exist
+/// yet.
+fn open_all(a: &JournalArgs, config: Option<&Config>) -> Result<Vec<(PathBuf, Option<Journal>)>> {
+    if a.journal.is_empty() {
+        let path = resolve_journal(None, config)?;
+        let journal = Journal::open_existing(&path)?;
+        return Ok(vec![(path, journal)]);
+    }
+    let mut out = Vec::new();
+    for path in &a.journal {
+        let Some(journal) = Journal::open_existing(path)? else {
+            return Err(Error::Usage(format!(
+                "--journal {}: no journal there (nothing was ever published with it)",
+                path.display()
+            )));
+        };
+        out.push((path.clone(), Some(journal)));
+    }
+    Ok(out)
 }
 
 /// Runs the command.
@@ -164,6 +199,13 @@ fn list(a: ListArgs) -> Result<CommandOutput> {
         (None, Some(c)) => Some(c.pipeline_id.clone()),
         (None, None) => None,
     };
+    let paths = match a.paths.is_empty() {
+        true => None,
+        false => Some(
+            crate::globs::PathGlobs::new(&a.paths)
+                .map_err(|e| Error::Usage(format!("--path: {e}")))?,
+        ),
+    };
     let filter = Filter {
         since: bound("--since", &a.since)?,
         until: bound("--until", &a.until)?,
@@ -172,25 +214,47 @@ fn list(a: ListArgs) -> Result<CommandOutput> {
         action: a.action,
         status: a.status,
         limit: a.limit,
+        actor: a.actor,
+        takeovers: a.takeovers,
+        paths,
     };
-    let path = resolve_journal(a.journal.journal.as_deref(), config.as_ref())?;
-    let journal = Journal::open_existing(&path)?;
-    if journal.is_none() && a.journal.journal.is_some() {
-        // Named on the command line and not there: a typo, not an empty history.
-        return Err(Error::Usage(format!(
-            "--journal {}: no journal there (nothing was ever published with it)",
-            path.display()
-        )));
+    let journals = open_all(&a.journal, config.as_ref())?;
+    let mut ops = Vec::new();
+    for (_, journal) in &journals {
+        check_filters(
+            journal.as_ref(),
+            &filter,
+            a.pipeline.is_some() && journals.len() == 1,
+        )?;
+        if let Some(j) = journal {
+            ops.extend(query::list(j, &filter)?);
+        }
     }
-    check_filters(journal.as_ref(), &filter, a.pipeline.is_some())?;
-    let ops = match &journal {
-        Some(j) => query::list(j, &filter)?,
-        None => Vec::new(),
-    };
-    let stdout = if a.json {
+    // Several journals: merged by time, newest first, then limited.
+    if journals.len() > 1 {
+        ops.sort_by(|x, y| y.started_at.cmp(&x.started_at));
+        if let Some(l) = a.limit {
+            ops.truncate(l.min(usize::MAX as u64) as usize);
+        }
+    }
+    let (path, journal) = &journals[0];
+    let stdout = if a.jsonl {
+        let mut out = String::new();
+        for op in &ops {
+            let mut v = serde_json::to_value(op)?;
+            v["history_version"] = 1.into();
+            out.push_str(&serde_json::to_string(&v)?);
+            out.push('\n');
+        }
+        out
+    } else if a.json {
+        let names: Vec<String> = (journals.iter())
+            .map(|(p, _)| p.to_string_lossy().into_owned())
+            .collect();
         let v = serde_json::json!({
             "history_version": 1,
             "journal": path.to_string_lossy(),
+            "journals": names,
             "operations": ops,
         });
         format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
@@ -270,6 +334,10 @@ fn check_filters(journal: Option<&Journal>, f: &Filter, pipeline_flag: bool) -> 
     Ok(())
 }
 
+/// At most this many paths of one takeover or conflict in text (`history show OP
+/// --files` prints them all).
+const PATHS_SHOWN: usize = 10;
+
 /// One line per operation, ending with who ran it; takeovers get the audit lines below it.
 fn list_line(out: &mut String, op: &OperationSummary) {
     let _ = writeln!(
@@ -285,7 +353,7 @@ fn list_line(out: &mut String, op: &OperationSummary) {
         op.actor
     );
     if op.decision == Decision::ReplaceTakeover.as_str() || has_takeovers(op) {
-        takeover_lines(out, op, "    ");
+        takeover_lines(out, op, "    ", false);
     }
     if !op.releases_removed.is_empty() {
         let by = if op.decision == "prune" {
@@ -302,8 +370,8 @@ fn has_takeovers(op: &OperationSummary) -> bool {
 }
 
 /// The takeover audit: mode, previous owner and source, new source, paths that changed
-/// hands, who and when.
-fn takeover_lines(out: &mut String, op: &OperationSummary, indent: &str) {
+/// hands (at most [`PATHS_SHOWN`] of each takeover unless `all`), who and when.
+fn takeover_lines(out: &mut String, op: &OperationSummary, indent: &str, all: bool) {
     let _ = writeln!(
         out,
         "{indent}{} at {} by {}, takeover.mode {}",
@@ -326,42 +394,62 @@ fn takeover_lines(out: &mut String, op: &OperationSummary, indent: &str) {
         "{indent}new: {}/{} source {} (created {})",
         op.pipeline_id, op.destination_id, op.source.id, op.source.created_at
     );
-    for t in op.takeovers.as_array().into_iter().flatten() {
-        let paths: Vec<&str> = t["paths"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p.as_str())
-            .collect();
+    let owner = op.owner();
+    for (from, source, paths) in op.takeover_entries() {
+        let words = crate::report::takeover_words(&from, &source, from != owner);
+        let _ = writeln!(out, "{indent}{words}: {} path(s)", paths.len());
+        path_lines(out, &paths, &format!("{indent}  "), all, &op.operation_id);
+    }
+}
+
+/// `paths`, one per line, at most [`PATHS_SHOWN`] unless `all`, then how many more and
+/// how to list them.
+fn path_lines(out: &mut String, paths: &[String], indent: &str, all: bool, op: &str) {
+    let shown = if all {
+        paths.len()
+    } else {
+        paths.len().min(PATHS_SHOWN)
+    };
+    for p in &paths[..shown] {
+        let _ = writeln!(out, "{indent}{p}");
+    }
+    if shown < paths.len() {
         let _ = writeln!(
             out,
-            "{indent}from {} (source {}): {} path(s): {}",
-            t["from_owner"].as_str().unwrap_or("?"),
-            t["from_source_id"].as_str().unwrap_or("?"),
-            paths.len(),
-            paths.join(", ")
+            "{indent}... and {} more; `distributor history show {op} --files` lists all",
+            paths.len() - shown
         );
     }
 }
 
 fn show(a: ShowArgs) -> Result<CommandOutput> {
     query::check_operation_id(&a.operation_id)?;
-    let (path, journal) = open(&a.journal)?;
-    let detail = match &journal {
-        Some(j) => query::show(j, &a.operation_id)?,
-        None => None,
-    };
+    let config = a.journal.config.as_deref().map(Config::load).transpose()?;
+    let journals = open_all(&a.journal, config.as_ref())?;
+    let mut detail = None;
+    for (_, journal) in &journals {
+        if let Some(j) = journal
+            && let Some(mut d) = query::show(j, &a.operation_id)?
+        {
+            d.operation.journal_id = j.journal_id().ok();
+            detail = Some(d);
+            break;
+        }
+    }
     let Some(d) = detail else {
+        let names: Vec<String> = (journals.iter())
+            .map(|(p, _)| p.display().to_string())
+            .collect();
         return Err(Error::Failed(format!(
             "no operation {} in journal {}",
             a.operation_id,
-            path.display()
+            names.join(", ")
         )));
     };
     let stdout = if a.json {
         format!("{}\n", serde_json::to_string_pretty(&d).unwrap_or_default())
     } else {
-        show_text(&d)
+        show_text(&d, a.files)
     };
     Ok(CommandOutput {
         stdout,
@@ -371,7 +459,7 @@ fn show(a: ShowArgs) -> Result<CommandOutput> {
     })
 }
 
-fn show_text(d: &OperationDetail) -> String {
+fn show_text(d: &OperationDetail, all: bool) -> String {
     let op = &d.operation;
     let mut out = String::new();
     let absent = || "absent".to_string();
@@ -418,11 +506,19 @@ fn show_text(d: &OperationDetail) -> String {
     );
     if has_takeovers(op) || op.decision == Decision::ReplaceTakeover.as_str() {
         let _ = writeln!(out, "  takeover:");
-        takeover_lines(&mut out, op, "    ");
+        takeover_lines(&mut out, op, "    ", all);
     }
     if !d.conflicts.is_empty() {
         let _ = writeln!(out, "  conflicts ({}):", d.conflicts.len());
+        let mut per_kind: std::collections::BTreeMap<&str, usize> = Default::default();
         for c in &d.conflicts {
+            let n = per_kind
+                .entry(c["kind"].as_str().unwrap_or("?"))
+                .or_default();
+            *n += 1;
+            if !all && *n > PATHS_SHOWN {
+                continue;
+            }
             let at = c["path"]
                 .as_str()
                 .map(|p| format!(" at {p}"))
@@ -438,16 +534,27 @@ fn show_text(d: &OperationDetail) -> String {
                 c["message"].as_str().unwrap_or("")
             );
         }
+        for (kind, n) in per_kind.iter().filter(|(_, n)| !all && **n > PATHS_SHOWN) {
+            let _ = writeln!(
+                out,
+                "    ... and {} more {kind}; `distributor history show {} --files` lists all",
+                n - PATHS_SHOWN,
+                op.operation_id
+            );
+        }
     }
     let _ = writeln!(out, "  actions ({}):", d.actions.len());
-    for a in &d.actions {
-        let what = match (&a.target, a.size, &a.sha256) {
-            (Some(t), _, _) => format!(" -> {t}"),
-            (None, Some(s), Some(h)) => format!(" ({s} bytes, sha256 {h})"),
-            _ => String::new(),
-        };
-        let _ = writeln!(out, "    {} {}{what}", a.kind, a.path);
-    }
+    let lines: Vec<String> = (d.actions.iter())
+        .map(|a| {
+            let what = match (&a.target, a.size, &a.sha256) {
+                (Some(t), _, _) => format!(" -> {t}"),
+                (None, Some(s), Some(h)) => format!(" ({s} bytes, sha256 {h})"),
+                _ => String::new(),
+            };
+            format!("{} {}{what}", a.kind, a.path)
+        })
+        .collect();
+    path_lines(&mut out, &lines, "    ", all, &op.operation_id);
     let _ = writeln!(out, "  events:");
     for e in &d.events {
         match &e.detail {

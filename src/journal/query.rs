@@ -42,6 +42,19 @@ pub struct Filter {
     pub until: Option<String>,
     /// At most this many, newest first.
     pub limit: Option<u64>,
+    /// The recorded actor, or its name after the `cli:` / `token:` channel.
+    pub actor: Option<String>,
+    /// Only operations whose paths changed hands between owners (`cross_owner`).
+    pub takeovers: bool,
+    /// Only operations that wrote, deleted or took over a path these globs match.
+    pub paths: Option<crate::globs::PathGlobs>,
+}
+
+impl Filter {
+    /// Whether a filter is applied after the SQL query (and the limit with it).
+    fn filters_after(&self) -> bool {
+        self.actor.is_some() || self.takeovers || self.paths.is_some()
+    }
 }
 
 /// The owner and source an operation replaced.
@@ -94,6 +107,54 @@ pub struct OperationSummary {
     /// that it removed (`prune`); absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub releases_removed: Vec<String>,
+    /// Whether paths changed hands from another owner (docs/operations.md, "Source ids,
+    /// versions and takeovers"): true when a takeover took another owner's paths, false
+    /// when only this owner's source id changed, null when nothing changed hands.
+    pub cross_owner: Option<bool>,
+    /// The journal that recorded it (its `journal_id`), where known.
+    pub journal_id: Option<String>,
+}
+
+impl OperationSummary {
+    /// The owner that ran it, `pipeline/destination`.
+    pub fn owner(&self) -> String {
+        format!("{}/{}", self.pipeline_id, self.destination_id)
+    }
+
+    /// The takeovers as recorded: `(from_owner, from_source_id, paths)`.
+    pub fn takeover_entries(&self) -> Vec<(String, String, Vec<String>)> {
+        (self.takeovers.as_array().into_iter().flatten())
+            .map(|t| {
+                let paths = (t["paths"].as_array().into_iter().flatten())
+                    .filter_map(|p| p.as_str().map(str::to_string))
+                    .collect();
+                (
+                    t["from_owner"].as_str().unwrap_or("?").to_string(),
+                    t["from_source_id"].as_str().unwrap_or("?").to_string(),
+                    paths,
+                )
+            })
+            .collect()
+    }
+
+    /// Whether the actor is `a`, or `a` is its name after the `cli:` / `token:` channel.
+    fn actor_is(&self, a: &str) -> bool {
+        self.actor == a
+            || ["cli:", "token:"]
+                .iter()
+                .any(|c| self.actor.strip_prefix(c) == Some(a))
+    }
+}
+
+/// `cross_owner` of an operation whose takeovers are `takeovers` (`owner` ran it): any
+/// entry from another owner; `None` when nothing changed hands.
+fn cross_owner(takeovers: &serde_json::Value, owner: &str) -> Option<bool> {
+    let list = takeovers.as_array().filter(|a| !a.is_empty())?;
+    Some(list.iter().any(|t| {
+        t["cross_owner"]
+            .as_bool()
+            .unwrap_or_else(|| t["from_owner"].as_str() != Some(owner))
+    }))
 }
 
 /// One journal event.
@@ -165,6 +226,9 @@ fn summary(r: &Row<'_>) -> rusqlite::Result<OperationSummary> {
         _ => None,
     };
     let takeovers: String = r.get(19)?;
+    let takeovers =
+        serde_json::from_str(&takeovers).unwrap_or(serde_json::Value::String(takeovers));
+    let owner = format!("{}/{}", r.get::<_, String>(5)?, r.get::<_, String>(6)?);
     Ok(OperationSummary {
         operation_id: r.get(0)?,
         started_at: r.get(1)?,
@@ -184,10 +248,12 @@ fn summary(r: &Row<'_>) -> rusqlite::Result<OperationSummary> {
             digest: r.get(14)?,
         },
         previous,
-        takeovers: serde_json::from_str(&takeovers).unwrap_or(serde_json::Value::String(takeovers)),
+        cross_owner: cross_owner(&takeovers, &owner),
+        takeovers,
         pre_state_sha256: r.get(20)?,
         post_state_sha256: r.get(21)?,
         releases_removed: removed_in(r.get::<_, Option<String>>(22)?.as_deref()),
+        journal_id: None,
     })
 }
 
@@ -240,7 +306,10 @@ pub fn list(j: &Journal, f: &Filter) -> Result<Vec<OperationSummary>> {
          ORDER BY o.started_at DESC, jo.rowid DESC
          LIMIT ?7"
     );
-    let limit = f.limit.map(|l| l.min(i64::MAX as u64) as i64).unwrap_or(-1);
+    let limit = match f.filters_after() {
+        true => -1,
+        false => f.limit.map(|l| l.min(i64::MAX as u64) as i64).unwrap_or(-1),
+    };
     let conn = j.connection();
     let mut stmt = conn.prepare(&sql).map_err(|e| jerr(j.path(), e))?;
     let rows = stmt
@@ -257,8 +326,59 @@ pub fn list(j: &Journal, f: &Filter) -> Result<Vec<OperationSummary>> {
             summary,
         )
         .map_err(|e| jerr(j.path(), e))?;
-    rows.collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(|e| jerr(j.path(), e))
+    let mut ops = rows
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(|e| jerr(j.path(), e))?;
+    if f.filters_after() {
+        let touching = match &f.paths {
+            Some(g) => Some(operations_touching(j, g)?),
+            None => None,
+        };
+        ops.retain(|o| {
+            f.actor.as_deref().is_none_or(|a| o.actor_is(a))
+                && (!f.takeovers || o.cross_owner == Some(true))
+                && touching.as_ref().is_none_or(|t| {
+                    t.contains(&o.operation_id)
+                        || (o.takeover_entries().iter())
+                            .any(|(_, _, paths)| paths.iter().any(|p| f.paths_match(p)))
+                })
+        });
+        if let Some(l) = f.limit {
+            ops.truncate(l.min(usize::MAX as u64) as usize);
+        }
+    }
+    let id = j.journal_id().ok();
+    for o in &mut ops {
+        o.journal_id = id.clone();
+    }
+    Ok(ops)
+}
+
+impl Filter {
+    fn paths_match(&self, p: &str) -> bool {
+        self.paths.as_ref().is_some_and(|g| g.is_match(p))
+    }
+}
+
+/// The operations that have an action on a path `globs` match: every action row is
+/// read once (path and operation), and only the paths are matched.
+fn operations_touching(
+    j: &Journal,
+    globs: &crate::globs::PathGlobs,
+) -> Result<std::collections::HashSet<String>> {
+    let conn = j.connection();
+    let mut stmt = conn
+        .prepare("SELECT DISTINCT operation_id, path FROM journal_actions")
+        .map_err(|e| jerr(j.path(), e))?;
+    let mut rows = stmt.query([]).map_err(|e| jerr(j.path(), e))?;
+    let mut out = std::collections::HashSet::new();
+    while let Some(r) = rows.next().map_err(|e| jerr(j.path(), e))? {
+        let path: String = r.get(1).map_err(|e| jerr(j.path(), e))?;
+        if globs.is_match(&path) {
+            out.insert(r.get::<_, String>(0).map_err(|e| jerr(j.path(), e))?);
+        }
+    }
+    Ok(out)
 }
 
 /// The `--action` values besides the decisions: the journal's own operations that are not
@@ -402,9 +522,27 @@ pub(crate) fn distinct(j: &Journal, column: &str) -> Result<Vec<String>> {
 }
 
 /// Normalises a `--since`/`--until` value to the journal's time format (UTC, milliseconds,
-/// `Z`), so times compare as text. Accepts RFC 3339 or a date `YYYY-MM-DD` (midnight UTC).
+/// `Z`), so times compare as text. Accepts RFC 3339, a date `YYYY-MM-DD` (midnight UTC),
+/// or a duration counted back from now (`90m`, `12h`, `7d`: a whole number and s, m, h, d
+/// or w).
 pub(crate) fn time_bound(s: &str) -> std::result::Result<String, String> {
+    time_bound_at(s, chrono::Utc::now())
+}
+
+fn time_bound_at(
+    s: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> std::result::Result<String, String> {
     use chrono::{NaiveDate, SecondsFormat, Utc};
+    if s.ends_with(['s', 'm', 'h', 'd', 'w']) && s.len() > 1 && s.as_bytes()[0].is_ascii_digit() {
+        let secs = crate::config::parse_age(s)?;
+        let back = i64::try_from(secs)
+            .ok()
+            .and_then(chrono::TimeDelta::try_seconds)
+            .and_then(|d| now.checked_sub_signed(d))
+            .ok_or_else(|| format!("'{s}' reaches back before any time distributor can write"))?;
+        return Ok(back.to_rfc3339_opts(SecondsFormat::Millis, true));
+    }
     if let Some(t) = crate::model::parse_time(s) {
         return Ok(t
             .with_timezone(&Utc)
@@ -417,13 +555,13 @@ pub(crate) fn time_bound(s: &str) -> std::result::Result<String, String> {
         return Ok(t.and_utc().to_rfc3339_opts(SecondsFormat::Millis, true));
     }
     Err(format!(
-        "'{s}' is not a time: accepted are RFC 3339 (2026-12-02T06:00:00Z) or a date (2026-12-02)"
+        "'{s}' is not a time: accepted are RFC 3339 (2026-12-02T06:00:00Z), a date (2026-12-02) or a duration back from now (90m, 12h, 7d)"
     ))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::time_bound;
+    use super::{time_bound, time_bound_at};
 
     #[test]
     fn time_bounds_normalise_to_utc_millis() {
@@ -436,5 +574,31 @@ mod tests {
             "2026-12-02T00:00:00.000Z"
         );
         assert!(time_bound("yesterday").is_err());
+    }
+
+    #[test]
+    fn durations_count_back_from_now() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-08T12:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        assert_eq!(
+            time_bound_at("90m", now).unwrap(),
+            "2026-12-08T10:30:00.000Z"
+        );
+        assert_eq!(
+            time_bound_at("12h", now).unwrap(),
+            "2026-12-08T00:00:00.000Z"
+        );
+        assert_eq!(
+            time_bound_at("7d", now).unwrap(),
+            "2026-12-01T12:00:00.000Z"
+        );
+        assert_eq!(
+            time_bound_at("1w", now).unwrap(),
+            "2026-12-01T12:00:00.000Z"
+        );
+        let e = time_bound_at("7y", now).unwrap_err();
+        assert!(e.contains("90m, 12h, 7d"), "{e}");
+        assert!(time_bound_at("99999999999999w", now).is_err());
     }
 }

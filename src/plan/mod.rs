@@ -53,6 +53,10 @@ pub struct TakeoverEntry {
     pub from_owner: Owner,
     /// That owner's source id.
     pub from_source_id: String,
+    /// Whether the paths belonged to another owner (another pipeline or destination id;
+    /// shared root: another owner record), not only to another source id of this owner
+    /// (docs/operations.md, "Source ids, versions and takeovers").
+    pub cross_owner: bool,
     /// Paths now owned by the current owner.
     pub paths: Vec<String>,
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 mod text;
-pub(crate) use text::{FILE_LINES, TextOptions};
+pub(crate) use text::{FILE_LINES, TextOptions, takeover_words};
 
 /// The report of one `publish`/`plan` run.
 #[derive(Debug, Clone, Serialize)]

@@ -175,14 +175,23 @@ fn write_destination(out: &mut String, d: &DestinationReport, write: &str, opts:
     for t in &d.takeovers {
         let _ = writeln!(
             out,
-            "  takeover from {} (source {}): {} path(s)",
-            t.from_owner,
-            t.from_source_id,
+            "  {}: {} path(s)",
+            takeover_words(&t.from_owner.to_string(), &t.from_source_id, t.cross_owner),
             t.paths.len()
         );
     }
     write_lines(out, d, opts);
     write_afterwards(out, d, opts);
+}
+
+/// A takeover in words: `takeover from docs/web (another owner, source docs)`, or `new
+/// source id for site/web (same owner, was source site-old)`.
+pub(crate) fn takeover_words(from_owner: &str, from_source_id: &str, cross_owner: bool) -> String {
+    if cross_owner {
+        format!("takeover from {from_owner} (another owner, source {from_source_id})")
+    } else {
+        format!("new source id for {from_owner} (same owner, was source {from_source_id})")
+    }
 }
 
 /// The decision and status of a destination, or its error.

@@ -89,6 +89,7 @@ impl<'s> Planner<'_, 's> {
                 self.plan.takeovers.push(TakeoverEntry {
                     from_owner: r.owner.clone(),
                     from_source_id: r.source.id.clone(),
+                    cross_owner: r.owner != self.me,
                     paths: sorted(paths),
                 });
             }
@@ -99,6 +100,7 @@ impl<'s> Planner<'_, 's> {
                 .owner(&owner)
                 .expect("valid state lists every owner");
             self.plan.takeovers.push(TakeoverEntry {
+                cross_owner: owner != self.me,
                 from_owner: owner,
                 from_source_id: rec.source.id.clone(),
                 paths: sorted(paths),

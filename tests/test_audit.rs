@@ -1,0 +1,391 @@
+//! The auditor's questions (docs/audit.md), each one command, on a shared web root that two
+//! pipelines publish into, each with its own journal: `blog` owns `blog/`, `docs` owns
+//! `docs/` and then takes `blog/p1.html` with `--force`. `history` merges both journals
+//! by time and filters by path, by cross-owner takeover, by actor and by a duration back
+//! from now; `--jsonl` writes one object per operation (history_version 1); text never
+//! prints more than 10 paths of one takeover, and `history show OP --files` prints all.
+
+use crate::common::{Env, F};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = "www";
+const SHARED: &str = "    state:\n      mode: shared_root\n";
+
+struct Root {
+    env: Env,
+    blog: PathBuf,
+    docs: PathBuf,
+    blog_journal: PathBuf,
+    docs_journal: PathBuf,
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+impl Root {
+    fn new() -> Root {
+        let env = Env::new();
+        let blog = env.simple_config("blog.yaml", "blog", "web", ROOT, SHARED);
+        let docs = env.simple_config("docs.yaml", "docs", "web", ROOT, SHARED);
+        let blog_journal = env.path("blog.sqlite3");
+        let docs_journal = env.path("docs.sqlite3");
+        Root {
+            env,
+            blog,
+            docs,
+            blog_journal,
+            docs_journal,
+        }
+    }
+
+    /// Publishes `bundle` with `cfg`'s pipeline, through its own journal, as `actor`.
+    fn publish(&self, cfg: &Path, journal: &Path, bundle: &Path, actor: &str, extra: &[&str]) {
+        let mut args = vec![
+            "publish",
+            "--json",
+            "--config",
+            s(cfg),
+            "--source",
+            s(bundle),
+            "--journal",
+            s(journal),
+            "--actor",
+            actor,
+        ];
+        args.extend_from_slice(extra);
+        self.env.run(&args).expect_code(0);
+    }
+
+    /// `history` over both journals (those that exist yet), plus `extra`.
+    fn history(&self, extra: &[&str]) -> crate::common::Run {
+        let mut args = vec!["history"];
+        for j in [&self.blog_journal, &self.docs_journal] {
+            if j.exists() {
+                args.extend(["--journal", s(j)]);
+            }
+        }
+        args.extend_from_slice(extra);
+        let r = self.env.run(&args);
+        r.expect_code(0);
+        r
+    }
+
+    /// `history --jsonl` over both journals, parsed.
+    fn jsonl(&self, extra: &[&str]) -> Vec<Value> {
+        let mut args = vec!["--jsonl"];
+        args.extend_from_slice(extra);
+        (self.history(&args).stdout.lines())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+/// `n` blog posts `blog/p1.html` ...
+fn posts(n: usize, v: &str) -> Vec<(String, String)> {
+    (1..=n)
+        .map(|i| (format!("blog/p{i}.html"), format!("<p>post {i} {v}</p>")))
+        .collect()
+}
+
+fn files(v: &[(String, String)]) -> Vec<F<'_>> {
+    v.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect()
+}
+
+#[test]
+fn each_audit_question_is_one_command_over_both_journals() {
+    let r = Root::new();
+    // blog publishes twice under its stable source id (replace_older, no takeover).
+    let v1 = posts(25, "v1");
+    let b1 = r
+        .env
+        .bundle("b1", "blog", "2026-12-08T01:00:00Z", &files(&v1), &[]);
+    r.publish(&r.blog, &r.blog_journal, &b1, "blog-ci", &[]);
+    let v2 = posts(25, "v2");
+    let b2 = r
+        .env
+        .bundle("b2", "blog", "2026-12-08T02:00:00Z", &files(&v2), &[]);
+    r.publish(&r.blog, &r.blog_journal, &b2, "blog-ci", &[]);
+    // docs publishes its own pages, then takes every blog post with --force.
+    let d1 = r.env.bundle(
+        "d1",
+        "docs",
+        "2026-12-08T01:30:00Z",
+        &[("docs/index.html", "docs")],
+        &[],
+    );
+    r.publish(&r.docs, &r.docs_journal, &d1, "docs-bot", &[]);
+    let mut taken = posts(25, "docs");
+    taken.push(("docs/index.html".into(), "docs".into()));
+    let d2 = r
+        .env
+        .bundle("d2", "docs", "2026-12-08T03:00:00Z", &files(&taken), &[]);
+    r.publish(&r.docs, &r.docs_journal, &d2, "docs-bot", &["--force"]);
+
+    // Every takeover in the last hour: only docs' cross-owner one.
+    let t = r.jsonl(&["--takeovers", "--since", "1h"]);
+    assert_eq!(t.len(), 1, "{t:#?}");
+    assert_eq!(t[0]["pipeline_id"], "docs");
+    assert_eq!(t[0]["decision"], "force_replace");
+    assert_eq!(t[0]["cross_owner"], true);
+    assert_eq!(t[0]["takeovers"][0]["from_owner"], "blog/web");
+    assert_eq!(t[0]["takeovers"][0]["cross_owner"], true);
+    assert_eq!(t[0]["history_version"], 1);
+    assert!(t[0]["journal_id"].is_string(), "{}", t[0]);
+    // Nothing before the window.
+    assert!(
+        r.jsonl(&["--takeovers", "--until", "1h"]).is_empty(),
+        "no takeover is older than an hour"
+    );
+
+    // Who replaced blog/p1.html, and when: both journals, newest first.
+    let p = r.jsonl(&["--path", "blog/p1.html"]);
+    let who: Vec<(&str, &str)> = (p.iter())
+        .map(|o| {
+            (
+                o["pipeline_id"].as_str().unwrap(),
+                o["decision"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        who,
+        [
+            ("docs", "force_replace"),
+            ("blog", "replace_older"),
+            ("blog", "create")
+        ]
+    );
+    let started: Vec<&str> = p
+        .iter()
+        .map(|o| o["started_at"].as_str().unwrap())
+        .collect();
+    assert!(started.windows(2).all(|w| w[0] >= w[1]), "{started:?}");
+    // A glob, and a path no operation touched.
+    // (d2 left docs/index.html unchanged: only d1 wrote it.)
+    assert_eq!(r.jsonl(&["--path", "docs/**"]).len(), 1);
+    assert!(r.jsonl(&["--path", "nothing/*"]).is_empty());
+
+    // What did docs take from blog: the takeover names every path, capped in text.
+    let text = r.history(&["--takeovers"]).stdout;
+    assert!(
+        text.contains("takeover from blog/web (another owner, source blog): 25 path(s)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("... and 15 more; `distributor history show"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.trim_start().starts_with("blog/p"))
+            .count(),
+        10
+    );
+    let op = t[0]["operation_id"].as_str().unwrap();
+    let all = r.history(&["show", op, "--files"]).stdout;
+    for i in 1..=25 {
+        assert!(all.contains(&format!("blog/p{i}.html\n")), "p{i}: {all}");
+    }
+    let capped = r.history(&["show", op]).stdout;
+    assert!(
+        capped.contains("more; `distributor history show"),
+        "{capped}"
+    );
+
+    // By actor, with or without the channel.
+    assert_eq!(r.jsonl(&["--actor", "docs-bot"]).len(), 2);
+    assert_eq!(r.jsonl(&["--actor", "cli:blog-ci"]).len(), 2);
+    assert!(r.jsonl(&["--actor", "someone"]).is_empty());
+    // The four operations, merged by time, newest first; --limit after the merge.
+    let everything = r.jsonl(&[]);
+    assert_eq!(everything.len(), 4);
+    assert_eq!(r.jsonl(&["--limit", "1"])[0]["pipeline_id"], "docs");
+}
+
+/// A publication under a new source id of the same owner is a takeover, but not a
+/// cross-owner one: `--takeovers` leaves it out and the text says "new source id".
+#[test]
+fn a_new_source_id_of_the_same_owner_is_no_cross_owner_takeover() {
+    let r = Root::new();
+    let v = posts(2, "v1");
+    let b1 = r
+        .env
+        .bundle("b1", "blog-1041", "2026-12-08T01:00:00Z", &files(&v), &[]);
+    r.publish(&r.blog, &r.blog_journal, &b1, "blog-ci", &[]);
+    let b2 = r
+        .env
+        .bundle("b2", "blog-1042", "2026-12-08T02:00:00Z", &files(&v), &[]);
+    r.publish(&r.blog, &r.blog_journal, &b2, "blog-ci", &[]);
+    let all = r.jsonl(&["--action", "replace_takeover"]);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!(all[0]["cross_owner"], false);
+    assert!(r.jsonl(&["--takeovers"]).is_empty());
+    let text = r.history(&["--action", "replace_takeover"]).stdout;
+    assert!(
+        text.contains("new source id for blog/web (same owner, was source blog-1041)"),
+        "{text}"
+    );
+}
+
+/// Bad filter values are usage errors that say what is accepted.
+#[test]
+fn bad_history_filters_say_what_is_accepted() {
+    let r = Root::new();
+    let b1 = r.env.bundle(
+        "b1",
+        "blog",
+        "2026-12-08T01:00:00Z",
+        &[("blog/a", "a")],
+        &[],
+    );
+    r.publish(&r.blog, &r.blog_journal, &b1, "blog-ci", &[]);
+    for (args, says) in [
+        (&["--since", "7y"][..], "90m, 12h, 7d"),
+        (&["--path", "/abs"][..], "bundle-relative"),
+        (&["--json", "--jsonl"][..], "cannot be used with"),
+    ] {
+        let mut all = vec!["history", "--journal", s(&r.blog_journal)];
+        all.extend_from_slice(args);
+        let out = r.env.run(&all);
+        out.expect_code(2);
+        assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
+    }
+    let missing = r.env.path("missing.sqlite3");
+    let out = r.env.run(&[
+        "history",
+        "--journal",
+        s(&r.blog_journal),
+        "--journal",
+        s(&missing),
+    ]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("no journal there"), "{}", out.stderr);
+}
+
+/// The Python that has DuckDB (PyPI `duckdb`): `DISTRIBUTOR_DUCKDB_PYTHON`, else the test
+/// venv `.ci/run` makes (`target/ci-venv/bin/python`). `None`, with a loud skip, when
+/// neither imports duckdb and `DISTRIBUTOR_REQUIRE_DUCKDB` (or `CI`) does not require it.
+fn duckdb_python() -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ci-venv/bin/python");
+    let candidate = std::env::var_os("DISTRIBUTOR_DUCKDB_PYTHON")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or(venv);
+    let works = std::process::Command::new(&candidate)
+        .args(["-c", "import duckdb"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if works {
+        return Some(candidate);
+    }
+    let on = |v: &str| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false");
+    let required = match std::env::var("DISTRIBUTOR_REQUIRE_DUCKDB") {
+        Ok(v) => on(&v),
+        Err(_) => std::env::var("CI").is_ok_and(|v| on(&v)),
+    };
+    let how = format!(
+        "{} cannot import duckdb: python3 -m venv target/ci-venv && target/ci-venv/bin/pip install duckdb (or set DISTRIBUTOR_DUCKDB_PYTHON)",
+        candidate.display()
+    );
+    assert!(!required, "DuckDB is required here: {how}");
+    crate::common::left_out::skip("DuckDB (PyPI duckdb)", &how);
+    None
+}
+
+/// The SQL blocks of docs/audit.md tagged `sql <name>`, by name.
+fn audit_queries() -> Vec<(String, String)> {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/audit.md"))
+        .unwrap();
+    let mut out = Vec::new();
+    let mut lines = doc.lines();
+    while let Some(l) = lines.next() {
+        if let Some(name) = l.strip_prefix("```sql ") {
+            let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+            out.push((name.to_string(), body.join("\n")));
+        }
+    }
+    out
+}
+
+/// Every DuckDB query of docs/audit.md runs, as written, against real `history --jsonl`
+/// output of the shared root, and answers the question it is there for.
+#[test]
+fn the_auditors_duckdb_queries_answer_from_history_jsonl() {
+    let Some(python) = duckdb_python() else {
+        return;
+    };
+    let r = Root::new();
+    let v1 = posts(3, "v1");
+    let b1 = r
+        .env
+        .bundle("b1", "blog", "2026-12-08T01:00:00Z", &files(&v1), &[]);
+    r.publish(&r.blog, &r.blog_journal, &b1, "blog-ci", &[]);
+    let mut taken = posts(2, "docs");
+    taken.push(("docs/index.html".into(), "docs".into()));
+    let d1 = r
+        .env
+        .bundle("d1", "docs", "2026-12-08T03:00:00Z", &files(&taken), &[]);
+    r.publish(&r.docs, &r.docs_journal, &d1, "docs-bot", &["--force"]);
+    let jsonl = r.history(&["--jsonl"]).stdout;
+    std::fs::write(r.env.path("history.jsonl"), &jsonl).unwrap();
+
+    let queries = audit_queries();
+    let names: Vec<&str> = queries.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "audit-takeovers",
+            "audit-last-taker",
+            "audit-actors",
+            "audit-journals"
+        ]
+    );
+    let run = |sql: &str| -> Vec<Vec<String>> {
+        let script = "import duckdb, json, sys\nrows = duckdb.sql(sys.stdin.read()).fetchall()\nprint(json.dumps([[str(c) for c in r] for r in rows]))\n";
+        let mut child = std::process::Command::new(&python)
+            .args(["-c", script])
+            .current_dir(r.env.path(""))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(sql.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{sql}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let q = |name: &str| &queries.iter().find(|(n, _)| n == name).unwrap().1;
+    let takeovers = run(q("audit-takeovers"));
+    assert_eq!(takeovers.len(), 1, "{takeovers:?}");
+    assert_eq!(takeovers[0][2], "docs/web");
+    assert_eq!(takeovers[0][3], "blog/web");
+    assert_eq!(takeovers[0][4], "2");
+    assert_eq!(takeovers[0][5], "cli:docs-bot");
+    let last = run(q("audit-last-taker"));
+    assert_eq!(last.len(), 1);
+    assert_eq!(last[0][1], "docs/web");
+    assert_eq!(last[0][2], "cli:docs-bot");
+    let actors = run(q("audit-actors"));
+    assert_eq!(
+        actors,
+        [
+            ["cli:blog-ci", "create", "1"],
+            ["cli:docs-bot", "force_replace", "1"]
+        ]
+    );
+    let journals = run(q("audit-journals"));
+    assert_eq!(journals.len(), 2, "one row per journal: {journals:?}");
+}
