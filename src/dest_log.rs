@@ -179,39 +179,6 @@ pub(crate) fn errors(logs: &[DestinationLog]) -> String {
     out
 }
 
-/// A destination's log, locked for `--quarantine` or `--restart`: a directory's (local,
-/// releases) or a store's behind the storage interface (an object store, under its lease).
-pub(crate) enum LockedLog<'a> {
-    /// The directory holding `.distributor/`, and where journals keep its tail.
-    Dir(&'a crate::fs::Dir, &'a crate::backend::LogCursor),
-    /// An object store's log.
-    Store(&'a dyn crate::backend::LogStore),
-}
-
-impl LockedLog<'_> {
-    /// Where journals keep this log's tail.
-    fn location(&self) -> &str {
-        match self {
-            LockedLog::Dir(_, cursor) => cursor.location(),
-            LockedLog::Store(s) => s.log_cursor().location(),
-        }
-    }
-
-    fn quarantine(&self, seq: u64, by: Entry) -> Result<u64> {
-        match self {
-            LockedLog::Dir(base, _) => log::quarantine(base, seq, by),
-            LockedLog::Store(s) => s.quarantine_log(seq, by),
-        }
-    }
-
-    fn restart(&self, after: u64, by: Entry) -> Result<u64> {
-        match self {
-            LockedLog::Dir(base, _) => log::append_after(base, by, after),
-            LockedLog::Store(s) => s.restart_log(after, by),
-        }
-    }
-}
-
 /// What `log --quarantine` or `log --restart` does under the destination's lock.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum LogRepair {
@@ -269,7 +236,7 @@ pub(crate) fn repair(
     by.pipeline_id = config.pipeline_id.clone();
     by.destination_id = dest.id.clone();
     let mut journal_knew = None;
-    let act = |log: LockedLog<'_>| -> Result<u64> {
+    let act = |log: crate::backend::LockedLog<'_>| -> Result<u64> {
         let seq = match what {
             LogRepair::Quarantine(seq) => log.quarantine(seq, by)?,
             LogRepair::Restart => {
@@ -295,7 +262,7 @@ fn under_lock(
     dest: &Destination,
     lock_timeout: Duration,
     actor: &str,
-    act: impl FnOnce(LockedLog<'_>) -> Result<u64>,
+    act: impl FnOnce(crate::backend::LockedLog<'_>) -> Result<u64>,
 ) -> Result<u64> {
     let behind_interface = crate::backend::capabilities(dest).log_behind_interface;
     let how = crate::backend::LockRequest {
@@ -309,12 +276,12 @@ fn under_lock(
                 .ok_or_else(|| nothing_there(dest))?;
             let cursor = crate::backend::BundleStore::log_cursor(&store)
                 .ok_or_else(|| nothing_there(dest))?;
-            act(LockedLog::Dir(store.record_base()?, cursor))
+            act(crate::backend::LockedLog::Dir(store.record_base()?, cursor))
         }
         None if dest.path_mapping == PathMapping::Fixed && !behind_interface => {
             let b = crate::backend::local::Bundle::lock(&dest.path, &dest.path, how)?
                 .ok_or_else(|| nothing_there(dest))?;
-            act(LockedLog::Dir(b.dir(), b.log_cursor()))
+            act(crate::backend::LockedLog::Dir(b.dir(), b.log_cursor()))
         }
         // An object store: under its lease (SPEC §14), through the storage interface.
         None if dest.path_mapping == PathMapping::Fixed && behind_interface => {
@@ -323,7 +290,7 @@ fn under_lock(
                 .lock(&dest.path, &dest.path, how)?
                 .ok_or_else(|| nothing_there(dest))?;
             match store.log() {
-                Some(log) => act(LockedLog::Store(log)),
+                Some(log) => act(crate::backend::LockedLog::Store(log)),
                 None => Err(Error::Failed(format!(
                     "{}: its log is not kept through the storage interface",
                     store.path().display()

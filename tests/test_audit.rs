@@ -389,3 +389,143 @@ fn the_auditors_duckdb_queries_answer_from_history_jsonl() {
     let journals = run(q("audit-journals"));
     assert_eq!(journals.len(), 2, "one row per journal: {journals:?}");
 }
+
+/// `blame`: who owns a path now (from the state), which operation last wrote it and,
+/// with `--all`, every operation that wrote, deleted or was refused on it, from both
+/// journals; a deleted path is `unmanaged` and still names its deletion; a PATH nothing
+/// knows is named, exit 1.
+#[test]
+fn blame_says_who_owns_a_path_and_who_wrote_it() {
+    let r = Root::new();
+    let v1 = posts(2, "v1");
+    let b1 = r
+        .env
+        .bundle("b1", "blog", "2026-12-08T01:00:00Z", &files(&v1), &[]);
+    r.publish(&r.blog, &r.blog_journal, &b1, "blog-ci", &[]);
+    let d1 = r.env.bundle(
+        "d1",
+        "docs",
+        "2026-12-08T02:00:00Z",
+        &[("docs/index.html", "docs"), ("blog/p1.html", "taken")],
+        &[],
+    );
+    // Refused first (another owner's path), then forced.
+    let refused = r.env.run(&[
+        "publish",
+        "--config",
+        s(&r.docs),
+        "--source",
+        s(&d1),
+        "--journal",
+        s(&r.docs_journal),
+        "--actor",
+        "docs-bot",
+    ]);
+    refused.expect_code(3);
+    r.publish(&r.docs, &r.docs_journal, &d1, "docs-bot", &["--force"]);
+    // blog drops p2.
+    let v2 = vec![("blog/p3.html".to_string(), "p3".to_string())];
+    let b2 = r
+        .env
+        .bundle("b2", "blog", "2026-12-08T03:00:00Z", &files(&v2), &[]);
+    r.publish(&r.blog, &r.blog_journal, &b2, "blog-ci", &[]);
+
+    let blame = |extra: &[&str]| {
+        let mut args = vec![
+            "blame",
+            "--config",
+            s(&r.blog),
+            "--journal",
+            s(&r.blog_journal),
+            "--journal",
+            s(&r.docs_journal),
+        ];
+        args.extend_from_slice(extra);
+        r.env.run(&args)
+    };
+    let out = blame(&["--jsonl", "--all", "blog/p1.html"]);
+    out.expect_code(0);
+    let b: Value = serde_json::from_str(out.stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(b["blame_version"], 1);
+    assert_eq!(b["status"], "managed");
+    assert_eq!(b["owner"], "docs/web");
+    assert_eq!(b["source"]["id"], "docs");
+    assert_eq!(b["last"]["decision"], "force_replace");
+    assert_eq!(b["last"]["action"], "file_overwrite");
+    assert_eq!(b["last"]["actor"], "cli:docs-bot");
+    assert!(b["last"]["from"].as_str().unwrap().starts_with("journal "));
+    let chain: Vec<(&str, &str)> = (b["chain"].as_array().unwrap().iter())
+        .map(|e| (e["owner"].as_str().unwrap(), e["action"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        chain,
+        [
+            ("docs/web", "file_overwrite"),
+            ("docs/web", "refused"),
+            ("blog/web", "file_create")
+        ]
+    );
+    assert_eq!(b["chain"][1]["conflict"], "owner_conflict");
+
+    // A deleted path: unmanaged, its deletion the last write.
+    let out = blame(&["--json", "blog/p2.html"]);
+    out.expect_code(0);
+    let b = &out.json()["paths"][0];
+    assert_eq!(b["status"], "unmanaged");
+    assert_eq!(b["present"], false);
+    assert_eq!(b["owner"], Value::Null);
+    assert_eq!(b["last"]["action"], "file_delete");
+    assert_eq!(b["last"]["owner"], "blog/web");
+
+    // A glob, and text.
+    let out = blame(&["blog/*"]);
+    out.expect_code(0);
+    for p in [
+        "blog/p1.html (destination web",
+        "blog/p2.html",
+        "blog/p3.html",
+    ] {
+        assert!(out.stdout.contains(p), "{p}: {}", out.stdout);
+    }
+    assert!(
+        out.stdout.contains("owner   none: unmanaged"),
+        "{}",
+        out.stdout
+    );
+
+    // Nothing known: named, exit 1; the others still answered.
+    let out = blame(&["blog/p3.html", "blog/none.html"]);
+    out.expect_code(1);
+    assert!(out.stdout.contains("blog/p3.html"), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("blog/none.html: nothing known"),
+        "{}",
+        out.stderr
+    );
+
+    // From the journals alone (no config): the last writer is the owner it names.
+    let out = r.env.run(&[
+        "blame",
+        "--journal",
+        s(&r.blog_journal),
+        "--journal",
+        s(&r.docs_journal),
+        "--jsonl",
+        "blog/p1.html",
+    ]);
+    out.expect_code(0);
+    let b: Value = serde_json::from_str(out.stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(b["owner"], "docs/web");
+    assert_eq!(b["destination_id"], Value::Null);
+
+    // Bad PATHs are usage errors.
+    for bad in ["/etc/passwd", "../x", "[z"] {
+        let out = blame(&[bad]);
+        out.expect_code(2);
+        assert!(
+            out.stderr.contains(&format!("PATH {bad}")),
+            "{}",
+            out.stderr
+        );
+    }
+}

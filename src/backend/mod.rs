@@ -387,6 +387,8 @@ pub trait LogStore {
     fn restart_log(&self, after: u64, by: local::log::Entry) -> Result<u64>;
 }
 
+pub use local::log::LockedLog;
+
 /// Why the destination log of the locked `store` is shorter than the journal in use saw
 /// it (docs/operations.md, "The log's continuity"), if it is: the journal's tail, handed
 /// to the store's cursor before planning ([`LogCursor::set_known`]), is past the log's

@@ -3,6 +3,7 @@
 //! errors to exit codes, in one place.
 
 mod actor;
+mod blame;
 mod completions;
 mod history;
 mod log;
@@ -53,6 +54,7 @@ enum Command {
     Promote(promote::PromoteArgs),
     Prune(prune::PruneArgs),
     Log(log::LogArgs),
+    Blame(blame::BlameArgs),
     Releases(releases::ReleasesArgs),
     Completions(completions::CompletionsArgs),
     Man(completions::ManArgs),
@@ -314,6 +316,7 @@ impl Cli {
             Command::Promote(a) => promote::run(a),
             Command::Prune(a) => prune::run(a),
             Command::Log(a) => log::run(a),
+            Command::Blame(a) => blame::run(a),
             Command::Releases(a) => releases::run(a),
             Command::Completions(a) => completions::run(a),
             Command::Man(a) => completions::run_man(a),
@@ -380,6 +383,7 @@ impl Cli {
             Command::Rollback(_) => "rollback",
             Command::Prune(_) => "prune",
             Command::Log(_) => "log",
+            Command::Blame(_) => "blame",
             Command::Releases(_) => "releases",
             Command::Completions(_) => "completions",
             Command::Man(_) => "man",
@@ -398,6 +402,7 @@ impl Cli {
             Command::Promote(a) => a.run.json,
             Command::Prune(a) => a.run.json,
             Command::Releases(a) => a.json(),
+            Command::Blame(a) => a.json(),
             _ => false,
         }
     }

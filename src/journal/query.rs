@@ -381,6 +381,110 @@ fn operations_touching(
     Ok(out)
 }
 
+/// What one operation did to one path, as `blame` shows it: the action, or the conflict
+/// a refused publication reported there.
+#[derive(Debug, Clone, Serialize)]
+pub struct PathEvent {
+    /// The path.
+    pub path: String,
+    /// `file_create`, `file_overwrite`, `file_delete`, `link_create`, `link_overwrite`,
+    /// `link_delete`, or `refused` (a refused publication's conflict on the path).
+    pub action: String,
+    /// A refusal's conflict kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<String>,
+    /// The operation.
+    pub operation: OperationSummary,
+}
+
+/// Every operation of the journal that wrote, deleted or was refused on a path `matches`
+/// accepts (`exact`: the one path, looked up by SQL), newest first; `bundle` keeps those
+/// at that bundle path only.
+pub fn path_events(
+    j: &Journal,
+    bundle: Option<&str>,
+    exact: Option<&str>,
+    matches: &dyn Fn(&str) -> bool,
+) -> Result<Vec<PathEvent>> {
+    let conn = j.connection();
+    let jr = |e| jerr(j.path(), e);
+    let mut hits: Vec<(String, String, String, Option<String>)> = Vec::new();
+    {
+        let sql = match exact {
+            Some(_) => "SELECT operation_id, path, kind FROM journal_actions WHERE path = ?1",
+            None => "SELECT operation_id, path, kind FROM journal_actions WHERE ?1 IS NULL",
+        };
+        let mut stmt = conn.prepare(sql).map_err(jr)?;
+        let mut rows = stmt.query([exact]).map_err(jr)?;
+        while let Some(r) = rows.next().map_err(jr)? {
+            let path: String = r.get(1).map_err(jr)?;
+            if matches(&path) {
+                hits.push((r.get(0).map_err(jr)?, path, r.get(2).map_err(jr)?, None));
+            }
+        }
+    }
+    // Refused publications: the paths their conflicts name (`plan_json`).
+    {
+        let mut stmt = conn
+            .prepare(
+                "SELECT o.operation_id, jo.plan_json FROM operations o
+                   JOIN journal_operations jo ON jo.operation_id = o.operation_id
+                  WHERE o.status = 'refused'",
+            )
+            .map_err(jr)?;
+        let mut rows = stmt.query([]).map_err(jr)?;
+        while let Some(r) = rows.next().map_err(jr)? {
+            let plan: String = r.get(1).map_err(jr)?;
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&plan) else {
+                continue;
+            };
+            for c in v["conflicts"].as_array().into_iter().flatten() {
+                if let Some(p) = c["path"].as_str().filter(|p| matches(p)) {
+                    let kind = c["kind"].as_str().unwrap_or("conflict").to_string();
+                    hits.push((
+                        r.get(0).map_err(jr)?,
+                        p.to_string(),
+                        "refused".into(),
+                        Some(kind),
+                    ));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut stmt = conn
+        .prepare(&format!("{SELECT} WHERE o.operation_id = ?1"))
+        .map_err(jr)?;
+    let id = j.journal_id().ok();
+    let mut summaries: std::collections::HashMap<String, Option<OperationSummary>> =
+        Default::default();
+    for (op, path, action, conflict) in hits {
+        let summary = match summaries.get(&op) {
+            Some(s) => s.clone(),
+            None => {
+                let s = stmt.query_row([&op], summary).optional().map_err(jr)?;
+                summaries.insert(op.clone(), s.clone());
+                s
+            }
+        };
+        let Some(mut operation) = summary else {
+            continue;
+        };
+        if bundle.is_some_and(|b| b != operation.bundle_path) {
+            continue;
+        }
+        operation.journal_id = id.clone();
+        out.push(PathEvent {
+            path,
+            action,
+            conflict,
+            operation,
+        });
+    }
+    out.sort_by(|a, b| b.operation.started_at.cmp(&a.operation.started_at));
+    Ok(out)
+}
+
 /// The `--action` values besides the decisions: the journal's own operations that are not
 /// publications (`distributor prune` and retention, `distributor releases adopt`).
 pub(crate) const OPERATIONS: &[&str] = crate::model::RecordedDecision::OPERATIONS;

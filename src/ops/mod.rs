@@ -5,6 +5,7 @@
 
 pub(crate) mod activation;
 pub(crate) mod adopt;
+pub(crate) mod blame;
 pub(crate) mod common;
 pub(crate) mod inspect;
 pub(crate) mod inspect_report;

@@ -879,6 +879,43 @@ pub fn quarantine(base: &Dir, seq: u64, mut by: Entry) -> Result<u64> {
     append_at(base, by, next)
 }
 
+/// A destination's log, locked for `--quarantine` or `--restart`: a directory's (local,
+/// releases) or a store's behind the storage interface (an object store, under its lease).
+pub enum LockedLog<'a> {
+    /// The directory holding `.distributor/`, and where journals keep its tail.
+    Dir(&'a crate::fs::Dir, &'a crate::backend::LogCursor),
+    /// An object store's log.
+    Store(&'a dyn crate::backend::LogStore),
+}
+
+impl LockedLog<'_> {
+    /// Where journals keep this log's tail.
+    pub fn location(&self) -> &str {
+        match self {
+            LockedLog::Dir(_, cursor) => cursor.location(),
+            LockedLog::Store(s) => s.log_cursor().location(),
+        }
+    }
+
+    /// `log --quarantine SEQ`: moves entry `seq` out of the log and appends `by`, which
+    /// records the move; returns `by`'s seq.
+    pub fn quarantine(&self, seq: u64, by: Entry) -> Result<u64> {
+        match self {
+            LockedLog::Dir(base, _) => quarantine(base, seq, by),
+            LockedLog::Store(s) => s.quarantine_log(seq, by),
+        }
+    }
+
+    /// `log --restart`: appends `by` after the log's tail and after `after`, the tail the
+    /// journal in use knew; returns its seq.
+    pub fn restart(&self, after: u64, by: Entry) -> Result<u64> {
+        match self {
+            LockedLog::Dir(base, _) => append_after(base, by, after),
+            LockedLog::Store(s) => s.restart_log(after, by),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,333 @@
+//! `distributor blame` (docs/audit.md): who owns a path of a destination now, which
+//! source placed it, and which operation last wrote it (with `--all`, every operation
+//! that wrote, deleted or was refused on it, newest first). The owner and source come
+//! from the state the destination holds (shared root: the path's owner record); the
+//! operations from the journals given, merged by time, each naming the journal that
+//! recorded it.
+//!
+//! Must never: write anything, or take a lock.
+
+use crate::backend::{self, BundleStore};
+use crate::config::{Config, Destination};
+use crate::error::{Error, Result};
+use crate::globs::PathGlobs;
+use crate::journal::Journal;
+use crate::journal::query::{self, PathEvent};
+use crate::model::SourceRef;
+use crate::state::{State, StateFile};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// `blame_version` of the JSON this build writes.
+pub(crate) const BLAME_VERSION: u32 = 1;
+
+/// The statuses of an operation that wrote what it planned.
+const WROTE: &[&str] = &["applied", "rolled_forward", "committed", "closed"];
+
+/// What `blame` was asked.
+pub(crate) struct BlameRequest<'a> {
+    /// The config, whose destinations are searched (`None`: the journals alone).
+    pub config: Option<&'a Config>,
+    /// Only these destinations (with a config).
+    pub destinations: &'a [String],
+    /// The journals, opened, with their paths.
+    pub journals: &'a [(PathBuf, Journal)],
+    /// The paths or globs asked about, bundle-relative.
+    pub paths: &'a [String],
+    /// The whole chain of each path, not only its last writer.
+    pub all: bool,
+}
+
+/// One path's answer.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Blame {
+    /// Always [`BLAME_VERSION`].
+    pub blame_version: u32,
+    /// The destination (with a config), else null.
+    pub destination_id: Option<String>,
+    /// The bundle path.
+    pub bundle_path: String,
+    /// The path, bundle-relative.
+    pub path: String,
+    /// Whether the state records it now.
+    pub present: bool,
+    /// `managed` (the state records it) or `unmanaged` (no state records it: what the
+    /// journals know of it follows).
+    pub status: &'static str,
+    /// Its owner now, `pipeline/destination` (from the state).
+    pub owner: Option<String>,
+    /// The source that placed it (the owner record's).
+    pub source: Option<SourceRef>,
+    /// Its sha256 now (files), as the state records it.
+    pub sha256: Option<String>,
+    /// The operation that last wrote or deleted it.
+    pub last: Option<Event>,
+    /// `--all`: every operation that wrote, deleted or was refused on it, newest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chain: Option<Vec<Event>>,
+}
+
+/// One operation on a path.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Event {
+    /// The operation.
+    pub operation_id: String,
+    /// `publish`, `rollback`, ...
+    pub command: String,
+    /// Its decision.
+    pub decision: String,
+    /// Its status (`applied`, `refused`, ...).
+    pub status: String,
+    /// What it did to the path (`file_overwrite`, ..., or `refused`).
+    pub action: String,
+    /// A refusal's conflict kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<String>,
+    /// Who ran it.
+    pub actor: String,
+    /// Which owner ran it, `pipeline/destination`.
+    pub owner: String,
+    /// Its source.
+    pub source: SourceRef,
+    /// When it started.
+    pub started_at: String,
+    /// Where this comes from: `journal <journal_id>`.
+    pub from: String,
+}
+
+impl Event {
+    fn of(e: &PathEvent) -> Event {
+        let o = &e.operation;
+        Event {
+            operation_id: o.operation_id.clone(),
+            command: o.command.clone(),
+            decision: o.decision.clone(),
+            status: o.status.clone(),
+            action: e.action.clone(),
+            conflict: e.conflict.clone(),
+            actor: o.actor.clone(),
+            owner: o.owner(),
+            source: o.source.clone(),
+            started_at: o.started_at.clone(),
+            from: format!("journal {}", o.journal_id.as_deref().unwrap_or("?")),
+        }
+    }
+}
+
+/// The answers, and the PATHs that matched nothing.
+pub(crate) struct Blamed {
+    /// One per (destination, path) matched.
+    pub found: Vec<Blame>,
+    /// PATHs no state, journal or log knows.
+    pub unknown: Vec<String>,
+}
+
+/// A PATH: one path, or a glob (`*`, `?`, `[`, `{`, or a trailing `/`).
+struct Asked {
+    text: String,
+    globs: Option<PathGlobs>,
+}
+
+impl Asked {
+    fn new(text: &str) -> Result<Asked> {
+        let is_glob = text.contains(['*', '?', '[', '{']) || text.ends_with('/');
+        let globs = is_glob
+            .then(|| PathGlobs::new(&[text.to_string()]))
+            .transpose()
+            .map_err(|e| Error::Usage(format!("PATH {text}: {e}")))?;
+        if !is_glob {
+            crate::paths::check_safe_path(text)
+                .map_err(|why| Error::Usage(format!("PATH {text}: {why}")))?;
+        }
+        Ok(Asked {
+            text: text.to_string(),
+            globs,
+        })
+    }
+
+    fn matches(&self, p: &str) -> bool {
+        match &self.globs {
+            Some(g) => g.is_match(p),
+            None => p == self.text,
+        }
+    }
+
+    fn exact(&self) -> Option<&str> {
+        self.globs.is_none().then_some(self.text.as_str())
+    }
+}
+
+/// Answers `req`.
+pub(crate) fn blame(req: &BlameRequest<'_>) -> Result<Blamed> {
+    let asked: Vec<Asked> = req
+        .paths
+        .iter()
+        .map(|p| Asked::new(p))
+        .collect::<Result<_>>()?;
+    let mut found = Vec::new();
+    let mut unknown = Vec::new();
+    for a in &asked {
+        let before = found.len();
+        match req.config {
+            Some(config) => {
+                for dest in selected(config, req.destinations)? {
+                    for bundle in crate::ops::inspect::bundle_paths(dest)? {
+                        found.extend(blame_bundle(req, a, Some(dest), &bundle)?);
+                    }
+                }
+            }
+            None => found.extend(blame_journals(req, a)?),
+        }
+        if found.len() == before {
+            unknown.push(a.text.clone());
+        }
+    }
+    Ok(Blamed { found, unknown })
+}
+
+fn selected<'c>(config: &'c Config, ids: &[String]) -> Result<Vec<&'c Destination>> {
+    if ids.is_empty() {
+        Ok(config.destinations.iter().collect())
+    } else {
+        config.select(ids)
+    }
+}
+
+/// The events on paths `a` matches at `bundle` (every bundle path: `None`), in every
+/// journal, newest first.
+fn events(req: &BlameRequest<'_>, a: &Asked, bundle: Option<&str>) -> Result<Vec<PathEvent>> {
+    let mut all = Vec::new();
+    for (_, j) in req.journals {
+        all.extend(query::path_events(j, bundle, a.exact(), &|p| a.matches(p))?);
+    }
+    all.sort_by(|x, y| y.operation.started_at.cmp(&x.operation.started_at));
+    Ok(all)
+}
+
+/// The answers for `a` at one bundle path of `dest`: the paths its state records and
+/// those the journals know there.
+fn blame_bundle(
+    req: &BlameRequest<'_>,
+    a: &Asked,
+    dest: Option<&Destination>,
+    bundle: &Path,
+) -> Result<Vec<Blame>> {
+    let state = match dest {
+        Some(d) => read_state(d, bundle)?,
+        None => None,
+    };
+    let key = bundle.to_string_lossy().into_owned();
+    let events = events(req, a, Some(&key))?;
+    let mut paths: std::collections::BTreeSet<String> = Default::default();
+    if let Some(st) = &state {
+        paths.extend(
+            st.outputs
+                .iter()
+                .map(|o| &o.path)
+                .filter(|p| a.matches(p))
+                .cloned(),
+        );
+        paths.extend(
+            st.links
+                .iter()
+                .map(|l| &l.path)
+                .filter(|p| a.matches(p))
+                .cloned(),
+        );
+    }
+    paths.extend(events.iter().map(|e| e.path.clone()));
+    Ok(paths
+        .into_iter()
+        .map(|p| answer(req, dest, &key, &p, state.as_ref(), &events))
+        .collect())
+}
+
+/// With no config: every bundle path the journals know a matching path at.
+fn blame_journals(req: &BlameRequest<'_>, a: &Asked) -> Result<Vec<Blame>> {
+    let events = events(req, a, None)?;
+    let mut keys: std::collections::BTreeSet<(String, String)> = Default::default();
+    for e in &events {
+        keys.insert((e.operation.bundle_path.clone(), e.path.clone()));
+    }
+    Ok(keys
+        .into_iter()
+        .map(|(bundle, p)| {
+            let here: Vec<PathEvent> = (events.iter())
+                .filter(|e| e.operation.bundle_path == bundle)
+                .cloned()
+                .collect();
+            answer(req, None, &bundle, &p, None, &here)
+        })
+        .collect())
+}
+
+/// One path's answer from the state (if read) and the events at its bundle path.
+fn answer(
+    req: &BlameRequest<'_>,
+    dest: Option<&Destination>,
+    bundle: &str,
+    path: &str,
+    state: Option<&State>,
+    events: &[PathEvent],
+) -> Blame {
+    let mine: Vec<&PathEvent> = events.iter().filter(|e| e.path == path).collect();
+    let last = (mine.iter())
+        .find(|e| e.action != "refused" && WROTE.contains(&e.operation.status.as_str()))
+        .map(|e| Event::of(e));
+    let recorded = state.and_then(|st| {
+        let output = st.outputs.iter().find(|o| o.path == path);
+        let owner = match output {
+            Some(o) => Some((*o.owner).clone()),
+            None => st
+                .links
+                .iter()
+                .find(|l| l.path == path)
+                .map(|l| (*l.owner).clone()),
+        }?;
+        let record = st.owners.iter().find(|r| r.owner == owner)?;
+        Some((owner, record.source.clone(), output.map(|o| o.sha256.hex())))
+    });
+    let (owner, source, sha256) = match &recorded {
+        Some((o, s, h)) => (Some(o.to_string()), Some(s.clone()), h.clone()),
+        // Without a state read (journals alone): the last writer's, if it did not delete.
+        None if state.is_none() => match &last {
+            Some(e) if !e.action.ends_with("_delete") => {
+                (Some(e.owner.clone()), Some(e.source.clone()), None)
+            }
+            _ => (None, None, None),
+        },
+        None => (None, None, None),
+    };
+    Blame {
+        blame_version: BLAME_VERSION,
+        destination_id: dest.map(|d| d.id.clone()),
+        bundle_path: bundle.to_string(),
+        path: path.to_string(),
+        present: recorded.is_some(),
+        status: if recorded.is_some() {
+            "managed"
+        } else {
+            "unmanaged"
+        },
+        owner,
+        source,
+        sha256,
+        last,
+        chain: req.all.then(|| mine.iter().map(|e| Event::of(e)).collect()),
+    }
+}
+
+/// The state `dest` holds at `bundle` now, when there is one distributor believes.
+fn read_state(dest: &Destination, bundle: &Path) -> Result<Option<State>> {
+    let Some(store) = backend::for_destination(dest)?.open(&dest.path, bundle)? else {
+        return Ok(None);
+    };
+    let store: &dyn BundleStore = store.as_ref();
+    let (state, _) = store.read_state_parsed(0)?;
+    Ok(
+        match state.for_version(store.capabilities().state_version) {
+            StateFile::Valid(st) => Some(st),
+            _ => None,
+        },
+    )
+}
