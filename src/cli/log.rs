@@ -42,10 +42,14 @@ pub(super) struct LogArgs {
 
 /// Runs log.
 pub(super) fn run(a: LogArgs) -> Result<CommandOutput> {
+    // Before the config is even read: the actor of a quarantine's entry is bounded.
+    let actor = match a.quarantine {
+        Some(_) => Some(cli_actor(a.actor.as_deref())?),
+        None => None,
+    };
     let config = a.pipeline.load()?;
-    if let Some(seq) = a.quarantine {
+    if let (Some(seq), Some(actor)) = (a.quarantine, actor) {
         let lock_timeout = super::lock_timeout(a.lock_timeout)?;
-        let actor = cli_actor(a.actor.as_deref());
         let (dest, at) = quarantine(&config, &a.destinations, seq, lock_timeout, &actor)?;
         return Ok(CommandOutput {
             report: None,

@@ -119,6 +119,7 @@ impl PlanArgs {
 pub(super) fn run(args: Resolved) -> Result<CommandOutput> {
     let a = args.common;
     let lock_timeout = a.run.lock_timeout()?;
+    let actor = a.run.actor()?;
     // A saved plan is read (and its sha256 checked) before anything else: a wrong one
     // plans and writes nothing (SPEC §19).
     let saved = match &args.plan {
@@ -161,7 +162,7 @@ pub(super) fn run(args: Resolved) -> Result<CommandOutput> {
         save_plan: args.out.is_some(),
         journal,
         lock_timeout,
-        actor: a.run.actor(),
+        actor,
         command: args.command.to_string(),
         stage: args.stage,
     };
