@@ -4,10 +4,16 @@
 //! plan is a regular file of at most 64 MiB, not read through a symlink and never blocked
 //! on. Each refusal is a usage error (exit 2) that names the flag, the variable or the file,
 //! before the lock: the destination and the journal are as they were.
+//!
+//! Local files distributor writes beside its destinations: `--metrics-file` in a
+//! textfile-collector directory that a neighbour (uid 65534, through `setpriv`) owns, who
+//! plants symlinks and locks at the names distributor uses.
 
+use crate::common::hostile::PausedRun;
 use crate::common::{Env, F, Run};
 use distributor::hash::sha256_hex;
 use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -304,4 +310,236 @@ fn a_plan_file_is_a_regular_file_of_at_most_64_mib_never_followed_or_blocked_on(
     // The plan the symlink names is good: published by its own name.
     publish_plan(&env, &cfg, &b2, &plan).expect_code(0);
     assert_eq!(env.read("dest/b.txt"), "b");
+}
+
+/// The neighbour's uid and gid.
+const NEIGHBOUR: u32 = 65534;
+
+fn chmod(p: &Path, mode: u32) {
+    fs::set_permissions(p, PermissionsExt::from_mode(mode)).unwrap();
+}
+
+/// A `Command` that runs `script` with `sh -c` as the neighbour, in the test's root.
+fn neighbour(env: &Env, script: &str) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        &format!("--reuid={NEIGHBOUR}"),
+        &format!("--regid={NEIGHBOUR}"),
+        "--clear-groups",
+        "sh",
+        "-c",
+        script,
+    ])
+    .current_dir(env.path(""));
+    cmd
+}
+
+/// Runs `script` as the neighbour, to its end.
+fn as_neighbour(env: &Env, script: &str) {
+    let out = neighbour(env, script).output().expect("setpriv");
+    assert!(
+        out.status.success(),
+        "the neighbour's script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A destination to publish, a textfile-collector directory `tf/` the neighbour owns, and
+/// a file of root's (`secret`, 0600) beside it.
+fn metrics_scene() -> (Env, PathBuf, PathBuf) {
+    let env = Env::new();
+    chmod(&env.path(""), 0o755);
+    let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+    let b1 = env.bundle("b1", "site", T6, V1, &[]);
+    let tf = env.path("tf");
+    fs::create_dir(&tf).unwrap();
+    std::os::unix::fs::lchown(&tf, Some(NEIGHBOUR), Some(NEIGHBOUR)).unwrap();
+    let secret = env.write("secret", "root's own\n");
+    chmod(&secret, 0o600);
+    (env, cfg, b1)
+}
+
+/// What a publication's metrics file says of destination `latest`.
+fn assert_metrics_written(env: &Env, path: &str) {
+    let md = fs::symlink_metadata(env.path(path)).unwrap();
+    assert!(md.file_type().is_file(), "{path} is a regular file");
+    assert_eq!(md.uid(), 0);
+    let text = env.read(path);
+    assert!(
+        text.contains("# TYPE distributor_last_run_exit_code gauge")
+            && text.contains(
+                "distributor_last_run_exit_code{command=\"publish\",pipeline=\"weather\",destination=\"latest\"} 0"
+            )
+            && text.contains("distributor_last_success_timestamp_seconds{command=\"publish\""),
+        "{text}"
+    );
+}
+
+/// The bug: `--metrics-file` followed symlinks, so a neighbour who owns the collector's
+/// directory made root create a file where it chose (a dangling symlink at `PATH.lock`)
+/// and truncate and overwrite root's file (a symlink at the predictable `PATH.<pid>.tmp`,
+/// planted while the run stood after its commit, its pid known). Now the directory is held
+/// open and no name in it is followed: root's file is unchanged, nothing is created
+/// outside `tf/`, the planted `.tmp` link is never used, a symlink at `PATH` is replaced
+/// (not written through), and the metrics file is written as ever.
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+#[test]
+fn the_metrics_file_follows_no_symlink_a_neighbour_plants_in_its_directory() {
+    let (env, cfg, b1) = metrics_scene();
+    let args = [
+        "publish",
+        "--json",
+        "--config",
+        p(&cfg),
+        "--source",
+        p(&b1),
+        "--metrics-file",
+        "tf/distributor.prom",
+    ];
+    let run = PausedRun::start(&env, &args, "after_journal_commit", &[]);
+    let pid = run.pid();
+    as_neighbour(
+        &env,
+        &format!(
+            "set -e; ln -s ../made-by-root tf/distributor.prom.lock; \
+             ln -s ../secret tf/distributor.prom.{pid}.tmp; ln -s ../secret tf/distributor.prom"
+        ),
+    );
+    let r = run.resume();
+    r.expect_code(0);
+    assert_eq!(
+        env.read("secret"),
+        "root's own\n",
+        "root's file is unchanged"
+    );
+    assert!(
+        !env.exists("made-by-root"),
+        "nothing was created through the lock's link"
+    );
+    assert_metrics_written(&env, "tf/distributor.prom");
+    let planted = fs::read_link(env.path(&format!("tf/distributor.prom.{pid}.tmp"))).unwrap();
+    assert_eq!(
+        planted,
+        Path::new("../secret"),
+        "the predictable name was never used"
+    );
+    let lock = fs::symlink_metadata(env.path("tf/distributor.prom.lock")).unwrap();
+    assert!(lock.file_type().is_file() && lock.uid() == 0 && lock.mode() & 0o777 == 0o600);
+    assert!(
+        r.stderr.contains(
+            "tf/distributor.prom.lock is a symlink, not a lock distributor made; removed it"
+        ) && r
+            .stderr
+            .contains("tf/distributor.prom is a symlink; not read"),
+        "{}",
+        r.stderr
+    );
+    let left: Vec<String> = fs::read_dir(env.path("tf"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp") && *n != format!("distributor.prom.{pid}.tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// The new file's name, seen while the run stands between writing it and renaming it into
+/// place: `PATH.<pid>.<32 hex digits>.tmp`, a regular file of root's, and another random
+/// part every run: no one can plant anything at it beforehand.
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+#[test]
+fn the_metrics_file_is_written_under_a_name_no_one_can_predict() {
+    let (env, cfg, b1) = metrics_scene();
+    let args = [
+        "publish",
+        "--json",
+        "--config",
+        p(&cfg),
+        "--source",
+        p(&b1),
+        "--metrics-file",
+        "tf/distributor.prom",
+    ];
+    let mut randoms = Vec::new();
+    for _ in 0..2 {
+        let run = PausedRun::start(&env, &args, "metrics_file_written", &[]);
+        let prefix = format!("distributor.prom.{}.", run.pid());
+        let tmp: Vec<String> = fs::read_dir(env.path("tf"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert_eq!(tmp.len(), 1, "{tmp:?}");
+        let random = tmp[0]
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(".tmp"))
+            .unwrap_or_else(|| panic!("{} is not {prefix}<random>.tmp", tmp[0]));
+        assert!(
+            random.len() == 32 && random.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{random}"
+        );
+        let md = fs::symlink_metadata(env.path(&format!("tf/{}", tmp[0]))).unwrap();
+        assert!(md.file_type().is_file() && md.uid() == 0);
+        randoms.push(random.to_string());
+        run.resume().expect_code(0);
+        assert_metrics_written(&env, "tf/distributor.prom");
+    }
+    assert_ne!(randoms[0], randoms[1]);
+}
+
+/// A lock the neighbour made and holds: the old code waited on it forever after the
+/// publication. It is not distributor's (uid 65534): removed, and the run ends with the
+/// metrics written.
+#[test]
+fn a_lock_another_user_made_and_holds_is_not_waited_on() {
+    let (env, cfg, b1) = metrics_scene();
+    let mut holder = neighbour(
+        &env,
+        "exec flock -o tf/distributor.prom.lock sh -c 'touch tf/held; cat >/dev/null'",
+    )
+    .stdin(Stdio::piped())
+    .spawn()
+    .expect("setpriv flock");
+    let start = Instant::now();
+    while !env.exists("tf/held") {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the neighbour never took its lock"
+        );
+        assert!(
+            holder.try_wait().unwrap().is_none(),
+            "the neighbour's flock exited"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let r = run_bounded(
+        &env,
+        &[
+            "publish",
+            "--json",
+            "--config",
+            p(&cfg),
+            "--source",
+            p(&b1),
+            "--metrics-file",
+            "tf/distributor.prom",
+        ],
+        &[],
+    );
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    r.expect_code(0);
+    assert!(
+        r.stderr.contains(&format!(
+            "tf/distributor.prom.lock is owned by uid {NEIGHBOUR} (distributor runs as uid 0), not a lock distributor made"
+        )),
+        "{}",
+        r.stderr
+    );
+    assert_metrics_written(&env, "tf/distributor.prom");
 }
