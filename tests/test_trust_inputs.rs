@@ -7,7 +7,8 @@
 //!
 //! Local files distributor writes beside its destinations: `--metrics-file` in a
 //! textfile-collector directory that a neighbour (uid 65534, through `setpriv`) owns, who
-//! plants symlinks and locks at the names distributor uses.
+//! plants symlinks and locks at the names distributor uses; the journal, created 0600 with
+//! its `-wal` and `-shm` whatever the umask.
 
 use crate::common::hostile::PausedRun;
 use crate::common::{Env, F, Run};
@@ -542,4 +543,69 @@ fn a_lock_another_user_made_and_holds_is_not_waited_on() {
         r.stderr
     );
     assert_metrics_written(&env, "tf/distributor.prom");
+}
+
+fn mode(p: &Path) -> u32 {
+    fs::symlink_metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .mode()
+        & 0o7777
+}
+
+/// The bug: the journal was created 0644 under umask 022, readable by every user (who did
+/// what, where, every path written). A new journal is 0600, and so are its `-wal` and
+/// `-shm`, seen while a publication under umask 022 (and 000) holds them open after its
+/// commit. A journal that exists keeps its mode.
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+#[test]
+fn a_new_journal_and_its_wal_are_0600_whatever_the_umask() {
+    for umask in ["022", "000"] {
+        let env = Env::new();
+        let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
+        let b1 = env.bundle("b1", "site", T6, V1, &[]);
+        let journal = env.path("state/journal.sqlite3");
+        let pause = tempfile::tempdir().unwrap();
+        let mut child = Command::new("sh")
+            .args(["-c", &format!("umask {umask}; exec \"$0\" \"$@\"")])
+            .arg(env!("CARGO_BIN_EXE_distributor"))
+            .args(["publish", "--json", "--config", p(&cfg), "--source", p(&b1)])
+            .env_clear()
+            .env("HOME", env.path("home"))
+            .env("DISTRIBUTOR_ACTOR", "tester")
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("DISTRIBUTOR_JOURNAL", &journal)
+            .env("DISTRIBUTOR_FAILPOINT", "after_journal_commit=pause")
+            .env("DISTRIBUTOR_FAILPOINT_PAUSE", pause.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let start = Instant::now();
+        while !pause.path().join("after_journal_commit.paused").exists() {
+            if start.elapsed() > DEADLINE || child.try_wait().unwrap().is_some() {
+                let _ = child.kill();
+                panic!("the publication did not pause after its commit");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for suffix in ["", "-wal", "-shm"] {
+            let f = env.path(&format!("state/journal.sqlite3{suffix}"));
+            assert_eq!(mode(&f), 0o600, "umask {umask}: {}", f.display());
+        }
+        fs::write(pause.path().join("after_journal_commit.resume"), b"").unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "umask {umask}: {status}");
+        assert_eq!(mode(&journal), 0o600);
+        // An existing journal keeps the mode it has.
+        chmod(&journal, 0o640);
+        let b2 = env.bundle("b2", "site", T7, V2, &[]);
+        let vars = [("DISTRIBUTOR_JOURNAL", p(&journal))];
+        let r = env.run_env(&["publish", "--config", p(&cfg), "--source", p(&b2)], &vars);
+        r.expect_code(0);
+        assert_eq!(mode(&journal), 0o640);
+    }
 }

@@ -341,6 +341,14 @@ pub enum JournalError {
         /// Why.
         error: std::io::Error,
     },
+    /// The journal file could not be created.
+    #[error("journal {}: cannot create: {error}", path.display())]
+    Create {
+        /// The journal file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
     /// SQLite failed.
     #[error("journal {}: {error}", path.display())]
     Sqlite {
