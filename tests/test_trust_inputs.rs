@@ -8,7 +8,8 @@
 //! Local files distributor writes beside its destinations: `--metrics-file` in a
 //! textfile-collector directory that a neighbour (uid 65534, through `setpriv`) owns, who
 //! plants symlinks and locks at the names distributor uses; the journal, created 0600 with
-//! its `-wal` and `-shm` whatever the umask.
+//! its `-wal` and `-shm` whatever the umask; a hook's program, run only when it and every
+//! directory above it are root's or distributor's and writable by nobody else.
 
 use crate::common::hostile::PausedRun;
 use crate::common::{Env, F, Run};
@@ -608,4 +609,144 @@ fn a_new_journal_and_its_wal_are_0600_whatever_the_umask() {
         r.expect_code(0);
         assert_eq!(mode(&journal), 0o640);
     }
+}
+
+/// A config whose one destination has an `after_commit` hook running `program`.
+fn hook_config(env: &Env, program: &Path) -> PathBuf {
+    env.simple_config(
+        "c.yaml",
+        "weather",
+        "latest",
+        "dest",
+        &format!(
+            "    hooks:\n      after_commit:\n        - run: [{}, marker]\n",
+            program.display()
+        ),
+    )
+}
+
+/// A hook program that leaves `ran` in the test's root when it runs.
+fn marking_program(env: &Env, rel: &str) -> PathBuf {
+    env.program(
+        rel,
+        &format!("#!/bin/sh\necho \"$1\" >> {}\n", env.path("ran").display()),
+    )
+}
+
+/// The bug: a hook's `run[0]` was executed as root whoever owned or could write it. Now a
+/// program owned by another uid, in a group-writable or world-writable directory, under
+/// the sticky world-writable /tmp, or reached through a symlink in such a directory, is a
+/// config error (exit 2) from `validate`, `plan` and `publish`, naming the hook's key and
+/// the path refused, before anything is locked or written; the program never runs. A
+/// program of root's in root's 0755 directories is taken.
+#[test]
+fn a_hook_program_anyone_else_could_replace_is_a_config_error() {
+    let env = Env::new();
+    let b1 = env.bundle("b1", "site", T6, V1, &[]);
+    let programs = env.programs().to_path_buf();
+    let theirs = marking_program(&env, "theirs/purge");
+    std::os::unix::fs::lchown(&theirs, Some(NEIGHBOUR), Some(NEIGHBOUR)).unwrap();
+    let group = marking_program(&env, "group/purge");
+    chmod(&programs.join("group"), 0o775);
+    let world = marking_program(&env, "world/purge");
+    chmod(&programs.join("world"), 0o777);
+    let in_tmp = env.write("purge", "#!/bin/sh\nexit 0\n");
+    chmod(&in_tmp, 0o755);
+    // The test's root is under the temporary directory (/tmp): sticky, world-writable.
+    let tmp = std::env::temp_dir().canonicalize().unwrap();
+    assert_eq!(mode(&tmp), 0o1777, "{} is not /tmp's 1777", tmp.display());
+    let linked = programs.join("linked");
+    std::os::unix::fs::symlink(&in_tmp, &linked).unwrap();
+    let cases: [(&Path, PathBuf, &str); 5] = [
+        (
+            &theirs,
+            theirs.clone(),
+            "(program) is owned by uid 65534, not by root",
+        ),
+        (
+            &group,
+            programs.join("group"),
+            "(directory) is writable by group (mode 0775)",
+        ),
+        (
+            &world,
+            programs.join("world"),
+            "(directory) is writable by group and others (mode 0777)",
+        ),
+        (
+            &in_tmp,
+            tmp.clone(),
+            "(directory) is writable by group and others (mode 1777)",
+        ),
+        (
+            &linked,
+            tmp,
+            "(directory) is writable by group and others (mode 1777)",
+        ),
+    ];
+    for (program, refused_path, why) in cases {
+        let cfg = hook_config(&env, program);
+        let says = format!(
+            "config {}: destinations[0].hooks.after_commit[0].run[0]: '{}' may not be run: {} {why}; accepted: the program and every directory above it owned by root or by distributor's user and not writable by group or others",
+            cfg.display(),
+            program.display(),
+            refused_path.display()
+        );
+        for command in ["validate", "plan", "publish"] {
+            let mut args = vec![command, "--config", p(&cfg)];
+            if command != "validate" {
+                args.extend(["--source", p(&b1)]);
+            }
+            let r = env.run(&args);
+            refused(&r, &says);
+        }
+        // `serve` refuses to start (it would run the hook after every upload).
+        let serve = ["serve", "--config", p(&cfg), "--listen", "127.0.0.1:0"];
+        refused(&run_bounded(&env, &serve, &[]), &says);
+        assert!(
+            !env.exists("dest") && !env.journal().exists(),
+            "nothing written"
+        );
+        assert!(!env.exists("ran"), "the hook never ran");
+    }
+    // Root's program in root's 0755 directories: validated, and run after the commit.
+    let good = marking_program(&env, "good/purge");
+    let cfg = hook_config(&env, &good);
+    env.run(&["validate", "--config", p(&cfg)]).expect_code(0);
+    let r = env.publish(&cfg, &b1, &[]);
+    r.expect_code(0);
+    assert_eq!(r.dest(0)["hooks"][0]["ok"], true, "{}", r.stdout);
+    assert_eq!(env.read("ran"), "marker\n");
+}
+
+/// Checked again as it is about to run: a program whose directory became group-writable
+/// after the config was checked (the run stands after its commit meanwhile) is not run;
+/// the hook fails with the path named, and the publication stands.
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+#[test]
+fn a_hook_program_is_checked_again_when_it_is_about_to_run() {
+    let env = Env::new();
+    let b1 = env.bundle("b1", "site", T6, V1, &[]);
+    let program = marking_program(&env, "late/purge");
+    let cfg = hook_config(&env, &program);
+    let args = ["publish", "--json", "--config", p(&cfg), "--source", p(&b1)];
+    let run = PausedRun::start(&env, &args, "after_journal_commit", &[]);
+    chmod(&env.programs().join("late"), 0o775);
+    let r = run.resume();
+    r.expect_code(0);
+    assert_eq!(env.read("dest/index.html"), "v1");
+    let hook = r.dest(0)["hooks"][0].clone();
+    assert_eq!(hook["ok"], false);
+    let error = hook["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with(&format!(
+            "not run: {} (directory) is writable by group (mode 0775)",
+            env.programs().join("late").display()
+        )),
+        "{hook}"
+    );
+    assert!(!env.exists("ran"), "the hook never ran");
 }

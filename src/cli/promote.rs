@@ -41,6 +41,7 @@ pub(super) fn run(a: PromoteArgs) -> Result<CommandOutput> {
     let lock_timeout = a.run.lock_timeout()?;
     let actor = a.run.actor()?;
     let config = a.pipeline.load()?;
+    crate::hooks::check_programs(&config)?;
     let targets: Vec<(String, String)> = a
         .destinations
         .chunks(2)

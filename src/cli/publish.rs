@@ -127,6 +127,8 @@ pub(super) fn run(args: Resolved) -> Result<CommandOutput> {
         None => None,
     };
     let config = a.pipeline.load()?;
+    // Before the lock (docs/config.md, "Hooks"): a hook's program nobody else can replace.
+    crate::hooks::check_programs(&config)?;
     let source = match (&a.source, &a.manifest, &config.source_path) {
         (Some(dir), _, _) => Source::open(dir)?,
         (None, Some(file), _) => Source::open_manifest(file)?,
