@@ -94,6 +94,10 @@ pub const RELEASES: &[&str] = &[
 /// waiting (`tests/test_server_uploads.rs`).
 pub const SERVER: &[&str] = &["upload_waits_for_slot"];
 
+/// `--metrics-file`'s failpoint: the new file written and fsynced under its unpredictable
+/// name, not yet renamed into place, so a test sees that name (`tests/test_trust_inputs.rs`).
+pub const METRICS: &[&str] = &["metrics_file_written"];
+
 /// The I/O failpoints of [`ALL`]: the ones an `error` action applies to.
 pub const IO: &[&str] = &[
     "io_stage_write",
@@ -166,6 +170,7 @@ mod imp {
             && !super::S3.contains(&name)
             && !super::RELEASES.contains(&name)
             && !super::SERVER.contains(&name)
+            && !super::METRICS.contains(&name)
         {
             eprintln!("DISTRIBUTOR_FAILPOINT: unknown failpoint '{name}'");
             std::process::abort();

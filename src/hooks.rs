@@ -17,6 +17,8 @@
 //! Must never: run a hook for a dry run or from `recover`, give a hook distributor's
 //! credentials, or wait on a hook past its timeout and the 5 s grace.
 
+mod program;
+
 use crate::config::{Config, Hook};
 use crate::model::FileOp;
 use crate::report::{DestinationReport, HookOutcome, Report, Status};
@@ -39,6 +41,32 @@ fn trigger(d: &DestinationReport) -> Option<&'static str> {
         Status::Failed => Some("after_failure"),
         _ => None,
     }
+}
+
+/// Checks every hook's program of `config` (the pipeline's and each destination's) as
+/// [`program::check`] does: the config error naming the hook's key, the program, the path
+/// refused and what is accepted, else nothing. `validate`, `plan`, `publish`, `promote`,
+/// `rollback` and `serve` call it before anything is locked (docs/config.md, "Hooks").
+pub(crate) fn check_programs(config: &Config) -> crate::error::Result<()> {
+    let hooks = (config.destinations.iter())
+        .flat_map(|d| d.hooks.after_commit.iter().chain(&d.hooks.after_failure));
+    let mut seen = std::collections::BTreeSet::new();
+    for hook in hooks.filter(|h| seen.insert(h.key.as_str())) {
+        if let Err(why) = program::check(std::path::Path::new(&hook.run[0])) {
+            return Err(crate::error::ConfigError::Key {
+                file: config.file.clone(),
+                key: format!("{}.run[0]", hook.key),
+                message: format!(
+                    "'{}' may not be run: {why}; accepted: {}",
+                    hook.run[0],
+                    program::ACCEPTED
+                ),
+                at: String::new(),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Runs the hooks `report` calls for (one report of `publish` or `rollback`, not a dry
@@ -146,6 +174,12 @@ fn run_one(
         stderr: String::new(),
         error: None,
     };
+    // Checked again as it is about to run: the config was checked before the lock, and
+    // `serve` runs hooks for as long as it serves.
+    if let Err(why) = program::check(std::path::Path::new(&hook.run[0])) {
+        outcome.error = Some(format!("not run: {why}; accepted: {}", program::ACCEPTED));
+        return outcome;
+    }
     let list = match ChangedPaths::write(changed) {
         Ok(l) => l,
         Err(e) => {

@@ -38,6 +38,7 @@ pub(crate) mod fs;
 pub(crate) mod globs;
 pub mod hash;
 pub(crate) mod hooks;
+pub(crate) mod input;
 pub mod journal;
 pub(crate) mod limits;
 pub(crate) mod log_mismatch;

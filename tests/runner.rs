@@ -53,6 +53,7 @@ mod test_stage;
 mod test_takeover_matrix;
 mod test_transfer;
 mod test_trust;
+mod test_trust_inputs;
 mod test_unmanaged;
 mod test_verify;
 

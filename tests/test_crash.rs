@@ -497,7 +497,7 @@ fn every_failpoint_is_reached_and_listed() {
 }
 
 /// Every `failpoint::hit("..")`/`failpoint::io("..")` in the sources is listed in
-/// `failpoint::ALL`, `S3`, `RELEASES` or `SERVER` (and the other way round), each once; `IO` lists exactly
+/// `failpoint::ALL`, `S3`, `RELEASES`, `SERVER` or `METRICS` (and the other way round), each once; `IO` lists exactly
 /// the I/O ones.
 #[test]
 fn failpoint_list_matches_the_sources() {
@@ -530,6 +530,7 @@ fn failpoint_list_matches_the_sources() {
         .chain(failpoint::S3)
         .chain(failpoint::RELEASES)
         .chain(failpoint::SERVER)
+        .chain(failpoint::METRICS)
         .map(|s| s.to_string())
         .collect();
     assert_eq!(
@@ -537,8 +538,9 @@ fn failpoint_list_matches_the_sources() {
         failpoint::ALL.len()
             + failpoint::S3.len()
             + failpoint::RELEASES.len()
-            + failpoint::SERVER.len(),
-        "duplicates in failpoint::ALL, S3, RELEASES and SERVER"
+            + failpoint::SERVER.len()
+            + failpoint::METRICS.len(),
+        "duplicates in failpoint::ALL, S3, RELEASES, SERVER and METRICS"
     );
     assert_eq!(
         used, all,

@@ -509,10 +509,10 @@ fn uploads_are_audited_with_the_token_name() {
     assert_eq!(ops[0]["status"], "applied");
 }
 
-/// The actor comes from $USER; a newline there is escaped, so it cannot forge a line of
-/// `history`.
+/// A newline in the actor could forge a line of `history`: it is refused before anything
+/// is written (it used to be escaped), naming the variable it came from.
 #[test]
-fn a_control_character_in_user_is_escaped_in_the_actor() {
+fn a_control_character_in_the_actor_is_refused_so_it_cannot_forge_a_history_line() {
     let env = Env::new();
     let cfg = env.simple_config("c.yaml", "weather", "latest", "dest", "");
     let b = env.bundle(
@@ -532,11 +532,12 @@ fn a_control_character_in_user_is_escaped_in_the_actor() {
         ],
         &[("DISTRIBUTOR_ACTOR", "bob\n2026-01-01T00:00:00Z  forged")],
     );
-    r.expect_code(0);
-    let h = env.run(&["history", "--json"]);
-    assert_eq!(
-        h.json()["operations"][0]["actor"],
-        "cli:bob\\n2026-01-01T00:00:00Z  forged"
+    r.expect_code(2);
+    assert!(
+        r.stderr
+            .contains("DISTRIBUTOR_ACTOR: holds the control character U+000A at byte 3"),
+        "{}",
+        r.stderr
     );
     let text = env.run(&["history"]);
     assert!(
@@ -544,6 +545,7 @@ fn a_control_character_in_user_is_escaped_in_the_actor() {
         "{}",
         text.stdout
     );
+    assert!(!env.exists("dest"));
 }
 
 /// A forced replacement that takes another owner's paths is a takeover too: the audit

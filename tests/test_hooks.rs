@@ -16,11 +16,10 @@ const T7: &str = "2026-12-02T07:00:00Z";
 const V1: &[F] = &[("index.html", "v1"), ("a.txt", "a"), ("old.txt", "old")];
 const V2: &[F] = &[("index.html", "v2"), ("a.txt", "a"), ("new.txt", "new")];
 
-/// An executable shell script at `rel`.
+/// An executable shell script at `rel` below the test's programs directory (where a
+/// hook's program may be: not under the world-writable /tmp).
 fn script(env: &Env, rel: &str, body: &str) -> PathBuf {
-    let p = env.write(rel, &format!("#!/bin/sh\n{body}\n"));
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
+    env.program(rel, &format!("#!/bin/sh\n{body}\n"))
 }
 
 /// A config for `dest` with `hooks` (YAML, indented 4 under the destination).
@@ -162,13 +161,14 @@ fn failing_missing_and_unexecutable_hooks_change_no_outcome() {
         "hooks/fails.sh",
         "echo 'purge refused: zone unknown' >&2; exit 3",
     );
-    let unexecutable = env.write("hooks/plain.sh", "#!/bin/sh\nexit 0\n");
+    let unexecutable = env.program("hooks/plain.sh", "#!/bin/sh\nexit 0\n");
+    std::fs::set_permissions(&unexecutable, std::fs::Permissions::from_mode(0o644)).unwrap();
     let cfg = config(
         &env,
         &format!(
             "      after_commit:\n        - run: [{}]\n        - run: [{}/hooks/missing]\n        - run: [{}]\n",
             fails.display(),
-            env.root.display(),
+            env.programs().display(),
             unexecutable.display()
         ),
     );

@@ -528,17 +528,15 @@ fn promote_is_guarded_like_a_publication() {
 /// readers), with the decision `promote`.
 #[test]
 fn hooks_run_after_a_promote() {
-    use std::os::unix::fs::PermissionsExt;
     let env = Env::new();
     let out = env.path("hook.out");
-    let hook = env.write(
+    let hook = env.program(
         "hook.sh",
         &format!(
             "#!/bin/sh\necho \"$DISTRIBUTOR_DECISION $DISTRIBUTOR_OPERATION_ID\" >> {}\n",
             out.display()
         ),
     );
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     let extra = format!(
         "    releases:\n      keep: 3\n    hooks:\n      after_commit: [{{run: [\"{}\"]}}]\n",
         hook.display()

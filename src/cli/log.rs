@@ -50,15 +50,20 @@ pub(super) struct LogArgs {
 
 /// Runs log.
 pub(super) fn run(a: LogArgs) -> Result<CommandOutput> {
+    // Before the config is even read: the actor of a quarantine's or restart's entry is
+    // bounded.
+    let actor = match a.quarantine.is_some() || a.restart {
+        true => Some(cli_actor(a.actor.as_deref())?),
+        false => None,
+    };
     let config = a.pipeline.load()?;
     let what = match (a.quarantine, a.restart) {
         (Some(seq), _) => Some(LogRepair::Quarantine(seq)),
         (None, true) => Some(LogRepair::Restart),
         (None, false) => None,
     };
-    if let Some(what) = what {
+    if let (Some(what), Some(actor)) = (what, actor) {
         let lock_timeout = super::lock_timeout(a.lock_timeout)?;
-        let actor = cli_actor(a.actor.as_deref());
         let path = crate::ops::common::resolve_journal(a.journal.as_deref(), Some(&config))?;
         let journal = crate::journal::Journal::open(&path)?;
         let done = repair(

@@ -167,9 +167,11 @@ impl RunArgs {
         crate::ops::common::resolve_journal(self.journal.as_deref(), Some(config))
     }
 
-    /// `--actor`, else the environment's identity ([`cli_actor`]).
-    pub(crate) fn actor(&self) -> String {
-        cli_actor(self.actor.as_deref())
+    /// `--actor`, else the environment's identity ([`cli_actor`]), bounded: a usage
+    /// error before anything is locked or written when it is over 1 KiB or holds a
+    /// control character.
+    pub(crate) fn actor(&self) -> crate::error::Result<String> {
+        Ok(cli_actor(self.actor.as_deref())?)
     }
 }
 
@@ -218,6 +220,7 @@ impl ReleasesSelection {
         run: &RunArgs,
     ) -> crate::error::Result<(crate::config::Config, crate::ops::common::ReleasesOptions)> {
         let lock_timeout = run.lock_timeout()?;
+        let actor = run.actor()?;
         let config = self.pipeline.load()?;
         let journal = run.journal_for(&config)?;
         Ok((
@@ -227,7 +230,7 @@ impl ReleasesSelection {
                 dry_run,
                 journal,
                 lock_timeout,
-                actor: run.actor(),
+                actor,
             },
         ))
     }

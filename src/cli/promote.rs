@@ -39,7 +39,9 @@ pub(super) struct PromoteArgs {
 /// Runs promote.
 pub(super) fn run(a: PromoteArgs) -> Result<CommandOutput> {
     let lock_timeout = a.run.lock_timeout()?;
+    let actor = a.run.actor()?;
     let config = a.pipeline.load()?;
+    crate::hooks::check_programs(&config)?;
     let targets: Vec<(String, String)> = a
         .destinations
         .chunks(2)
@@ -54,7 +56,7 @@ pub(super) fn run(a: PromoteArgs) -> Result<CommandOutput> {
         allow_delete: a.allow_delete,
         journal: resolve_journal(a.run.journal.as_deref(), Some(&config))?,
         lock_timeout,
-        actor: a.run.actor(),
+        actor,
     };
     let mut outcome = promote(&config, &opts)?;
     // After every destination's lock was released (SPEC §19); never for a dry run.

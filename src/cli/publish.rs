@@ -119,6 +119,7 @@ impl PlanArgs {
 pub(super) fn run(args: Resolved) -> Result<CommandOutput> {
     let a = args.common;
     let lock_timeout = a.run.lock_timeout()?;
+    let actor = a.run.actor()?;
     // A saved plan is read (and its sha256 checked) before anything else: a wrong one
     // plans and writes nothing (SPEC §19).
     let saved = match &args.plan {
@@ -126,6 +127,8 @@ pub(super) fn run(args: Resolved) -> Result<CommandOutput> {
         None => None,
     };
     let config = a.pipeline.load()?;
+    // Before the lock (docs/config.md, "Hooks"): a hook's program nobody else can replace.
+    crate::hooks::check_programs(&config)?;
     let source = match (&a.source, &a.manifest, &config.source_path) {
         (Some(dir), _, _) => Source::open(dir)?,
         (None, Some(file), _) => Source::open_manifest(file)?,
@@ -161,7 +164,7 @@ pub(super) fn run(args: Resolved) -> Result<CommandOutput> {
         save_plan: args.out.is_some(),
         journal,
         lock_timeout,
-        actor: a.run.actor(),
+        actor,
         command: args.command.to_string(),
         stage: args.stage,
     };

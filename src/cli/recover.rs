@@ -34,6 +34,7 @@ pub(super) struct RecoverArgs {
 /// Runs the command.
 pub(super) fn run(a: RecoverArgs) -> Result<CommandOutput> {
     let lock_timeout = a.run.lock_timeout()?;
+    let actor = a.run.actor()?;
     let config = a.config.as_deref().map(Config::load).transpose()?;
     let journal = resolve_journal(a.run.journal.as_deref(), config.as_ref())?;
     if journal_is_default(a.run.journal.as_deref(), config.as_ref()) {
@@ -50,12 +51,12 @@ pub(super) fn run(a: RecoverArgs) -> Result<CommandOutput> {
         );
     }
     // The log entries this run writes for operations it finishes say so.
-    crate::backend::local::log::set_recovering(&a.run.actor());
+    crate::backend::local::log::set_recovering(&actor);
     let opts = RecoverOptions {
         journal,
         dry_run: a.dry_run,
         lock_timeout,
-        actor: a.run.actor(),
+        actor,
     };
     let report = match &a.abandon {
         Some(op) => abandon(op, &opts)?,

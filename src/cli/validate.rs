@@ -21,6 +21,7 @@ pub(super) struct ValidateArgs {
 /// Runs the command.
 pub(super) fn run(a: ValidateArgs) -> Result<CommandOutput> {
     let config = a.pipeline.load()?;
+    crate::hooks::check_programs(&config)?;
     for (i, d) in config.destinations.iter().enumerate() {
         let releases_dir = match kind_of(d) {
             Kind::ObjectStore(_) => continue,

@@ -39,6 +39,8 @@ pub struct Hook {
     pub timeout_secs: u64,
     /// Names of variables of distributor's environment the hook also gets.
     pub pass_env: Vec<String>,
+    /// Where the config writes it (`pipeline.hooks.after_commit[0]`), for messages.
+    pub key: String,
 }
 
 /// The hooks of one destination: the pipeline's, then its own.
@@ -173,6 +175,7 @@ fn hook(key: &str, raw: RawHook) -> Result<Hook, (String, String)> {
         run: raw.run,
         timeout_secs,
         pass_env: raw.pass_env,
+        key: key.to_string(),
     })
 }
 

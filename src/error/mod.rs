@@ -5,9 +5,11 @@
 
 use std::path::PathBuf;
 
+mod input;
 mod releases;
 mod store;
 
+pub use input::{FileProblem, InputError};
 pub use releases::ReleasesError;
 pub use store::{StepError, StoreError, StoreFailure};
 
@@ -72,6 +74,11 @@ pub enum Error {
     /// Command-line usage error (exit 2).
     #[error("{0}")]
     Usage(String),
+    /// An input refused before anything is locked or written: text over its bound or
+    /// with a control character, a file an option names that is not a regular file or is
+    /// too large (exit 2; kind `usage`).
+    #[error("{0}")]
+    Input(#[from] InputError),
     /// Invalid configuration (exit 2). The message names the file, the key path and what is
     /// accepted.
     #[error("{0}")]
@@ -176,7 +183,7 @@ impl Error {
     /// (3 is otherwise a plan's outcome, never an error).
     pub fn exit_code(&self) -> ExitCode {
         match self.root() {
-            Error::Usage(_) | Error::Config(_) => ExitCode::Usage,
+            Error::Usage(_) | Error::Input(_) | Error::Config(_) => ExitCode::Usage,
             Error::RecoveryRequired(_) => ExitCode::RecoveryRequired,
             Error::LogMissing(_) => ExitCode::Conflict,
             Error::Source(_)
@@ -198,7 +205,7 @@ impl Error {
     /// Short machine-readable kind, used by the HTTP API and JSON errors.
     pub fn kind(&self) -> &'static str {
         match self.root() {
-            Error::Usage(_) => "usage",
+            Error::Usage(_) | Error::Input(_) => "usage",
             Error::Config(_) => "config",
             Error::Source(_) => "invalid_source",
             Error::Io { .. } => "io",
@@ -340,6 +347,14 @@ pub enum JournalError {
         path: PathBuf,
         /// Its directory.
         dir: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The journal file could not be created.
+    #[error("journal {}: cannot create: {error}", path.display())]
+    Create {
+        /// The journal file.
+        path: PathBuf,
         /// Why.
         error: std::io::Error,
     },

@@ -227,6 +227,7 @@ impl Journal {
                 error,
             })?;
         }
+        create_private(path)?;
         let conn = Connection::open(path).map_err(|e| jerr(path, e))?;
         let mut j = Journal {
             conn,
@@ -328,6 +329,39 @@ impl Journal {
     pub fn connection(&self) -> &Connection {
         &self.conn
     }
+}
+
+/// Creates the journal file `path`, when nothing has that name, exactly 0600 whatever the
+/// umask (`fchmod` after an `O_CREAT|O_EXCL|O_NOFOLLOW` open): it records who did what,
+/// where, and every path written, for distributor's user alone. SQLite gives the `-wal`
+/// and `-shm` files it creates beside it the journal's mode (its unix VFS copies the main
+/// file's permission bits and `fchmod`s a new one to them), so they are 0600 too. An
+/// existing journal keeps its mode (docs/operations.md, "Who may write where").
+fn create_private(path: &Path) -> Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let made = rustix::fs::openat(
+        rustix::fs::CWD,
+        path,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    );
+    let fd = match made {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::EXIST) => return Ok(()),
+        Err(e) => {
+            return Err(JournalError::Create {
+                path: path.to_path_buf(),
+                error: e.into(),
+            }
+            .into());
+        }
+    };
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).map_err(|e| {
+        Error::from(JournalError::Create {
+            path: path.to_path_buf(),
+            error: e.into(),
+        })
+    })
 }
 
 /// The error for a journal path that names a directory.

@@ -3,20 +3,21 @@
 //! `{command,pipeline,destination}`: when it last ran, when it last succeeded, how long it
 //! took, what it wrote, deleted and found in conflict, and its exit code.
 //!
-//! The file is written under a lock on `PATH.lock`, to `PATH.<pid>.tmp`, and renamed over
-//! `PATH`: the textfile collector never reads half a file. `last_success` of every series
+//! The file is written under a lock on `PATH.lock`, to a new file of a name no one can
+//! predict (`PATH.<pid>.<random>.tmp`), and renamed over `PATH`: the textfile collector
+//! never reads half a file, and no name another user plants in the directory is followed
+//! ([`super::place`]). `last_success` of every series
 //! this run did not succeed on (another destination, another command sharing the file, or
 //! a failure now) is carried over from the previous file. One file per (config, command)
 //! is the documented practice.
 
-use crate::error::{Error, IoContext, Result};
+use super::place::{MetricsFileError, Place};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -97,21 +98,13 @@ pub(crate) fn write(
     run: &Run,
     elapsed: Duration,
     code: crate::error::ExitCode,
-) -> Result<()> {
-    let lock_path = suffixed(path, ".lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .ctx("open", &lock_path)?;
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| Error::io("lock", &lock_path, e.into()))?;
-    let previous = match std::fs::read_to_string(path) {
-        Ok(text) => last_successes(&text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-        Err(e) => return Err(e).ctx("read", path),
-    };
+) -> Result<(), MetricsFileError> {
+    let place = Place::open(path)?;
+    let lock = place.lock()?;
+    let previous = place
+        .previous()?
+        .map(|text| last_successes(&text))
+        .unwrap_or_default();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -178,24 +171,14 @@ pub(crate) fn write(
         last_success.get_or_create(l).set(*t);
     }
     let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry)
-        .map_err(|e| Error::Failed(format!("--metrics-file {}: {e}", path.display())))?;
-    let tmp = suffixed(path, &format!(".{}.tmp", std::process::id()));
-    let written = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io("write", path, e));
-    }
+    prometheus_client::encoding::text::encode(&mut text, &registry).map_err(|_| {
+        MetricsFileError::Render {
+            path: place.path().to_path_buf(),
+        }
+    })?;
+    place.replace(&text)?;
     drop(lock);
     Ok(())
-}
-
-fn suffixed(path: &Path, suffix: &str) -> PathBuf {
-    let mut s = path.as_os_str().to_os_string();
-    s.push(suffix);
-    PathBuf::from(s)
 }
 
 /// The `distributor_last_success_timestamp_seconds` series of a previous file.

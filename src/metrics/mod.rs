@@ -9,6 +9,7 @@
 //! is written beside and renamed over, under a lock).
 
 pub(crate) mod file;
+pub(crate) mod place;
 
 use crate::report::Report;
 use prometheus_client::encoding::EncodeLabelSet;

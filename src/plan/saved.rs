@@ -298,12 +298,18 @@ pub(crate) fn settings_sha256(config: &Config, dest: &Destination) -> String {
     sha256_hex(settings.to_string().as_bytes())
 }
 
-/// Reads and checks a plan file: whole, valid JSON of this format, and (with `sha256`)
-/// exactly the file whose sha256 is given. Any error is a usage error (exit 2) naming the
-/// file and what is accepted: nothing is planned or written.
+/// Reads and checks a plan file: a regular file of at most 64 MiB, opened without
+/// following a symlink and without blocking ([`crate::input::read_bounded_file`];
+/// docs/review-then-apply.md, "What a plan file may be"), whole, valid JSON of this format,
+/// and (with `sha256`) exactly the file whose sha256 is given. Any error is a usage error
+/// (exit 2) naming the file and what is accepted: nothing is planned or written.
 pub(crate) fn read(file: &Path, sha256: Option<&str>) -> Result<(PlanFile, String)> {
-    let bytes = std::fs::read(file)
-        .map_err(|e| Error::Usage(format!("--plan {}: cannot be read: {e}", file.display())))?;
+    let bytes = crate::input::read_bounded_file(
+        "--plan",
+        file,
+        crate::input::PLAN_FILE_BYTES,
+        "a regular file `distributor plan --out` wrote, of at most 64 MiB, named by its own path (not through a symlink); nothing was planned or written",
+    )?;
     let actual = sha256_hex(&bytes);
     if let Some(want) = sha256
         && !want.eq_ignore_ascii_case(&actual)

@@ -83,7 +83,9 @@ pub(crate) fn from_library(e: &crate::Error, message: String) -> ApiError {
     use crate::Error;
     match e.root() {
         Error::Source(_) => ApiError::invalid_source(message),
-        Error::Usage(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_parameter", message),
+        Error::Usage(_) | Error::Input(_) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_parameter", message)
+        }
         Error::RecoveryRequired(_) => {
             ApiError::new(StatusCode::LOCKED, "recovery_required", message)
         }

@@ -152,6 +152,7 @@ fn load_pipelines(opts: &ServeOptions) -> Result<(HashMap<String, Arc<Pipeline>>
     let mut tokens = Tokens::default();
     for file in &opts.configs {
         let config = Config::load(file)?;
+        crate::hooks::check_programs(&config)?;
         if let Some(other) = pipelines.get(&config.pipeline_id) {
             return Err(ConfigError::File {
                 file: file.to_path_buf(),

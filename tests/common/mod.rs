@@ -23,6 +23,8 @@ pub struct Env {
     _tmp: tempfile::TempDir,
     /// Root of the temporary tree.
     pub root: PathBuf,
+    /// Where [`Env::program`] puts hook programs, made when first asked for.
+    programs: std::sync::OnceLock<tempfile::TempDir>,
 }
 
 /// The result of one run of the binary.
@@ -84,7 +86,40 @@ impl Env {
         let tmp = tempfile::tempdir().expect("tempdir");
         let root = tmp.path().canonicalize().expect("canonical tempdir");
         fs::create_dir_all(root.join("home")).unwrap();
-        Env { _tmp: tmp, root }
+        Env {
+            _tmp: tmp,
+            root,
+            programs: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The directory of this test's hook programs. A hook's program and every directory
+    /// above it must be owned by root or distributor's user and not writable by group or
+    /// others (docs/config.md, "Hooks"), which the test's root, under a world-writable
+    /// `/tmp`, is not: so they live under `CARGO_TARGET_TMPDIR` (in `target/`, the
+    /// checkout's), in a directory of their own, 0755.
+    pub fn programs(&self) -> &Path {
+        self.programs
+            .get_or_init(|| {
+                let dir = tempfile::Builder::new()
+                    .prefix("programs-")
+                    .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+                    .expect("programs dir");
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+                dir
+            })
+            .path()
+    }
+
+    /// Writes the program `rel` (below [`Env::programs`]) with `content`, mode 0755.
+    pub fn program(&self, rel: &str, content: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.programs().join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, content).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        p
     }
 
     /// Absolute path of `rel` under the root.
