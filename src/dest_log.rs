@@ -208,7 +208,7 @@ pub(crate) fn repair(
     destinations: &[String],
     what: LogRepair,
     lock_timeout: Duration,
-    actor: &str,
+    (actor, reason): (&str, Option<&str>),
     journal: &crate::journal::Journal,
 ) -> Result<Repaired> {
     let selected = select(config, destinations)?;
@@ -233,6 +233,7 @@ pub(crate) fn repair(
     };
     let mut by = Entry::new(&uuid::Uuid::new_v4().to_string(), command, decision);
     by.actor = actor.to_string();
+    by.reason = reason.map(str::to_string);
     by.pipeline_id = config.pipeline_id.clone();
     by.destination_id = dest.id.clone();
     let mut journal_knew = None;

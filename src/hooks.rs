@@ -5,7 +5,8 @@
 //!
 //! A hook runs without a shell, from `/`, with a minimal environment (`PATH=/usr/bin:/bin`,
 //! `LANG`, `DISTRIBUTOR_OPERATION_ID`, `DISTRIBUTOR_DESTINATION_ID`,
-//! `DISTRIBUTOR_DECISION`, `DISTRIBUTOR_CHANGED_PATHS`) plus the names in its `pass_env`,
+//! `DISTRIBUTOR_DECISION`, `DISTRIBUTOR_CHANGED_PATHS`, `DISTRIBUTOR_REASON`) plus the
+//! names in its `pass_env`,
 //! never distributor's credentials. Its stdin is the destination's report (the run's §11
 //! report with only that destination), written by a thread of its own so a hook that does
 //! not read it blocks nothing. At its timeout its process group gets SIGTERM, SIGKILL 5 s
@@ -99,7 +100,7 @@ pub(crate) fn run_for(config: &Config, report: &mut Report, journal: &std::path:
         let changed = changed_paths(d, dest.s3.as_ref().map(|s| s.prefix.as_str()));
         let mut outcomes = Vec::new();
         for hook in hooks {
-            let outcome = run_one(hook, when, d, &stdin, &changed);
+            let outcome = run_one(hook, when, report.reason.as_deref(), d, &stdin, &changed);
             if let Some(op) = &d.operation_id {
                 if journal_handle.is_none() {
                     journal_handle = crate::journal::Journal::open(journal).ok();
@@ -158,6 +159,7 @@ fn changed_paths(d: &DestinationReport, prefix: Option<&str>) -> Vec<u8> {
 fn run_one(
     hook: &Hook,
     when: &'static str,
+    reason: Option<&str>,
     d: &DestinationReport,
     stdin: &[u8],
     changed: &[u8],
@@ -187,7 +189,7 @@ fn run_one(
             return outcome;
         }
     };
-    let mut child = match command(hook, d, &list.path).spawn() {
+    let mut child = match command(hook, d, &list.path, reason).spawn() {
         Ok(c) => c,
         Err(e) => {
             outcome.error = Some(format!("could not be started: {e}"));
@@ -216,7 +218,12 @@ fn run_one(
 /// The hook's command: its argv, a cleared environment (PATH, LANG, what `pass_env`
 /// names, and the `DISTRIBUTOR_*` variables), `/` as working directory, its own process
 /// group (the timeout signals the hook and what it started).
-fn command(hook: &Hook, d: &DestinationReport, changed_paths: &std::path::Path) -> Command {
+fn command(
+    hook: &Hook,
+    d: &DestinationReport,
+    changed_paths: &std::path::Path,
+    reason: Option<&str>,
+) -> Command {
     let mut cmd = Command::new(&hook.run[0]);
     cmd.args(&hook.run[1..])
         .env_clear()
@@ -242,7 +249,8 @@ fn command(hook: &Hook, d: &DestinationReport, changed_paths: &std::path::Path) 
         "DISTRIBUTOR_DECISION",
         d.decision.map(|x| x.to_string()).unwrap_or_default(),
     )
-    .env("DISTRIBUTOR_CHANGED_PATHS", changed_paths);
+    .env("DISTRIBUTOR_CHANGED_PATHS", changed_paths)
+    .env("DISTRIBUTOR_REASON", reason.unwrap_or(""));
     {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);

@@ -529,3 +529,164 @@ fn blame_says_who_owns_a_path_and_who_wrote_it() {
         );
     }
 }
+
+/// `--reason` (else `DISTRIBUTOR_REASON`) is recorded in the journal, the destination
+/// log's entry, the report and a hook's environment (`DISTRIBUTOR_REASON`); `history
+/// --reason-contains` and `blame` show it. Over 1 KiB or with a control character it is
+/// a usage error before anything is written.
+#[test]
+fn the_reason_is_recorded_everywhere_and_bounded() {
+    let env = Env::new();
+    let seen = env.path("hook-saw.txt");
+    let hook = env.program(
+        "say-reason.sh",
+        &format!(
+            "#!/bin/sh\nprintf '%s' \"$DISTRIBUTOR_REASON\" > {}\n",
+            seen.display()
+        ),
+    );
+    let cfg = env.simple_config(
+        "c.yaml",
+        "weather",
+        "site",
+        "www/site",
+        &format!(
+            "    hooks:\n      after_commit:\n        - run: [\"{}\"]\n",
+            hook.display()
+        ),
+    );
+    let b1 = env.bundle(
+        "b1",
+        "site",
+        "2026-12-08T01:00:00Z",
+        &[("a.html", "1")],
+        &[],
+    );
+    let r = env.publish(&cfg, &b1, &["--reason", "OPS-42: rotate the banner"]);
+    r.expect_code(0);
+    assert_eq!(r.json()["reason"], "OPS-42: rotate the banner");
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        "OPS-42: rotate the banner"
+    );
+    let entry: Value = serde_json::from_slice(
+        &std::fs::read(env.path("www/site/.distributor/log/00000000000000000001.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(entry["reason"], "OPS-42: rotate the banner");
+
+    // From the environment.
+    let b2 = env.bundle(
+        "b2",
+        "site",
+        "2026-12-08T02:00:00Z",
+        &[("a.html", "2")],
+        &[],
+    );
+    let r = env.run_env(
+        &["publish", "--json", "--config", s(&cfg), "--source", s(&b2)],
+        &[("DISTRIBUTOR_REASON", "nightly rebuild")],
+    );
+    r.expect_code(0);
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), "nightly rebuild");
+
+    let h = env.run(&["history", "--jsonl", "--reason-contains", "ops-42"]);
+    h.expect_code(0);
+    let lines: Vec<Value> = h
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", h.stdout);
+    assert_eq!(lines[0]["reason"], "OPS-42: rotate the banner");
+    let text = env.run(&["history"]).stdout;
+    assert!(text.contains("reason: nightly rebuild"), "{text}");
+    let b = env.run(&["blame", "--config", s(&cfg), "--jsonl", "a.html"]);
+    b.expect_code(0);
+    let b: Value = serde_json::from_str(b.stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(b["last"]["reason"], "nightly rebuild");
+
+    // Bounded before anything is written: nothing journaled, nothing placed.
+    let b3 = env.bundle(
+        "b3",
+        "site",
+        "2026-12-08T03:00:00Z",
+        &[("a.html", "3")],
+        &[],
+    );
+    let long = "r".repeat(1025);
+    for (args, vars, says) in [
+        (vec!["--reason", long.as_str()], vec![], "--reason"),
+        (vec!["--reason", "two\nlines"], vec![], "--reason"),
+        (
+            vec![],
+            vec![("DISTRIBUTOR_REASON", "bell\u{7}")],
+            "DISTRIBUTOR_REASON",
+        ),
+    ] {
+        let mut all = vec!["publish", "--config", s(&cfg), "--source", s(&b3)];
+        all.extend(args);
+        let r = env.run_env(&all, &vars);
+        r.expect_code(2);
+        assert!(r.stderr.contains(says), "{says}: {}", r.stderr);
+    }
+    assert_eq!(env.read("www/site/a.html"), "2");
+    let ops = env.run(&["history", "--jsonl"]).stdout.lines().count();
+    assert_eq!(ops, 2, "the refused reasons journaled nothing");
+    // recover takes none (it finishes other runs' operations).
+    let r = env.run(&["recover", "--reason", "x"]);
+    r.expect_code(2);
+    assert!(r.stderr.contains("--reason"), "{}", r.stderr);
+}
+
+/// serve: `X-Distributor-Reason` is the upload's reason; a bad one is a 400
+/// `invalid_parameter` and publishes nothing.
+#[test]
+fn serve_takes_the_reason_from_a_header() {
+    use crate::common::server::*;
+    let env = Env::new();
+    let (w, t) = weather_and_traffic(&env);
+    let mut server = Server::start(&env, &[&w, &t], &[]);
+    let tar = tar_with_manifest(
+        "tomorrow",
+        "2026-12-02T06:00:00Z",
+        &[("forecast.json", b"{}")],
+        &[],
+    );
+    let post = |reason: &[u8]| {
+        let mut resp = Server::agent()
+            .post(server.url("/v1/pipelines/weather/bundles"))
+            .header("Authorization", &format!("Bearer {SECRET}"))
+            .header("Content-Type", "application/x-tar")
+            .header(
+                "X-Distributor-Reason",
+                ureq::http::HeaderValue::from_bytes(reason).unwrap(),
+            )
+            .send(&tar[..])
+            .expect("POST");
+        (
+            resp.status().as_u16(),
+            resp.body_mut().read_to_string().unwrap_or_default(),
+        )
+    };
+    let (status, body) = post("r".repeat(1025).as_bytes());
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("invalid_parameter") && body.contains("X-Distributor-Reason"),
+        "{body}"
+    );
+    assert!(
+        !env.exists("dest/latest/forecast.json"),
+        "nothing was published"
+    );
+    let (status, body) = post(b"deploy from CI run 7");
+    assert_eq!(status, 200, "{body}");
+    let report: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(report["reason"], "deploy from CI run 7");
+    let c = rusqlite::Connection::open(env.journal()).unwrap();
+    let reason: String = c
+        .query_row("SELECT reason FROM journal_operations", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(reason, "deploy from CI run 7");
+    assert_eq!(server.stop().code(), Some(0));
+}

@@ -80,7 +80,7 @@ fn insert_or_replace_cannot_rewrite_a_row() {
         })
         .unwrap();
     for sql in [
-        "INSERT OR REPLACE INTO journal_operations SELECT operation_id, started_at, command, 'cli:mallory', pipeline_id, destination_id, bundle_path, state_mode, decision, takeover_mode, previous_owner, previous_source_id, previous_source_created_at, previous_source_digest, source_id, source_created_at, source_digest, pre_state_sha256, post_state_sha256, takeovers_json, plan_json FROM journal_operations",
+        "INSERT OR REPLACE INTO journal_operations SELECT operation_id, started_at, command, 'cli:mallory', pipeline_id, destination_id, bundle_path, state_mode, decision, takeover_mode, previous_owner, previous_source_id, previous_source_created_at, previous_source_digest, source_id, source_created_at, source_digest, pre_state_sha256, post_state_sha256, takeovers_json, plan_json, reason FROM journal_operations",
         "INSERT OR REPLACE INTO journal_events (id, operation_id, at, event, detail) SELECT id, operation_id, at, 'rolled_back', NULL FROM journal_events",
         "INSERT OR REPLACE INTO journal_action_sets SELECT * FROM journal_action_sets",
         "INSERT OR REPLACE INTO journal_action_rows SELECT * FROM journal_action_rows",

@@ -101,6 +101,19 @@ fn passwd_name() -> Option<String> {
     })
 }
 
+/// Why a CLI run changes a destination (docs/audit.md): `--reason`, else
+/// `$DISTRIBUTOR_REASON`; `None` when neither is given. Bounded as the actor is
+/// ([`crate::input::bounded_text`]), before anything is locked or written.
+pub(crate) fn cli_reason(flag: Option<&str>) -> Result<Option<String>, InputError> {
+    match flag.filter(|f| !f.is_empty()) {
+        Some(f) => Ok(Some(bounded_text("--reason", f)?.to_string())),
+        None => match crate::input::env_text("DISTRIBUTOR_REASON")? {
+            Some(v) => Ok(Some(bounded_text("DISTRIBUTOR_REASON", &v)?.to_string())),
+            None => Ok(None),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::actor_from;

@@ -169,8 +169,13 @@ fn event_words(e: &Event) -> String {
         Some(c) => format!("refused ({c})"),
         None => format!("{} {}", e.decision, e.action),
     };
+    let why = e
+        .reason
+        .as_deref()
+        .map(|r| format!(", reason: {r}"))
+        .unwrap_or_default();
     format!(
-        "{} {what} by {} as {} source {}, {} {} [{}; {}]",
+        "{} {what} by {} as {} source {}, {} {} [{}; {}]{why}",
         e.started_at, e.actor, e.owner, e.source.id, e.command, e.operation_id, e.status, e.from
     )
 }

@@ -72,6 +72,9 @@ struct ListArgs {
     /// Only operations run by A: the recorded actor (cli:alice, token:ci), or its name after cli: or token:.
     #[arg(long, value_name = "A")]
     actor: Option<String>,
+    /// Only operations whose reason (--reason) contains TEXT, case-insensitively.
+    #[arg(long, value_name = "TEXT")]
+    reason_contains: Option<String>,
     /// At most N operations.
     #[arg(long, value_name = "N")]
     limit: Option<u64>,
@@ -123,6 +126,7 @@ fn merged(mut s: ShowArgs, list: ListArgs) -> Result<ShowArgs> {
         ("--path", !list.paths.is_empty()),
         ("--takeovers", list.takeovers),
         ("--actor", list.actor.is_some()),
+        ("--reason-contains", list.reason_contains.is_some()),
         ("--jsonl", list.jsonl),
     ];
     if let Some((flag, _)) = filters.iter().find(|(_, given)| *given) {
@@ -217,6 +221,7 @@ fn list(a: ListArgs) -> Result<CommandOutput> {
         actor: a.actor,
         takeovers: a.takeovers,
         paths,
+        reason_contains: a.reason_contains,
     };
     let journals = open_all(&a.journal, config.as_ref())?;
     let mut ops = Vec::new();
@@ -352,6 +357,9 @@ fn list_line(out: &mut String, op: &OperationSummary) {
         op.source.id,
         op.actor
     );
+    if let Some(r) = &op.reason {
+        let _ = writeln!(out, "    reason: {r}");
+    }
     if op.decision == Decision::ReplaceTakeover.as_str() || has_takeovers(op) {
         takeover_lines(out, op, "    ", false);
     }
@@ -475,6 +483,9 @@ fn show_text(d: &OperationDetail, all: bool) -> String {
         op.pipeline_id, op.destination_id
     );
     let _ = writeln!(out, "  bundle path  {}", op.bundle_path);
+    if let Some(r) = &op.reason {
+        let _ = writeln!(out, "  reason       {r}");
+    }
     let _ = writeln!(
         out,
         "  state mode   {}, takeover.mode {}",

@@ -43,6 +43,9 @@ pub(super) struct LogArgs {
     /// Who runs this, for the entry of --quarantine or --restart (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
     #[arg(long, value_name = "NAME")]
     pub actor: Option<String>,
+    /// Why, for the entry of --quarantine or --restart (else DISTRIBUTOR_REASON): at most 1 KiB, no control characters.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
     /// Journal file (else DISTRIBUTOR_JOURNAL, journal.path, $XDG_STATE_HOME/distributor/journal.sqlite3): where --quarantine and --restart record the log's new tail.
     #[arg(long, value_name = "P")]
     pub journal: Option<std::path::PathBuf>,
@@ -52,9 +55,17 @@ pub(super) struct LogArgs {
 pub(super) fn run(a: LogArgs) -> Result<CommandOutput> {
     // Before the config is even read: the actor of a quarantine's or restart's entry is
     // bounded.
-    let actor = match a.quarantine.is_some() || a.restart {
-        true => Some(cli_actor(a.actor.as_deref())?),
-        false => None,
+    let (actor, reason) = match a.quarantine.is_some() || a.restart {
+        true => (
+            Some(cli_actor(a.actor.as_deref())?),
+            super::cli_reason(a.reason.as_deref())?,
+        ),
+        false if a.reason.is_some() => {
+            return Err(crate::error::Error::Usage(
+                "--reason goes with --quarantine or --restart, which write an entry; reading the log records nothing".into(),
+            ));
+        }
+        false => (None, None),
     };
     let config = a.pipeline.load()?;
     let what = match (a.quarantine, a.restart) {
@@ -71,7 +82,7 @@ pub(super) fn run(a: LogArgs) -> Result<CommandOutput> {
             &a.destinations,
             what,
             lock_timeout,
-            &actor,
+            (&actor, reason.as_deref()),
             &journal,
         )?;
         let (dest, at) = (done.destination, done.seq);

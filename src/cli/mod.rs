@@ -21,7 +21,7 @@ mod validate;
 mod verify;
 
 use crate::error::Error;
-pub(crate) use actor::cli_actor;
+pub(crate) use actor::{cli_actor, cli_reason};
 use clap::{Parser, Subcommand};
 pub use completions::man_pages;
 use std::io::Write;
@@ -150,9 +150,18 @@ pub(crate) struct RunArgs {
     /// Who runs this, for the journal (else DISTRIBUTOR_ACTOR, the CI's identity, user@host).
     #[arg(long, value_name = "NAME")]
     pub actor: Option<String>,
+    /// Why, for the journal, the destination log, the report and hooks (else DISTRIBUTOR_REASON): at most 1 KiB, no control characters.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
 }
 
 impl RunArgs {
+    /// `--reason`, else `DISTRIBUTOR_REASON`, bounded as the actor is: a usage error before
+    /// anything is locked or written when it is over 1 KiB or holds a control character.
+    pub(crate) fn reason(&self) -> crate::error::Result<Option<String>> {
+        Ok(cli_reason(self.reason.as_deref())?)
+    }
+
     /// `--lock-timeout`, checked.
     pub(crate) fn lock_timeout(&self) -> crate::error::Result<std::time::Duration> {
         lock_timeout(self.lock_timeout)
@@ -221,6 +230,7 @@ impl ReleasesSelection {
     ) -> crate::error::Result<(crate::config::Config, crate::ops::common::ReleasesOptions)> {
         let lock_timeout = run.lock_timeout()?;
         let actor = run.actor()?;
+        let reason = run.reason()?;
         let config = self.pipeline.load()?;
         let journal = run.journal_for(&config)?;
         Ok((
@@ -231,6 +241,7 @@ impl ReleasesSelection {
                 journal,
                 lock_timeout,
                 actor,
+                reason,
             },
         ))
     }

@@ -40,6 +40,7 @@ pub(super) struct PromoteArgs {
 pub(super) fn run(a: PromoteArgs) -> Result<CommandOutput> {
     let lock_timeout = a.run.lock_timeout()?;
     let actor = a.run.actor()?;
+    let reason = a.run.reason()?;
     let config = a.pipeline.load()?;
     crate::hooks::check_programs(&config)?;
     let targets: Vec<(String, String)> = a
@@ -57,6 +58,7 @@ pub(super) fn run(a: PromoteArgs) -> Result<CommandOutput> {
         journal: resolve_journal(a.run.journal.as_deref(), Some(&config))?,
         lock_timeout,
         actor,
+        reason,
     };
     let mut outcome = promote(&config, &opts)?;
     // After every destination's lock was released (SPEC §19); never for a dry run.

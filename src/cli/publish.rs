@@ -120,6 +120,7 @@ pub(super) fn run(args: Resolved) -> Result<CommandOutput> {
     let a = args.common;
     let lock_timeout = a.run.lock_timeout()?;
     let actor = a.run.actor()?;
+    let reason = a.run.reason()?;
     // A saved plan is read (and its sha256 checked) before anything else: a wrong one
     // plans and writes nothing (SPEC §19).
     let saved = match &args.plan {
@@ -165,6 +166,7 @@ pub(super) fn run(args: Resolved) -> Result<CommandOutput> {
         journal,
         lock_timeout,
         actor,
+        reason,
         command: args.command.to_string(),
         stage: args.stage,
     };

@@ -35,6 +35,11 @@ pub(super) struct RecoverArgs {
 pub(super) fn run(a: RecoverArgs) -> Result<CommandOutput> {
     let lock_timeout = a.run.lock_timeout()?;
     let actor = a.run.actor()?;
+    if a.run.reason.is_some() {
+        return Err(crate::error::Error::Usage(
+            "--reason: recover finishes operations that other runs started, and their own reasons stand; give the reason to the command that runs next".into(),
+        ));
+    }
     let config = a.config.as_deref().map(Config::load).transpose()?;
     let journal = resolve_journal(a.run.journal.as_deref(), config.as_ref())?;
     if journal_is_default(a.run.journal.as_deref(), config.as_ref()) {

@@ -36,6 +36,7 @@ pub(super) fn run(a: RollbackArgs) -> Result<CommandOutput> {
         journal: o.journal,
         lock_timeout: o.lock_timeout,
         actor: o.actor,
+        reason: o.reason,
     };
     let mut outcome = rollback(&config, &opts)?;
     crate::hooks::run_for(&config, &mut outcome.report, &opts.journal);

@@ -37,6 +37,8 @@ pub struct ExecContext<'a> {
     pub pipeline_id: &'a str,
     /// `cli:<user>` or `token:<name>`.
     pub actor: &'a str,
+    /// Why (`--reason`), if given.
+    pub reason: Option<&'a str>,
     /// Hears how staging goes (the CLI's progress bar), if anyone listens.
     pub progress: Option<&'a dyn Progress>,
     /// The command, for the journal: `publish`, or `rollback` (a shared root's rollback
@@ -286,6 +288,7 @@ fn origin(
         started_at: started_at.to_string(),
         command: ctx.command.into(),
         actor: ctx.actor.to_string(),
+        reason: ctx.reason.map(str::to_string),
         pipeline_id: ctx.pipeline_id.to_string(),
         state_mode: plan.state_mode,
         decision: plan.decision.into(),
@@ -334,6 +337,7 @@ pub fn journal_records(
         started_at: o.started_at.clone(),
         command: o.command.clone(),
         actor: o.actor.clone(),
+        reason: o.reason.clone(),
         pipeline_id: o.pipeline_id.clone(),
         destination_id: staged.destination_id.clone(),
         bundle_path: staged.bundle_path.to_string_lossy().into_owned(),

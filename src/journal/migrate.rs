@@ -54,6 +54,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0012_state_files",
         include_str!("../../migrations/0012_state_files.sql"),
     ),
+    (
+        "0013_reason",
+        include_str!("../../migrations/0013_reason.sql"),
+    ),
 ];
 
 /// Schema version this build writes.

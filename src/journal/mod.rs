@@ -143,6 +143,8 @@ pub struct OperationRecord {
     pub command: String,
     /// Who ran it (`cli:<user>` or `token:<name>`).
     pub actor: String,
+    /// Why (`--reason`); `None` when none was given.
+    pub reason: Option<String>,
     /// Pipeline id.
     pub pipeline_id: String,
     /// Destination id.

@@ -48,12 +48,17 @@ pub struct Filter {
     pub takeovers: bool,
     /// Only operations that wrote, deleted or took over a path these globs match.
     pub paths: Option<crate::globs::PathGlobs>,
+    /// Only operations whose reason contains this text (case-insensitively).
+    pub reason_contains: Option<String>,
 }
 
 impl Filter {
     /// Whether a filter is applied after the SQL query (and the limit with it).
     fn filters_after(&self) -> bool {
-        self.actor.is_some() || self.takeovers || self.paths.is_some()
+        self.actor.is_some()
+            || self.takeovers
+            || self.paths.is_some()
+            || self.reason_contains.is_some()
     }
 }
 
@@ -111,6 +116,8 @@ pub struct OperationSummary {
     /// versions and takeovers"): true when a takeover took another owner's paths, false
     /// when only this owner's source id changed, null when nothing changed hands.
     pub cross_owner: Option<bool>,
+    /// Why it was run (`--reason`), when given.
+    pub reason: Option<String>,
     /// The journal that recorded it (its `journal_id`), where known.
     pub journal_id: Option<String>,
 }
@@ -207,7 +214,8 @@ const SELECT: &str =
         o.previous_source_created_at, jo.previous_source_digest, jo.takeovers_json,
         o.pre_state_sha256, o.post_state_sha256,
         (SELECT e.detail FROM journal_events e
-          WHERE e.operation_id = o.operation_id AND e.event = 'pruned' ORDER BY e.id DESC LIMIT 1)
+          WHERE e.operation_id = o.operation_id AND e.event = 'pruned' ORDER BY e.id DESC LIMIT 1),
+        jo.reason
    FROM operations o JOIN journal_operations jo ON jo.operation_id = o.operation_id";
 
 fn summary(r: &Row<'_>) -> rusqlite::Result<OperationSummary> {
@@ -253,6 +261,7 @@ fn summary(r: &Row<'_>) -> rusqlite::Result<OperationSummary> {
         pre_state_sha256: r.get(20)?,
         post_state_sha256: r.get(21)?,
         releases_removed: removed_in(r.get::<_, Option<String>>(22)?.as_deref()),
+        reason: r.get(23)?,
         journal_id: None,
     })
 }
@@ -337,6 +346,10 @@ pub fn list(j: &Journal, f: &Filter) -> Result<Vec<OperationSummary>> {
         ops.retain(|o| {
             f.actor.as_deref().is_none_or(|a| o.actor_is(a))
                 && (!f.takeovers || o.cross_owner == Some(true))
+                && f.reason_contains.as_deref().is_none_or(|t| {
+                    (o.reason.as_deref())
+                        .is_some_and(|r| r.to_lowercase().contains(&t.to_lowercase()))
+                })
                 && touching.as_ref().is_none_or(|t| {
                     t.contains(&o.operation_id)
                         || (o.takeover_entries().iter())

@@ -17,6 +17,7 @@ fn operation(op: &str, bundle: &str) -> OperationRecord {
         started_at: now(),
         command: s("publish"),
         actor: s("cli:test"),
+        reason: None,
         pipeline_id: s("weather"),
         destination_id: s("latest"),
         bundle_path: s(bundle),

@@ -77,8 +77,8 @@ impl Journal {
             "INSERT INTO journal_operations (operation_id, started_at, command, actor, pipeline_id, destination_id,
                bundle_path, state_mode, decision, takeover_mode, previous_owner, previous_source_id,
                previous_source_created_at, previous_source_digest, source_id, source_created_at, source_digest,
-               pre_state_sha256, post_state_sha256, takeovers_json, plan_json)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+               pre_state_sha256, post_state_sha256, takeovers_json, plan_json, reason)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
             params![
                 op.operation_id,
                 op.started_at,
@@ -101,6 +101,7 @@ impl Journal {
                 post,
                 op.takeovers_json,
                 op.plan_json,
+                op.reason,
             ],
         )
         .map_err(|e| jerr(&path, e))?;

@@ -68,6 +68,8 @@ pub(crate) struct Activation<'a> {
     pub decision: crate::model::RecordedDecision,
     /// Who runs it.
     pub actor: &'a str,
+    /// Why, if given.
+    pub reason: Option<&'a str>,
     /// The pipeline.
     pub pipeline_id: &'a str,
 }
@@ -105,6 +107,7 @@ pub(crate) fn run_activation(
         started_at: now(),
         command: how.command.into(),
         actor: how.actor.to_string(),
+        reason: how.reason.map(str::to_string),
         pipeline_id: how.pipeline_id.to_string(),
         state_mode: plan.state_mode,
         decision: how.decision,

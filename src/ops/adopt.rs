@@ -265,6 +265,7 @@ fn activate(
         command: "adopt",
         decision: crate::model::RecordedDecision::Adopt,
         actor: &opts.actor,
+        reason: opts.reason.as_deref(),
         pipeline_id: &config.pipeline_id,
     };
     let detail = |staged: &crate::execute::StagedOperation| {

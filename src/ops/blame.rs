@@ -85,6 +85,8 @@ pub(crate) struct Event {
     pub conflict: Option<String>,
     /// Who ran it.
     pub actor: String,
+    /// Why (`--reason`), when given.
+    pub reason: Option<String>,
     /// Which owner ran it, `pipeline/destination`.
     pub owner: String,
     /// Its source.
@@ -106,6 +108,7 @@ impl Event {
             action: e.action.clone(),
             conflict: e.conflict.clone(),
             actor: o.actor.clone(),
+            reason: o.reason.clone(),
             owner: o.owner(),
             source: o.source.clone(),
             started_at: o.started_at.clone(),

@@ -39,7 +39,7 @@ pub(crate) struct Outcome {
 pub(crate) fn journal_refused(
     journal: &mut Journal,
     command: &str,
-    actor: &str,
+    (actor, reason): (&str, Option<&str>),
     pipeline_id: &str,
     plan: &DestinationPlan,
     src: crate::model::SourceRef,
@@ -49,6 +49,7 @@ pub(crate) fn journal_refused(
         started_at: crate::clock::now(),
         command: command.to_string(),
         actor: actor.to_string(),
+        reason: reason.map(str::to_string),
         pipeline_id: pipeline_id.to_string(),
         destination_id: plan.destination_id.clone(),
         bundle_path: plan.bundle_path.to_string_lossy().into_owned(),
@@ -244,6 +245,9 @@ pub(crate) struct ReleasesOptions {
     pub lock_timeout: Duration,
     /// Who runs it.
     pub actor: String,
+    /// Why (`--reason`, `DISTRIBUTOR_REASON`, `X-Distributor-Reason`), bounded; `None`
+    /// when none was given.
+    pub reason: Option<String>,
 }
 
 /// The report of a releases command: one entry of kind `D` per destination.
@@ -329,7 +333,13 @@ impl Activations {
     }
 
     /// The outcome of `command`: the report of every destination, the run's exit code.
-    pub(crate) fn outcome(self, config: &Config, command: &str, dry_run: bool) -> Outcome {
+    pub(crate) fn outcome(
+        self,
+        config: &Config,
+        command: &str,
+        dry_run: bool,
+        reason: Option<&str>,
+    ) -> Outcome {
         let summary = Summary::of(&self.reports);
         Outcome {
             report: Report {
@@ -345,6 +355,7 @@ impl Activations {
                 destinations: self.reports,
                 summary,
                 plan_file: None,
+                reason: reason.map(str::to_string),
             },
             exit_code: ExitCode::overall(self.codes),
             concurrent_change: false,

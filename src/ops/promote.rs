@@ -45,6 +45,9 @@ pub(crate) struct PromoteOptions {
     pub lock_timeout: Duration,
     /// Who promotes.
     pub actor: String,
+    /// Why (`--reason`, `DISTRIBUTOR_REASON`, `X-Distributor-Reason`), bounded; `None`
+    /// when none was given.
+    pub reason: Option<String>,
 }
 
 /// Promotes each named staged release.
@@ -70,7 +73,7 @@ pub(crate) fn promote(config: &Config, opts: &PromoteOptions) -> Result<Outcome>
         let result = promote_one(config, dest, op, opts, journal.as_mut(), view.as_ref());
         activations.push(dest, result);
     }
-    Ok(activations.outcome(config, "promote", opts.dry_run))
+    Ok(activations.outcome(config, "promote", opts.dry_run, opts.reason.as_deref()))
 }
 /// The stage entry of the staged release `prefix` names, from the destination log; a
 /// clear error when no staged release matches, several do, it was promoted already, or
@@ -216,7 +219,7 @@ fn refuse(
         Some(j) => Some(crate::ops::common::journal_refused(
             j,
             "promote",
-            &opts.actor,
+            (&opts.actor, opts.reason.as_deref()),
             &config.pipeline_id,
             &plan,
             source.clone(),
@@ -288,6 +291,7 @@ fn promote_one(
         command: "promote",
         decision: Decision::Promote.into(),
         actor: &opts.actor,
+        reason: opts.reason.as_deref(),
         pipeline_id: &config.pipeline_id,
     };
     let detail = |staged: &crate::execute::StagedOperation| promote_detail(&release, staged);

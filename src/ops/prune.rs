@@ -282,6 +282,7 @@ fn prune_record(
         started_at: now(),
         command: "prune".into(),
         actor: opts.actor.clone(),
+        reason: opts.reason.clone(),
         pipeline_id: config.pipeline_id.clone(),
         destination_id: dest.id.clone(),
         bundle_path: bundle_path.to_string(),

@@ -190,6 +190,7 @@ fn one(
         started_at: now(),
         command: "releases settings".into(),
         actor: opts.actor.clone(),
+        reason: opts.reason.clone(),
         pipeline_id: config.pipeline_id.clone(),
         destination_id: dest.id.clone(),
         bundle_path: dest.path.to_string_lossy().into_owned(),

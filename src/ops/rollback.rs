@@ -47,6 +47,9 @@ pub(crate) struct RollbackOptions {
     pub lock_timeout: Duration,
     /// Who rolls back.
     pub actor: String,
+    /// Why (`--reason`, `DISTRIBUTOR_REASON`, `X-Distributor-Reason`), bounded; `None`
+    /// when none was given.
+    pub reason: Option<String>,
 }
 
 /// Rolls back the selected destinations (all that have `releases` when none is named).
@@ -71,7 +74,7 @@ pub(crate) fn rollback(config: &Config, opts: &RollbackOptions) -> Result<Outcom
         let result = rollback_one(config, dest, opts, journal.as_mut(), view.as_ref());
         activations.push(dest, result);
     }
-    Ok(activations.outcome(config, "rollback", opts.dry_run))
+    Ok(activations.outcome(config, "rollback", opts.dry_run, opts.reason.as_deref()))
 }
 /// The release `--to` names: a whole operation id as it is (a release that is gone is
 /// refused later, saying so), else the one release, present or logged, whose id starts
@@ -198,6 +201,7 @@ fn rollback_one(
         command: "rollback",
         decision: Decision::Rollback.into(),
         actor: &opts.actor,
+        reason: opts.reason.as_deref(),
         pipeline_id: &config.pipeline_id,
     };
     match run_activation(&plan, journal, &store, purpose, &how, &rollback_detail) {
@@ -388,6 +392,7 @@ fn rollback_owner(
     let ctx = ExecContext {
         pipeline_id: &config.pipeline_id,
         actor: &opts.actor,
+        reason: opts.reason.as_deref(),
         progress: None,
         command: "rollback",
         purpose: Purpose::Rollback {

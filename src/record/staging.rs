@@ -144,6 +144,10 @@ pub struct Origin {
     pub command: String,
     /// `cli:<user>` or `token:<name>`.
     pub actor: String,
+    /// Why it was run (`--reason`, `DISTRIBUTOR_REASON`, `X-Distributor-Reason`; at most
+    /// 1 KiB, no control characters); absent when none was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Pipeline id.
     pub pipeline_id: String,
     /// State mode.
@@ -537,6 +541,7 @@ mod tests {
                 started_at: String::new(),
                 command: "publish".into(),
                 actor: "cli:t".into(),
+                reason: None,
                 pipeline_id: "p".into(),
                 state_mode: StateMode::SingleOwner,
                 decision: crate::model::Decision::Create.into(),

@@ -31,6 +31,10 @@ pub(crate) struct Report {
     /// The saved plan this run wrote (`plan --out`) or published (`publish --plan`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan_file: Option<PlanFileUse>,
+    /// Why the run was made (`--reason`, `DISTRIBUTOR_REASON`, `X-Distributor-Reason`);
+    /// absent when none was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A saved plan (SPEC §19) as a report names it.

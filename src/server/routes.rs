@@ -235,6 +235,7 @@ async fn upload_inner(
     log: &mut RequestLog,
 ) -> Result<Response, ApiError> {
     let (pipeline, actor) = authorize(state, headers, pipeline_id, log)?;
+    let reason = reason_header(headers)?;
     let params = parse_params(query)?;
     log.dry_run = Some(params.dry_run);
     check_destinations(&pipeline.config, &params.destinations)?;
@@ -273,6 +274,7 @@ async fn upload_inner(
     let job = PublishJob {
         pipeline,
         actor,
+        reason,
         params,
         limits: state.limits,
         lock_timeout: state.lock_timeout,
@@ -368,10 +370,31 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     )))
 }
 
+/// The header that says why an upload publishes (docs/audit.md), as `--reason` does.
+pub(crate) const REASON_HEADER: &str = "x-distributor-reason";
+
+/// `X-Distributor-Reason`, bounded as `--reason` is (at most 1 KiB of UTF-8, no control
+/// characters): else a 400 `invalid_parameter` before anything is read or written.
+fn reason_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get(REASON_HEADER) else {
+        return Ok(None);
+    };
+    let bad = |why: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_parameter", why);
+    let text = std::str::from_utf8(v.as_bytes())
+        .map_err(|_| bad("X-Distributor-Reason: accepted is UTF-8 text".to_string()))?;
+    if text.is_empty() {
+        return Ok(None);
+    }
+    crate::input::bounded_text("X-Distributor-Reason", text)
+        .map(|t| Some(t.to_string()))
+        .map_err(|e| bad(e.to_string()))
+}
+
 /// Everything the blocking half of an upload needs.
 struct PublishJob {
     pipeline: Arc<Pipeline>,
     actor: String,
+    reason: Option<String>,
     params: UploadParams,
     limits: super::limits::Limits,
     lock_timeout: Duration,
@@ -395,6 +418,7 @@ impl PublishJob {
             journal: self.pipeline.journal.clone(),
             lock_timeout: self.lock_timeout,
             actor: self.actor,
+            reason: self.reason,
             command: "publish".to_string(),
             stage: false,
         };

@@ -92,6 +92,9 @@ pub struct Entry {
     pub destination_id: String,
     /// Who ran it.
     pub actor: String,
+    /// Why (`--reason`), when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// On which host.
     pub host: String,
     /// The journal that recorded it (not written yet by this build).
@@ -185,6 +188,7 @@ impl Entry {
             pipeline_id: String::new(),
             destination_id: String::new(),
             actor: default_actor(),
+            reason: None,
             host: host(),
             journal_id: None,
             source: None,
@@ -226,6 +230,7 @@ impl Entry {
             e.recovered_by = Some(recovering);
         }
         e.actor = o.actor.clone();
+        e.reason = o.reason.clone();
         if let Some(h) = &o.host {
             e.host = h.clone();
         }

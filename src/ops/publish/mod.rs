@@ -59,6 +59,9 @@ pub(crate) struct PublishOptions {
     pub lock_timeout: Duration,
     /// Who publishes (`cli:<user>` or `token:<name>`).
     pub actor: String,
+    /// Why (`--reason`, `DISTRIBUTOR_REASON`, `X-Distributor-Reason`), bounded; `None`
+    /// when none was given.
+    pub reason: Option<String>,
     /// `publish` or `plan`, for the report.
     pub command: String,
     /// `publish --stage` (SPEC §19): build and verify each release, hold it for
@@ -204,6 +207,7 @@ fn outcome(
             destinations: reports,
             summary,
             plan_file: None,
+            reason: opts.reason.clone(),
         },
         exit_code,
         concurrent_change,
@@ -301,7 +305,7 @@ fn journal_refusal(
     let op = journal_refused(
         journal,
         &opts.command,
-        &opts.actor,
+        (&opts.actor, opts.reason.as_deref()),
         &config.pipeline_id,
         plan,
         source.source_ref(),

@@ -318,6 +318,7 @@ impl<'a> Run<'a> {
             command,
             pipeline_id: &config.pipeline_id,
             actor: &opts.actor,
+            reason: opts.reason.as_deref(),
             progress,
             purpose,
         };
