@@ -690,3 +690,70 @@ fn serve_takes_the_reason_from_a_header() {
     assert_eq!(reason, "deploy from CI run 7");
     assert_eq!(server.stop().code(), Some(0));
 }
+
+/// The destination log is a hash chain (docs/operations.md, "The hash chain"): each entry
+/// carries the sha256 of the previous entry's exact bytes (null for seq 1). An entry
+/// changed by hand, owner and mode kept, is `log_chain_broken` (drift, exit 3) naming the
+/// entry after it; the newest entry, which no later entry vouches for, is checked against
+/// the sha256 the journal kept when it wrote it (`log_mismatch`).
+#[test]
+fn a_hand_edited_log_entry_breaks_the_chain() {
+    let env = Env::new();
+    let cfg = env.simple_config("c.yaml", "weather", "site", "www/site", "");
+    for i in 1..=3 {
+        let b = env.bundle(
+            &format!("b{i}"),
+            "site",
+            &format!("2026-12-08T0{i}:00:00Z"),
+            &[("a.html", &format!("v{i}"))],
+            &[],
+        );
+        env.publish(&cfg, &b, &[]).expect_code(0);
+    }
+    let entry = |seq: u64| env.path(&format!("www/site/.distributor/log/{seq:020}.json"));
+    let read = |seq: u64| -> Value {
+        serde_json::from_slice(&std::fs::read(entry(seq)).unwrap()).unwrap()
+    };
+    let sha = |seq: u64| distributor::hash::sha256_hex(&std::fs::read(entry(seq)).unwrap());
+    assert_eq!(read(1)["prev_entry_sha256"], Value::Null);
+    assert_eq!(read(2)["prev_entry_sha256"], sha(1).as_str());
+    assert_eq!(read(3)["prev_entry_sha256"], sha(2).as_str());
+    env.run(&["verify", "--config", s(&cfg)]).expect_code(0);
+
+    // Entry 2 edited in place: same file, owner and mode (root, 0600).
+    let edit = |seq: u64, from: &str, to: &str| {
+        let text = std::fs::read_to_string(entry(seq))
+            .unwrap()
+            .replace(from, to);
+        std::fs::write(entry(seq), text).unwrap();
+    };
+    edit(2, "cli:tester", "cli:someone");
+    let r = env.run(&["verify", "--json", "--config", s(&cfg)]);
+    r.expect_code(3);
+    let m = r.dest(0)["log_chain_broken"].as_str().unwrap().to_string();
+    assert!(
+        m.starts_with("entry 3 says the entry before it had sha256"),
+        "{m}"
+    );
+    assert!(
+        m.contains("entry 2 was changed after it was written"),
+        "{m}"
+    );
+    assert_eq!(r.json()["drift"], true);
+    edit(2, "cli:someone", "cli:tester");
+    env.run(&["verify", "--config", s(&cfg)]).expect_code(0);
+
+    // The newest entry: no later entry vouches for it, the journal does.
+    edit(3, "cli:tester", "cli:someone");
+    let r = env.run(&["verify", "--json", "--config", s(&cfg)]);
+    r.expect_code(3);
+    let m = r.dest(0)["log_mismatch"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        m.contains("entry 3 of the destination log is not the entry this journal wrote"),
+        "{}",
+        r.stdout
+    );
+}

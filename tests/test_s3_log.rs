@@ -736,3 +736,37 @@ fn a_seq_at_or_above_ten_to_the_nineteenth_is_a_bad_entry_and_never_wraps_the_lo
     w.cmd("log", &[]).expect_code(0);
     w.cmd("verify", &[]).expect_code(0);
 }
+
+/// The hash chain on s3 (docs/operations.md, "The hash chain"): each entry carries the
+/// sha256 of the previous entry object's bytes; an entry rewritten under its key is
+/// `log_chain_broken` (exit 3) naming the entry after it.
+#[test]
+fn the_log_is_a_hash_chain_on_s3_too() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    w.publish(&w.bundle("b1", 1, V1), &[]).expect_code(0);
+    w.publish(&w.bundle("b2", 2, V2), &[]).expect_code(0);
+    w.publish(&w.bundle("b3", 3, V1), &[]).expect_code(0);
+    let log = w.log();
+    assert_eq!(log[0]["prev_entry_sha256"], Value::Null);
+    for seq in [2u64, 3] {
+        let before = w.moto.get(&w.bucket, &entry_key(seq - 1)).unwrap();
+        assert_eq!(
+            log[seq as usize - 1]["prev_entry_sha256"],
+            sha256_hex(&before).as_str()
+        );
+    }
+    w.cmd("verify", &[]).expect_code(0);
+    let bytes = w.moto.get(&w.bucket, &entry_key(2)).unwrap();
+    let edited = String::from_utf8(bytes)
+        .unwrap()
+        .replace("cli:tester", "cli:mallory");
+    w.moto.put(&w.bucket, &entry_key(2), edited.as_bytes());
+    let r = w.cmd("verify", &["--json"]);
+    r.expect_code(3);
+    let m = r.dest(0)["log_chain_broken"].as_str().unwrap().to_string();
+    assert!(
+        m.starts_with("entry 3 says") && m.contains("entry 2 was changed"),
+        "{m}"
+    );
+}

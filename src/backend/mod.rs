@@ -685,6 +685,7 @@ pub struct LogCursor {
     location: String,
     known: std::sync::Mutex<Option<u64>>,
     reached: std::sync::Mutex<Option<u64>>,
+    reached_sha: std::sync::Mutex<Option<String>>,
 }
 
 impl LogCursor {
@@ -694,6 +695,7 @@ impl LogCursor {
             location,
             known: Default::default(),
             reached: Default::default(),
+            reached_sha: Default::default(),
         }
     }
 
@@ -720,6 +722,21 @@ impl LogCursor {
     /// Records the tail the store left.
     pub fn set_reached(&self, seq: u64) {
         *self.reached.lock().unwrap_or_else(|e| e.into_inner()) = Some(seq);
+    }
+
+    /// Records the entry the store wrote: its seq and the sha256 of its bytes, which the
+    /// journal keeps (docs/operations.md, "The hash chain").
+    pub fn set_reached_entry(&self, seq: u64, sha256: String) {
+        self.set_reached(seq);
+        *self.reached_sha.lock().unwrap_or_else(|e| e.into_inner()) = Some(sha256);
+    }
+
+    /// The sha256 of the entry the store wrote, if it wrote one.
+    pub fn reached_sha(&self) -> Option<String> {
+        self.reached_sha
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 

@@ -58,6 +58,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0013_reason",
         include_str!("../../migrations/0013_reason.sql"),
     ),
+    (
+        "0014_log_entry_sha",
+        include_str!("../../migrations/0014_log_entry_sha.sql"),
+    ),
 ];
 
 /// Schema version this build writes.

@@ -111,6 +111,21 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 
+    /// The last entry of the destination log at `location` this journal wrote, with the
+    /// sha256 of its bytes (docs/operations.md, "The hash chain"); `None` when it kept
+    /// none there.
+    pub fn log_entry_written(&self, location: &str) -> Result<Option<(u64, String)>> {
+        self.conn
+            .query_row(
+                "SELECT seq, entry_sha256 FROM journal_log_tails
+                  WHERE location = ?1 AND entry_sha256 IS NOT NULL ORDER BY id DESC LIMIT 1",
+                [location],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?)),
+            )
+            .optional()
+            .map_err(|e| jerr(&self.path, e))
+    }
+
     /// Whether the journal recorded that operation `op` passed its commit point (its
     /// `committed` event), whatever came after.
     pub fn recorded_commit(&self, op: &str) -> Result<bool> {

@@ -224,6 +224,28 @@ impl JournalView {
             .map_err(|e| jerr(&self.path, e))
     }
 
+    /// The last destination log entry at `location` this journal wrote, with the sha256
+    /// of its bytes (a journal older than schema 14 kept none).
+    pub fn log_entry_written(&self, location: &str) -> Result<Option<(u64, String)>> {
+        let version: i64 = self
+            .conn()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| jerr(&self.path, e))?;
+        if version < 14 {
+            return Ok(None);
+        }
+        use rusqlite::OptionalExtension;
+        self.conn()
+            .query_row(
+                "SELECT seq, entry_sha256 FROM journal_log_tails
+                  WHERE location = ?1 AND entry_sha256 IS NOT NULL ORDER BY id DESC LIMIT 1",
+                [location],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?)),
+            )
+            .optional()
+            .map_err(|e| jerr(&self.path, e))
+    }
+
     /// Unfinished operations on `bundle_path`, oldest first.
     pub fn unfinished_for(&self, bundle_path: &str) -> Result<Vec<String>> {
         Ok(self

@@ -230,14 +230,20 @@ impl Journal {
     /// ([`Journal::step_event`]): one lost to a power cut leaves an older hint, from
     /// which the next writer reads the log a little further.
     pub fn record_log_tail(&self, location: &str, seq: u64) -> Result<()> {
-        if self.log_tail(location)? == Some(seq) {
+        self.record_log_entry(location, seq, None)
+    }
+
+    /// [`Journal::record_log_tail`], with the sha256 of that entry's bytes when this
+    /// journal wrote it (docs/operations.md, "The hash chain").
+    pub fn record_log_entry(&self, location: &str, seq: u64, sha256: Option<&str>) -> Result<()> {
+        if self.log_tail(location)? == Some(seq) && sha256.is_none() {
             return Ok(());
         }
         self.unsynced(|| {
             self.conn
                 .execute(
-                    "INSERT INTO journal_log_tails (location, seq, at) VALUES (?1, ?2, ?3)",
-                    rusqlite::params![location, seq as i64, now()],
+                    "INSERT INTO journal_log_tails (location, seq, at, entry_sha256) VALUES (?1, ?2, ?3, ?4)",
+                    rusqlite::params![location, seq as i64, now(), sha256],
                 )
                 .map(|_| ())
                 .map_err(|e| jerr(&self.path, e))
@@ -261,7 +267,8 @@ impl Journal {
         cursor.set_known(self.log_tail(cursor.location()).ok().flatten());
         let out = step();
         if let Some(seq) = cursor.reached() {
-            let _ = self.record_log_tail(cursor.location(), seq);
+            let sha = cursor.reached_sha();
+            let _ = self.record_log_entry(cursor.location(), seq, sha.as_deref());
         }
         out
     }

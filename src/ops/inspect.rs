@@ -240,6 +240,38 @@ fn status_of(
     Ok(())
 }
 
+/// The destination log at a bundle path, read and judged as [`log_error`] reads it;
+/// `None` where there is none to read.
+fn read_log_at(
+    bundle: &Path,
+    store: Option<&dyn BundleStore>,
+) -> Option<Result<crate::backend::local::log::Log>> {
+    let store = store?;
+    if let Some(r) = ReleaseStore::of(store) {
+        return Some(r.log_view().map(|v| v.log));
+    }
+    if let Some(l) = store.log() {
+        return Some(l.read_log());
+    }
+    crate::backend::local::log::read_below(bundle).ok()
+}
+
+/// Why the entry the journal in use last wrote (`written`: its seq and sha256) is not
+/// those bytes in the log now, if it is not: that entry was changed after it was written.
+fn written_entry_changed(
+    log: &crate::backend::local::log::Log,
+    written: Option<(u64, String)>,
+) -> Option<String> {
+    let (seq, sha) = written?;
+    let entry = log.entries.iter().find(|e| e.seq == seq)?;
+    let now = entry.stored_sha256.as_deref()?;
+    (now != sha).then(|| {
+        format!(
+            "entry {seq} of the destination log is not the entry this journal wrote there (sha256 {now}, written as {sha}): it was changed after it was written"
+        )
+    })
+}
+
 /// The destination log's bad entries at a bundle path (a releases destination's in
 /// `releases.dir`, an object store's under its prefix), in one sentence naming their files;
 /// `None` when there are none.
@@ -305,6 +337,10 @@ pub(crate) struct BundleDrift {
     /// names (SPEC §18): the destination was changed outside distributor. Drift (exit 3).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_mismatch: Option<String>,
+    /// The destination log's hash chain breaks (docs/operations.md, "The hash chain"):
+    /// the first entry whose `prev_entry_sha256` does not match. Drift (exit 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_chain_broken: Option<String>,
 }
 
 impl BundleDrift {
@@ -316,6 +352,7 @@ impl BundleDrift {
             || !self.modified.is_empty()
             || !self.unrecorded.is_empty()
             || self.log_mismatch.is_some()
+            || self.log_chain_broken.is_some()
     }
 }
 
@@ -337,6 +374,7 @@ impl Reported for BundleDrift {
             error: None,
             log_error: None,
             log_mismatch: None,
+            log_chain_broken: None,
         }
     }
 
@@ -358,6 +396,7 @@ impl Reported for BundleDrift {
             busy: None,
             log_error: None,
             log_mismatch: None,
+            log_chain_broken: None,
         };
     }
 }
@@ -449,6 +488,17 @@ fn verify_one(
         {
             cursor.set_known(view.log_tail(cursor.location())?);
             v.log_mismatch = crate::backend::log_missing(s)?;
+        }
+        // The hash chain, and the last entry this journal wrote (docs/operations.md, "The
+        // hash chain").
+        if let Some(Ok(log)) = read_log_at(bundle, Some(s)) {
+            v.log_chain_broken = log.chain_broken();
+            if v.log_mismatch.is_none()
+                && let (Some(view), Some(cursor)) = (view, s.log_cursor())
+            {
+                v.log_mismatch =
+                    written_entry_changed(&log, view.log_entry_written(cursor.location())?);
+            }
         }
     }
     match (state, store) {

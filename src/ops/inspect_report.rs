@@ -206,6 +206,9 @@ pub(crate) fn verify_text(drift: &[BundleDrift], every_file: bool) -> String {
         if let Some(m) = &d.log_mismatch {
             let _ = writeln!(out, "  log_mismatch: {m}");
         }
+        if let Some(m) = &d.log_chain_broken {
+            let _ = writeln!(out, "  log_chain_broken: {m}");
+        }
         if let Some(what) = &d.recovery {
             let _ = writeln!(out, "  {what}");
         }

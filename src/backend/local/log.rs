@@ -173,6 +173,14 @@ pub struct Entry {
     /// Set when `recover` wrote the entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered_by: Option<RecoveredBy>,
+    /// The sha256 of the previous entry's exact bytes (docs/operations.md, "The hash
+    /// chain"): null for seq 1, where the previous number is missing (quarantined, or
+    /// before a restart), and absent in entries written before it was kept.
+    #[serde(default)]
+    pub prev_entry_sha256: Option<String>,
+    /// The sha256 of this entry's bytes as they were read; never stored.
+    #[serde(skip)]
+    pub stored_sha256: Option<String>,
 }
 
 impl Entry {
@@ -214,6 +222,8 @@ impl Entry {
             restarted_after: None,
             migrated_from: None,
             recovered_by: None,
+            prev_entry_sha256: None,
+            stored_sha256: None,
         }
     }
 
@@ -419,6 +429,25 @@ impl Log {
         })
     }
 
+    /// Where the hash chain breaks (docs/operations.md, "The hash chain"), if it does: the
+    /// first entry whose `prev_entry_sha256` is not the sha256 of the entry before it as
+    /// read, so the entry before it was changed after it was written (`log_chain_broken`).
+    /// Only entries that carry the field are judged; a missing number is a bad entry of
+    /// its own.
+    pub fn chain_broken(&self) -> Option<String> {
+        self.entries.windows(2).find_map(|w| {
+            let (a, b) = (&w[0], &w[1]);
+            let said = b.prev_entry_sha256.as_deref()?;
+            let is = a.stored_sha256.as_deref()?;
+            (b.seq == a.seq + 1 && said != is).then(|| {
+                format!(
+                    "entry {} says the entry before it had sha256 {said}, but entry {} is {is}: entry {} was changed after it was written",
+                    b.seq, a.seq, a.seq
+                )
+            })
+        })
+    }
+
     /// The bad entries in one sentence, `None` when there are none.
     pub fn bad_message(&self) -> Option<String> {
         if self.bad.is_empty() {
@@ -613,8 +642,9 @@ fn read_entry(
 /// Judges the bytes of the entry named `<seq>.json`: an entry of this format that names
 /// its own seq, or why it is bad.
 pub(crate) fn judge(bytes: &[u8], seq: u64) -> std::result::Result<Entry, String> {
-    let e: Entry =
+    let mut e: Entry =
         serde_json::from_slice(bytes).map_err(|e| format!("torn or not an entry ({e})"))?;
+    e.stored_sha256 = Some(crate::hash::sha256_hex(bytes));
     if e.log_format_version != LOG_FORMAT_VERSION {
         return Err(format!(
             "log_format_version {}, not {LOG_FORMAT_VERSION}",
@@ -730,6 +760,7 @@ pub fn check_fits(op: &StagedOperation) -> Result<()> {
     let hex = "0".repeat(64);
     let release = uuid::Uuid::nil().to_string();
     e.post_state_sha256 = Some(hex.clone());
+    e.prev_entry_sha256 = Some(hex.clone());
     if op.store.is_some() {
         e.post_state_etag = Some(format!("\"{hex}-10000\""));
         e.replaced_state = Some(crate::backend::ReplacedState {
@@ -796,10 +827,44 @@ pub(crate) fn render(entry: &Entry) -> Result<Vec<u8>> {
 /// Creates entry `seq` from `entry` (SPEC §18): a fsynced temporary record file, linked
 /// to `<seq>.json`, the directory fsynced, the temporary name removed. An existing
 /// `<seq>.json` that is not this writer's own file is `concurrent_change`.
-pub fn append_at(base: &Dir, mut entry: Entry, seq: u64) -> Result<u64> {
+pub fn append_at(base: &Dir, entry: Entry, seq: u64) -> Result<u64> {
+    append_chained(base, entry, seq).map(|(seq, _)| seq)
+}
+
+/// [`append`], telling `cursor` the seq and sha256 of the entry written, which the
+/// journal keeps ([`crate::backend::LogCursor::set_reached`]).
+pub fn append_for(base: &Dir, entry: Entry, cursor: &crate::backend::LogCursor) -> Result<u64> {
+    let top = highest_name(base)?.map_or(0, |(seq, _)| seq);
+    let next = next_seq(top, &quarantined_files(base), |seq| {
+        base.join(records::LOG)
+            .join(file_name(seq))
+            .display()
+            .to_string()
+    })?;
+    let (seq, sha) = append_chained(base, entry, next)?;
+    cursor.set_reached_entry(seq, sha);
+    Ok(seq)
+}
+
+/// The sha256 of entry `seq`'s exact bytes in `dir`, when it is there and a record
+/// distributor wrote; `None` otherwise (seq 0, a number quarantined or missing).
+fn entry_sha(dir: &Dir, seq: u64) -> Option<String> {
+    if seq == 0 {
+        return None;
+    }
+    read_entry(dir, &file_name(seq), seq, &[])
+        .ok()?
+        .stored_sha256
+}
+
+/// Creates entry `seq`, chained to the entry before it ([`Entry::prev_entry_sha256`]);
+/// returns its seq and the sha256 of its bytes.
+fn append_chained(base: &Dir, mut entry: Entry, seq: u64) -> Result<(u64, String)> {
     let dir = make_log_dir(base)?;
     entry.seq = seq;
+    entry.prev_entry_sha256 = entry_sha(&dir, seq - 1);
     let bytes = render(&entry)?;
+    let sha = crate::hash::sha256_hex(&bytes);
     // One name per operation: a writer that stopped (a crash) left it, and the next
     // writer of the entry (`recover`, under the lock) replaces it.
     let tmp = tmp_name(&entry.operation_id);
@@ -843,7 +908,7 @@ pub fn append_at(base: &Dir, mut entry: Entry, seq: u64) -> Result<u64> {
     }
     dir.sync().ctx("fsync", dir.path())?;
     dir.unlink(&tmp).ctx("remove", dir.join(&tmp))?;
-    Ok(seq)
+    Ok((seq, sha))
 }
 
 /// Moves entry `seq` into `.distributor/quarantine/` and appends an entry recording the

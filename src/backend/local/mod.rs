@@ -236,8 +236,7 @@ impl crate::backend::Steps for Bundle {
         if log::last_is(self.dir(), &op.operation_id)? {
             log::tidy(self.dir(), &op.operation_id)?;
         } else {
-            let seq = log::append(self.dir(), log::Entry::of_operation(op))?;
-            self.log_cursor().set_reached(seq);
+            log::append_for(self.dir(), log::Entry::of_operation(op), self.log_cursor())?;
         }
         Bundle::clean_up(self, op)
     }

@@ -268,8 +268,7 @@ impl ReleaseStore {
             let mut entry = Entry::of_operation(op);
             entry.release_staged = Some(op.operation_id.clone());
             entry.staged_against = op.releases.as_ref().and_then(|r| r.active_before.clone());
-            let seq = crate::backend::local::log::append(root.dir(), entry)?;
-            root.log_cursor().set_reached(seq);
+            crate::backend::local::log::append_for(root.dir(), entry, root.log_cursor())?;
         } else {
             let owner = format!("{}/{}", op.origin.pipeline_id, op.destination_id);
             let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());
@@ -289,8 +288,7 @@ impl ReleaseStore {
                 .or_else(|| op.releases.as_ref().and_then(|r| r.active_before.clone()));
             entry.undoes = undoes;
             entry.held = held;
-            let seq = crate::backend::local::log::append(root.dir(), entry)?;
-            root.log_cursor().set_reached(seq);
+            crate::backend::local::log::append_for(root.dir(), entry, root.log_cursor())?;
         }
         root.remove_staging(&op.operation_id)
     }

@@ -242,7 +242,16 @@ impl S3Store {
     fn create_entry(&self, mut entry: Entry, seq: u64) -> Result<u64> {
         self.writable()?;
         entry.seq = seq;
+        // Chained to the entry before it (docs/operations.md, "The hash chain").
+        entry.prev_entry_sha256 = match seq {
+            1 => None,
+            _ => match self.get_at_most(&entry_rel(seq - 1), READ_LIMIT)? {
+                Some(Ok((bytes, _))) => Some(crate::hash::sha256_hex(&bytes)),
+                _ => None,
+            },
+        };
         let bytes = log::render(&entry)?;
+        let sha = crate::hash::sha256_hex(&bytes);
         let rel = entry_rel(seq);
         let key = self.key(&rel)?;
         let mut attributes = Attributes::new();
@@ -275,7 +284,7 @@ impl S3Store {
             }
             Err(e) => return Err(store_error("write", &self.shown(&rel), e)),
         }
-        self.cursor.set_reached(seq);
+        self.cursor.set_reached_entry(seq, sha);
         if let Some(tail) = lock(&self.log_listed).as_mut() {
             *tail = (*tail).max(seq);
         }
