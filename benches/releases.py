@@ -26,6 +26,11 @@ Timed variants:
   cpal    reference for the links alone: `cp -al` of the previous version's tree into a
           new directory, then `sync -f`
 
+With --baseline OLD_BINARY, two more variants run in the same rounds: rel1b and inp1b,
+rel1 and inp1 published by the other build (say, of the commit before a change), so a
+change's cost is measured side by side in one alternating run, never as two runs minutes
+apart.
+
 Untimed: disk used per retained release. One destination with releases (keep high
 enough to keep them all) gets the first version and then N versions, each with another
 1% of the files changed; the releases directory's disk use is summed over st_blocks with
@@ -136,13 +141,15 @@ def one_run(b, variant, v0, v1, v0b):
     dst = os.path.join(run, "dst")
     rss = None
     try:
-        if variant in ("rel1", "inp1", "rel0", "inp0"):
+        if variant in ("rel1", "inp1", "rel0", "inp0", "rel1b", "inp1b"):
+            # rel1b, inp1b: rel1, inp1 by the baseline build, its own journal and setup.
+            tool = "baseline" if variant.endswith("b") else "distributor"
             keep = b.s["keep"] if variant.startswith("rel") else None
             cfg = b.rconfig(run, dst, keep)
-            b.publish(run, cfg, v0, "create")
+            b.publish(run, cfg, v0, "create", tool=tool)
             b.settle_after_deletes()
-            src = v1 if variant.endswith("1") else v0b
-            t, rss = b.publish(run, cfg, src, "replace_older")
+            src = v1 if variant.rstrip("b").endswith("1") else v0b
+            t, rss = b.publish(run, cfg, src, "replace_older", tool=tool)
             if keep is not None and not os.path.islink(dst):
                 raise SystemExit(f"{variant}: {dst} is not a symlink after a publication with releases")
         elif variant == "rsync1":
@@ -159,11 +166,11 @@ def one_run(b, variant, v0, v1, v0b):
     return t, rss
 
 
-def timed_rounds(b, v0, v1, v0b, reps):
-    times = {v: [] for v in VARIANTS}
-    rss = {v: [] for v in VARIANTS}
+def timed_rounds(b, v0, v1, v0b, reps, variants=VARIANTS):
+    times = {v: [] for v in variants}
+    rss = {v: [] for v in variants}
     order = []
-    for r, variant in rounds(reps, VARIANTS):
+    for r, variant in rounds(reps, variants):
         settle()
         t, m = one_run(b, variant, v0, v1, v0b)
         times[variant].append(t)
@@ -321,6 +328,7 @@ def main():
     ap.add_argument("--versions", type=int, help="changed versions published after the first "
                     "in the disk scenario (default 5, quick 3)")
     ap.add_argument("--raw", help="also write every run's seconds and the disk figures to this JSON file")
+    ap.add_argument("--baseline", help="another distributor build, timed as rel1b and inp1b in the same rounds")
     args = ap.parse_args()
     s = dict(QUICK if args.quick else FULL)
     if args.reps:
@@ -333,7 +341,12 @@ def main():
         raise SystemExit(f"{bin_} is not an executable file")
     rm(work)
     os.makedirs(os.path.join(work, "bundles"))
-    b = ReleasesBench({"distributor": bin_}, work, s, 2 if args.quick else 6)
+    bins = {"distributor": bin_}
+    variants = list(VARIANTS)
+    if args.baseline:
+        bins["baseline"] = os.path.abspath(args.baseline)
+        variants += ["rel1b", "inp1b"]
+    b = ReleasesBench(bins, work, s, 2 if args.quick else 6)
     b.bundles = Bundles(bin_, os.path.join(work, "bundles"))
     started = time.perf_counter()
     load_start = os.getloadavg()
@@ -345,8 +358,8 @@ def main():
     settle()
     time.sleep(b.cool)
 
-    log(f"timed: {', '.join(VARIANTS)}, {s['reps']} rounds")
-    times, rss, order = timed_rounds(b, v0, v1, v0b, s["reps"])
+    log(f"timed: {', '.join(variants)}, {s['reps']} rounds")
+    times, rss, order = timed_rounds(b, v0, v1, v0b, s["reps"], variants)
     b.empty_trash()
     log(f"disk: first version and {s['versions']} changed ones, all kept")
     disk = disk_scenario(b, v0, s["versions"])
@@ -354,6 +367,11 @@ def main():
 
     print()
     report(s, times, rss, disk)
+    if args.baseline:
+        for new, old in [("rel1", "rel1b"), ("inp1", "inp1b")]:
+            per = med([x / y for x, y in zip(times[new], times[old])])
+            print(f"{new} against the baseline ({old}): {fmt_s(med(times[new]))} / {fmt_s(med(times[old]))}"
+                  f" = {fmt_x(ratio(med(times[new]), med(times[old])))} (per round {fmt_x(per)})")
     print(f"rounds: {s['reps']}; total benchmark time {time.perf_counter() - started:.0f} s; "
           f"load average (1, 5, 15 min) at start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}, "
           f"at end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")

@@ -757,3 +757,137 @@ fn a_hand_edited_log_entry_breaks_the_chain() {
         r.stdout
     );
 }
+
+/// The answers `blame` gives for `paths` through `cfg`, by path: owner, source id, last
+/// operation and its actor.
+fn answers(env: &Env, args: &[&str]) -> Vec<(String, String, String, String, String)> {
+    let r = env.run(args);
+    r.expect_code(0);
+    (r.stdout.lines())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|b| {
+            (
+                b["path"].as_str().unwrap().to_string(),
+                b["owner"].as_str().unwrap_or_default().to_string(),
+                b["source"]["id"].as_str().unwrap_or_default().to_string(),
+                b["last"]["operation_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                b["last"]["actor"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `blame --destination-only` after every journal is deleted gives the same owner,
+/// source, operation and actor as `blame` with the journals: the destination log's path
+/// lists (`<seq>.paths.jsonl`, named in each entry by sha256) answer from the destination
+/// alone. A path list changed by hand is refused by its sha256.
+fn destination_only_agrees(env: &Env, cfg: &Path, journals: &[&Path], list_dir: &Path) {
+    let mut with = vec!["blame", "--config", s(cfg), "--jsonl"];
+    for j in journals {
+        with.extend(["--journal", s(j)]);
+    }
+    with.push("**");
+    let from_journals = answers(env, &with);
+    assert!(!from_journals.is_empty());
+    for j in journals {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", j.display()));
+        }
+    }
+    let alone = answers(
+        env,
+        &[
+            "blame",
+            "--config",
+            s(cfg),
+            "--destination-only",
+            "--jsonl",
+            "**",
+        ],
+    );
+    assert_eq!(alone, from_journals);
+    let r = env.run(&[
+        "blame",
+        "--config",
+        s(cfg),
+        "--destination-only",
+        "--jsonl",
+        "--all",
+        "**",
+    ]);
+    r.expect_code(0);
+    assert!(r.stdout.contains("\"from\":\"log "), "{}", r.stdout);
+    // A path list edited in place (owner and mode kept) is refused by its sha256.
+    let list = std::fs::read_dir(list_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".paths.jsonl"))
+        .expect("a path list");
+    let text = std::fs::read_to_string(&list)
+        .unwrap()
+        .replacen("\"path\":\"", "\"path\":\"x", 1);
+    std::fs::write(&list, text).unwrap();
+    let r = env.run(&["blame", "--config", s(cfg), "--destination-only", "**"]);
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("path list refused") && r.stderr.contains("not the"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn blame_from_the_destination_alone_agrees_with_the_journals() {
+    let r = Root::new();
+    let v1 = posts(3, "v1");
+    let b1 = r
+        .env
+        .bundle("b1", "blog", "2026-12-08T01:00:00Z", &files(&v1), &[]);
+    r.publish(&r.blog, &r.blog_journal, &b1, "blog-ci", &[]);
+    let d1 = r.env.bundle(
+        "d1",
+        "docs",
+        "2026-12-08T02:00:00Z",
+        &[("docs/index.html", "docs"), ("blog/p1.html", "taken")],
+        &[],
+    );
+    r.publish(&r.docs, &r.docs_journal, &d1, "docs-bot", &["--force"]);
+    destination_only_agrees(
+        &r.env,
+        &r.blog,
+        &[&r.blog_journal, &r.docs_journal],
+        &r.env.path("www/.distributor/log"),
+    );
+}
+
+#[test]
+fn blame_from_the_destination_alone_on_a_releases_destination() {
+    let env = Env::new();
+    let cfg = env.simple_config(
+        "c.yaml",
+        "weather",
+        "latest",
+        "www/latest",
+        "    releases:\n      keep: 2\n",
+    );
+    for i in 1..=3 {
+        let b = env.bundle(
+            &format!("b{i}"),
+            "site",
+            &format!("2026-12-08T0{i}:00:00Z"),
+            &[("index.html", &format!("v{i}")), ("same.css", "same")],
+            &[],
+        );
+        env.publish(&cfg, &b, &[]).expect_code(0);
+    }
+    let journal = env.journal();
+    destination_only_agrees(
+        &env,
+        &cfg,
+        &[&journal],
+        &env.path("www/.latest.releases/.distributor/log"),
+    );
+}

@@ -475,3 +475,73 @@ fn large_files_go_in_blocks_and_a_rollback_restores_them_with_their_headers() {
     );
     headers("replaced");
 }
+
+/// Path lists and the hash chain on azure: `blame --destination-only` with the journal
+/// deleted gives the same owner, operation and actor as `blame` with it, and every entry
+/// after the first carries the sha256 of the one before.
+#[test]
+fn blame_from_the_destination_alone_on_azure() {
+    let azurite = require_azurite!();
+    let w = World::new(azurite);
+    let config = w.config_with("d.yaml", &w.container, &w.block());
+    let vars = w.vars();
+    let b1 = w.env.bundle("b1", "site", "2026-12-02T06:00:00Z", V1, &[]);
+    w.publish(&config, &b1, &vars).expect_code(0);
+    let b2 = w.env.bundle(
+        "b2",
+        "site",
+        "2026-12-02T07:00:00Z",
+        &[
+            ("index.html", "<h1>v2</h1>"),
+            ("forecast.json", "{\"t\": 1}"),
+        ],
+        &[],
+    );
+    w.publish(&config, &b2, &vars).expect_code(0);
+    let second: serde_json::Value = serde_json::from_slice(
+        &azurite
+            .get(
+                &w.container,
+                &key(".distributor/log/00000000000000000002.json"),
+            )
+            .unwrap(),
+    )
+    .unwrap();
+    let first = azurite
+        .get(
+            &w.container,
+            &key(".distributor/log/00000000000000000001.json"),
+        )
+        .unwrap();
+    assert_eq!(
+        second["prev_entry_sha256"],
+        distributor::hash::sha256_hex(&first).as_str()
+    );
+    let answers = |extra: &[&str]| -> Vec<(String, String, String, String)> {
+        let mut args = vec!["blame", "--jsonl", "--config", path(&config)];
+        args.extend_from_slice(extra);
+        args.push("**");
+        let r = w.run(&args, &vars);
+        r.expect_code(0);
+        (r.stdout.lines())
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|b| {
+                (
+                    b["path"].as_str().unwrap().to_string(),
+                    b["owner"].as_str().unwrap_or_default().to_string(),
+                    b["last"]["operation_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    b["last"]["actor"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    let with = answers(&[]);
+    assert_eq!(with.len(), 2, "{with:?}");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", w.env.journal().display()));
+    }
+    assert_eq!(answers(&["--destination-only"]), with);
+}

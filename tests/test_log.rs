@@ -71,6 +71,7 @@ fn logged(env: &Env) -> Vec<Value> {
     names.sort();
     (names.iter())
         .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .filter(|p| p.to_string_lossy().ends_with(".json"))
         .filter_map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).ok())
         .collect()
 }
@@ -638,6 +639,7 @@ fn in_place_publications_are_logged_and_recover_writes_a_missing_entry() {
             .unwrap()
             .map(|e| e.unwrap().path())
             .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+            .filter(|p| p.to_string_lossy().ends_with(".json"))
             .collect();
         names.sort();
         (names.iter())

@@ -76,7 +76,7 @@ fn log_entries(env: &Env, log: &str) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(env.path(log))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| !n.starts_with('.'))
+        .filter(|n| !n.starts_with('.') && n.ends_with(".json"))
         .collect();
     names.sort();
     names

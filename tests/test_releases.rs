@@ -66,6 +66,7 @@ pub fn logged(env: &Env, dir: &str) -> Vec<Value> {
             Ok(rd) => rd
                 .map(|e| e.unwrap().path())
                 .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+                .filter(|p| p.to_string_lossy().ends_with(".json"))
                 .collect(),
             Err(_) => Vec::new(),
         };

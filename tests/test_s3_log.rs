@@ -116,9 +116,10 @@ impl World {
         .collect()
     }
 
-    /// The log's entries as stored, oldest first.
+    /// The log's entries as stored, oldest first (not their path lists).
     fn log(&self) -> Vec<Value> {
         (self.keys(".distributor/log").iter())
+            .filter(|k| k.ends_with(".json"))
             .map(|k| serde_json::from_slice(&self.moto.get(&self.bucket, k).unwrap()).unwrap())
             .collect()
     }
@@ -190,10 +191,11 @@ fn every_committed_publication_adds_one_entry_in_order() {
         .unwrap()
         .etag;
 
+    let paths_key = |seq: u64| key(&format!(".distributor/log/{seq:020}.paths.jsonl"));
     assert_eq!(
         w.keys(".distributor/log"),
-        [entry_key(1), entry_key(2)],
-        "one entry per committed publication"
+        [entry_key(1), paths_key(1), entry_key(2), paths_key(2)],
+        "one entry (and its path list) per committed publication"
     );
     let log = w.log();
     let (e1, e2) = (&log[0], &log[1]);
@@ -417,7 +419,7 @@ fn a_writer_whose_seq_another_entry_took_stops_with_concurrent_change() {
     assert!(message.contains("passed its commit point"), "{message}");
     // Nothing further: the entry that won stays as it was, no entry 3, staging kept.
     assert_eq!(w.moto.get(&w.bucket, &entry_key(2)).unwrap(), theirs);
-    assert_eq!(w.keys(".distributor/log").len(), 2);
+    assert_eq!(w.log().len(), 2);
     assert_eq!(w.staged_operation(), op);
     let r = w.cmd("recover", &["--json"]);
     r.expect_code(0);
@@ -438,7 +440,7 @@ fn a_writer_whose_seq_another_entry_took_stops_with_concurrent_change() {
     let r = paused.resume();
     r.expect_code(0);
     assert_eq!(w.moto.get(&w.bucket, &entry_key(4)).unwrap(), own);
-    assert_eq!(w.keys(".distributor/log").len(), 4);
+    assert_eq!(w.log().len(), 4);
     assert!(w.keys(".distributor/staging").is_empty());
 }
 
@@ -769,4 +771,47 @@ fn the_log_is_a_hash_chain_on_s3_too() {
         m.starts_with("entry 3 says") && m.contains("entry 2 was changed"),
         "{m}"
     );
+}
+
+/// Path lists on s3: `blame --destination-only` with the journal deleted gives the same
+/// owner, source, operation and actor as `blame` with it; a path list object rewritten
+/// under its key is refused by the sha256 its entry names.
+#[test]
+fn blame_from_the_destination_alone_on_s3() {
+    let moto = require_moto!();
+    let w = World::new(moto);
+    w.publish(&w.bundle("b1", 1, V1), &[]).expect_code(0);
+    w.publish(&w.bundle("b2", 2, V2), &[]).expect_code(0);
+    let answers = |extra: &[&str]| -> Vec<(String, String, String, String)> {
+        let r = w.cmd("blame", &[&["--jsonl"], extra, &["**"]].concat());
+        r.expect_code(0);
+        (r.stdout.lines())
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|b| {
+                (
+                    b["path"].as_str().unwrap().to_string(),
+                    b["owner"].as_str().unwrap_or_default().to_string(),
+                    b["last"]["operation_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    b["last"]["actor"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    let with = answers(&[]);
+    assert_eq!(with.len(), 3, "{with:?}");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", w.env.journal().display()));
+    }
+    assert_eq!(answers(&["--destination-only"]), with);
+    let list = key(".distributor/log/00000000000000000002.paths.jsonl");
+    let bytes = w.moto.get(&w.bucket, &list).expect("a path list");
+    let mut edited = bytes.clone();
+    edited.extend_from_slice(b"{\"path\":\"planted\",\"what\":\"file_create\"}\n");
+    w.moto.put(&w.bucket, &list, &edited);
+    let r = w.cmd("blame", &["--destination-only", "**"]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("path list refused"), "{}", r.stderr);
 }

@@ -381,6 +381,14 @@ pub trait LogStore {
     /// numbers moved to quarantine that follow on from it.
     fn log_tail_now(&self) -> Result<u64>;
 
+    /// The path list `entry` names (docs/operations.md, "Path lists"), believed only when
+    /// its bytes have the sha256 the entry names (else why not); `None` when it names none.
+    #[allow(clippy::type_complexity)]
+    fn read_paths(
+        &self,
+        entry: &local::log::Entry,
+    ) -> Result<Option<std::result::Result<Vec<crate::record::paths::PathLine>, String>>>;
+
     /// `distributor log --restart`: appends `by` after the log's tail and after `after`
     /// (the tail the journal in use knew), so the entries a journal saw are never
     /// numbered again; returns its seq. Needs the lock.

@@ -34,6 +34,10 @@ pub(super) struct BlameArgs {
     /// Every operation that wrote, deleted or was refused on each path, newest first.
     #[arg(long)]
     all: bool,
+    /// Answer from the destinations alone (their state and their logs' path lists), with
+    /// no journal: what every host did there, refusals not included. Needs --config.
+    #[arg(long, requires = "config", conflicts_with = "journal")]
+    destination_only: bool,
     /// One JSON object (blame_version 1) with every answer.
     #[arg(long, conflicts_with = "jsonl")]
     json: bool,
@@ -55,9 +59,10 @@ impl BlameArgs {
 /// Runs blame.
 pub(super) fn run(a: BlameArgs) -> Result<CommandOutput> {
     let config = a.config.as_deref().map(Config::load).transpose()?;
-    let paths: Vec<PathBuf> = match a.journal.is_empty() {
-        true => vec![resolve_journal(None, config.as_ref())?],
-        false => a.journal.clone(),
+    let paths: Vec<PathBuf> = match (a.destination_only, a.journal.is_empty()) {
+        (true, _) => Vec::new(),
+        (false, true) => vec![resolve_journal(None, config.as_ref())?],
+        (false, false) => a.journal.clone(),
     };
     let mut journals = Vec::new();
     for p in &paths {
@@ -78,6 +83,7 @@ pub(super) fn run(a: BlameArgs) -> Result<CommandOutput> {
         journals: &journals,
         paths: &a.paths,
         all: a.all,
+        destination_only: a.destination_only,
     };
     let blamed = blame(&req)?;
     for u in &blamed.unknown {
@@ -174,8 +180,13 @@ fn event_words(e: &Event) -> String {
         .as_deref()
         .map(|r| format!(", reason: {r}"))
         .unwrap_or_default();
+    let on = e
+        .host
+        .as_deref()
+        .map(|h| format!(" on {h}"))
+        .unwrap_or_default();
     format!(
-        "{} {what} by {} as {} source {}, {} {} [{}; {}]{why}",
+        "{} {what} by {}{on} as {} source {}, {} {} [{}; {}]{why}",
         e.started_at, e.actor, e.owner, e.source.id, e.command, e.operation_id, e.status, e.from
     )
 }

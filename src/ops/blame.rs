@@ -36,6 +36,9 @@ pub(crate) struct BlameRequest<'a> {
     pub paths: &'a [String],
     /// The whole chain of each path, not only its last writer.
     pub all: bool,
+    /// Answer from the destinations alone: their state and their logs' path lists, no
+    /// journal (docs/audit.md, "From the destination alone").
+    pub destination_only: bool,
 }
 
 /// One path's answer.
@@ -85,6 +88,8 @@ pub(crate) struct Event {
     pub conflict: Option<String>,
     /// Who ran it.
     pub actor: String,
+    /// On which host (known from the destination log; `None` from a journal).
+    pub host: Option<String>,
     /// Why (`--reason`), when given.
     pub reason: Option<String>,
     /// Which owner ran it, `pipeline/destination`.
@@ -93,9 +98,37 @@ pub(crate) struct Event {
     pub source: SourceRef,
     /// When it started.
     pub started_at: String,
-    /// Where this comes from: `journal <journal_id>`.
+    /// Where this comes from: `journal <journal_id>`, or `log <seq>`.
     pub from: String,
 }
+
+impl Event {
+    /// What the log entry `e` says its operation did to a path (`what`).
+    fn of_entry(e: &LogEntry, what: &str) -> Event {
+        Event {
+            operation_id: e.operation_id.clone(),
+            command: e.command.clone(),
+            decision: e.decision.clone(),
+            // A logged operation passed its commit point.
+            status: "applied".into(),
+            action: what.to_string(),
+            conflict: None,
+            actor: e.actor.clone(),
+            host: Some(e.host.clone()),
+            reason: e.reason.clone(),
+            owner: e.owner().unwrap_or_default(),
+            source: e.source.clone().unwrap_or_else(|| SourceRef {
+                id: String::new(),
+                created_at: String::new(),
+                digest: String::new(),
+            }),
+            started_at: e.started_at.clone(),
+            from: format!("log {}", e.seq),
+        }
+    }
+}
+
+use crate::backend::local::log::Entry as LogEntry;
 
 impl Event {
     fn of(e: &PathEvent) -> Event {
@@ -108,6 +141,7 @@ impl Event {
             action: e.action.clone(),
             conflict: e.conflict.clone(),
             actor: o.actor.clone(),
+            host: None,
             reason: o.reason.clone(),
             owner: o.owner(),
             source: o.source.clone(),
@@ -198,13 +232,29 @@ fn selected<'c>(config: &'c Config, ids: &[String]) -> Result<Vec<&'c Destinatio
 
 /// The events on paths `a` matches at `bundle` (every bundle path: `None`), in every
 /// journal, newest first.
-fn events(req: &BlameRequest<'_>, a: &Asked, bundle: Option<&str>) -> Result<Vec<PathEvent>> {
+fn events(req: &BlameRequest<'_>, a: &Asked, bundle: Option<&str>) -> Result<Vec<Found>> {
     let mut all = Vec::new();
     for (_, j) in req.journals {
-        all.extend(query::path_events(j, bundle, a.exact(), &|p| a.matches(p))?);
+        all.extend(
+            query::path_events(j, bundle, a.exact(), &|p| a.matches(p))?
+                .iter()
+                .map(|e| Found {
+                    path: e.path.clone(),
+                    bundle: e.operation.bundle_path.clone(),
+                    event: Event::of(e),
+                }),
+        );
     }
-    all.sort_by(|x, y| y.operation.started_at.cmp(&x.operation.started_at));
+    all.sort_by(|x, y| y.event.started_at.cmp(&x.event.started_at));
     Ok(all)
+}
+
+/// An operation on a path, from a journal or the destination log.
+#[derive(Debug, Clone)]
+struct Found {
+    path: String,
+    bundle: String,
+    event: Event,
 }
 
 /// The answers for `a` at one bundle path of `dest`: the paths its state records and
@@ -220,7 +270,10 @@ fn blame_bundle(
         None => None,
     };
     let key = bundle.to_string_lossy().into_owned();
-    let events = events(req, a, Some(&key))?;
+    let events = match (req.destination_only, dest) {
+        (true, Some(d)) => logged_events(d, bundle, a)?,
+        _ => events(req, a, Some(&key))?,
+    };
     let mut paths: std::collections::BTreeSet<String> = Default::default();
     if let Some(st) = &state {
         paths.extend(
@@ -245,18 +298,57 @@ fn blame_bundle(
         .collect())
 }
 
+/// The events on paths `a` matches that the destination log at `bundle` records, from its
+/// path lists, newest first: each list is read once and believed only when its sha256 is
+/// the one its entry names (else the answer is refused, naming the list).
+fn logged_events(dest: &Destination, bundle: &Path, a: &Asked) -> Result<Vec<Found>> {
+    let Some(store) = backend::for_destination(dest)?.open(&dest.path, bundle)? else {
+        return Ok(Vec::new());
+    };
+    let store: &dyn BundleStore = store.as_ref();
+    let log = match crate::ops::inspect::read_log_at(bundle, Some(store)) {
+        Some(l) => l?,
+        None => return Ok(Vec::new()),
+    };
+    let mut out = Vec::new();
+    for e in log.entries.iter().rev() {
+        let lines = match crate::backend::releases::ReleaseStore::of(store) {
+            Some(r) if !r.is_plain() => {
+                crate::backend::local::log::read_paths(r.record_base()?, e)?
+            }
+            _ => match store.log() {
+                Some(l) => l.read_paths(e)?,
+                None => crate::backend::local::log::read_paths_below(bundle, e)?,
+            },
+        };
+        let lines = match lines {
+            None => continue,
+            Some(Ok(l)) => l,
+            Some(Err(why)) => return Err(Error::Untrusted(format!("path list refused: {why}"))),
+        };
+        for l in lines.iter().filter(|l| a.matches(&l.path)) {
+            out.push(Found {
+                path: l.path.clone(),
+                bundle: bundle.to_string_lossy().into_owned(),
+                event: Event::of_entry(e, &l.what),
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// With no config: every bundle path the journals know a matching path at.
 fn blame_journals(req: &BlameRequest<'_>, a: &Asked) -> Result<Vec<Blame>> {
     let events = events(req, a, None)?;
     let mut keys: std::collections::BTreeSet<(String, String)> = Default::default();
     for e in &events {
-        keys.insert((e.operation.bundle_path.clone(), e.path.clone()));
+        keys.insert((e.bundle.clone(), e.path.clone()));
     }
     Ok(keys
         .into_iter()
         .map(|(bundle, p)| {
-            let here: Vec<PathEvent> = (events.iter())
-                .filter(|e| e.operation.bundle_path == bundle)
+            let here: Vec<Found> = (events.iter())
+                .filter(|e| e.bundle == bundle)
                 .cloned()
                 .collect();
             answer(req, None, &bundle, &p, None, &here)
@@ -271,12 +363,15 @@ fn answer(
     bundle: &str,
     path: &str,
     state: Option<&State>,
-    events: &[PathEvent],
+    events: &[Found],
 ) -> Blame {
-    let mine: Vec<&PathEvent> = events.iter().filter(|e| e.path == path).collect();
+    let mine: Vec<&Event> = (events.iter())
+        .filter(|e| e.path == path)
+        .map(|e| &e.event)
+        .collect();
     let last = (mine.iter())
-        .find(|e| e.action != "refused" && WROTE.contains(&e.operation.status.as_str()))
-        .map(|e| Event::of(e));
+        .find(|e| e.action != "refused" && WROTE.contains(&e.status.as_str()))
+        .map(|e| (*e).clone());
     let recorded = state.and_then(|st| {
         let output = st.outputs.iter().find(|o| o.path == path);
         let owner = match output {
@@ -316,7 +411,7 @@ fn answer(
         source,
         sha256,
         last,
-        chain: req.all.then(|| mine.iter().map(|e| Event::of(e)).collect()),
+        chain: req.all.then(|| mine.iter().map(|e| (*e).clone()).collect()),
     }
 }
 

@@ -242,7 +242,7 @@ fn status_of(
 
 /// The destination log at a bundle path, read and judged as [`log_error`] reads it;
 /// `None` where there is none to read.
-fn read_log_at(
+pub(crate) fn read_log_at(
     bundle: &Path,
     store: Option<&dyn BundleStore>,
 ) -> Option<Result<crate::backend::local::log::Log>> {

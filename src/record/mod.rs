@@ -5,6 +5,7 @@
 //! store's location ([`S3Location`]) and a releases destination's settings and release
 //! names ([`ReleasesRecord`]).
 
+pub mod paths;
 pub mod staging;
 
 pub use staging::{

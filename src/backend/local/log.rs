@@ -178,6 +178,11 @@ pub struct Entry {
     /// before a restart), and absent in entries written before it was kept.
     #[serde(default)]
     pub prev_entry_sha256: Option<String>,
+    /// Its path list (`<seq>.paths.jsonl`: docs/operations.md, "Path lists"): file name,
+    /// sha256 and line count; absent when the operation changed no path, and in entries
+    /// written before path lists were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<crate::record::paths::PathsRef>,
     /// The sha256 of this entry's bytes as they were read; never stored.
     #[serde(skip)]
     pub stored_sha256: Option<String>,
@@ -223,6 +228,7 @@ impl Entry {
             migrated_from: None,
             recovered_by: None,
             prev_entry_sha256: None,
+            paths: None,
             stored_sha256: None,
         }
     }
@@ -761,6 +767,11 @@ pub fn check_fits(op: &StagedOperation) -> Result<()> {
     let release = uuid::Uuid::nil().to_string();
     e.post_state_sha256 = Some(hex.clone());
     e.prev_entry_sha256 = Some(hex.clone());
+    e.paths = Some(crate::record::paths::PathsRef {
+        file: crate::record::paths::file_name(SEQ_LIMIT - 1),
+        sha256: hex.clone(),
+        lines: u64::MAX,
+    });
     if op.store.is_some() {
         e.post_state_etag = Some(format!("\"{hex}-10000\""));
         e.replaced_state = Some(crate::backend::ReplacedState {
@@ -828,12 +839,17 @@ pub(crate) fn render(entry: &Entry) -> Result<Vec<u8>> {
 /// to `<seq>.json`, the directory fsynced, the temporary name removed. An existing
 /// `<seq>.json` that is not this writer's own file is `concurrent_change`.
 pub fn append_at(base: &Dir, entry: Entry, seq: u64) -> Result<u64> {
-    append_chained(base, entry, seq).map(|(seq, _)| seq)
+    append_chained(base, entry, seq, None).map(|(seq, _)| seq)
 }
 
 /// [`append`], telling `cursor` the seq and sha256 of the entry written, which the
 /// journal keeps ([`crate::backend::LogCursor::set_reached`]).
-pub fn append_for(base: &Dir, entry: Entry, cursor: &crate::backend::LogCursor) -> Result<u64> {
+pub fn append_for(
+    base: &Dir,
+    entry: Entry,
+    paths: Option<Vec<u8>>,
+    cursor: &crate::backend::LogCursor,
+) -> Result<u64> {
     let top = highest_name(base)?.map_or(0, |(seq, _)| seq);
     let next = next_seq(top, &quarantined_files(base), |seq| {
         base.join(records::LOG)
@@ -841,7 +857,7 @@ pub fn append_for(base: &Dir, entry: Entry, cursor: &crate::backend::LogCursor) 
             .display()
             .to_string()
     })?;
-    let (seq, sha) = append_chained(base, entry, next)?;
+    let (seq, sha) = append_chained(base, entry, next, paths)?;
     cursor.set_reached_entry(seq, sha);
     Ok(seq)
 }
@@ -859,10 +875,19 @@ fn entry_sha(dir: &Dir, seq: u64) -> Option<String> {
 
 /// Creates entry `seq`, chained to the entry before it ([`Entry::prev_entry_sha256`]);
 /// returns its seq and the sha256 of its bytes.
-fn append_chained(base: &Dir, mut entry: Entry, seq: u64) -> Result<(u64, String)> {
+fn append_chained(
+    base: &Dir,
+    mut entry: Entry,
+    seq: u64,
+    paths: Option<Vec<u8>>,
+) -> Result<(u64, String)> {
     let dir = make_log_dir(base)?;
     entry.seq = seq;
     entry.prev_entry_sha256 = entry_sha(&dir, seq - 1);
+    // The path list first: an entry never names one that is not there.
+    if let Some(bytes) = paths {
+        entry.paths = Some(create_paths(&dir, &entry.operation_id, seq, &bytes)?);
+    }
     let bytes = render(&entry)?;
     let sha = crate::hash::sha256_hex(&bytes);
     // One name per operation: a writer that stopped (a crash) left it, and the next
@@ -911,6 +936,108 @@ fn append_chained(base: &Dir, mut entry: Entry, seq: u64) -> Result<(u64, String
     Ok((seq, sha))
 }
 
+/// Creates entry `seq`'s path list (docs/operations.md, "Path lists") in the log
+/// directory `dir` for operation `op`, once: a fsynced temporary record file linked to
+/// `<seq>.paths.jsonl`, the directory fsynced. A list already there with these very bytes
+/// is this operation's, written by a run that stopped before its entry; any other is
+/// `concurrent_change`.
+fn create_paths(
+    dir: &Dir,
+    op: &str,
+    seq: u64,
+    bytes: &[u8],
+) -> Result<crate::record::paths::PathsRef> {
+    let name = crate::record::paths::file_name(seq);
+    let path = dir.join(&name);
+    let tmp = format!("{TMP_PREFIX}paths-{}", op.replace('/', "_"));
+    let _ = dir.unlink(&tmp);
+    let written = (|| -> std::io::Result<()> {
+        let mut f = dir.create_record_file(&tmp)?;
+        f.write_all(bytes)?;
+        dir.sync_file(&f, &tmp)
+    })();
+    if let Err(e) = written {
+        let _ = dir.unlink(&tmp);
+        return Err(Error::io("write log path list", path, e));
+    }
+    match dir.hard_link(&tmp, dir, &name) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let same = read_record_bytes(dir, &name, bytes.len() as u64 + 1)
+                .is_ok_and(|theirs| theirs == bytes);
+            if !same {
+                let _ = dir.unlink(&tmp);
+                return Err(Error::ConcurrentChange(format!(
+                    "{} was written by another writer while this one held the lock; operation {op} is not logged and nothing further is written",
+                    path.display()
+                )));
+            }
+        }
+        Err(e) => {
+            let _ = dir.unlink(&tmp);
+            return Err(Error::io("link log path list", path, e));
+        }
+    }
+    dir.sync().ctx("fsync", dir.path())?;
+    dir.unlink(&tmp).ctx("remove", dir.join(&tmp))?;
+    Ok(crate::record::paths::PathsRef {
+        file: name,
+        sha256: crate::hash::sha256_hex(bytes),
+        lines: bytes.iter().filter(|b| **b == b'\n').count() as u64,
+    })
+}
+
+/// The bytes of the record file `name` in `dir`, at most `limit` of them: opened without
+/// following, believed only as a record distributor wrote (its uid, 0600, one link).
+fn read_record_bytes(dir: &Dir, name: &str, limit: u64) -> std::result::Result<Vec<u8>, String> {
+    let (f, st) = dir.open_file(name).map_err(|e| e.to_string())?;
+    records::check(&st, records::Kind::File, &dir.join(name)).map_err(|u| u.message())?;
+    let mut bytes = Vec::new();
+    f.take(limit)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+/// The largest path list read (256 MiB: a million paths).
+const PATHS_READ_LIMIT: u64 = 256 << 20;
+
+/// The path list `entry` names, read from the log below `base` and believed only when
+/// its bytes have the sha256 the entry names (docs/operations.md, "Path lists"); `None`
+/// when the entry names none.
+pub fn read_paths(
+    base: &Dir,
+    entry: &Entry,
+) -> Result<Option<std::result::Result<Vec<crate::record::paths::PathLine>, String>>> {
+    let Some(want) = &entry.paths else {
+        return Ok(None);
+    };
+    let dir = match open_log_dir(base) {
+        Ok(Some(d)) => d,
+        Ok(None) => return Ok(Some(Err(format!("{}: no log directory", want.file)))),
+        Err(b) => return Ok(Some(Err(b.to_string()))),
+    };
+    Ok(Some(
+        read_record_bytes(&dir, &want.file, PATHS_READ_LIMIT)
+            .map_err(|e| format!("{}: {e}", dir.join(&want.file).display()))
+            .and_then(|bytes| crate::record::paths::parse(&bytes, want)),
+    ))
+}
+
+/// [`read_paths`] of the log below the bundle path `base`, opened here without following a
+/// symlink; `None` also when `base` does not exist.
+#[allow(clippy::type_complexity)]
+pub fn read_paths_below(
+    base: &Path,
+    entry: &Entry,
+) -> Result<Option<std::result::Result<Vec<crate::record::paths::PathLine>, String>>> {
+    match Dir::open_path(base) {
+        Ok(d) => read_paths(&d, entry),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("open", base, e)),
+    }
+}
+
 /// Moves entry `seq` into `.distributor/quarantine/` and appends an entry recording the
 /// move (`quarantine` made by `by`). Needs the lock.
 pub fn quarantine(base: &Dir, seq: u64, mut by: Entry) -> Result<u64> {
@@ -936,6 +1063,14 @@ pub fn quarantine(base: &Dir, seq: u64, mut by: Entry) -> Result<u64> {
     }
     dir.rename_new(&name, &q, &to)
         .ctx("quarantine", dir.join(&name))?;
+    // Its path list goes with it (`<to stem>.paths.jsonl`).
+    let list = crate::record::paths::file_name(seq);
+    if dir.stat_opt(&list).ctx("stat", dir.join(&list))?.is_some() {
+        let stem = to.strip_suffix(".json").unwrap_or(&to);
+        let list_to = format!("{stem}.paths.jsonl");
+        dir.rename_new(&list, &q, &list_to)
+            .ctx("quarantine", dir.join(&list))?;
+    }
     q.sync().ctx("fsync", q.path())?;
     dir.sync().ctx("fsync", dir.path())?;
     // Numbered after what stays in the log (and the numbers moved out that follow on from

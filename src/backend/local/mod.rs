@@ -236,7 +236,12 @@ impl crate::backend::Steps for Bundle {
         if log::last_is(self.dir(), &op.operation_id)? {
             log::tidy(self.dir(), &op.operation_id)?;
         } else {
-            log::append_for(self.dir(), log::Entry::of_operation(op), self.log_cursor())?;
+            log::append_for(
+                self.dir(),
+                log::Entry::of_operation(op),
+                crate::record::paths::of_operation(op),
+                self.log_cursor(),
+            )?;
         }
         Bundle::clean_up(self, op)
     }

@@ -268,7 +268,12 @@ impl ReleaseStore {
             let mut entry = Entry::of_operation(op);
             entry.release_staged = Some(op.operation_id.clone());
             entry.staged_against = op.releases.as_ref().and_then(|r| r.active_before.clone());
-            crate::backend::local::log::append_for(root.dir(), entry, root.log_cursor())?;
+            crate::backend::local::log::append_for(
+                root.dir(),
+                entry,
+                crate::record::paths::of_operation(op),
+                root.log_cursor(),
+            )?;
         } else {
             let owner = format!("{}/{}", op.origin.pipeline_id, op.destination_id);
             let rollback = op.releases.as_ref().and_then(|r| r.activates.clone());
@@ -288,7 +293,12 @@ impl ReleaseStore {
                 .or_else(|| op.releases.as_ref().and_then(|r| r.active_before.clone()));
             entry.undoes = undoes;
             entry.held = held;
-            crate::backend::local::log::append_for(root.dir(), entry, root.log_cursor())?;
+            crate::backend::local::log::append_for(
+                root.dir(),
+                entry,
+                crate::record::paths::of_operation(op),
+                root.log_cursor(),
+            )?;
         }
         root.remove_staging(&op.operation_id)
     }

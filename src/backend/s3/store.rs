@@ -507,6 +507,13 @@ impl crate::backend::LogStore for S3Store {
         self.log_tail()
     }
 
+    fn read_paths(
+        &self,
+        entry: &crate::backend::local::log::Entry,
+    ) -> Result<Option<std::result::Result<Vec<crate::record::paths::PathLine>, String>>> {
+        self.read_entry_paths(entry)
+    }
+
     fn restart_log(&self, after: u64, by: crate::backend::local::log::Entry) -> Result<u64> {
         self.restart_entry(after, by)
     }

@@ -222,7 +222,61 @@ impl S3Store {
         }
         failpoint::hit("s3_before_log_entry");
         let next = next_seq(tail, &[], |seq| self.shown(&entry_rel(seq)))?;
+        // The path list first: an entry never names one that is not there.
+        if let Some(bytes) = crate::record::paths::of_operation(op) {
+            entry.paths = Some(self.create_paths(id, next, bytes)?);
+        }
         self.create_entry(entry, next).map(|_| ())
+    }
+
+    /// Creates entry `seq`'s path list `<prefix>/.distributor/log/<seq>.paths.jsonl` with
+    /// `If-None-Match: *` (docs/operations.md, "Path lists"). Refused: a list already
+    /// there with these very bytes is this operation's (a retried run); any other is
+    /// `concurrent_change`.
+    fn create_paths(
+        &self,
+        op: &str,
+        seq: u64,
+        bytes: Vec<u8>,
+    ) -> Result<crate::record::paths::PathsRef> {
+        let name = crate::record::paths::file_name(seq);
+        let rel = format!("{LOG}/{name}");
+        let sha256 = crate::hash::sha256_hex(&bytes);
+        let lines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+        match self.put(&rel, bytes.clone(), PutMode::Create) {
+            Ok(_) => {}
+            Err(e) if e.is_concurrent_change() => {
+                if self.get(&rel)?.is_none_or(|(b, _)| b != bytes) {
+                    self.log_refused.store(true, Ordering::SeqCst);
+                    return Err(Error::ConcurrentChange(format!(
+                        "{} was written by another writer while this one held the lease; operation {op} is not logged and nothing further is written",
+                        self.shown(&rel)
+                    )));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(crate::record::paths::PathsRef {
+            file: name,
+            sha256,
+            lines,
+        })
+    }
+
+    /// The path list `entry` names, believed only when its bytes have the sha256 the
+    /// entry names; `None` when the entry names none.
+    pub(super) fn read_entry_paths(
+        &self,
+        entry: &Entry,
+    ) -> Result<Option<std::result::Result<Vec<crate::record::paths::PathLine>, String>>> {
+        let Some(want) = &entry.paths else {
+            return Ok(None);
+        };
+        let rel = format!("{LOG}/{}", want.file);
+        Ok(Some(match self.get(&rel)? {
+            None => Err(format!("{}: missing", self.shown(&rel))),
+            Some((bytes, _)) => crate::record::paths::parse(&bytes, want),
+        }))
     }
 
     /// After a refused entry nothing more is written to the log through this store.
@@ -395,8 +449,23 @@ impl S3Store {
                 Err(e) => return Err(e),
             }
         };
+        // Its path list goes with it (`<to stem>.paths.jsonl`), copied before the entry
+        // is deleted.
+        let list = format!("{LOG}/{}", crate::record::paths::file_name(seq));
+        if let Some((list_bytes, _)) = self.get(&list)? {
+            let stem = to.strip_suffix(".json").unwrap_or(&to);
+            let list_to = format!("{stem}.paths.jsonl");
+            match self.put(&list_to, list_bytes.to_vec(), PutMode::Create) {
+                Ok(_) => {}
+                Err(e) if e.is_concurrent_change() => {}
+                Err(e) => return Err(e),
+            }
+        }
         self.writable()?;
         self.delete(&rel)?;
+        if self.get(&list)?.is_some() {
+            self.delete(&list)?;
+        }
         let logged = self.listed_seqs(LOG, None)?;
         let moved: Vec<u64> = self
             .listed_seqs(QUARANTINE, None)?
