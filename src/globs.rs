@@ -85,6 +85,35 @@ impl PathGlobs {
     }
 
     /// Whether some glob matches the whole relative path `rel`.
+    /// What every path these globs match starts with: the longest common start of their
+    /// literal starts (before the first `*`, `?`, `[`, `{` or `\\`); empty when one starts
+    /// with a wildcard.
+    pub fn common_prefix(&self) -> String {
+        let starts: Vec<&str> = (self.patterns.iter())
+            .map(|p| {
+                let end = p.find(['*', '?', '[', '{', '\\']).unwrap_or(p.len());
+                &p[..end]
+            })
+            .collect();
+        let Some(first) = starts.first() else {
+            return String::new();
+        };
+        let mut len = first.len();
+        for s in &starts[1..] {
+            len = len.min(
+                first
+                    .bytes()
+                    .zip(s.bytes())
+                    .take_while(|(a, b)| a == b)
+                    .count(),
+            );
+        }
+        while !first.is_char_boundary(len) {
+            len -= 1;
+        }
+        first[..len].to_string()
+    }
+
     pub fn is_match(&self, rel: &str) -> bool {
         !self.patterns.is_empty()
             && (self.set.is_match(rel)

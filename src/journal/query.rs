@@ -373,17 +373,33 @@ impl Filter {
     }
 }
 
-/// The operations that have an action on a path `globs` match: every action row is
-/// read once (path and operation), and only the paths are matched.
+/// The range of paths that start with `prefix`: `[prefix, prefix + U+10FFFF)`, in SQLite's
+/// text order (bytes); the whole range for the empty prefix.
+fn prefix_range(prefix: &str) -> (String, String) {
+    (prefix.to_string(), format!("{prefix}\u{10FFFF}"))
+}
+
+/// The literal start of a glob: everything before its first `*`, `?`, `[`, `{` or `\\`
+/// (a path it matches starts with it).
+pub fn literal_prefix(glob: &str) -> &str {
+    let end = glob.find(['*', '?', '[', '{', '\\']).unwrap_or(glob.len());
+    &glob[..end]
+}
+
+/// The operations that have an action on a path `globs` match: the action rows whose
+/// path starts with the globs' common literal start (by the path index), each matched.
 fn operations_touching(
     j: &Journal,
     globs: &crate::globs::PathGlobs,
 ) -> Result<std::collections::HashSet<String>> {
     let conn = j.connection();
+    let (low, high) = prefix_range(&globs.common_prefix());
     let mut stmt = conn
-        .prepare("SELECT DISTINCT operation_id, path FROM journal_actions")
+        .prepare(
+            "SELECT DISTINCT operation_id, path FROM journal_actions WHERE path >= ?1 AND path < ?2",
+        )
         .map_err(|e| jerr(j.path(), e))?;
-    let mut rows = stmt.query([]).map_err(|e| jerr(j.path(), e))?;
+    let mut rows = stmt.query([&low, &high]).map_err(|e| jerr(j.path(), e))?;
     let mut out = std::collections::HashSet::new();
     while let Some(r) = rows.next().map_err(|e| jerr(j.path(), e))? {
         let path: String = r.get(1).map_err(|e| jerr(j.path(), e))?;
@@ -411,24 +427,30 @@ pub struct PathEvent {
 }
 
 /// Every operation of the journal that wrote, deleted or was refused on a path `matches`
-/// accepts (`exact`: the one path, looked up by SQL), newest first; `bundle` keeps those
-/// at that bundle path only.
+/// accepts (`exact`: the one path, looked up by the path index; else the paths starting
+/// with `prefix`), newest first; `bundle` keeps those at that bundle path only. With
+/// `newest_written`, each path's events stop at the newest operation that wrote it.
 pub fn path_events(
     j: &Journal,
     bundle: Option<&str>,
     exact: Option<&str>,
+    prefix: Option<&str>,
     matches: &dyn Fn(&str) -> bool,
+    newest_written: bool,
 ) -> Result<Vec<PathEvent>> {
     let conn = j.connection();
     let jr = |e| jerr(j.path(), e);
     let mut hits: Vec<(String, String, String, Option<String>)> = Vec::new();
     {
-        let sql = match exact {
-            Some(_) => "SELECT operation_id, path, kind FROM journal_actions WHERE path = ?1",
-            None => "SELECT operation_id, path, kind FROM journal_actions WHERE ?1 IS NULL",
+        // One path by the path index; a glob by the range of its literal start.
+        let (low, high) = match exact {
+            Some(p) => (p.to_string(), format!("{p}\0")),
+            None => prefix_range(prefix.unwrap_or("")),
         };
+        let sql =
+            "SELECT operation_id, path, kind FROM journal_actions WHERE path >= ?1 AND path < ?2";
         let mut stmt = conn.prepare(sql).map_err(jr)?;
-        let mut rows = stmt.query([exact]).map_err(jr)?;
+        let mut rows = stmt.query([&low, &high]).map_err(jr)?;
         while let Some(r) = rows.next().map_err(jr)? {
             let path: String = r.get(1).map_err(jr)?;
             if matches(&path) {
@@ -464,6 +486,24 @@ pub fn path_events(
             }
         }
     }
+    // Newest first by start time (a primary-key lookup each), so that `newest_written`
+    // reads whole operations only until the newest one that wrote each path.
+    let mut started = conn
+        .prepare("SELECT started_at, bundle_path FROM journal_operations WHERE operation_id = ?1")
+        .map_err(jr)?;
+    let mut keyed = Vec::with_capacity(hits.len());
+    for h in hits {
+        let row: Option<(String, String)> = started
+            .query_row([&h.0], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(jr)?;
+        if let Some((at, at_bundle)) = row
+            && bundle.is_none_or(|b| b == at_bundle)
+        {
+            keyed.push((at, h));
+        }
+    }
+    keyed.sort_by(|a, b| b.0.cmp(&a.0));
     let mut out = Vec::new();
     let mut stmt = conn
         .prepare(&format!("{SELECT} WHERE o.operation_id = ?1"))
@@ -471,7 +511,11 @@ pub fn path_events(
     let id = j.journal_id().ok();
     let mut summaries: std::collections::HashMap<String, Option<OperationSummary>> =
         Default::default();
-    for (op, path, action, conflict) in hits {
+    let mut written: std::collections::HashSet<String> = Default::default();
+    for (_, (op, path, action, conflict)) in keyed {
+        if newest_written && written.contains(&path) {
+            continue;
+        }
         let summary = match summaries.get(&op) {
             Some(s) => s.clone(),
             None => {
@@ -487,6 +531,9 @@ pub fn path_events(
             continue;
         }
         operation.journal_id = id.clone();
+        if action != "refused" && WROTE.contains(&operation.status.as_str()) {
+            written.insert(path.clone());
+        }
         out.push(PathEvent {
             path,
             action,
@@ -497,6 +544,9 @@ pub fn path_events(
     out.sort_by(|a, b| b.operation.started_at.cmp(&a.operation.started_at));
     Ok(out)
 }
+
+/// The statuses of an operation that wrote what it planned.
+pub const WROTE: &[&str] = &["applied", "rolled_forward", "committed", "closed"];
 
 /// The `--action` values besides the decisions: the journal's own operations that are not
 /// publications (`distributor prune` and retention, `distributor releases adopt`).

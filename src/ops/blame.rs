@@ -21,8 +21,7 @@ use std::path::{Path, PathBuf};
 /// `blame_version` of the JSON this build writes.
 pub(crate) const BLAME_VERSION: u32 = 1;
 
-/// The statuses of an operation that wrote what it planned.
-const WROTE: &[&str] = &["applied", "rolled_forward", "committed", "closed"];
+use crate::journal::query::WROTE;
 
 /// What `blame` was asked.
 pub(crate) struct BlameRequest<'a> {
@@ -235,14 +234,22 @@ fn selected<'c>(config: &'c Config, ids: &[String]) -> Result<Vec<&'c Destinatio
 fn events(req: &BlameRequest<'_>, a: &Asked, bundle: Option<&str>) -> Result<Vec<Found>> {
     let mut all = Vec::new();
     for (_, j) in req.journals {
+        let prefix = query::literal_prefix(&a.text);
         all.extend(
-            query::path_events(j, bundle, a.exact(), &|p| a.matches(p))?
-                .iter()
-                .map(|e| Found {
-                    path: e.path.clone(),
-                    bundle: e.operation.bundle_path.clone(),
-                    event: Event::of(e),
-                }),
+            query::path_events(
+                j,
+                bundle,
+                a.exact(),
+                Some(prefix),
+                &|p| a.matches(p),
+                !req.all,
+            )?
+            .iter()
+            .map(|e| Found {
+                path: e.path.clone(),
+                bundle: e.operation.bundle_path.clone(),
+                event: Event::of(e),
+            }),
         );
     }
     all.sort_by(|x, y| y.event.started_at.cmp(&x.event.started_at));
