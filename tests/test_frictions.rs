@@ -189,7 +189,7 @@ fn completions_offer_actions_and_statuses_not_file_names() {
     assert!(
         fish.stdout
             .lines()
-            .filter(|l| l.contains("-l destination"))
+            .filter(|l| l.contains("-l destination "))
             .all(|l| l.contains(" -f")),
         "{}",
         fish.stdout

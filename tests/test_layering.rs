@@ -13,7 +13,11 @@
 //! amendments), never a destination; `plan/saved.rs` reads and writes the operator's saved
 //! plan file (SPEC §19), never a destination; `hooks.rs` writes a hook's changed-paths
 //! file in the temporary directory (SPEC §19), never a destination; `metrics/file.rs`
-//! writes the operator's `--metrics-file` (SPEC §20), never a destination.
+//! writes the operator's `--metrics-file` (SPEC §20), never a destination; `input.rs`
+//! reads a file an option names (a saved plan), bounded, never a destination;
+//! `hooks/program.rs` checks who may write a hook's program and the directories above
+//! it, never a destination; `metrics/place.rs` places the `--metrics-file` through its
+//! directory's handle, never a destination.
 
 use std::path::{Path, PathBuf};
 
@@ -31,6 +35,9 @@ const ALLOWED: &[&str] = &[
     "plan/saved.rs",
     "hooks.rs",
     "metrics/file.rs",
+    "input.rs",
+    "hooks/program.rs",
+    "metrics/place.rs",
 ];
 
 /// Spellings of a filesystem call.
@@ -119,8 +126,9 @@ const LAYERS: &[(u8, &[&str])] = &[
     ),
     // No-follow directory handles; the config file.
     (1, &["fs/", "config/"]),
-    // The producer's bundle; failpoints (which may cut the power: fs/crashsim.rs).
-    (2, &["source/", "failpoint.rs"]),
+    // The producer's bundle; failpoints (which may cut the power: fs/crashsim.rs); inputs
+    // bounded before anything is written (an option's file is read through fs/).
+    (2, &["source/", "failpoint.rs", "input.rs"]),
     // The state file.
     (3, &["state/"]),
     // The records an operation leaves in a destination: the contract between the executor
@@ -138,6 +146,7 @@ const LAYERS: &[(u8, &[&str])] = &[
             "execute/",
             "report/",
             "hooks.rs",
+            "hooks/",
             "metrics/",
             "dest_log.rs",
             "log_mismatch.rs",

@@ -538,8 +538,8 @@ fn shared_root_takeover_moves_paths_and_removes_emptied_owner_records(backend: B
         assert_eq!(
             d["takeovers"],
             serde_json::json!([
-                {"from_owner": "weather/other", "from_source_id": "other-src", "paths": ["x.txt"]},
-                {"from_owner": "weather/third", "from_source_id": "third-src", "paths": ["y.txt"]},
+                {"from_owner": "weather/other", "from_source_id": "other-src", "cross_owner": true, "paths": ["x.txt"]},
+                {"from_owner": "weather/third", "from_source_id": "third-src", "cross_owner": true, "paths": ["y.txt"]},
             ])
         );
         assert_eq!(
@@ -594,7 +594,7 @@ fn shared_root_forced_owner_conflict_moves_only_the_colliding_path(backend: Back
     let r = publish_ok(&w, &c, &b7, &["--force"], "force_replace");
     assert_eq!(
         r.dest(0)["takeovers"],
-        serde_json::json!([{"from_owner": "radar/latest", "from_source_id": "radar-src", "paths": ["a.txt"]}])
+        serde_json::json!([{"from_owner": "radar/latest", "from_source_id": "radar-src", "cross_owner": true, "paths": ["a.txt"]}])
     );
     assert_eq!(file_ops(&r), pairs(&[("a.txt", "overwrite")]));
     assert_eq!(

@@ -87,6 +87,7 @@ impl World {
             .moto
             .list(&self.bucket, &key(".distributor/log/"))
             .iter())
+        .filter(|o| o.key.ends_with(".json"))
         .map(|o| serde_json::from_slice(&self.moto.get(&self.bucket, &o.key).unwrap()).unwrap())
         .collect()
     }

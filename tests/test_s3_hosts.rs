@@ -923,6 +923,7 @@ fn check_lineage(server: &S3Server, bucket: &str, ctx: &str) {
     let entries: Vec<Value> = server
         .list(bucket, &format!("{base}.distributor/log/"))
         .iter()
+        .filter(|o| o.key.ends_with(".json"))
         .map(|o| {
             let bytes = server.get(bucket, &o.key).unwrap();
             serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{ctx}: {}: {e}", o.key))
@@ -1027,7 +1028,7 @@ fn check_round(
     let log_prefix = format!("{base}.distributor/log/");
     let log: BTreeMap<String, Vec<u8>> = objects
         .iter()
-        .filter(|(k, _)| k.starts_with(&log_prefix))
+        .filter(|(k, _)| k.starts_with(&log_prefix) && k.ends_with(".json"))
         .map(|(k, (_, c))| (k.clone(), c.clone()))
         .collect();
     objects.retain(|k, _| !k.starts_with(&log_prefix));

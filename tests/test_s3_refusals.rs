@@ -496,12 +496,13 @@ fn serve_publishes_to_an_s3_destination() {
         .to_string();
 
     // The objects are the bundle's files with their content and headers; distributor
-    // left its state and its log's entry (SPEC §18), nothing else (no lease, no staging,
-    // no probe).
+    // left its state and its log's entry (SPEC §18) with its path list, nothing else (no
+    // lease, no staging, no probe).
     let objects = w.bucket_objects();
     let mut want: Vec<String> = V1.iter().map(|(p, _)| key(p)).collect();
     want.push(key(".distributor.json"));
     want.push(key(".distributor/log/00000000000000000001.json"));
+    want.push(key(".distributor/log/00000000000000000001.paths.jsonl"));
     want.sort();
     assert_eq!(objects.keys().cloned().collect::<Vec<_>>(), want);
     for (p, c) in V1 {

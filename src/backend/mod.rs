@@ -694,6 +694,7 @@ pub struct LogCursor {
     known: std::sync::Mutex<Option<u64>>,
     reached: std::sync::Mutex<Option<u64>>,
     reached_sha: std::sync::Mutex<Option<String>>,
+    known_entry: std::sync::Mutex<Option<(u64, String)>>,
 }
 
 impl LogCursor {
@@ -704,6 +705,7 @@ impl LogCursor {
             known: Default::default(),
             reached: Default::default(),
             reached_sha: Default::default(),
+            known_entry: Default::default(),
         }
     }
 
@@ -737,6 +739,21 @@ impl LogCursor {
     pub fn set_reached_entry(&self, seq: u64, sha256: String) {
         self.set_reached(seq);
         *self.reached_sha.lock().unwrap_or_else(|e| e.into_inner()) = Some(sha256);
+    }
+
+    /// Tells the store the last entry the journal in use wrote in this log: its seq and
+    /// the sha256 of its bytes, which the next entry may chain to without reading it.
+    pub fn set_known_entry(&self, entry: Option<(u64, String)>) {
+        *self.known_entry.lock().unwrap_or_else(|e| e.into_inner()) = entry;
+    }
+
+    /// The sha256 the journal in use kept for entry `seq`, if that is the last entry it
+    /// wrote in this log.
+    pub fn known_sha(&self, seq: u64) -> Option<String> {
+        match &*self.known_entry.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((s, sha)) if *s == seq => Some(sha.clone()),
+            _ => None,
+        }
     }
 
     /// The sha256 of the entry the store wrote, if it wrote one.

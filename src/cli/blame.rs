@@ -29,7 +29,7 @@ pub(super) struct BlameArgs {
     #[arg(long, value_name = "P")]
     journal: Vec<PathBuf>,
     /// Only these destinations (repeatable; with --config).
-    #[arg(long = "destination", value_name = "ID", requires = "config")]
+    #[arg(long = "destination", value_name = "ID", requires = "config", value_hint = clap::ValueHint::Other)]
     destinations: Vec<String>,
     /// Every operation that wrote, deleted or was refused on each path, newest first.
     #[arg(long)]

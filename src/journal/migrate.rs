@@ -62,10 +62,6 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0014_log_entry_sha",
         include_str!("../../migrations/0014_log_entry_sha.sql"),
     ),
-    (
-        "0015_action_paths",
-        include_str!("../../migrations/0015_action_paths.sql"),
-    ),
 ];
 
 /// Schema version this build writes.

@@ -387,7 +387,7 @@ pub fn literal_prefix(glob: &str) -> &str {
 }
 
 /// The operations that have an action on a path `globs` match: the action rows whose
-/// path starts with the globs' common literal start (by the path index), each matched.
+/// path starts with the globs' common literal start, each matched.
 fn operations_touching(
     j: &Journal,
     globs: &crate::globs::PathGlobs,
@@ -427,8 +427,7 @@ pub struct PathEvent {
 }
 
 /// Every operation of the journal that wrote, deleted or was refused on a path `matches`
-/// accepts (`exact`: the one path, looked up by the path index; else the paths starting
-/// with `prefix`), newest first; `bundle` keeps those at that bundle path only. With
+/// accepts (`exact`: the one path; else the paths starting with `prefix`), newest first; `bundle` keeps those at that bundle path only. With
 /// `newest_written`, each path's events stop at the newest operation that wrote it.
 pub fn path_events(
     j: &Journal,
@@ -442,7 +441,7 @@ pub fn path_events(
     let jr = |e| jerr(j.path(), e);
     let mut hits: Vec<(String, String, String, Option<String>)> = Vec::new();
     {
-        // One path by the path index; a glob by the range of its literal start.
+        // One path exactly; a glob by the range of its literal start.
         let (low, high) = match exact {
             Some(p) => (p.to_string(), format!("{p}\0")),
             None => prefix_range(prefix.unwrap_or("")),

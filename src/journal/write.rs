@@ -265,6 +265,7 @@ impl Journal {
             return step();
         };
         cursor.set_known(self.log_tail(cursor.location()).ok().flatten());
+        cursor.set_known_entry(self.log_entry_written(cursor.location()).ok().flatten());
         let out = step();
         if let Some(seq) = cursor.reached() {
             let sha = cursor.reached_sha();

@@ -296,12 +296,16 @@ impl S3Store {
     fn create_entry(&self, mut entry: Entry, seq: u64) -> Result<u64> {
         self.writable()?;
         entry.seq = seq;
-        // Chained to the entry before it (docs/operations.md, "The hash chain").
+        // Chained to the entry before it (docs/operations.md, "The hash chain"): by the
+        // sha256 the journal kept when it wrote that entry, else by reading it.
         entry.prev_entry_sha256 = match seq {
             1 => None,
-            _ => match self.get_at_most(&entry_rel(seq - 1), READ_LIMIT)? {
-                Some(Ok((bytes, _))) => Some(crate::hash::sha256_hex(&bytes)),
-                _ => None,
+            _ => match self.cursor.known_sha(seq - 1) {
+                Some(sha) => Some(sha),
+                None => match self.get_at_most(&entry_rel(seq - 1), READ_LIMIT)? {
+                    Some(Ok((bytes, _))) => Some(crate::hash::sha256_hex(&bytes)),
+                    _ => None,
+                },
             },
         };
         let bytes = log::render(&entry)?;
