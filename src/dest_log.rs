@@ -213,6 +213,7 @@ pub(crate) fn quarantine(
         timeout: lock_timeout,
         create: false,
         actor,
+        history: None,
     };
     let done = match &dest.releases {
         Some(r) => {

@@ -26,24 +26,21 @@
 //! Lost races (distributor bugs) are kept out of the matrices and run as ignored tests.
 
 use crate::common::faults::{V1_AT, V1_FILES, V1_LINKS, V2_AT, V2_FILES, V2_LINKS, assert_aborted};
-use crate::common::hostile::PausedRun;
+use crate::common::hostile::{NEIGHBOUR, PausedRun, as_neighbour, misplaced_neighbour_entries};
 use crate::common::{Env, Run};
 use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-const PATH: &str = "www/latest";
-const DIR: &str = "www/.latest.releases";
+pub(crate) const PATH: &str = "www/latest";
+pub(crate) const DIR: &str = "www/.latest.releases";
 /// Where `path`'s symlink points, relative to `path`'s parent.
-const LINK_PREFIX: &str = ".latest.releases/";
+pub(crate) const LINK_PREFIX: &str = ".latest.releases/";
 /// The neighbour's private directory outside.
 const PRIVATE: &str = "private";
 /// Another managed (in-place) destination beside `path` (adoption).
 const OTHER: &str = "www/other";
-/// The neighbour's uid and gid.
-const NEIGHBOUR: u32 = 65534;
 
 /// The command raced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,35 +109,12 @@ const RELEASE_MOVES: &[Move] = &[
     Move::ReleaseLink(Which::Active),
 ];
 
-fn chmod(p: &Path, mode: u32) {
+pub(crate) fn chmod(p: &Path, mode: u32) {
     fs::set_permissions(p, fs::Permissions::from_mode(mode))
         .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
 }
 
-/// Runs `script` (sh) in the env's root as the neighbour; its exit status.
-fn as_neighbour(env: &Env, script: &str) -> bool {
-    let out = Command::new("setpriv")
-        .args([
-            &format!("--reuid={NEIGHBOUR}"),
-            &format!("--regid={NEIGHBOUR}"),
-            "--clear-groups",
-            "sh",
-            "-c",
-            script,
-        ])
-        .current_dir(env.path(""))
-        .output()
-        .expect("setpriv");
-    if !out.status.success() {
-        eprintln!(
-            "the neighbour's `{script}` failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    out.status.success()
-}
-
-fn site(env: &Env, i: usize) -> PathBuf {
+pub(crate) fn site(env: &Env, i: usize) -> PathBuf {
     let v = format!("version {i}");
     let extra = format!("only-in-{i}.html");
     env.bundle(
@@ -157,12 +131,12 @@ fn site(env: &Env, i: usize) -> PathBuf {
     )
 }
 
-fn op_of(r: &Run) -> String {
+pub(crate) fn op_of(r: &Run) -> String {
     r.dest(0)["operation_id"].as_str().unwrap().to_string()
 }
 
 /// The release directories in `releases.dir` (uuid names only).
-fn releases(env: &Env) -> BTreeSet<String> {
+pub(crate) fn releases(env: &Env) -> BTreeSet<String> {
     fs::read_dir(env.path(DIR))
         .map(|rd| {
             rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -173,7 +147,7 @@ fn releases(env: &Env) -> BTreeSet<String> {
 }
 
 /// Every release some log entry names as activated or deactivated.
-fn logged_releases(env: &Env) -> BTreeSet<String> {
+pub(crate) fn logged_releases(env: &Env) -> BTreeSet<String> {
     crate::test_releases::logged(env, DIR)
         .iter()
         .flat_map(|e| {
@@ -414,7 +388,7 @@ impl Scene {
 }
 
 /// The release `path` names, when it is a symlink of distributor's form.
-fn read_active(env: &Env) -> Option<String> {
+pub(crate) fn read_active(env: &Env) -> Option<String> {
     let t = fs::read_link(env.path(PATH)).ok()?;
     t.to_str()?.strip_prefix(LINK_PREFIX).map(str::to_string)
 }
@@ -460,6 +434,43 @@ fn describe(env: &Env, rel: &str) -> String {
     }
 }
 
+/// The log entries from the `since`-th on that activate or stage a release that is not
+/// whole (no `.distributor.json`), or whose name holds another directory than the one the
+/// entry recorded (`release_identity`): distributor's word given for what is not the
+/// release it built or verified (docs/operations.md, "Release identity").
+fn unfounded_activations(env: &Env, since: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in crate::test_releases::logged(env, DIR).iter().skip(since) {
+        let Some(r) = e["release_activated"]
+            .as_str()
+            .or(e["release_staged"].as_str())
+        else {
+            continue;
+        };
+        let dir = env.path(&format!("{DIR}/{r}"));
+        let Ok(md) = fs::symlink_metadata(&dir) else {
+            // Gone since (retention): nothing left to judge.
+            continue;
+        };
+        if !dir.join(".distributor.json").exists() {
+            out.push(format!(
+                "entry {} activates {r}, which holds no state",
+                e["seq"]
+            ));
+        }
+        let id = &e["release_identity"];
+        if !id.is_null() && (id["dev"] != md.dev() || id["ino"] != md.ino()) {
+            out.push(format!(
+                "entry {} activates {r} as {id}, but its name holds {}:{}",
+                e["seq"],
+                md.dev(),
+                md.ino()
+            ));
+        }
+    }
+    out
+}
+
 /// What a reader of `path` sees without following a symlink at `path` itself: the
 /// symlink's text, or the directory's snapshot.
 fn path_view(env: &Env) -> Vec<(String, String)> {
@@ -467,34 +478,6 @@ fn path_view(env: &Env) -> Vec<(String, String)> {
         Ok(md) if md.is_dir() => env.snapshot(PATH),
         _ => vec![(String::new(), describe(env, PATH))],
     }
-}
-
-/// Entries the neighbour owns in a directory the neighbour cannot write (SPEC §17:
-/// distributor never leaves one there).
-fn misplaced_neighbour_entries(env: &Env) -> Vec<String> {
-    fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) {
-        let Ok(md) = fs::symlink_metadata(dir) else {
-            return;
-        };
-        let writable = md.mode() & 0o002 != 0 || (md.uid() == NEIGHBOUR && md.mode() & 0o200 != 0);
-        let Ok(rd) = fs::read_dir(dir) else {
-            return;
-        };
-        for e in rd {
-            let p = e.unwrap().path();
-            let emd = fs::symlink_metadata(&p).unwrap();
-            // The private directory was given to the neighbour by the test.
-            if emd.uid() == NEIGHBOUR && !writable && p != base.join(PRIVATE) {
-                out.push(p.strip_prefix(base).unwrap().display().to_string());
-            }
-            if emd.is_dir() {
-                walk(&p, base, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&env.root, &env.root, &mut out);
-    out
 }
 
 /// One attack: the scene of `cmd`, the run paused at the `k`-th hit of `step`, the
@@ -524,6 +507,7 @@ fn attack(
     let args = s.args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let paused = PausedRun::start(env, &args, &format!("{step}:{k}"), &[]);
+    let logged_after_pause = crate::test_releases::logged(env, DIR).len();
 
     // The releases the move may take, as they are at this moment.
     let now = releases(env);
@@ -607,7 +591,7 @@ fn attack(
     if env.snapshot(PRIVATE) != private_before {
         failures.push("the private directory outside changed".to_string());
     }
-    let misplaced = misplaced_neighbour_entries(env);
+    let misplaced = misplaced_neighbour_entries(env, &[PRIVATE]);
     if !misplaced.is_empty() {
         failures.push(format!(
             "entries of the neighbour where it cannot create them: {misplaced:?}"
@@ -620,6 +604,9 @@ fn attack(
             failures.push(format!("logged (or committed) release {r} was removed"));
         }
     }
+    // distributor's word: every activation it logged after the pause is of a release that
+    // was whole (its state written) and is the directory it built or verified.
+    failures.extend(unfounded_activations(env, logged_after_pause));
     // What `path` is now.
     let accepted = match read_active(env) {
         // A release the run built.
@@ -628,9 +615,12 @@ fn attack(
         {
             present.contains(&r)
         }
+        // The old or the new release, whole (its state is written last, before the
+        // commit point): a half-built one `path` was pointed at is not accepted.
         Some(r) => {
             (s.old.as_ref() == Some(&r) || s.new.as_ref() == Some(&r))
                 && fs::symlink_metadata(env.path(&format!("{DIR}/{r}"))).is_ok_and(|m| m.is_dir())
+                && env.exists(&format!("{DIR}/{r}/.distributor.json"))
         }
         None if cmd == Cmd::Adopt => {
             fs::symlink_metadata(env.path(PATH)).is_ok_and(|m| s.plain == Some((m.dev(), m.ino())))

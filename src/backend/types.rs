@@ -287,6 +287,9 @@ pub struct Storage<'a> {
     /// Set when a releases destination's `path` is not the symlink the last logged
     /// activation made (SPEC §17): why.
     pub path_changed: Option<String>,
+    /// Set when a releases destination's active release is not the directory the log
+    /// activated (docs/operations.md, "Release identity"): why.
+    pub release_moved: Option<String>,
     /// Source digests rolled back from and not published past since, per owner (a
     /// releases destination's activation log, SPEC §15).
     pub rolled_back: Vec<Hold>,
@@ -312,6 +315,7 @@ impl<'a> Storage<'a> {
             releases_mismatch: None,
             untrusted_record: None,
             path_changed: None,
+            release_moved: None,
             rolled_back: Vec::new(),
             entries,
             probed,
@@ -347,6 +351,10 @@ pub struct Hold {
 }
 
 pub use crate::model::Replaced;
+
+/// The device and inode of a directory: how a release is known (docs/operations.md,
+/// "Release identity").
+pub use crate::fs::Identity;
 
 impl Replaced {
     /// What `entry` is, when it is a file or a link.

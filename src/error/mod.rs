@@ -201,6 +201,7 @@ impl Error {
             Error::ConcurrentChange(_) => "concurrent_change",
             Error::Store(e) if e.is_concurrent_change() => "concurrent_change",
             Error::Untrusted(_) => "untrusted_record",
+            Error::Releases(ReleasesError::Moved { .. }) => "release_moved",
             Error::Failed(_)
             | Error::Releases(_)
             | Error::Step(_)
