@@ -17,8 +17,8 @@
 
 use crate::common::Env;
 use crate::common::hostile::{PausedRun, as_neighbour, misplaced_neighbour_entries};
-use crate::test_hostile_releases::{
-    DIR, PATH, chmod, logged_releases, op_of, read_active, releases, site,
+use crate::common::release_scene::{
+    DIR, PATH, chmod, logged, logged_releases, op_of, read_active, releases, site,
 };
 use std::fs;
 use std::path::PathBuf;
@@ -115,7 +115,7 @@ fn a_release_swapped_after_it_was_built_or_verified_is_never_activated() {
     assert!(said(&run).contains("release_moved"), "{}", said(&run));
     assert_eq!(read_active(&env).as_deref(), Some(ops[2].as_str()));
     assert_eq!(
-        crate::test_releases::logged(&env, DIR)
+        logged(&env)
             .iter()
             .filter(|e| e["command"] == "rollback")
             .count(),
@@ -220,7 +220,7 @@ fn activation_lines_the_journal_does_not_corroborate_are_never_migrated() {
             "set -e; rm -f {DIR}/.distributor-releases.json; cp forged.json {DIR}/.distributor-releases.json; cp forged.log {DIR}/.distributor-activations.log"
         )
     ));
-    let entries = crate::test_releases::logged(&env, DIR);
+    let entries = logged(&env);
     let r = env.run(&["prune", "--json", "--config", cfg.to_str().unwrap()]);
     assert_ne!(r.code, 0, "{}", said(&r));
     assert!(
@@ -234,11 +234,7 @@ fn activation_lines_the_journal_does_not_corroborate_are_never_migrated() {
         "{}",
         said(&r)
     );
-    assert_eq!(
-        crate::test_releases::logged(&env, DIR),
-        entries,
-        "nothing migrated"
-    );
+    assert_eq!(logged(&env), entries, "nothing migrated");
     // A publication refuses them as the conflict untrusted_record.
     let p = env.publish(&cfg, &site(&env, 4), &[]);
     assert_eq!(p.code, 3, "{}", said(&p));
