@@ -33,7 +33,8 @@
 //!
 //! Lost races (distributor bugs) are kept out of the matrices and run as ignored tests.
 
-use crate::common::hostile::{PausedRun, as_neighbour, misplaced_neighbour_entries};
+use crate::common::Env;
+use crate::common::hostile::{NEIGHBOUR, PausedRun, as_neighbour, misplaced_neighbour_entries};
 use crate::common::release_scene::{
     Cmd, DIR, LINK_PREFIX, OTHER, PATH, PRIVATE, Scene, Which, describe, identities,
     logged_releases, path_view, read_active, releases, unfounded_activations,
@@ -122,6 +123,36 @@ fn steps(cmd: Cmd) -> Vec<(String, u64)> {
         out.push((name, *n));
     }
     out
+}
+
+/// Why `path`, moved by the run (it is no longer `left`, what the neighbour left), names
+/// a directory that is not the release the run built or verified, if it does: nothing
+/// there, a symlink, the neighbour's, a release with no state, or another directory than
+/// the one the name held when the run paused (`at_pause`).
+fn wrongly_activated(env: &Env, at_pause: &[(String, (u64, u64))], left: &str) -> Option<String> {
+    if describe(env, PATH) == left {
+        return None;
+    }
+    let r = read_active(env)?;
+    let dir = env.path(&format!("{DIR}/{r}"));
+    let Ok(md) = fs::symlink_metadata(&dir) else {
+        return Some(format!("the run activated {r}, and nothing has that name"));
+    };
+    if !md.is_dir() || md.uid() == NEIGHBOUR || !dir.join(".distributor.json").exists() {
+        return Some(format!(
+            "the run activated {r}, whose name holds the neighbour's, or a release with no state"
+        ));
+    }
+    match at_pause.iter().find(|(n, _)| *n == r) {
+        Some((_, id)) if *id != (md.dev(), md.ino()) => Some(format!(
+            "the run activated {r}, whose name holds {}:{}, not the release it held when the run paused ({}:{})",
+            md.dev(),
+            md.ino(),
+            id.0,
+            id.1
+        )),
+        _ => None,
+    }
 }
 
 /// What the neighbour does for `mv` at this moment (`now`: the releases present,
@@ -259,8 +290,9 @@ fn attack(
     let paused = PausedRun::start(env, &args, &format!("{step}:{k}"), &[]);
     let logged_after_pause = crate::common::release_scene::logged(env).len();
 
-    // The releases the move may take, as they are at this moment.
+    // The releases the move may take, as they are at this moment, and what each is.
     let now = releases(env);
+    let at_pause = identities(env, &now);
     let building = now.difference(&present_before).next().cloned();
     let Some((script, put_back)) = neighbour_move(&s, mv, &now, building) else {
         return Ok(None);
@@ -272,6 +304,12 @@ fn attack(
     let left = describe(env, PATH);
     let theirs = path_view(env);
     let run = paused.resume();
+    // As the run left it, before anyone puts anything back: a move made before the
+    // commit point never ends with `path` moved by the run to a name that does not hold
+    // the release the run built or verified.
+    let wrong = must_refuse
+        .then(|| wrongly_activated(env, &at_pause, &left))
+        .flatten();
     let rec = env.run(&["recover", "--json", "--config", s.cfg()]);
     // The neighbour takes its release back (names as they were), and the operator runs
     // `recover` again.
@@ -283,7 +321,7 @@ fn attack(
         "{cmd:?} paused at {step}:{k}, neighbour: {mv:?} ({script})\nrun exit {}:\n{}\n{}\nrecover exit {}:\n{}\n{}\nrecover again exit {}:\n{}",
         run.code, run.stdout, run.stderr, rec.code, rec.stdout, rec.stderr, rec2.code, rec2.stdout
     );
-    let mut failures = Vec::new();
+    let mut failures: Vec<String> = wrong.into_iter().collect();
 
     if env.snapshot(PRIVATE) != private_before {
         failures.push("the private directory outside changed".to_string());

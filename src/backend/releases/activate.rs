@@ -219,15 +219,16 @@ impl ReleaseStore {
             .symlink(&text, &tmp)
             .ctx("create link", tmp_dir.join(&tmp))?;
         failpoint::io("io_state_rename").ctx("activate", &self.path)?;
-        // The release's name must hold the very directory distributor built or verified,
-        // right before `path` is pointed at it (docs/operations.md, "Release identity").
-        self.checked_or_moved(release, want, &self.view, "nothing was activated")?;
         if Self::adopts(op) {
             // The plain directory and the symlink change places: the directory, now
             // under the temporary name, is emptied of what the release took over by the
             // cleanup. Only the directory locked is exchanged (SPEC §17).
-            self.exchange_locked(op, &tmp_dir, &tmp)?;
+            self.exchange_locked(op, &tmp_dir, &tmp, (release, want))?;
         } else {
+            // The release's name must hold the very directory distributor built or
+            // verified, right before `path` is pointed at it (docs/operations.md,
+            // "Release identity").
+            self.checked_or_moved(release, want, &self.view, "nothing was activated")?;
             tmp_dir
                 .rename_over(&tmp, &self.parent, &self.name())
                 .ctx("activate", &self.path)?;
@@ -237,10 +238,17 @@ impl ReleaseStore {
     }
 
     /// The adoption's exchange: `path` must be the plain directory locked (its device and
-    /// inode, kept in the staging record) right before the `RENAME_EXCHANGE`, and what
-    /// landed under the temporary name must be it afterwards; otherwise a neighbour
-    /// swapped another directory in, and it is exchanged back and nothing is deleted.
-    fn exchange_locked(&self, op: &StagedOperation, tmp_dir: &Dir, tmp: &str) -> Result<()> {
+    /// inode, kept in the staging record) and the name `release` the release built
+    /// (`built`) right before the `RENAME_EXCHANGE`, and what landed under the temporary
+    /// name must be the directory afterwards; otherwise a neighbour swapped another
+    /// directory in, and it is exchanged back and nothing is deleted.
+    fn exchange_locked(
+        &self,
+        op: &StagedOperation,
+        tmp_dir: &Dir,
+        tmp: &str,
+        (release, built): (&str, Expected),
+    ) -> Result<()> {
         let want = locked_dir(op).ok_or_else(|| StepError::AdoptionWithoutDirectory {
             path: self.path.clone(),
         })?;
@@ -254,6 +262,9 @@ impl ReleaseStore {
         }
         // A neighbour may swap another directory in right here: checked again below.
         failpoint::hit("before_adopt_exchange");
+        // The release's name must hold the release built, right before `path` is
+        // exchanged with the symlink to it (docs/operations.md, "Release identity").
+        self.checked_or_moved(release, built, &self.view, "nothing was exchanged")?;
         tmp_dir
             .exchange(tmp, &self.parent, &name)
             .ctx("exchange with the first release", &self.path)?;
