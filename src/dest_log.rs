@@ -270,6 +270,7 @@ fn under_lock(
         timeout: lock_timeout,
         create: false,
         actor,
+        history: None,
     };
     match &dest.releases {
         Some(r) => {

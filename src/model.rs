@@ -348,6 +348,11 @@ string_enum!(
         /// A releases destination's `path` is not the symlink the last logged activation
         /// made (SPEC §17): missing, a directory, or another target.
         PathChanged = "path_changed",
+        /// A release's name in `releases.dir` no longer holds the release distributor
+        /// made or verified there (its device and inode, its owner or its state differ):
+        /// nothing is activated, carried or removed there (docs/operations.md, "Release
+        /// identity").
+        ReleaseMoved = "release_moved",
         /// A publication would delete more of the owner's recorded outputs and links
         /// than `guard.max_delete` allows (SPEC §19); only `--allow-delete N` lifts it.
         MassDelete = "mass_delete",
@@ -380,6 +385,7 @@ impl ConflictKind {
                 | ConflictKind::ReleasesMismatch
                 | ConflictKind::UntrustedRecord
                 | ConflictKind::PathChanged
+                | ConflictKind::ReleaseMoved
                 | ConflictKind::MassDelete
                 | ConflictKind::StalePlan
                 | ConflictKind::StaleStage

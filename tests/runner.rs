@@ -33,6 +33,7 @@ mod test_performance;
 mod test_progress;
 mod test_reconciliation;
 mod test_recover;
+mod test_release_identity;
 mod test_releases;
 mod test_report_text;
 mod test_s3;

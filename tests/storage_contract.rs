@@ -156,6 +156,7 @@ impl Fixture {
     /// The bundle path, locked (made when missing).
     fn lock(&self, backend: &dyn Backend) -> Box<dyn BundleStore> {
         let how = LockRequest {
+            history: None,
             timeout: Duration::from_secs(30),
             create: true,
             actor: "cli:contract",

@@ -352,6 +352,7 @@ fn recover_outcomes() -> Vec<String> {
         Outcome::Closed,
         Outcome::Untrusted,
         Outcome::StagingMoved,
+        Outcome::ReleaseMoved,
     ];
     for o in all {
         match o {
@@ -362,7 +363,8 @@ fn recover_outcomes() -> Vec<String> {
             | Outcome::Abandoned
             | Outcome::Closed
             | Outcome::Untrusted
-            | Outcome::StagingMoved => {}
+            | Outcome::StagingMoved
+            | Outcome::ReleaseMoved => {}
         }
     }
     all.iter()

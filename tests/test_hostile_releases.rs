@@ -1,82 +1,47 @@
 //! Hostile neighbours of releases destinations (SPEC §13, §15, §17, §18), as
 //! `tests/test_hostile.rs` does for in-place publications: a local user of another uid
 //! (`setpriv --reuid=65534`) who may create, rename and delete entries in the parent of
-//! `path` and in `releases.dir`, acts at every writing step of `rollback`, `prune`,
-//! `releases adopt`, `publish --stage`, `promote` and `recover` (of an interrupted
-//! releases publication, before and after its commit point). A `pause` failpoint stops the real binary at the step; the
-//! steps are the failpoints a calibration run of the same scene reaches, each hit in turn.
+//! `path` and in `releases.dir`, acts at every writing step of `publish`, `rollback`,
+//! `prune`, `releases adopt`, `publish --stage`, `promote` and `recover` (of an
+//! interrupted releases publication, before and after its commit point). A `pause`
+//! failpoint stops the real binary at the step; the steps are the failpoints a calibration
+//! run of the same scene reaches, each hit in turn.
 //!
 //! The neighbour's moves: `path` renamed away and replaced by a plain directory of theirs,
 //! by a symlink to their private directory outside, or by a symlink to another release
 //! (one neither old nor new, and the one the command works on);
 //! a release directory (the one the command works on, and the active one) renamed away,
-//! or swapped for a symlink to the private directory; for an adoption, the plain
-//! directory at `path` swapped for another managed destination's directory.
+//! or swapped for a symlink to the private directory; two releases' names swapped (the
+//! active and the previous one, the active and the one the command works on); a
+//! directory of theirs with no state under a release's name (the active one, the one the
+//! command works on), and for rollback and promote their copy of the release to activate
+//! (every file reads as recorded); for an adoption, the plain directory at `path` swapped
+//! for another managed destination's directory (docs/operations.md, "Release identity").
 //!
 //! After the run (and a `recover` where it left something unfinished): the private
 //! directory and the neighbour's own directories are byte-identical; no release the log
-//! names was removed (prune: none but those retention judged before the run); `path` is
-//! the old or the new release's symlink (adoption: the old directory, or the new release),
-//! or the command refused with an error or `path_changed` and `path` is what the neighbour
-//! left (and before the commit point, prune: before a removal, the run failed); no
-//! logged release was removed after `path` changed; with the neighbour's release moves put
-//! back and `recover` run again, `verify` exits 0 with nothing missing or modified; and
-//! nothing the neighbour owns sits in a directory the neighbour cannot write.
+//! names was removed, by name or by device and inode, whatever name it has now (prune:
+//! none but the one retention judged before the run); every activation or stage logged
+//! since the pause names a whole release (its state written) whose name holds the device
+//! and inode the entry recorded; `path` is the old or the new release's symlink, whole
+//! (adoption: the old directory, or the new release), or the command refused with an
+//! error or `path_changed` and `path` is what the neighbour left (and before the commit
+//! point, prune: before a removal, the run failed); no logged release was removed after
+//! `path` changed; with the neighbour's release moves put back and `recover` run again,
+//! `verify` exits 0 with nothing missing or modified; and nothing the neighbour owns sits
+//! in a directory the neighbour cannot write (no inode of theirs was carried).
 //!
 //! Lost races (distributor bugs) are kept out of the matrices and run as ignored tests.
 
-use crate::common::faults::{V1_AT, V1_FILES, V1_LINKS, V2_AT, V2_FILES, V2_LINKS, assert_aborted};
-use crate::common::hostile::PausedRun;
-use crate::common::{Env, Run};
+use crate::common::Env;
+use crate::common::hostile::{NEIGHBOUR, PausedRun, as_neighbour, misplaced_neighbour_entries};
+use crate::common::release_scene::{
+    Cmd, DIR, LINK_PREFIX, OTHER, PATH, PRIVATE, Scene, Which, describe, identities,
+    logged_releases, path_view, read_active, releases, unfounded_activations,
+};
 use std::collections::BTreeSet;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-const PATH: &str = "www/latest";
-const DIR: &str = "www/.latest.releases";
-/// Where `path`'s symlink points, relative to `path`'s parent.
-const LINK_PREFIX: &str = ".latest.releases/";
-/// The neighbour's private directory outside.
-const PRIVATE: &str = "private";
-/// Another managed (in-place) destination beside `path` (adoption).
-const OTHER: &str = "www/other";
-/// The neighbour's uid and gid.
-const NEIGHBOUR: u32 = 65534;
-
-/// The command raced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cmd {
-    /// `rollback` from the third release to the second.
-    Rollback,
-    /// The same in `shared_root`, where the rollback builds a new release.
-    RollbackShared,
-    /// `prune` of the first release (`keep: 0`; its retention was killed).
-    Prune,
-    /// `releases adopt` of an in-place destination.
-    Adopt,
-    /// `recover` of a publication killed before its commit point (`after_links`).
-    RecoverBefore,
-    /// `recover` of a publication killed after its commit point (`during_cleanup`).
-    RecoverAfter,
-    /// `publish --stage` of a third version on top of two releases (SPEC §19): builds a
-    /// release, never moves `path`.
-    Stage,
-    /// `promote` of a release staged on top of two releases (SPEC §19): an activation,
-    /// as rollback's.
-    Promote,
-}
-
-/// Which release a release move takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Which {
-    /// The one `path` names before the run.
-    Active,
-    /// The one the command works on: rollback's target, the pruned one, the one being
-    /// built (adopt, recover).
-    Subject,
-}
+use std::os::unix::fs::MetadataExt;
 
 /// What the neighbour does while the run stands at the failpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +62,14 @@ enum Move {
     /// Adoption: the plain directory at `path` renamed away and another managed
     /// destination's directory renamed to `path`.
     PathOtherManaged,
+    /// Two releases swap names (through a third name).
+    SwapNames(Which, Which),
+    /// A release renamed away; a directory of the neighbour's, with no state, under its
+    /// name.
+    TheirsUnder(Which),
+    /// A release renamed away; the neighbour's copy of it (every file it can read: all but
+    /// the state) under its name.
+    CopyUnder(Which),
 }
 
 const PATH_MOVES: &[Move] = &[
@@ -111,313 +84,17 @@ const RELEASE_MOVES: &[Move] = &[
     Move::ReleaseAway(Which::Active),
     Move::ReleaseLink(Which::Active),
 ];
-
-fn chmod(p: &Path, mode: u32) {
-    fs::set_permissions(p, fs::Permissions::from_mode(mode))
-        .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
-}
-
-/// Runs `script` (sh) in the env's root as the neighbour; its exit status.
-fn as_neighbour(env: &Env, script: &str) -> bool {
-    let out = Command::new("setpriv")
-        .args([
-            &format!("--reuid={NEIGHBOUR}"),
-            &format!("--regid={NEIGHBOUR}"),
-            "--clear-groups",
-            "sh",
-            "-c",
-            script,
-        ])
-        .current_dir(env.path(""))
-        .output()
-        .expect("setpriv");
-    if !out.status.success() {
-        eprintln!(
-            "the neighbour's `{script}` failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    out.status.success()
-}
-
-fn site(env: &Env, i: usize) -> PathBuf {
-    let v = format!("version {i}");
-    let extra = format!("only-in-{i}.html");
-    env.bundle(
-        &format!("site{i}"),
-        "site",
-        &format!("2026-12-02T0{i}:00:00Z"),
-        &[
-            ("index.html", v.as_str()),
-            ("same.css", "same"),
-            ("sub/page.html", v.as_str()),
-            (extra.as_str(), v.as_str()),
-        ],
-        &[],
-    )
-}
-
-fn op_of(r: &Run) -> String {
-    r.dest(0)["operation_id"].as_str().unwrap().to_string()
-}
-
-/// The release directories in `releases.dir` (uuid names only).
-fn releases(env: &Env) -> BTreeSet<String> {
-    fs::read_dir(env.path(DIR))
-        .map(|rd| {
-            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .filter(|n| uuid::Uuid::parse_str(n).is_ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Every release some log entry names as activated or deactivated.
-fn logged_releases(env: &Env) -> BTreeSet<String> {
-    crate::test_releases::logged(env, DIR)
-        .iter()
-        .flat_map(|e| {
-            ["release_activated", "release_deactivated"]
-                .into_iter()
-                .filter_map(|k| e[k].as_str().map(str::to_string))
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// A destination, ready for the command, and what the checks need.
-struct Scene {
-    cmd: Cmd,
-    env: Env,
-    cfg: PathBuf,
-    /// The release `path` names before the run (adopt: none).
-    old: Option<String>,
-    /// The release the run activates, when known before it (rollback's target, the
-    /// interrupted publication's release).
-    new: Option<String>,
-    /// A release that is neither old nor new (for `path` pointed at another release).
-    other: Option<String>,
-    /// The release the command works on (known before the run).
-    subject: Option<String>,
-    /// Adopt: the device and inode of the plain directory at `path`.
-    plain: Option<(u64, u64)>,
-    /// A release whose activation is committed (journal and `path`) but not logged yet:
-    /// the interrupted publication past its commit point.
-    committed: Option<String>,
-}
-
-impl Scene {
-    fn new(cmd: Cmd) -> Scene {
-        let env = Env::new();
-        chmod(&env.path(""), 0o755);
-        env.write(&format!("{PRIVATE}/index.html"), "private index");
-        env.write(&format!("{PRIVATE}/same.css"), "private css");
-        env.write(&format!("{PRIVATE}/sub/page.html"), "private page");
-        fs::create_dir_all(env.path("www")).unwrap();
-        std::os::unix::fs::chown(env.path(PRIVATE), Some(NEIGHBOUR), Some(NEIGHBOUR)).unwrap();
-        for p in ["index.html", "same.css", "sub", "sub/page.html"] {
-            let p = env.path(&format!("{PRIVATE}/{p}"));
-            std::os::unix::fs::lchown(&p, Some(NEIGHBOUR), Some(NEIGHBOUR)).unwrap();
-        }
-        chmod(&env.path(PRIVATE), 0o700);
-        let keep = if cmd == Cmd::Prune { 0 } else { 3 };
-        let mode = if cmd == Cmd::RollbackShared {
-            "shared_root"
-        } else {
-            "single_owner"
-        };
-        let extra = format!("    state:\n      mode: {mode}\n    releases:\n      keep: {keep}\n");
-        let cfg = env.simple_config("c.yaml", "weather", "latest", PATH, &extra);
-        let mut s = Scene {
-            cmd,
-            env,
-            cfg,
-            old: None,
-            new: None,
-            other: None,
-            subject: None,
-            plain: None,
-            committed: None,
-        };
-        s.prepare();
-        // The neighbour may write in `path`'s parent and in `releases.dir`.
-        chmod(&s.env.path("www"), 0o777);
-        if s.env.exists(DIR) {
-            chmod(&s.env.path(DIR), 0o777);
-        }
-        s
-    }
-
-    fn cfg(&self) -> &str {
-        self.cfg.to_str().unwrap()
-    }
-
-    fn publish(&self, i: usize) -> String {
-        let r = self.env.publish(&self.cfg, &site(&self.env, i), &[]);
-        r.expect_code(0);
-        op_of(&r)
-    }
-
-    fn prepare(&mut self) {
-        let env = &self.env;
-        match self.cmd {
-            Cmd::Rollback => {
-                let ops: Vec<String> = (1..=3).map(|i| self.publish(i)).collect();
-                self.old = Some(ops[2].clone());
-                self.new = Some(ops[1].clone());
-                self.subject = Some(ops[1].clone());
-                self.other = Some(ops[0].clone());
-            }
-            Cmd::RollbackShared => {
-                // The new release is built by the run; its records come from the second.
-                let ops: Vec<String> = (1..=3).map(|i| self.publish(i)).collect();
-                self.old = Some(ops[2].clone());
-                self.subject = Some(ops[1].clone());
-                self.other = Some(ops[0].clone());
-            }
-            Cmd::Prune => {
-                let ops: Vec<String> = (1..=2).map(|i| self.publish(i)).collect();
-                // The third publication's retention is killed: the first release stays
-                // for `prune`.
-                let r = env.run_env(
-                    &[
-                        "publish",
-                        "--json",
-                        "--config",
-                        self.cfg(),
-                        "--source",
-                        site(env, 3).to_str().unwrap(),
-                    ],
-                    &[("DISTRIBUTOR_FAILPOINT", "during_prune")],
-                );
-                assert_aborted(&r, "during_prune");
-                env.run(&["recover", "--json", "--config", self.cfg()])
-                    .expect_code(0);
-                let third = read_active(env).expect("path names a release");
-                assert!(
-                    releases(env).contains(&ops[0]),
-                    "the first release is left for prune: {:?}",
-                    releases(env)
-                );
-                self.old = Some(third.clone());
-                self.new = Some(third);
-                self.subject = Some(ops[0].clone());
-                self.other = Some(ops[0].clone());
-            }
-            Cmd::Adopt => {
-                let plain = env.simple_config("plain.yaml", "weather", "latest", PATH, "");
-                let v1 = env.bundle("b1", "tomorrow", V1_AT, V1_FILES, V1_LINKS);
-                env.publish(&plain, &v1, &[]).expect_code(0);
-                let other = env.simple_config("other.yaml", "radar", "other", OTHER, "");
-                let v2 = env.bundle("b2", "tomorrow", V2_AT, V2_FILES, V2_LINKS);
-                env.publish(&other, &v2, &[]).expect_code(0);
-                let md = fs::symlink_metadata(env.path(PATH)).unwrap();
-                self.plain = Some((md.dev(), md.ino()));
-                // `releases.dir` made beforehand, so that the neighbour may write there.
-                fs::create_dir_all(env.path(DIR)).unwrap();
-            }
-            Cmd::Stage => {
-                let ops: Vec<String> = (1..=2).map(|i| self.publish(i)).collect();
-                // `path` stays at the second release whatever the stage does.
-                self.old = Some(ops[1].clone());
-                self.new = Some(ops[1].clone());
-                self.other = Some(ops[0].clone());
-            }
-            Cmd::Promote => {
-                let ops: Vec<String> = (1..=2).map(|i| self.publish(i)).collect();
-                let r = env.publish(&self.cfg, &site(env, 3), &["--stage"]);
-                r.expect_code(0);
-                let staged = op_of(&r);
-                self.old = Some(ops[1].clone());
-                self.new = Some(staged.clone());
-                self.subject = Some(staged);
-                self.other = Some(ops[0].clone());
-            }
-            Cmd::RecoverBefore | Cmd::RecoverAfter => {
-                let ops: Vec<String> = (1..=2).map(|i| self.publish(i)).collect();
-                let fp = if self.cmd == Cmd::RecoverBefore {
-                    "after_links"
-                } else {
-                    "during_cleanup"
-                };
-                let r = env.run_env(
-                    &[
-                        "publish",
-                        "--json",
-                        "--config",
-                        self.cfg(),
-                        "--source",
-                        site(env, 3).to_str().unwrap(),
-                    ],
-                    &[("DISTRIBUTOR_FAILPOINT", fp)],
-                );
-                assert_aborted(&r, fp);
-                let third = releases(env)
-                    .into_iter()
-                    .find(|r| !ops.contains(r))
-                    .expect("the interrupted publication's release");
-                self.subject = Some(third.clone());
-                if self.cmd == Cmd::RecoverBefore {
-                    self.old = Some(ops[1].clone());
-                    self.new = Some(third);
-                    self.other = Some(ops[0].clone());
-                } else {
-                    // Past its commit point: `path` names the new release already, and the
-                    // journal has the commit; the neighbour may point `path` back at the
-                    // release before.
-                    let h = env.run(&["history", "show", &third, "--json"]);
-                    h.expect_code(0);
-                    assert!(
-                        h.json()["events"]
-                            .as_array()
-                            .unwrap()
-                            .iter()
-                            .any(|e| e["event"] == "committed"),
-                        "{}",
-                        h.stdout
-                    );
-                    assert_eq!(read_active(env).as_deref(), Some(third.as_str()));
-                    self.committed = Some(third.clone());
-                    self.old = Some(third.clone());
-                    self.new = Some(third);
-                    self.other = Some(ops[1].clone());
-                }
-            }
-        }
-    }
-
-    fn args(&self) -> Vec<String> {
-        let head: &[&str] = match self.cmd {
-            Cmd::Rollback | Cmd::RollbackShared => &["rollback"],
-            Cmd::Prune => &["prune"],
-            Cmd::Adopt => &["releases", "adopt"],
-            Cmd::RecoverBefore | Cmd::RecoverAfter => &["recover"],
-            Cmd::Stage => &["publish", "--stage"],
-            Cmd::Promote => &["promote"],
-        };
-        let mut a: Vec<String> = head.iter().map(|s| s.to_string()).collect();
-        a.extend(["--json", "--config", self.cfg()].map(String::from));
-        match self.cmd {
-            Cmd::Stage => a.extend([
-                "--source".to_string(),
-                site(&self.env, 3).to_str().unwrap().to_string(),
-            ]),
-            Cmd::Promote => a.extend([
-                "--destination".to_string(),
-                "latest".to_string(),
-                self.subject.clone().expect("the staged release"),
-            ]),
-            _ => {}
-        }
-        a
-    }
-}
-
-/// The release `path` names, when it is a symlink of distributor's form.
-fn read_active(env: &Env) -> Option<String> {
-    let t = fs::read_link(env.path(PATH)).ok()?;
-    t.to_str()?.strip_prefix(LINK_PREFIX).map(str::to_string)
-}
+/// Swapped names, swapped directories and a directory with no state under a logged name
+/// (issue 39): none is ever activated, carried or removed.
+const IDENTITY_MOVES: &[Move] = &[
+    Move::SwapNames(Which::Active, Which::Previous),
+    Move::SwapNames(Which::Active, Which::Subject),
+    Move::TheirsUnder(Which::Subject),
+    Move::TheirsUnder(Which::Active),
+];
+/// A copy of the release to activate again under its name: its files read back as
+/// recorded, only its identity tells (rollback, promote).
+const COPY_MOVES: &[Move] = &[Move::CopyUnder(Which::Subject)];
 
 /// The failpoints (name and hit) the command passes in a calibration run of its scene.
 fn steps(cmd: Cmd) -> Vec<(String, u64)> {
@@ -448,53 +125,139 @@ fn steps(cmd: Cmd) -> Vec<(String, u64)> {
     out
 }
 
-/// What is at `rel`, not followed: a symlink's text, a directory's inode, or nothing.
-fn describe(env: &Env, rel: &str) -> String {
-    match fs::symlink_metadata(env.path(rel)) {
-        Err(_) => "nothing".to_string(),
-        Ok(md) if md.file_type().is_symlink() => {
-            format!("-> {}", fs::read_link(env.path(rel)).unwrap().display())
-        }
-        Ok(md) if md.is_dir() => format!("directory {}:{}", md.dev(), md.ino()),
-        Ok(md) => format!("file {}", md.ino()),
+/// Why `path`, moved by the run (it is no longer `left`, what the neighbour left), names
+/// a directory that is not the release the run built or verified, if it does: nothing
+/// there, a symlink, the neighbour's, a release with no state, or another directory than
+/// the one the name held when the run paused (`at_pause`).
+fn wrongly_activated(env: &Env, at_pause: &[(String, (u64, u64))], left: &str) -> Option<String> {
+    if describe(env, PATH) == left {
+        return None;
+    }
+    let r = read_active(env)?;
+    let dir = env.path(&format!("{DIR}/{r}"));
+    let Ok(md) = fs::symlink_metadata(&dir) else {
+        return Some(format!("the run activated {r}, and nothing has that name"));
+    };
+    if !md.is_dir() || md.uid() == NEIGHBOUR || !dir.join(".distributor.json").exists() {
+        return Some(format!(
+            "the run activated {r}, whose name holds the neighbour's, or a release with no state"
+        ));
+    }
+    match at_pause.iter().find(|(n, _)| *n == r) {
+        Some((_, id)) if *id != (md.dev(), md.ino()) => Some(format!(
+            "the run activated {r}, whose name holds {}:{}, not the release it held when the run paused ({}:{})",
+            md.dev(),
+            md.ino(),
+            id.0,
+            id.1
+        )),
+        _ => None,
     }
 }
 
-/// What a reader of `path` sees without following a symlink at `path` itself: the
-/// symlink's text, or the directory's snapshot.
-fn path_view(env: &Env) -> Vec<(String, String)> {
-    match fs::symlink_metadata(env.path(PATH)) {
-        Ok(md) if md.is_dir() => env.snapshot(PATH),
-        _ => vec![(String::new(), describe(env, PATH))],
-    }
-}
-
-/// Entries the neighbour owns in a directory the neighbour cannot write (SPEC §17:
-/// distributor never leaves one there).
-fn misplaced_neighbour_entries(env: &Env) -> Vec<String> {
-    fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) {
-        let Ok(md) = fs::symlink_metadata(dir) else {
-            return;
-        };
-        let writable = md.mode() & 0o002 != 0 || (md.uid() == NEIGHBOUR && md.mode() & 0o200 != 0);
-        let Ok(rd) = fs::read_dir(dir) else {
-            return;
-        };
-        for e in rd {
-            let p = e.unwrap().path();
-            let emd = fs::symlink_metadata(&p).unwrap();
-            // The private directory was given to the neighbour by the test.
-            if emd.uid() == NEIGHBOUR && !writable && p != base.join(PRIVATE) {
-                out.push(p.strip_prefix(base).unwrap().display().to_string());
-            }
-            if emd.is_dir() {
-                walk(&p, base, out);
-            }
+/// What the neighbour does for `mv` at this moment (`now`: the releases present,
+/// `building`: the one the run is building, if any), and how it takes its releases back
+/// afterwards; `None` when what the move takes is not there (or the move is the same as
+/// another one of the matrix).
+fn neighbour_move(
+    s: &Scene,
+    mv: Move,
+    now: &BTreeSet<String>,
+    building: Option<String>,
+) -> Option<(String, Option<String>)> {
+    let release_of = |w: Which| {
+        match w {
+            Which::Active => s.old.clone(),
+            Which::Subject => s.subject.clone().or(building.clone()),
+            Which::Previous => s.previous.clone(),
         }
-    }
-    let mut out = Vec::new();
-    walk(&env.root, &env.root, &mut out);
-    out
+        .filter(|r| now.contains(r))
+    };
+    let private = s.env.path(PRIVATE);
+    let private = private.to_str().unwrap();
+    let away = format!("mv {PATH} {PATH}.moved");
+    // A release renamed away is taken back: whatever stands under its name goes first.
+    let take_back = |r: &str| {
+        let at = format!("{DIR}/{r}");
+        Some(format!(
+            "set -e; if [ -L {at} ]; then rm {at}; elif [ -d {at} ] && [ -O {at} ] && [ -e {at}.moved ]; then rm -rf {at}; fi; if [ ! -e {at} ] && [ -e {at}.moved ]; then mv {at}.moved {at}; fi"
+        ))
+    };
+    Some(match mv {
+        Move::PathPlainDir => (
+            format!("set -e; {away}; mkdir {PATH}; echo mine > {PATH}/mine.txt"),
+            None,
+        ),
+        Move::PathOutsideLink => (format!("set -e; {away}; ln -s {private} {PATH}"), None),
+        Move::PathOtherRelease => {
+            let other = s.other.clone()?;
+            (
+                format!("set -e; {away}; ln -s {LINK_PREFIX}{other} {PATH}"),
+                None,
+            )
+        }
+        Move::PathToSubject => {
+            let r = release_of(Which::Subject)?;
+            if s.other.as_ref() == Some(&r) {
+                // The same move as PathOtherRelease.
+                return None;
+            }
+            (
+                format!("set -e; {away}; ln -s {LINK_PREFIX}{r} {PATH}"),
+                None,
+            )
+        }
+        Move::ReleaseAway(w) | Move::ReleaseLink(w) => {
+            let r = release_of(w)?;
+            let link = if matches!(mv, Move::ReleaseLink(_)) {
+                format!("; ln -s {private} {DIR}/{r}")
+            } else {
+                String::new()
+            };
+            (
+                format!("set -e; mv {DIR}/{r} {DIR}/{r}.moved{link}"),
+                take_back(&r),
+            )
+        }
+        Move::PathOtherManaged => (format!("set -e; {away}; mv {OTHER} {PATH}"), None),
+        Move::SwapNames(a, b) => {
+            let (a, b) = (release_of(a)?, release_of(b)?);
+            if a == b
+                || (mv == Move::SwapNames(Which::Active, Which::Subject)
+                    && Some(&b) == s.previous.as_ref())
+            {
+                return None;
+            }
+            let swap = format!(
+                "mv {DIR}/{a} {DIR}/.swap; mv {DIR}/{b} {DIR}/{a}; mv {DIR}/.swap {DIR}/{b}"
+            );
+            (
+                format!("set -e; {swap}"),
+                Some(format!(
+                    "set -e; if [ -d {DIR}/{a} ] && [ -d {DIR}/{b} ]; then {swap}; fi"
+                )),
+            )
+        }
+        Move::TheirsUnder(w) => {
+            let r = release_of(w)?;
+            let at = format!("{DIR}/{r}");
+            (
+                format!(
+                    "set -e; mv {at} {at}.moved; mkdir {at}; echo theirs > {at}/index.html; echo theirs > {at}/planted.html"
+                ),
+                take_back(&r),
+            )
+        }
+        Move::CopyUnder(w) => {
+            let r = release_of(w)?;
+            let at = format!("{DIR}/{r}");
+            // Everything but the state (a record: the neighbour may not read it).
+            (
+                format!("mv {at} {at}.moved && cp -R {at}.moved {at}; test -d {at}"),
+                take_back(&r),
+            )
+        }
+    })
 }
 
 /// One attack: the scene of `cmd`, the run paused at the `k`-th hit of `step`, the
@@ -520,64 +283,19 @@ fn attack(
         .chain(s.committed.clone())
         .collect();
     let other_before = env.snapshot(OTHER);
+    let ids_before = identities(env, &logged_before);
     let path_before = path_view(env);
     let args = s.args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let paused = PausedRun::start(env, &args, &format!("{step}:{k}"), &[]);
+    let logged_after_pause = crate::common::release_scene::logged(env).len();
 
-    // The releases the move may take, as they are at this moment.
+    // The releases the move may take, as they are at this moment, and what each is.
     let now = releases(env);
+    let at_pause = identities(env, &now);
     let building = now.difference(&present_before).next().cloned();
-    let release_of = |w: Which| match w {
-        Which::Active => s.old.clone(),
-        Which::Subject => s.subject.clone().or(building.clone()),
-    };
-    let private = env.path(PRIVATE);
-    let private = private.to_str().unwrap();
-    let away = format!("mv {PATH} {PATH}.moved");
-    let (script, moved_release) = match mv {
-        Move::PathPlainDir => (
-            format!("set -e; {away}; mkdir {PATH}; echo mine > {PATH}/mine.txt"),
-            None,
-        ),
-        Move::PathOutsideLink => (format!("set -e; {away}; ln -s {private} {PATH}"), None),
-        Move::PathOtherRelease => {
-            let Some(other) = s.other.clone() else {
-                return Ok(None);
-            };
-            (
-                format!("set -e; {away}; ln -s {LINK_PREFIX}{other} {PATH}"),
-                None,
-            )
-        }
-        Move::PathToSubject => {
-            let Some(r) = release_of(Which::Subject).filter(|r| now.contains(r)) else {
-                return Ok(None);
-            };
-            if s.other.as_ref() == Some(&r) {
-                // The same move as PathOtherRelease.
-                return Ok(None);
-            }
-            (
-                format!("set -e; {away}; ln -s {LINK_PREFIX}{r} {PATH}"),
-                None,
-            )
-        }
-        Move::ReleaseAway(w) | Move::ReleaseLink(w) => {
-            let Some(r) = release_of(w).filter(|r| now.contains(r)) else {
-                return Ok(None);
-            };
-            let link = if matches!(mv, Move::ReleaseLink(_)) {
-                format!("; ln -s {private} {DIR}/{r}")
-            } else {
-                String::new()
-            };
-            (
-                format!("set -e; mv {DIR}/{r} {DIR}/{r}.moved{link}"),
-                Some(r),
-            )
-        }
-        Move::PathOtherManaged => (format!("set -e; {away}; mv {OTHER} {PATH}"), None),
+    let Some((script, put_back)) = neighbour_move(&s, mv, &now, building) else {
+        return Ok(None);
     };
     if !as_neighbour(env, &script) {
         drop(paused);
@@ -586,28 +304,29 @@ fn attack(
     let left = describe(env, PATH);
     let theirs = path_view(env);
     let run = paused.resume();
+    // As the run left it, before anyone puts anything back: a move made before the
+    // commit point never ends with `path` moved by the run to a name that does not hold
+    // the release the run built or verified.
+    let wrong = must_refuse
+        .then(|| wrongly_activated(env, &at_pause, &left))
+        .flatten();
     let rec = env.run(&["recover", "--json", "--config", s.cfg()]);
-    // The neighbour takes its release back, and the operator runs `recover` again.
-    if let Some(r) = &moved_release {
-        let at = format!("{DIR}/{r}");
-        as_neighbour(
-            env,
-            &format!(
-                "set -e; if [ -L {at} ]; then rm {at}; fi; if [ ! -e {at} ] && [ -e {at}.moved ]; then mv {at}.moved {at}; fi"
-            ),
-        );
+    // The neighbour takes its release back (names as they were), and the operator runs
+    // `recover` again.
+    if let Some(back) = &put_back {
+        as_neighbour(env, back);
     }
     let rec2 = env.run(&["recover", "--json", "--config", s.cfg()]);
     let ctx = format!(
         "{cmd:?} paused at {step}:{k}, neighbour: {mv:?} ({script})\nrun exit {}:\n{}\n{}\nrecover exit {}:\n{}\n{}\nrecover again exit {}:\n{}",
         run.code, run.stdout, run.stderr, rec.code, rec.stdout, rec.stderr, rec2.code, rec2.stdout
     );
-    let mut failures = Vec::new();
+    let mut failures: Vec<String> = wrong.into_iter().collect();
 
     if env.snapshot(PRIVATE) != private_before {
         failures.push("the private directory outside changed".to_string());
     }
-    let misplaced = misplaced_neighbour_entries(env);
+    let misplaced = misplaced_neighbour_entries(env, &[PRIVATE]);
     if !misplaced.is_empty() {
         failures.push(format!(
             "entries of the neighbour where it cannot create them: {misplaced:?}"
@@ -620,17 +339,43 @@ fn attack(
             failures.push(format!("logged (or committed) release {r} was removed"));
         }
     }
+    // Never removed, whatever name it has now: every logged release directory (its device
+    // and inode) is still in `releases.dir` (prune: but the release it prunes).
+    let ids_now: BTreeSet<(u64, u64)> = fs::read_dir(env.path(DIR))
+        .map(|rd| {
+            rd.filter_map(|e| fs::symlink_metadata(e.unwrap().path()).ok())
+                .filter(|m| m.is_dir())
+                .map(|m| (m.dev(), m.ino()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (r, id) in &ids_before {
+        let pruned = cmd == Cmd::Prune && s.subject.as_ref() == Some(r);
+        if !pruned && !ids_now.contains(id) {
+            failures.push(format!(
+                "the directory of logged release {r} ({}:{}) was removed",
+                id.0, id.1
+            ));
+        }
+    }
+    // distributor's word: every activation it logged after the pause is of a release that
+    // was whole (its state written) and is the directory it built or verified.
+    failures.extend(unfounded_activations(env, logged_after_pause));
     // What `path` is now.
     let accepted = match read_active(env) {
         // A release the run built.
         Some(r)
-            if !present_before.contains(&r) && matches!(cmd, Cmd::Adopt | Cmd::RollbackShared) =>
+            if !present_before.contains(&r)
+                && matches!(cmd, Cmd::Adopt | Cmd::RollbackShared | Cmd::Publish) =>
         {
             present.contains(&r)
         }
+        // The old or the new release, whole (its state is written last, before the
+        // commit point): a half-built one `path` was pointed at is not accepted.
         Some(r) => {
             (s.old.as_ref() == Some(&r) || s.new.as_ref() == Some(&r))
                 && fs::symlink_metadata(env.path(&format!("{DIR}/{r}"))).is_ok_and(|m| m.is_dir())
+                && env.exists(&format!("{DIR}/{r}/.distributor.json"))
         }
         None if cmd == Cmd::Adopt => {
             fs::symlink_metadata(env.path(PATH)).is_ok_and(|m| s.plain == Some((m.dev(), m.ino())))
@@ -715,7 +460,9 @@ fn matrix(cmd: Cmd, moves: &[Move], known: &[(&str, u64, Move)]) {
     // exchange); prune's last act is its last removal.
     let after = |name: &str| steps.iter().position(|(s, _)| s == name).map(|i| i + 1);
     let last_act = match cmd {
-        Cmd::Rollback | Cmd::RollbackShared | Cmd::Promote => after("io_state_rename"),
+        Cmd::Rollback | Cmd::RollbackShared | Cmd::Promote | Cmd::Publish => {
+            after("io_state_rename")
+        }
         // A stage checks that `path` is still what it locked after its release is durable
         // (its state file's fsync), and never moves it.
         Cmd::Stage => after("io_state_fsync"),
@@ -750,9 +497,22 @@ fn matrix(cmd: Cmd, moves: &[Move], known: &[(&str, u64, Move)]) {
     assert!(failed.is_empty(), "{cmd:?}: lost races: {failed:#?}");
 }
 
-/// Every move of `cmd` but the adoption's own.
+/// Every move of `cmd` but the adoption's and the copies.
 fn all_moves() -> Vec<Move> {
-    PATH_MOVES.iter().chain(RELEASE_MOVES).copied().collect()
+    PATH_MOVES
+        .iter()
+        .chain(RELEASE_MOVES)
+        .chain(IDENTITY_MOVES)
+        .copied()
+        .collect()
+}
+
+/// [`all_moves`] and a copy of the release to activate under its name.
+fn activation_moves() -> Vec<Move> {
+    all_moves()
+        .into_iter()
+        .chain(COPY_MOVES.iter().copied())
+        .collect()
 }
 
 #[test]
@@ -761,7 +521,7 @@ fn all_moves() -> Vec<Move> {
     ignore = "drives the binary's failpoints: cargo test --all-features"
 )]
 fn rollback_at_every_step_against_every_move() {
-    matrix(Cmd::Rollback, &all_moves(), &[]);
+    matrix(Cmd::Rollback, &activation_moves(), &[]);
 }
 
 #[test]
@@ -826,7 +586,16 @@ fn stage_at_every_step_against_every_move() {
     ignore = "drives the binary's failpoints: cargo test --all-features"
 )]
 fn promote_at_every_step_against_every_move() {
-    matrix(Cmd::Promote, &all_moves(), &[]);
+    matrix(Cmd::Promote, &activation_moves(), &[]);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "drives the binary's failpoints: cargo test --all-features"
+)]
+fn publish_at_every_step_against_every_move() {
+    matrix(Cmd::Publish, &all_moves(), &[]);
 }
 
 /// `prune` checks `path` once, after the lock, and not again before each removal: with

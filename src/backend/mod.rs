@@ -78,6 +78,25 @@ pub struct LockRequest<'a> {
     pub create: bool,
     /// Who takes it (`cli:<user>`, `token:<name>`).
     pub actor: &'a str,
+    /// The journal in use, which records written by an earlier version are believed
+    /// through (SPEC §17 "Upgrading"); `None`: they are not believed.
+    pub history: Option<&'a dyn History>,
+}
+
+/// What the journal in use says of an operation, for records in a destination that an
+/// earlier version wrote and that only the journal can vouch for (a releases directory's
+/// old activation log: docs/operations.md, "Release identity").
+pub trait History {
+    /// Whether the journal committed operation `op` at bundle path `bundle`: `None` when
+    /// it did not; else the order of its commit among the journal's (ascending) and the
+    /// release it activated (a rollback's or promote's target, else its own).
+    fn committed_release(&self, bundle: &str, op: &str) -> Result<Option<(i64, String)>>;
+}
+
+impl std::fmt::Debug for dyn History + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the journal in use")
+    }
 }
 
 /// One bundle path, opened: its read side ([`StoreRead`]), its staging records

@@ -290,6 +290,9 @@ pub struct Storage<'a> {
     /// Set when the journal in use saw the destination log reach an entry the log no
     /// longer has (docs/operations.md, "The log's continuity"): why.
     pub log_missing: Option<String>,
+    /// Set when a releases destination's active release is not the directory the log
+    /// activated (docs/operations.md, "Release identity"): why.
+    pub release_moved: Option<String>,
     /// Source digests rolled back from and not published past since, per owner (a
     /// releases destination's activation log, SPEC §15).
     pub rolled_back: Vec<Hold>,
@@ -316,6 +319,7 @@ impl<'a> Storage<'a> {
             untrusted_record: None,
             path_changed: None,
             log_missing: None,
+            release_moved: None,
             rolled_back: Vec::new(),
             entries,
             probed,
@@ -351,6 +355,10 @@ pub struct Hold {
 }
 
 pub use crate::model::Replaced;
+
+/// The device and inode of a directory: how a release is known (docs/operations.md,
+/// "Release identity").
+pub use crate::fs::Identity;
 
 impl Replaced {
     /// What `entry` is, when it is a file or a link.

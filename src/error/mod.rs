@@ -217,6 +217,7 @@ impl Error {
             Error::Store(e) if e.is_concurrent_change() => "concurrent_change",
             Error::Untrusted(_) => "untrusted_record",
             Error::LogMissing(_) => "log_missing",
+            Error::Releases(ReleasesError::Moved { .. }) => "release_moved",
             Error::Failed(_)
             | Error::Releases(_)
             | Error::Step(_)

@@ -31,6 +31,21 @@ pub enum ReleasesError {
         /// Why the operation cannot go on, and what to do.
         what: &'static str,
     },
+    /// A release's name no longer holds the release distributor made or verified (its
+    /// device and inode, its owner, or its state naming it differ): `release_moved`
+    /// (docs/operations.md, "Release identity").
+    #[error(
+        "release_moved: {} is not the release distributor made or verified there: {why}; {outcome}",
+        dir.display()
+    )]
+    Moved {
+        /// The release directory, by its name in `releases.dir`.
+        dir: PathBuf,
+        /// What the name holds instead.
+        why: String,
+        /// What was not done (`nothing was activated`).
+        outcome: &'static str,
+    },
     /// No release is active: nothing to roll back.
     #[error("{}: no release is active; nothing to roll back", path.display())]
     NoneActive {

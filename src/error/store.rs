@@ -146,6 +146,19 @@ pub enum StepError {
         /// What was copied.
         from: PathBuf,
     },
+    /// A recorded file of the active release (or of a directory being adopted) that is
+    /// not what its record says, where it would be copied into the new release: it is
+    /// not carried, and nothing is activated.
+    #[error(
+        "{} is not as the state records it ({why}); it is not carried into the new release",
+        from.display()
+    )]
+    NotAsRecorded {
+        /// The entry.
+        from: PathBuf,
+        /// How it differs.
+        why: String,
+    },
     /// An entry of the active release that is neither a file nor a link cannot be
     /// carried into the new release where a hard link is refused.
     #[error(

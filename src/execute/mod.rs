@@ -97,7 +97,7 @@ pub fn execute(
         &mut |d| store.dir_exists(d),
     )?;
     let operation = match ReleaseStore::of(store) {
-        Some(releases) => releases.operation_for(ctx.purpose.clone()),
+        Some(releases) => releases.operation_with(ctx.purpose.clone(), state.as_ref()),
         None => crate::backend::OperationState::new(store),
     };
     let tx = Transaction::begin_with(journal, store, staged, operation)?;

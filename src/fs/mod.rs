@@ -40,8 +40,9 @@ pub struct Dir {
     path: PathBuf,
 }
 
-/// Identity of a directory entry: device and inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Identity of a directory entry: device and inode. Serialized as `{"dev": D, "ino": I}`
+/// where a record keeps it (a releases log entry, a staging entry's `release.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Identity {
     /// Device.
     pub dev: u64,
@@ -120,6 +121,12 @@ impl Dir {
     /// Device and inode of the directory itself.
     pub fn identity(&self) -> io::Result<Identity> {
         Ok(Identity::of(&fstat(&self.fd)?))
+    }
+
+    /// `fstat` of the directory itself: its identity, owner and mode as the handle sees
+    /// them.
+    pub fn fstat(&self) -> io::Result<Stat> {
+        Ok(fstat(&self.fd)?)
     }
 
     /// Opens the directory `rel` (one or more `/`-separated segments) below this one; a

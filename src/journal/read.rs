@@ -138,6 +138,34 @@ impl Journal {
             .map_err(|e| jerr(&self.path, e))
     }
 
+    /// Whether operation `op` committed at `bundle_path` (its status `applied`,
+    /// `committed` or `rolled_forward`): the id of its `committed` event (the journal's
+    /// order) and the release it activated, as its record says (a rollback's or promote's
+    /// `activates`, else the operation itself).
+    pub fn committed_release(&self, bundle_path: &str, op: &str) -> Result<Option<(i64, String)>> {
+        let row: Option<(String, Option<i64>)> = self
+            .conn
+            .query_row(
+                "SELECT j.plan_json,
+                        (SELECT MIN(e.id) FROM journal_events e
+                          WHERE e.operation_id = o.operation_id AND e.event = ?3)
+                   FROM operations o JOIN journal_operations j USING (operation_id)
+                  WHERE o.operation_id = ?1 AND o.bundle_path = ?2
+                    AND o.status IN ('applied', 'committed', 'rolled_forward')",
+                params![op, bundle_path, Event::Committed],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| jerr(&self.path, e))?;
+        let Some((plan, Some(order))) = row else {
+            return Ok(None);
+        };
+        let activates = serde_json::from_str::<serde_json::Value>(&plan)
+            .ok()
+            .and_then(|v| v["releases"]["activates"].as_str().map(str::to_string));
+        Ok(Some((order, activates.unwrap_or_else(|| op.to_string()))))
+    }
+
     /// Whether an operation on `bundle_path` committed a state file of exactly this
     /// sha256 (SPEC §17: a state file an earlier version wrote is believed through the
     /// journal that committed it).
@@ -311,4 +339,10 @@ pub(super) fn unfinished(conn: &Connection, path: &Path) -> Result<Vec<(String, 
         .map_err(|e| jerr(path, e))?;
     rows.collect::<rusqlite::Result<Vec<_>>>()
         .map_err(|e| jerr(path, e))
+}
+
+impl crate::backend::History for Journal {
+    fn committed_release(&self, bundle: &str, op: &str) -> Result<Option<(i64, String)>> {
+        Journal::committed_release(self, bundle, op)
+    }
 }

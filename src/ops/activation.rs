@@ -132,7 +132,12 @@ pub(crate) fn run_activation(
         origin,
         &mut |_| Ok(true),
     )?;
-    let tx = Transaction::begin_with(journal, store, staged, store.operation_for(purpose))?;
+    let tx = Transaction::begin_with(
+        journal,
+        store,
+        staged,
+        store.operation_with(purpose, Some(&state)),
+    )?;
     let detail = detail(tx.staged());
     let (passed, ()) = tx.act(|op, _| {
         op.begin(pre, &post)?;

@@ -126,6 +126,9 @@ fn adopt_one(
         timeout: opts.lock_timeout,
         create: true,
         actor: &opts.actor,
+        history: journal
+            .as_deref()
+            .map(|j| j as &dyn crate::backend::History),
     });
     let store = ReleaseStore::open(&dest.path, settings, lock)?;
     let Some(store) = store.filter(|s| s.is_plain()) else {

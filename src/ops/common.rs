@@ -322,6 +322,30 @@ impl Activations {
                 });
                 self.reports.push(report);
             }
+            // Refused before anything began, because a release's name holds another
+            // directory: the conflict `release_moved` (docs/operations.md, "Release
+            // identity"), as a publication's plan reports it.
+            Err(PlanFailed {
+                plan: None,
+                error: e,
+            }) if is_moved(&e) => {
+                self.codes.push(ExitCode::Conflict);
+                let mut r = failed_entry(
+                    dest,
+                    dest.path.to_string_lossy().into_owned(),
+                    e.to_string(),
+                    None,
+                );
+                r.status = Status::Conflict;
+                r.decision = Some(crate::model::Decision::Conflict);
+                r.conflicts.push(crate::plan::Conflict::new(
+                    crate::model::ConflictKind::ReleaseMoved,
+                    None,
+                    None,
+                    e.to_string(),
+                ));
+                self.reports.push(r);
+            }
             Err(PlanFailed { plan, error: e }) => {
                 self.codes.push(e.exit_code());
                 self.reports.push(match plan {
@@ -362,6 +386,14 @@ impl Activations {
             saved: None,
         }
     }
+}
+
+/// Whether `e` is `release_moved` (docs/operations.md, "Release identity").
+fn is_moved(e: &Error) -> bool {
+    matches!(
+        e.root(),
+        Error::Releases(crate::error::ReleasesError::Moved { .. })
+    )
 }
 
 /// The report entry of destination `dest` (at `bundle_path`) that failed with `e` before

@@ -98,6 +98,11 @@ pub(crate) struct BundleStatus {
     /// remove and its owner. Exit 3.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub untrusted_record: Option<String>,
+    /// A releases destination whose active release's name holds another directory than
+    /// the release the log activated (docs/operations.md, "Release identity"): which, and
+    /// what it holds. Exit 3.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_moved: Option<String>,
     /// Whether an operation is unfinished (in the journal or in staging) and no live lock
     /// covers it: `distributor recover` is due.
     pub recovery_pending: bool,
@@ -169,6 +174,7 @@ impl Reported for BundleStatus {
             invalid_reason: None,
             owners: vec![],
             untrusted_record: None,
+            release_moved: None,
             recovery_pending: false,
             recovery: None,
             busy: None,
@@ -201,6 +207,7 @@ fn status_of(
     let store = open(d, bundle)?;
     let (state, untrusted) = read_state(store.as_deref(), bundle, view)?;
     s.untrusted_record = untrusted.or(untrusted_of(store.as_deref())?);
+    s.release_moved = release_moved_of(store.as_deref());
     match pending(view, bundle, store.as_deref())? {
         Pending::Nothing => {}
         Pending::Busy(who) => s.busy = Some(who),
@@ -318,6 +325,11 @@ pub(crate) struct BundleDrift {
     /// remove and its owner. Exit 3.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub untrusted_record: Option<String>,
+    /// A releases destination whose active release's name holds another directory than
+    /// the release the log activated (docs/operations.md, "Release identity"): drift
+    /// (exit 3); storage is not compared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_moved: Option<String>,
     /// Recovery is due (as in `status`): storage was not compared, since an interrupted
     /// operation's half-placed files would read as drift.
     pub recovery_pending: bool,
@@ -353,6 +365,7 @@ impl BundleDrift {
             || !self.unrecorded.is_empty()
             || self.log_mismatch.is_some()
             || self.log_chain_broken.is_some()
+            || self.release_moved.is_some()
     }
 }
 
@@ -368,6 +381,7 @@ impl Reported for BundleDrift {
             unrecorded: vec![],
             ignored: 0,
             untrusted_record: None,
+            release_moved: None,
             recovery_pending: false,
             recovery: None,
             busy: None,
@@ -391,6 +405,7 @@ impl Reported for BundleDrift {
             unrecorded: vec![],
             ignored: 0,
             untrusted_record: None,
+            release_moved: None,
             recovery_pending: false,
             recovery: None,
             busy: None,
@@ -441,6 +456,12 @@ fn read_state(
     Ok((state.believed(), why))
 }
 
+/// Why the active release's name of a releases destination holds another directory than
+/// the release (docs/operations.md, "Release identity"), if it does.
+fn release_moved_of(store: Option<&dyn BundleStore>) -> Option<String> {
+    store.and_then(ReleaseStore::of)?.release_moved()
+}
+
 /// The first record distributor does not believe in the staging of `store` (SPEC §17).
 fn untrusted_of(store: Option<&dyn BundleStore>) -> Result<Option<String>> {
     Ok(store
@@ -461,6 +482,7 @@ fn verify_one(
     let store = open(d, bundle)?;
     let (state, untrusted) = read_state(store.as_deref(), bundle, view)?;
     v.untrusted_record = untrusted.or(untrusted_of(store.as_deref())?);
+    v.release_moved = release_moved_of(store.as_deref());
     v.log_error = log_error(bundle, store.as_deref());
     let settled = match pending(view, bundle, store.as_deref())? {
         Pending::Nothing => true,
@@ -474,8 +496,9 @@ fn verify_one(
             false
         }
     };
-    // An untrusted record says nothing of what distributor published: not compared.
-    let compare_it = settled && v.untrusted_record.is_none();
+    // An untrusted record says nothing of what distributor published, nor does a
+    // directory that is not the release: not compared.
+    let compare_it = settled && v.untrusted_record.is_none() && v.release_moved.is_none();
     if compare_it && let Some(s) = store.as_deref() {
         v.log_mismatch = log_mismatch_of(s, &state)?;
         if v.log_mismatch.is_some() {

@@ -16,6 +16,7 @@ impl BundleStatus {
             _ if self.untrusted_record.is_some() => ExitCode::Conflict,
             _ if self.log_error.is_some() => ExitCode::Failed,
             (None, true) => ExitCode::RecoveryRequired,
+            _ if self.release_moved.is_some() => ExitCode::Conflict,
             (None, false) => ExitCode::Success,
         }
     }
@@ -59,6 +60,7 @@ fn problem_lines(
     invalid: (&str, Option<&String>),
     error: Option<&String>,
     untrusted_record: Option<&String>,
+    release_moved: Option<&String>,
     log_error: Option<&String>,
 ) {
     if let (head, Some(r)) = invalid {
@@ -69,6 +71,9 @@ fn problem_lines(
     }
     if let Some(u) = untrusted_record {
         let _ = writeln!(out, "  untrusted_record: {u}");
+    }
+    if let Some(m) = release_moved {
+        let _ = writeln!(out, "  release_moved: {m}");
     }
     if let Some(e) = log_error {
         let _ = writeln!(out, "  error: {e}");
@@ -90,6 +95,7 @@ pub(crate) fn status_text(st: &[BundleStatus]) -> String {
             ("invalid", s.invalid_reason.as_ref()),
             s.error.as_ref(),
             s.untrusted_record.as_ref(),
+            s.release_moved.as_ref(),
             s.log_error.as_ref(),
         );
         for o in &s.owners {
@@ -201,6 +207,7 @@ pub(crate) fn verify_text(drift: &[BundleDrift], every_file: bool) -> String {
             ("invalid state", d.invalid_reason.as_ref()),
             d.error.as_ref(),
             d.untrusted_record.as_ref(),
+            d.release_moved.as_ref(),
             d.log_error.as_ref(),
         );
         if let Some(m) = &d.log_mismatch {

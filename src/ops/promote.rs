@@ -162,6 +162,7 @@ fn open_for_promote(
         timeout: opts.lock_timeout,
         create: false,
         actor: &opts.actor,
+        history: journal.map(|j| j as &dyn crate::backend::History),
     };
     let open = crate::ops::activation::Opening {
         lock: (!opts.dry_run).then_some(how),
@@ -172,8 +173,9 @@ fn open_for_promote(
 }
 
 /// The conflict when what a promote builds on is not what the stage was staged against:
-/// `path` changed by hand (`path_changed`), or another release activated since
-/// (`stale_stage`, `active` being the logged one).
+/// `path` changed by hand (`path_changed`), the active release's name holds another
+/// directory (`release_moved`), or another release activated since (`stale_stage`,
+/// `active` being the logged one).
 fn judge_base(
     store: &ReleaseStore,
     stage: &Entry,
@@ -188,6 +190,9 @@ fn judge_base(
             None,
             why.to_string(),
         ));
+    } else if let Some(why) = store.release_moved() {
+        plan.conflicts
+            .push(Conflict::new(ConflictKind::ReleaseMoved, None, None, why));
     } else if active != stage.staged_against.as_deref() {
         let show = |r: Option<&str>| r.map_or("no release".to_string(), |r| format!("release {r}"));
         plan.conflicts.push(Conflict::new(
@@ -241,7 +246,7 @@ fn promote_one(
     let store = open_for_promote(dest, opts, journal.as_deref(), view)?;
     let stage = find_stage(&store, dest, prefix)?;
     let release = stage.operation_id.clone();
-    let to = store.release_state(&release)?;
+    let (to, identity) = store.release_state(&release)?;
     let me = Owner::new(&config.pipeline_id, &dest.id);
     let active = store.log_view()?.active().map(str::to_string);
     let from = match store.read_state()?.parse() {
@@ -285,7 +290,7 @@ fn promote_one(
     };
     // Read whole and checked against its state before `path` moves.
     if let Some(staged_state) = &plan.new_state {
-        store.verify_release(&release, staged_state)?;
+        store.verify_release(&release, identity, staged_state)?;
     }
     let how = Activation {
         command: "promote",
@@ -297,6 +302,7 @@ fn promote_one(
     let detail = |staged: &crate::execute::StagedOperation| promote_detail(&release, staged);
     let purpose = Purpose::Promote {
         release: release.clone(),
+        identity,
     };
     match run_activation(&plan, journal, &store, purpose, &how, &detail) {
         Ok(op) => Ok((

@@ -46,6 +46,11 @@ pub(crate) struct DestinationPrune {
     /// made (SPEC §17): the conflict `path_changed`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path_changed: Option<String>,
+    /// Why nothing was removed when the active release's name holds another directory
+    /// than the release the log activated (docs/operations.md, "Release identity"): the
+    /// conflict `release_moved`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_moved: Option<String>,
     /// The destination log's bad entries (SPEC §18), while which retention removes
     /// nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -78,6 +83,9 @@ impl PruneReport {
             }
             if let Some(e) = &d.path_changed {
                 let _ = writeln!(out, "  ! path_changed: {e}");
+            }
+            if let Some(e) = &d.release_moved {
+                let _ = writeln!(out, "  ! release_moved: {e}");
             }
             if let Some(e) = &d.log_error {
                 let _ = writeln!(out, "  error: {e}");
@@ -119,6 +127,7 @@ pub(crate) fn prune(
                 releases: Vec::new(),
                 removed: 0,
                 path_changed: None,
+                release_moved: None,
                 log_error: None,
                 error: None,
             };
@@ -130,7 +139,7 @@ pub(crate) fn prune(
             if d.log_error.is_some() {
                 codes.push(ExitCode::Failed);
             }
-            if d.path_changed.is_some() {
+            if d.path_changed.is_some() || d.release_moved.is_some() {
                 codes.push(ExitCode::Conflict);
             }
             (d, codes)
@@ -156,6 +165,9 @@ fn prune_one(
         timeout: opts.lock_timeout,
         create: false,
         actor: &opts.actor,
+        history: journal
+            .as_deref()
+            .map(|j| j as &dyn crate::backend::History),
     });
     let Some(store) = ReleaseStore::open(&dest.path, settings, lock)? else {
         return Ok(());
@@ -170,8 +182,9 @@ fn prune_one(
     // Retention removes nothing while path is not what the log says, or the log has bad
     // entries: say why.
     d.path_changed = store.path_changed().map(str::to_string);
+    d.release_moved = store.release_moved();
     d.log_error = store.log_view()?.untrusted();
-    if d.path_changed.is_some() || d.log_error.is_some() {
+    if d.path_changed.is_some() || d.release_moved.is_some() || d.log_error.is_some() {
         d.releases = ordered(&store, store.prune(true, Ticker::NONE)?)?;
         return Ok(());
     }

@@ -158,6 +158,9 @@ fn one(
         timeout: opts.lock_timeout,
         create: false,
         actor: &opts.actor,
+        history: journal
+            .as_deref()
+            .map(|j| j as &dyn crate::backend::History),
     });
     let Some(store) = ReleaseStore::open(&dest.path, settings, lock)? else {
         d.status = "none_yet";

@@ -126,6 +126,7 @@ fn open_for_rollback(
         timeout: opts.lock_timeout,
         create: false,
         actor: &opts.actor,
+        history: journal.map(|j| j as &dyn crate::backend::History),
     };
     let open = Opening {
         lock: (!opts.dry_run).then_some(how),
@@ -152,7 +153,14 @@ fn rollback_one(
     if let Some(why) = &changed {
         refuse_changed_path(why, opts, shared)?;
     }
-    let current = current_release(&store, changed.is_some(), dest)?;
+    // While the active release's name holds another directory, likewise: only a rollback
+    // to a named release, which plans from no state (docs/operations.md, "Release
+    // identity").
+    let moved = store.release_moved();
+    if let Some(why) = &moved {
+        refuse_moved_active(why, &store, opts, shared)?;
+    }
+    let current = current_release(&store, changed.is_some() || moved.is_some(), dest)?;
     let me = Owner::new(&config.pipeline_id, &dest.id);
     let owner = me.to_string();
     let who = shared.then_some(owner.as_str());
@@ -172,15 +180,26 @@ fn rollback_one(
         })
         .into());
     }
-    let to = store.release_state(&target)?;
+    let (to, identity) = store.release_state(&target)?;
     if shared {
         return rollback_owner(
-            config, dest, opts, journal, &store, &me, to, &target, &undoes,
+            config,
+            dest,
+            opts,
+            journal,
+            &store,
+            &me,
+            (to, identity),
+            &target,
+            &undoes,
         );
     }
-    store.verify_release(&target, &to)?;
-    let from = active_state(&store, changed.is_some(), &current)?;
-    let plan = plan(dest, &from, to, &current, &target)?;
+    store.verify_release(&target, identity, &to)?;
+    let from = match moved {
+        Some(_) => None,
+        None => Some(active_state(&store, changed.is_some(), &current)?),
+    };
+    let plan = plan(dest, from.as_ref(), to, &current, &target)?;
     let source = plan
         .new_state
         .as_ref()
@@ -194,7 +213,7 @@ fn rollback_one(
         ));
     };
     let purpose = Purpose::Rollback {
-        activate: Some(target.clone()),
+        activate: Some((target.clone(), identity)),
         undoes: undoes.clone(),
     };
     let how = Activation {
@@ -235,6 +254,30 @@ fn refuse_changed_path(why: &str, opts: &RollbackOptions, shared: bool) -> Resul
     Ok(())
 }
 
+/// While the active release's name holds another directory (`why`, `release_moved`),
+/// only a single owner's rollback to a named release may run: refused as that conflict
+/// otherwise.
+fn refuse_moved_active(
+    why: &str,
+    store: &ReleaseStore,
+    opts: &RollbackOptions,
+    shared: bool,
+) -> Result<()> {
+    if opts.to.is_some() && !shared {
+        return Ok(());
+    }
+    let name = store.log_view()?.active().unwrap_or_default().to_string();
+    Err(crate::backend::releases::release_moved(
+        store.record_base()?.path().join(name),
+        why.to_string(),
+        if shared {
+            "a shared root's rollback builds on the active release: put it back first; nothing was rolled back"
+        } else {
+            "a rollback steps back from the active release: name the release to activate with --to OP_ID; nothing was rolled back"
+        },
+    ))
+}
+
 /// The release a rollback steps back from: the logged one while `path` has changed, else
 /// the one `path` points at (the logged one when it points at none).
 fn current_release(store: &ReleaseStore, path_changed: bool, dest: &Destination) -> Result<String> {
@@ -255,7 +298,7 @@ fn current_release(store: &ReleaseStore, path_changed: bool, dest: &Destination)
 fn active_state(store: &ReleaseStore, path_changed: bool, current: &str) -> Result<State> {
     let active_state = match path_changed {
         true => match store.release_state(current) {
-            Ok(s) => StateFile::Valid(s),
+            Ok((s, _)) => StateFile::Valid(s),
             Err(e) => StateFile::Invalid(e.to_string()),
         },
         false => store.read_state()?.parse(),
@@ -304,7 +347,7 @@ fn rollback_owner(
     journal: Option<&mut Journal>,
     store: &ReleaseStore,
     me: &Owner,
-    to: State,
+    (to, identity): (State, crate::backend::types::Identity),
     target: &str,
     undoes: &str,
 ) -> std::result::Result<(DestinationReport, SourceRef), PlanFailed> {
@@ -332,7 +375,7 @@ fn rollback_owner(
         outputs,
         links,
     };
-    store.verify_release(target, &mine)?;
+    store.verify_release(target, identity, &mine)?;
     let created = chrono::DateTime::parse_from_rfc3339(&record.source.created_at).map_err(|e| {
         Error::Failed(format!(
             "release {target}: created_at {} of {me} does not parse ({e})",
@@ -414,21 +457,21 @@ fn rollback_owner(
 /// The plan of a rollback: what readers of `path` see change, and the target's state.
 fn plan(
     dest: &Destination,
-    from: &State,
+    from: Option<&State>,
     to: State,
     current: &str,
     target: &str,
 ) -> Result<DestinationPlan> {
-    if from.mode != StateMode::SingleOwner || to.mode != StateMode::SingleOwner {
+    if from.is_some_and(|f| f.mode != StateMode::SingleOwner) || to.mode != StateMode::SingleOwner {
         return Err(Error::Failed(
             "a single_owner destination holds shared_root state; not rolled back".into(),
         ));
     }
-    let previous = from.owners.first().map(|o| Previous {
+    let previous = from.and_then(|f| f.owners.first()).map(|o| Previous {
         owner: o.owner.clone(),
         source: o.source.clone(),
     });
-    let (files, links) = state_change(None, Some(from), &to);
+    let (files, links) = state_change(None, from, &to);
     let to_source = to.owners.first().map(|o| o.source.clone());
     let message = format!(
         "rolls back from release {current} (source {}) to release {target} (source {})",

@@ -9,8 +9,8 @@ pub mod paths;
 pub mod staging;
 
 pub use staging::{
-    ActionKind, NEW, NEW_TREES, OLD, Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, RecordDir,
-    STATE_TMP_FILE, StagedAction, StagedOperation, StagingLayout,
+    ActionKind, NEW, NEW_TREES, OLD, Origin, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE,
+    RELEASE_FILE, RecordDir, STATE_TMP_FILE, StagedAction, StagedOperation, StagingLayout,
 };
 
 use serde::{Deserialize, Serialize};
@@ -59,6 +59,12 @@ pub struct ReleasesRecord {
     /// activates the release it builds, named by its operation id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activates: Option<String>,
+    /// The device and inode of the release a rollback or promote activates, as verified
+    /// before the operation began: at the commit point its name must still hold that
+    /// directory (docs/operations.md, "Release identity"). Absent in records written
+    /// before it was kept (the release's state is checked instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activates_identity: Option<RecordDir>,
     /// `releases adopt`: the release is built from the plain directory at `path`, which
     /// the commit point exchanges with the symlink.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

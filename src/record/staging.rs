@@ -28,6 +28,11 @@ pub const STATE_TMP_FILE: &str = "state.json";
 pub const PRE_STATE_FILE: &str = "pre-state.json";
 /// Copy of the state file the operation commits.
 pub const POST_STATE_FILE: &str = "post-state.json";
+/// A releases operation that builds a release: the device and inode of the release
+/// directory it made (`{"dev": D, "ino": I}`), written right after the directory was made
+/// and before anything goes into it, so that only that directory is ever removed as its
+/// half-built release (docs/operations.md, "Release identity").
+pub const RELEASE_FILE: &str = "release.json";
 
 /// What an action does to its path; the journal and `plan.json` spell it as below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -220,7 +225,8 @@ pub struct StagedOperation {
     pub new_dir_index: NewDirIndex,
 }
 
-/// Device and inode of a record directory.
+/// Device and inode of a directory a record names: the record directory, or a release
+/// (docs/operations.md, "Release identity").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordDir {
     /// Device.

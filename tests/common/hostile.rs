@@ -242,3 +242,63 @@ pub fn contents_under(env: &Env, rel: &str) -> Vec<String> {
         .map(|(_, c)| c)
         .collect()
 }
+
+/// The neighbour's uid and gid (`nobody`): a local user who may write where a test gives
+/// it write access, never distributor's.
+pub const NEIGHBOUR: u32 = 65534;
+
+/// Runs `script` (sh) in the env's root as the neighbour ([`NEIGHBOUR`], through
+/// `setpriv`); its exit status.
+pub fn as_neighbour(env: &Env, script: &str) -> bool {
+    let out = Command::new("setpriv")
+        .args([
+            &format!("--reuid={NEIGHBOUR}"),
+            &format!("--regid={NEIGHBOUR}"),
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .current_dir(env.path(""))
+        .output()
+        .expect("setpriv");
+    if !out.status.success() {
+        eprintln!(
+            "the neighbour's `{script}` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out.status.success()
+}
+
+/// Entries the neighbour owns in a directory the neighbour cannot write (SPEC §17:
+/// distributor never leaves one there), root-relative; `given` lists the root-relative
+/// paths the test itself gave the neighbour.
+pub fn misplaced_neighbour_entries(env: &Env, given: &[&str]) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    fn walk(dir: &Path, base: &Path, given: &[PathBuf], out: &mut Vec<String>) {
+        let Ok(md) = fs::symlink_metadata(dir) else {
+            return;
+        };
+        let writable = md.mode() & 0o002 != 0 || (md.uid() == NEIGHBOUR && md.mode() & 0o200 != 0);
+        let Ok(rd) = fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd {
+            let p = e.unwrap().path();
+            let Ok(emd) = fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if emd.uid() == NEIGHBOUR && !writable && !given.contains(&p) {
+                out.push(p.strip_prefix(base).unwrap().display().to_string());
+            }
+            if emd.is_dir() {
+                walk(&p, base, given, out);
+            }
+        }
+    }
+    let given: Vec<PathBuf> = given.iter().map(|g| env.path(g)).collect();
+    let mut out = Vec::new();
+    walk(&env.root, &env.root, &given, &mut out);
+    out
+}

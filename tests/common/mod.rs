@@ -9,6 +9,7 @@ pub mod chaos;
 pub mod faults;
 pub mod hostile;
 pub mod left_out;
+pub mod release_scene;
 pub mod s3;
 pub mod server;
 

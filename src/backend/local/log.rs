@@ -147,6 +147,11 @@ pub struct Entry {
     /// promote activates the staged release only while this one is still active.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staged_against: Option<String>,
+    /// Releases: the device and inode of the release directory this entry activated or
+    /// staged, as distributor made or verified it (docs/operations.md, "Release
+    /// identity"): a name that holds another directory later is `release_moved`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_identity: Option<crate::fs::Identity>,
     /// A rollback's holds: the digests publishing which is the conflict `rolled_back`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held: Vec<Hold>,
@@ -219,6 +224,7 @@ impl Entry {
             undoes: None,
             release_staged: None,
             staged_against: None,
+            release_identity: None,
             held: Vec::new(),
             removed_releases: Vec::new(),
             removed_count: None,

@@ -5,7 +5,7 @@
 //! retires an adopted directory.
 
 use super::build::ReleaseOperation;
-use super::{ACTIVATE_PREFIX, ADOPTED_PREFIX, Link, ReleaseStore, link_text};
+use super::{ACTIVATE_PREFIX, ADOPTED_PREFIX, Expected, Link, ReleaseStore, link_text};
 use crate::backend::Committed;
 use crate::backend::local::log::Entry;
 use crate::backend::local::records::RECORD_DIR;
@@ -33,14 +33,23 @@ impl ReleaseOperation<'_> {
             }
             .into());
         }
-        if let Some(target) = op.releases.as_ref().and_then(|r| r.activates.as_deref()) {
+        if let Some(rec) = op.releases.as_ref().filter(|r| r.activates.is_some()) {
+            let target = rec.target(&op.operation_id);
             root.dir()
                 .open_dir(target)
                 .ctx("open", self.settings.dir.join(target))?;
             self.check_still_in_place(root)?;
-            return self.swap(op, target);
+            return self.swap(
+                op,
+                target,
+                Expected::by(rec.activates_identity.map(Into::into)),
+            );
         }
         let release = self.release_dir(op, "")?;
+        let built = Expected {
+            identity: Some(release.identity().ctx("stat", release.path())?),
+            state: false,
+        };
         let state_path = self.settings.dir.join(&op.operation_id).join(STATE_FILE);
         // The state file is a record: exactly 0600, distributor's (SPEC §17).
         let mut f = release
@@ -55,10 +64,12 @@ impl ReleaseOperation<'_> {
         self.check_still_in_place(root)?;
         if ReleaseStore::stages(op) {
             // A stage (SPEC §19): the release is complete and durable, its state file its
-            // commit point; `path` is left as it is for `distributor promote`.
+            // commit point; `path` is left as it is for `distributor promote`. Its name
+            // must hold it, or the stage's log entry would name another directory.
+            self.checked_or_moved(&op.operation_id, built, &self.view, "nothing was staged")?;
             return Ok(Committed::passed());
         }
-        self.swap(op, &op.operation_id)
+        self.swap(op, &op.operation_id, built)
     }
 
     /// `undo`: removes the release `op` was building (never one `path` names), its
@@ -86,9 +97,7 @@ impl ReleaseOperation<'_> {
                 || e.release_staged.as_deref() == Some(id)
         });
         if rollback.is_none() && !logged {
-            root.dir()
-                .remove_tree(id)
-                .ctx("remove release", self.settings.dir.join(id))?;
+            self.remove_half_built(id)?;
         } else if rollback.is_none() {
             eprintln!(
                 "warning: {} is named by the destination log; undoing operation {id} leaves it for retention",
@@ -99,6 +108,46 @@ impl ReleaseOperation<'_> {
         failpoint::hit("undo_before_remove_staging");
         root.remove_unfinished(id)?;
         root.remove_staging(id)
+    }
+}
+
+impl ReleaseOperation<'_> {
+    /// Removes the release operation `id` was building, and nothing else: what its name
+    /// holds must be the directory it made (the handle this process holds, else the
+    /// device and inode its staging entry keeps); where neither is known (stopped between
+    /// making the directory and recording it), only an empty directory is removed. A name
+    /// holding another directory is `release_moved`: nothing is removed, the staging
+    /// stays. Nothing there is an undo done before.
+    fn remove_half_built(&self, id: &str) -> Result<()> {
+        let root = self.root()?;
+        let path = self.settings.dir.join(id);
+        let held = (self.building.lock().unwrap_or_else(|p| p.into_inner()))
+            .as_ref()
+            .filter(|b| b.op == id)
+            .map(|b| b.identity())
+            .transpose()?;
+        let outcome =
+            "nothing was removed; the operation's staging stays for `distributor recover`";
+        let Some(made) = held.map_or_else(|| root.recorded_release(id), |h| Ok(Some(h)))? else {
+            return match root.dir().rmdir(id) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(_) => Err(super::release_moved(
+                    path,
+                    "its operation recorded no release directory, and the name holds something that is not an empty directory".to_string(),
+                    outcome,
+                )),
+            };
+        };
+        let want = Expected {
+            identity: Some(made),
+            state: false,
+        };
+        match self.open_release_checked(id, want, &self.view)? {
+            Ok(dir) => super::carry::remove_release(root.dir(), id, &dir),
+            Err(_) if root.dir().stat_opt(id).ctx("stat", &path)?.is_none() => Ok(()),
+            Err(why) => Err(super::release_moved(path, why, outcome)),
+        }
     }
 }
 
@@ -120,6 +169,13 @@ impl ReleaseStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Verdict::Back),
             Err(e) => return Err(Error::io("open", release_path, e)),
         };
+        // Only the directory the stage made counts (docs/operations.md, "Release
+        // identity"); the undo then refuses to remove another.
+        if let Some(made) = root.recorded_release(id)?
+            && release.identity().ctx("stat", &release_path)? != made
+        {
+            return Ok(Verdict::Back);
+        }
         let state = crate::backend::local::Bundle::reading(&release_path, release)?.read_state()?;
         let sha = state.bytes().map(crate::hash::sha256_hex);
         Ok(match sha {
@@ -128,14 +184,34 @@ impl ReleaseStore {
         })
     }
 
+    /// Whether the release operation `op` built is complete: its name holds the directory
+    /// the operation made (the device and inode its staging entry keeps), and its state
+    /// file, written before the commit point, is the operation's post-state.
+    pub(super) fn built_complete(&self, op: &StagedOperation) -> Result<bool> {
+        let root = self.root()?;
+        let id = &op.operation_id;
+        let want = Expected {
+            identity: root.recorded_release(id)?,
+            state: false,
+        };
+        let Ok(dir) = self.open_release_checked(id, want, &self.view)? else {
+            return Ok(false);
+        };
+        let path = self.settings.dir.join(id);
+        let bytes = crate::backend::local::Bundle::reading(&path, dir)?.read_state()?;
+        Ok(bytes.bytes().map(crate::hash::sha256_hex).as_deref()
+            == Some(op.post_state_sha256.as_str()))
+    }
+
     /// Whether operation `op` adopts the plain directory at `path`.
     pub(super) fn adopts(op: &StagedOperation) -> bool {
         op.releases.as_ref().is_some_and(|r| r.adopts)
     }
 
     /// A symlink to `release` under a temporary name, renamed over `path`: the commit
-    /// point; then `path`'s parent is fsynced.
-    fn swap(&self, op: &StagedOperation, release: &str) -> Result<Committed> {
+    /// point, made only while the name `release` holds the release `want` describes;
+    /// then `path`'s parent is fsynced.
+    fn swap(&self, op: &StagedOperation, release: &str, want: Expected) -> Result<Committed> {
         let (tmp_dir, tmp) = self.activation_dir(&op.operation_id)?;
         let _ = tmp_dir.unlink(&tmp);
         let text = link_text(&self.path, &self.settings.dir, release);
@@ -147,8 +223,12 @@ impl ReleaseStore {
             // The plain directory and the symlink change places: the directory, now
             // under the temporary name, is emptied of what the release took over by the
             // cleanup. Only the directory locked is exchanged (SPEC §17).
-            self.exchange_locked(op, &tmp_dir, &tmp)?;
+            self.exchange_locked(op, &tmp_dir, &tmp, (release, want))?;
         } else {
+            // The release's name must hold the very directory distributor built or
+            // verified, right before `path` is pointed at it (docs/operations.md,
+            // "Release identity").
+            self.checked_or_moved(release, want, &self.view, "nothing was activated")?;
             tmp_dir
                 .rename_over(&tmp, &self.parent, &self.name())
                 .ctx("activate", &self.path)?;
@@ -158,10 +238,17 @@ impl ReleaseStore {
     }
 
     /// The adoption's exchange: `path` must be the plain directory locked (its device and
-    /// inode, kept in the staging record) right before the `RENAME_EXCHANGE`, and what
-    /// landed under the temporary name must be it afterwards; otherwise a neighbour
-    /// swapped another directory in, and it is exchanged back and nothing is deleted.
-    fn exchange_locked(&self, op: &StagedOperation, tmp_dir: &Dir, tmp: &str) -> Result<()> {
+    /// inode, kept in the staging record) and the name `release` the release built
+    /// (`built`) right before the `RENAME_EXCHANGE`, and what landed under the temporary
+    /// name must be the directory afterwards; otherwise a neighbour swapped another
+    /// directory in, and it is exchanged back and nothing is deleted.
+    fn exchange_locked(
+        &self,
+        op: &StagedOperation,
+        tmp_dir: &Dir,
+        tmp: &str,
+        (release, built): (&str, Expected),
+    ) -> Result<()> {
         let want = locked_dir(op).ok_or_else(|| StepError::AdoptionWithoutDirectory {
             path: self.path.clone(),
         })?;
@@ -175,6 +262,9 @@ impl ReleaseStore {
         }
         // A neighbour may swap another directory in right here: checked again below.
         failpoint::hit("before_adopt_exchange");
+        // The release's name must hold the release built, right before `path` is
+        // exchanged with the symlink to it (docs/operations.md, "Release identity").
+        self.checked_or_moved(release, built, &self.view, "nothing was exchanged")?;
         tmp_dir
             .exchange(tmp, &self.parent, &name)
             .ctx("exchange with the first release", &self.path)?;
@@ -250,7 +340,7 @@ impl ReleaseStore {
             self.retire_adopted(op)?;
         }
         let view = self.log_view()?;
-        if let Some(why) = &view.legacy_error {
+        if let Some(why) = &view.legacy_blocked() {
             return Err(StepError::LogUnwritable {
                 why: why.clone(),
                 outcome: format!(
@@ -266,6 +356,7 @@ impl ReleaseStore {
             // A stage's entry (command `stage`): the release it holds for promote, and the
             // release active when it was built, which a promote requires still to be.
             let mut entry = Entry::of_operation(op);
+            entry.release_identity = self.identity_of_target(op)?;
             entry.release_staged = Some(op.operation_id.clone());
             entry.staged_against = op.releases.as_ref().and_then(|r| r.active_before.clone());
             crate::backend::local::log::append_for(
@@ -286,6 +377,7 @@ impl ReleaseStore {
                 _ => Vec::new(),
             };
             let mut entry = Entry::of_operation(op);
+            entry.release_identity = self.identity_of_target(op)?;
             entry.release_activated = Some(rollback.unwrap_or_else(|| op.operation_id.clone()));
             entry.release_deactivated = view
                 .active()
@@ -301,6 +393,17 @@ impl ReleaseStore {
             )?;
         }
         root.remove_staging(&op.operation_id)
+    }
+
+    /// The device and inode of the release operation `op` activates or stages, as kept
+    /// with its records: a rollback's or promote's as verified (its staging record), a
+    /// built release's as made (its staging entry's `release.json`). `None` for a record
+    /// written before they were kept.
+    fn identity_of_target(&self, op: &StagedOperation) -> Result<Option<Identity>> {
+        match op.releases.as_ref().filter(|r| r.activates.is_some()) {
+            Some(rec) => Ok(rec.activates_identity.map(Into::into)),
+            None => self.root()?.recorded_release(&op.operation_id),
+        }
     }
 
     /// After an adoption: the plain directory, exchanged into `releases.dir` under the

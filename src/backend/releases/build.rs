@@ -6,21 +6,16 @@
 //! removes a release `path` does not name and no log entry names; the cleanup writes the
 //! activation's entry in the destination log (SPEC §18) before the staging entry goes.
 
-use super::ReleaseStore;
-use super::log;
+use super::carry::{Records, carry, content_dir_mode, open_real};
+use super::{READ_ONLY, ReleaseStore, log};
 use crate::backend::Committed;
-use crate::backend::local::records::RECORD_DIR;
-use crate::backend::local::{LEGACY_STAGING_DIR, LOCK_FILE};
 use crate::backend::types::{Placed, Staged};
 use crate::error::{Error, IoContext, Result, StepError};
 use crate::failpoint;
-use crate::fs::{Dir, Identity, split, type_name};
+use crate::fs::{Dir, Identity, split};
 use crate::record::StagedOperation;
 use crate::source::relative_link_target;
-use crate::state::STATE_FILE;
 use rustix::fs::{FileType, Mode};
-use sha2::{Digest, Sha256};
-use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -28,13 +23,17 @@ use std::sync::Arc;
 /// far, by release-relative path.
 #[derive(Debug)]
 pub(super) struct Building {
-    op: String,
+    pub(super) op: String,
     dirs: foldhash::HashMap<String, Arc<Dir>>,
 }
 
-/// Mode of every file distributor writes into a release: read-only, so writing through
-/// one release cannot change another that shares the file.
-const READ_ONLY: u32 = 0o444;
+impl Building {
+    /// The device and inode of the release being built.
+    pub(super) fn identity(&self) -> Result<Identity> {
+        let dir = &self.dirs[""];
+        dir.identity().ctx("stat", dir.path())
+    }
+}
 
 /// One operation in a releases destination: what it does and the release it builds,
 /// made by [`ReleaseStore`]'s `operation` (a publication) or `operation_for` and dropped
@@ -47,6 +46,9 @@ pub(super) struct ReleaseOperation<'s> {
     pub(super) purpose: super::Purpose,
     /// The release being built, and the directories below it opened so far.
     pub(super) building: std::sync::Mutex<Option<Building>>,
+    /// The state the operation commits, where its caller holds it parsed: what a carried
+    /// entry must be (else `begin` parses the post-state it is given).
+    pub(super) post: Option<&'s crate::state::State>,
 }
 
 impl std::ops::Deref for ReleaseOperation<'_> {
@@ -67,7 +69,7 @@ impl ReleaseOperation<'_> {
         post: &[u8],
     ) -> Result<()> {
         let root = self.root()?;
-        if let Some(why) = self.log_view()?.legacy_error {
+        if let Some(why) = self.log_view()?.legacy_blocked() {
             return Err(StepError::LogUnwritable {
                 why,
                 outcome: "nothing was published".to_string(),
@@ -81,18 +83,36 @@ impl ReleaseOperation<'_> {
             return Ok(());
         }
         let id = &op.operation_id;
-        let release_path = self.settings.dir.join(id);
-        if !root.dir().mkdir(id).ctx("create release", &release_path)? {
-            return Err(StepError::Exists { path: release_path }.into());
-        }
-        let release = Arc::new(root.dir().open_dir(id).ctx("open", &release_path)?);
-        content_dir_mode(&release)?;
+        let release = Arc::new(self.make_release(op)?);
         failpoint::hit("during_carry_over");
         if let Some(active) = &self.active {
             let skip: foldhash::HashSet<&str> =
                 op.actions.iter().map(|a| a.path.as_str()).collect();
+            self.check_carry_source(active.dir())?;
+            let parsed;
+            let state = match self.post {
+                Some(s) => s,
+                None => match crate::state::StateFile::parse(post) {
+                    crate::state::StateFile::Valid(s) => {
+                        parsed = s;
+                        &parsed
+                    }
+                    _ => {
+                        return Err(Error::Failed(format!(
+                            "the post-state of operation {id} does not parse; nothing carried"
+                        )));
+                    }
+                },
+            };
             // An adopted directory's files become read-only as they become a release's.
-            carry(active.dir(), &release, &skip, ReleaseStore::adopts(op))?;
+            let records = Records::of(state);
+            carry(
+                active.dir(),
+                &release,
+                &skip,
+                &records,
+                ReleaseStore::adopts(op),
+            )?;
         }
         let mut dirs = foldhash::HashMap::default();
         dirs.insert(String::new(), release);
@@ -101,6 +121,54 @@ impl ReleaseOperation<'_> {
             dirs,
         });
         Ok(())
+    }
+
+    /// Makes the release directory of `op`, checks that the handle opened is the new,
+    /// empty directory of distributor's uid, and keeps its device and inode in the
+    /// operation's staging entry before anything goes into it (docs/operations.md,
+    /// "Release identity").
+    fn make_release(&self, op: &StagedOperation) -> Result<Dir> {
+        let root = self.root()?;
+        let id = &op.operation_id;
+        let release_path = self.settings.dir.join(id);
+        if !root.dir().mkdir(id).ctx("create release", &release_path)? {
+            return Err(StepError::Exists { path: release_path }.into());
+        }
+        let release = open_real(root.dir(), id)?;
+        let st = release.fstat().ctx("stat", &release_path)?;
+        let fresh = st.st_uid == crate::backend::local::records::euid()
+            && release.entries().ctx("list", &release_path)?.is_empty();
+        if !fresh {
+            return Err(super::identity::moved(
+                release_path,
+                "it is not the empty directory distributor just made".to_string(),
+                "nothing was built there",
+            ));
+        }
+        root.record_release(id, Identity::of(&st))?;
+        content_dir_mode(&release)?;
+        Ok(release)
+    }
+
+    /// Before carrying from the active release (`src`, the handle opened when the
+    /// destination was locked): its name must still hold that very directory, and the
+    /// destination must not be `release_moved` (docs/operations.md, "Release identity").
+    fn check_carry_source(&self, src: &Dir) -> Result<()> {
+        let Some(name) = self.active_release() else {
+            // Adopting a plain directory: `path` is checked by the adoption's exchange.
+            return Ok(());
+        };
+        let path = self.settings.dir.join(name);
+        if let Some(why) = self.release_moved() {
+            return Err(super::identity::moved(path, why, "nothing was carried"));
+        }
+        let held = src.identity().ctx("stat", &path)?;
+        let want = super::Expected {
+            identity: Some(held),
+            state: false,
+        };
+        self.checked_or_moved(name, want, &self.view, "nothing was carried")
+            .map(drop)
     }
 
     /// The directory `rel` of the release being built for `op`, created (with its
@@ -272,264 +340,6 @@ fn make_dirs(b: &mut Building, rel: &str, base: &Path) -> Result<Arc<Dir>> {
     }
     b.dirs.insert(rel.to_string(), Arc::clone(&d));
     Ok(d)
-}
-
-/// One directory of the active release, as the carry-over scanned it.
-struct Scanned {
-    /// Release-relative path (`""` for the release itself).
-    rel: String,
-    /// Index of its parent in the scan (`None` for the release itself).
-    parent: Option<usize>,
-    /// Its identity in the active release, checked when it is opened again to link from.
-    identity: Identity,
-    /// Whether the new release gets it: something below it is carried, or it was empty.
-    made: bool,
-    /// The entries to link from it (files, symlinks, anything but directories).
-    entries: Vec<(String, FileType)>,
-}
-
-/// Reads the directory `rel` of the active release (`dir`) and everything below it into
-/// `out` (parents first): every entry not in `skip` (the paths the operation writes or
-/// deletes) and not distributor's own. Returns whether the new release gets the
-/// directory: a directory everything below which was skipped is not made (the deletions
-/// emptied it); one that was empty stays.
-fn scan(
-    dir: &Dir,
-    rel: &str,
-    parent: Option<usize>,
-    skip: &foldhash::HashSet<&str>,
-    out: &mut Vec<Scanned>,
-) -> Result<bool> {
-    let list = dir.entries().ctx("list", dir.path())?;
-    let here = out.len();
-    out.push(Scanned {
-        rel: rel.to_string(),
-        parent,
-        identity: dir.identity().ctx("stat", dir.path())?,
-        made: list.is_empty(),
-        entries: Vec::new(),
-    });
-    let mut made = list.is_empty();
-    let mut entries = Vec::new();
-    for (name, kind) in list {
-        let child = if rel.is_empty() {
-            name.clone()
-        } else {
-            format!("{rel}/{name}")
-        };
-        let own = [STATE_FILE, LOCK_FILE, RECORD_DIR, LEGACY_STAGING_DIR];
-        if (rel.is_empty() && own.contains(&name.as_str())) || skip.contains(child.as_str()) {
-            continue;
-        }
-        if kind == FileType::Directory {
-            let sub = dir.open_dir(&name).ctx("open", dir.join(&name))?;
-            made |= scan(&sub, &child, Some(here), skip, out)?;
-        } else {
-            entries.push((name, kind));
-            made = true;
-        }
-    }
-    out[here].made = made;
-    out[here].entries = entries;
-    Ok(made)
-}
-
-/// Opens `rel` below `root`, never through a symlink.
-/// Gives a directory a release made exactly the published directories' mode, 0755
-/// (SPEC §17), whatever the umask or a default ACL of `releases.dir` made of it.
-fn content_dir_mode(d: &Dir) -> Result<()> {
-    crate::backend::local::records::set_mode(
-        d.fd(),
-        crate::backend::local::records::CONTENT_DIR_MODE,
-    )
-    .ctx("chmod", d.path())
-}
-
-fn open_real(root: &Dir, rel: &str) -> Result<Dir> {
-    root.open_dir(rel).map_err(|e| {
-        if crate::fs::is_redirect(&e) {
-            Error::Unsafe(format!(
-                "{} is not a real directory",
-                root.join(rel).display()
-            ))
-        } else {
-            Error::io("open", root.join(rel), e)
-        }
-    })
-}
-
-/// [`open_real`], checked to be the directory `identity` names: one swapped in since it
-/// was scanned or made is refused.
-fn reopen(root: &Dir, rel: &str, identity: Identity) -> Result<Dir> {
-    let d = open_real(root, rel)?;
-    if d.identity().ctx("stat", root.join(rel))? != identity {
-        return Err(Error::Unsafe(format!(
-            "{} was replaced while the release was being built",
-            root.join(rel).display()
-        )));
-    }
-    Ok(d)
-}
-
-/// Carries the active release (`src`) into the new one (`dst`): every entry not in `skip`
-/// (the paths the operation writes or deletes) and not the state file, hard-linked;
-/// directories made again (see [`scan`] for which). The directories are scanned and made
-/// first, on one thread; then the links are made directory by directory on several
-/// (links into different directories do not wait on each other), each directory opened
-/// again without following symlinks and checked to be the one scanned or made. With
-/// `read_only`, carried regular files are made read-only (an adopted directory's files,
-/// which no release made so yet).
-fn carry(src: &Dir, dst: &Dir, skip: &foldhash::HashSet<&str>, read_only: bool) -> Result<()> {
-    let mut dirs = Vec::new();
-    scan(src, "", None, skip, &mut dirs)?;
-    // The new release's directories, parents first; each one's identity once made.
-    let mut made: Vec<Option<Identity>> = vec![None; dirs.len()];
-    made[0] = Some(dst.identity().ctx("stat", dst.path())?);
-    for i in 1..dirs.len() {
-        let d = &dirs[i];
-        let Some(parent) = d.parent.and_then(|p| made[p]) else {
-            continue;
-        };
-        if !d.made {
-            continue;
-        }
-        let (parent_rel, name) = split(&d.rel);
-        let p = reopen(dst, parent_rel, parent)?;
-        let created = p.mkdir(name).ctx("create directory", p.join(name))?;
-        let sub = open_real(&p, name)?;
-        if created {
-            content_dir_mode(&sub)?;
-        }
-        made[i] = Some(sub.identity().ctx("stat", sub.path())?);
-    }
-    let work: Vec<(&Scanned, Identity)> = dirs
-        .iter()
-        .zip(&made)
-        .filter(|(d, _)| !d.entries.is_empty())
-        .filter_map(|(d, m)| m.map(|m| (d, m)))
-        .collect();
-    let files: usize = work.iter().map(|(d, _)| d.entries.len()).sum();
-    let threads = crate::parallel::threads_for(files);
-    crate::parallel::try_map_on(
-        threads,
-        &work,
-        || (),
-        |(d, made), _| {
-            let from = reopen(src, &d.rel, d.identity)?;
-            let to = reopen(dst, &d.rel, *made)?;
-            for (name, kind) in &d.entries {
-                link_or_copy(&from, name, *kind, &to, &from.join(name), &to.join(name))?;
-                if read_only && *kind == FileType::RegularFile {
-                    let (f, _) = to.open_file(name).ctx("open", to.join(name))?;
-                    rustix::fs::fchmod(&f, Mode::from_raw_mode(READ_ONLY))
-                        .map_err(|e| Error::io("make read-only", to.join(name), e.into()))?;
-                }
-            }
-            Ok(())
-        },
-    )?;
-    Ok(())
-}
-
-/// Removes the release `name` of `parent` (retention): its files directory by directory
-/// on several threads (each directory opened again without following symlinks and
-/// checked to be the one listed), then the emptied directories. A release of 10,000
-/// files is 10,000 `unlinkat`; on one thread they were most of what retention added to a
-/// publication.
-pub(super) fn remove_release(parent: &Dir, name: &str) -> Result<()> {
-    let Some(st) = parent.stat_opt(name).ctx("stat", parent.join(name))? else {
-        return Ok(());
-    };
-    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-        let root = open_real(parent, name)?;
-        let mut dirs = Vec::new();
-        scan(&root, "", None, &Default::default(), &mut dirs)?;
-        let files: usize = dirs.iter().map(|d| d.entries.len()).sum();
-        let work: Vec<&Scanned> = dirs.iter().filter(|d| !d.entries.is_empty()).collect();
-        crate::parallel::try_map_on(
-            crate::parallel::threads_for(files),
-            &work,
-            || (),
-            |d, _| {
-                let dir = reopen(&root, &d.rel, d.identity)?;
-                for (entry, _) in &d.entries {
-                    dir.unlink(entry).ctx("remove", dir.join(entry))?;
-                }
-                Ok(())
-            },
-        )?;
-    }
-    // What is left: the emptied directories (or `name` itself, when not one).
-    parent
-        .remove_tree(name)
-        .ctx("remove release", parent.join(name))
-}
-
-/// Hard-links `name` from `src` into `dst`; where the filesystem refuses (`EXDEV`,
-/// `EPERM`, `EMLINK`), copies a regular file read-only and verifies the copy by reading it
-/// back, and makes a symlink again with the same text.
-fn link_or_copy(
-    src: &Dir,
-    name: &str,
-    kind: FileType,
-    dst: &Dir,
-    from: &Path,
-    to: &Path,
-) -> Result<()> {
-    let linked = match failpoint::io("io_link") {
-        Err(_) => Err(std::io::Error::from(rustix::io::Errno::XDEV)),
-        Ok(()) => src.hard_link(name, dst, name),
-    };
-    let err = match linked {
-        Ok(()) => return Ok(()),
-        Err(e) => e,
-    };
-    let refused = matches!(
-        rustix::io::Errno::from_io_error(&err),
-        Some(rustix::io::Errno::XDEV | rustix::io::Errno::PERM | rustix::io::Errno::MLINK)
-    );
-    if !refused {
-        return Err(Error::io("link", to, err));
-    }
-    match kind {
-        FileType::Symlink => {
-            let text = src.read_link(name).ctx("read link", from)?;
-            dst.symlink(&text, name).ctx("create link", to)
-        }
-        FileType::RegularFile => {
-            let (mut input, _) = src.open_file(name).ctx("open", from)?;
-            let mut out = dst.create_file(name).ctx("create", to)?;
-            let mut h = Sha256::new();
-            let mut buf = vec![0u8; 1 << 16];
-            loop {
-                let n = input.read(&mut buf).ctx("read", from)?;
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
-                out.write_all(&buf[..n]).ctx("write", to)?;
-            }
-            rustix::fs::fchmod(&out, Mode::from_raw_mode(READ_ONLY))
-                .map_err(|e| Error::io("make read-only", to, e.into()))?;
-            drop(out);
-            let (copy, _) = dst.open_file(name).ctx("open", to)?;
-            let (_, again) = crate::hash::hash_reader(copy, to)?;
-            if again != crate::hash::ContentHash::from(h) {
-                return Err(StepError::CopyDiffers {
-                    to: to.to_path_buf(),
-                    from: from.to_path_buf(),
-                }
-                .into());
-            }
-            Ok(())
-        }
-        other => Err(StepError::CannotCarry {
-            from: from.to_path_buf(),
-            kind: type_name(other),
-            error: err,
-        }
-        .into()),
-    }
 }
 
 /// Removes the directory `name` of `parent` and the empty directories below it; anything

@@ -20,11 +20,14 @@
 
 mod activate;
 mod build;
+mod carry;
+mod identity;
 pub mod log;
 mod records;
 mod retention;
 mod rollback;
 
+pub(crate) use identity::{Expected, moved as release_moved};
 use records::read_log_view;
 pub use records::{LogView, staged_releases};
 pub use retention::{PruneBy, stopped};
@@ -40,6 +43,10 @@ use crate::record::StagedOperation;
 use rustix::fs::FileType;
 
 use std::path::{Component, Path, PathBuf};
+
+/// Mode of every file distributor writes into a release: read-only, so writing through
+/// one release cannot change another that shares the file.
+const READ_ONLY: u32 = crate::backend::local::records::RELEASE_FILE_MODE;
 
 /// The prefix of the temporary symlink renamed over `path` at the commit point.
 pub const ACTIVATE_PREFIX: &str = ".distributor-activate-";
@@ -135,6 +142,14 @@ pub struct ReleaseStore {
     /// Why `path` is not the symlink the last logged activation made (SPEC §17), as read
     /// when opened: `path_changed`.
     path_changed: Option<String>,
+    /// Why the directory the active release's name holds is not that release
+    /// (docs/operations.md, "Release identity"): `release_moved`. Set when opened, or when
+    /// its state, read for planning, names another operation.
+    release_moved: std::sync::Mutex<Option<String>>,
+    /// The destination log as read when opened.
+    view: LogView,
+    /// What the journal in use made of the old records of `releases.dir`.
+    legacy: records::Legacy,
 }
 
 impl ReleaseStore {
@@ -193,16 +208,30 @@ impl ReleaseStore {
                 Link::Plain => {}
             }
         }
+        let legacy = match &root {
+            Some(r) => {
+                records::judge_legacy(r, dir, path, lock.and_then(|l| l.history), lock.is_some())?
+            }
+            None => records::Legacy::None,
+        };
         let view = match &root {
-            Some(r) => read_log_view(r, dir)?,
+            Some(r) => read_log_view(r, dir, &legacy)?,
             None => LogView::default(),
         };
         let path_changed = path_changed(&link, &view, path);
+        let mut release_moved = None;
         let active = match (&link, &root) {
             // A plain directory where the log says distributor's symlink was: the user's,
             // never locked or written.
             (Link::Plain, _) if path_changed.is_some() => None,
-            (Link::Release(r), Some(root)) => Some(open_release(root, r, path)?),
+            (Link::Release(r), Some(root)) => match active_moved(root, r, &view, settings)? {
+                // Never read as the release: what the name holds is not it.
+                Some(why) => {
+                    release_moved = Some(why);
+                    None
+                }
+                None => Some(open_release(root, r, path)?),
+            },
             // Not adopted yet: read (status, verify, adopt) as a plain bundle path, locked
             // as one for an operation (adopt) so no in-place publication runs meanwhile.
             (Link::Plain, _) => Some(
@@ -229,6 +258,9 @@ impl ReleaseStore {
             link,
             active,
             path_changed,
+            release_moved: std::sync::Mutex::new(release_moved),
+            view,
+            legacy,
         };
         if lock.is_some() {
             store.migrate()?;
@@ -282,6 +314,46 @@ impl ReleaseStore {
     pub fn path_changed(&self) -> Option<&str> {
         self.path_changed.as_deref()
     }
+
+    /// Why the active release's name does not hold the release the log activated (its
+    /// device and inode, owner or state differ), if it does not: the conflict
+    /// `release_moved`, and retention removes nothing.
+    pub fn release_moved(&self) -> Option<String> {
+        self.release_moved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Why the name `name` of the active release does not hold that release, if it does not
+/// (docs/operations.md, "Release identity"): checked by the device and inode the log
+/// records for it, or where it records none (an earlier version's entries) by its state,
+/// which must name the release. A release the log never activated is not judged here
+/// (`path_changed` says so).
+fn active_moved(
+    root: &Bundle,
+    name: &str,
+    view: &LogView,
+    settings: &ReleaseSettings,
+) -> Result<Option<String>> {
+    if view.untrusted().is_some() || view.active() != Some(name) {
+        return Ok(None);
+    }
+    let want = Expected::by(view.identity_of(name));
+    Ok(
+        identity::check_release(root, &settings.dir, name, want, view)?
+            .err()
+            .map(|why| moved_active(&settings.dir.join(name), &why)),
+    )
+}
+
+/// The message of `release_moved` for the active release at `dir`: `why` it is not.
+fn moved_active(dir: &Path, why: &str) -> String {
+    format!(
+        "{} is not the release the destination log activated: {why}; distributor activates, carries and removes nothing there until it is put back or `distributor rollback --to OP_ID` activates a release of your choice",
+        dir.display()
+    )
 }
 
 /// `path`'s parent and name.
@@ -297,7 +369,7 @@ fn parent_and_name(path: &Path) -> Result<(PathBuf, String)> {
 
 /// Why `link` is not what the last logged activation made, if it is not (SPEC §17).
 fn path_changed(link: &Link, view: &LogView, path: &Path) -> Option<String> {
-    if view.legacy_error.is_some() {
+    if view.legacy_blocked().is_some() {
         // Which activation was last is unknown: that error stands instead.
         return None;
     }
@@ -432,10 +504,39 @@ impl crate::backend::StoreRead for ReleaseStore {
         &self,
         outputs: usize,
     ) -> Result<(crate::state::StateFile, Option<crate::hash::ContentHash>)> {
-        match &self.active {
-            Some(a) => a.read_state_parsed(outputs),
-            None => Ok((crate::state::StateFile::Absent, None)),
+        let (state, sha) = match &self.active {
+            Some(a) => a.read_state_parsed(outputs)?,
+            None => return Ok((crate::state::StateFile::Absent, None)),
+        };
+        // Read for planning anyway: it must name the active release, and a release the
+        // log activated is never without its state (docs/operations.md, "Release
+        // identity"); else the directory under its name is not that release.
+        let Link::Release(r) = &self.link else {
+            return Ok((state, sha));
+        };
+        if self.view.active() != Some(r.as_str()) {
+            return Ok((state, sha));
         }
+        let why = match (&state, &sha) {
+            (crate::state::StateFile::Valid(s), Some(sha))
+                if !self.view.state_names(s, &sha.hex(), r) =>
+            {
+                let ops: Vec<&str> = s.owners.iter().map(|o| o.operation_id.as_str()).collect();
+                Some(format!(
+                    "its .distributor.json names operation {}, not release {r}",
+                    ops.join(", ")
+                ))
+            }
+            (crate::state::StateFile::Absent, _) => {
+                Some("it holds no .distributor.json".to_string())
+            }
+            _ => None,
+        };
+        if let Some(why) = why {
+            *self.release_moved.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(moved_active(&self.settings.dir.join(r), &why));
+        }
+        Ok((state, sha))
     }
 
     fn verdict(&self, op: &StagedOperation) -> Result<Verdict> {
@@ -445,7 +546,14 @@ impl crate::backend::StoreRead for ReleaseStore {
         let before = op.releases.as_ref().and_then(|r| r.active_before.clone());
         let target =
             (op.releases.as_ref()).map_or(op.operation_id.as_str(), |r| r.target(&op.operation_id));
+        let built = op.releases.as_ref().is_none_or(|r| r.activates.is_none());
         Ok(match self.current()? {
+            // `path` names the release this operation built, but only the release, whole,
+            // holding its post-state, can have been activated by it: else someone pointed
+            // `path` there (docs/operations.md, "Release identity").
+            Link::Release(r) if r == target && built && !self.built_complete(op)? => {
+                Verdict::Diverged
+            }
             Link::Release(r) if r == target => Verdict::Forward,
             Link::Release(r) if Some(&r) == before.as_ref() => Verdict::Back,
             Link::Absent | Link::Plain if before.is_none() => Verdict::Back,
@@ -477,12 +585,17 @@ impl crate::backend::StoreRead for ReleaseStore {
             Err(e) => return Err(e),
         };
         storage.rolled_back = log::holds(&self.activations()?);
+        // Old records the journal in use does not corroborate (SPEC §17 "Upgrading").
+        if storage.untrusted_record.is_none() {
+            storage.untrusted_record = self.view.legacy_untrusted.clone();
+        }
         if let Some(root) = &self.root
             && storage.untrusted_record.is_none()
         {
             storage.untrusted_record = crate::backend::local::untrusted_staging(root)?;
         }
         storage.path_changed = self.path_changed.clone();
+        storage.release_moved = self.release_moved();
         if self.is_plain() {
             // Probed for `verify`; the planner refuses to publish there.
             storage.bundle_unsafe = Some(plain_reason(&self.path));
@@ -587,6 +700,7 @@ impl crate::backend::RecordStore for ReleaseStore {
             store: self,
             purpose: Purpose::Publish,
             building: Default::default(),
+            post: None,
         })
     }
 

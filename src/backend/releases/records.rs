@@ -20,6 +20,27 @@ pub struct LogView {
     pub activations: Vec<log::Activation>,
     /// Why the old activation log cannot be migrated, if it cannot.
     pub legacy_error: Option<String>,
+    /// Why the old records (`.distributor-releases.json`, `.distributor-activations.log`)
+    /// are not believed, if the journal in use does not corroborate them (SPEC §17
+    /// "Upgrading"): the conflict `untrusted_record`; nothing is migrated.
+    pub legacy_untrusted: Option<String>,
+}
+
+/// What the journal in use made of the old records of `releases.dir` (SPEC §17
+/// "Upgrading"; docs/operations.md, "Release identity").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) enum Legacy {
+    /// There are none (or they were moved: the settings record is the `moved_to` marker).
+    #[default]
+    None,
+    /// Not judged: opened without the lock, for reading only; read as they stand, never
+    /// acted on.
+    Unjudged,
+    /// Every activation line the log does not hold yet is an operation the journal in
+    /// use committed here: believed, and migrated under the lock.
+    Believed,
+    /// Not corroborated: why.
+    Untrusted(String),
 }
 
 impl LogView {
@@ -29,13 +50,19 @@ impl LogView {
     }
 
     /// Why the log cannot be trusted to order releases (bad entries, an old log that
-    /// cannot be migrated), if it cannot.
+    /// cannot be migrated or is not believed), if it cannot.
     pub fn untrusted(&self) -> Option<String> {
-        match (&self.legacy_error, self.log.bad_message()) {
-            (Some(l), _) => Some(l.clone()),
+        match (self.legacy_blocked(), self.log.bad_message()) {
+            (Some(l), _) => Some(l),
             (None, Some(b)) => Some(b),
             (None, None) => None,
         }
+    }
+
+    /// Why the old activation log stands in the way of writing the log, if it does: it
+    /// cannot be read whole, or it is not believed.
+    pub fn legacy_blocked(&self) -> Option<String> {
+        self.legacy_error.clone().or(self.legacy_untrusted.clone())
     }
 }
 
@@ -43,7 +70,7 @@ impl ReleaseStore {
     /// The destination log as it stands now.
     pub fn log_view(&self) -> Result<LogView> {
         match &self.root {
-            Some(r) => read_log_view(r, &self.settings.dir),
+            Some(r) => read_log_view(r, &self.settings.dir, &self.legacy),
             None => Ok(LogView::default()),
         }
     }
@@ -57,11 +84,14 @@ impl ReleaseStore {
     pub(super) fn migrate(&self) -> Result<()> {
         let root = self.root()?;
         let dir = root.dir();
+        if self.legacy != Legacy::Believed {
+            return Ok(());
+        }
         let Some(legacy) = read_legacy_settings(root, &self.settings.dir)? else {
             return Ok(());
         };
-        let view = read_log_view(root, &self.settings.dir)?;
-        if view.legacy_error.is_some() {
+        let view = read_log_view(root, &self.settings.dir, &self.legacy)?;
+        if view.legacy_blocked().is_some() {
             return Ok(());
         }
         let lines = match read_legacy_log(root, &self.settings.dir)? {
@@ -128,7 +158,8 @@ impl ReleaseStore {
         let old = base.join(log::SETTINGS_FILE);
         let tmp = format!("{}.tmp", log::SETTINGS_FILE);
         let _ = dir.unlink(&tmp);
-        let mut f = dir.create_file(&tmp).ctx("create", &old)?;
+        // A record (0600, distributor's uid), as every file distributor keeps there.
+        let mut f = dir.create_record_file(&tmp).ctx("create", &old)?;
         f.write_all(log::MOVED_TO.as_bytes()).ctx("write", &old)?;
         dir.sync_file(&f, &tmp).ctx("fsync", &old)?;
         dir.rename_over(&tmp, dir, log::SETTINGS_FILE)
@@ -257,14 +288,19 @@ pub fn staged_releases(view: &LogView) -> std::collections::BTreeMap<String, Str
 
 /// The destination log of `releases.dir` with the activations it records; while the old
 /// activation log is not migrated, line `i` stands for entry `i` where that is missing.
-pub(super) fn read_log_view(root: &Bundle, dir: &Path) -> Result<LogView> {
+pub(super) fn read_log_view(root: &Bundle, dir: &Path, legacy: &Legacy) -> Result<LogView> {
     let log = crate::backend::local::log::read(root.dir())?;
     let mut view = LogView {
         activations: log::activations(&log.entries),
         log,
         legacy_error: None,
+        legacy_untrusted: None,
     };
     if read_legacy_settings(root, dir)?.is_none() {
+        return Ok(view);
+    }
+    if let Legacy::Untrusted(why) = legacy {
+        view.legacy_untrusted = Some(why.clone());
         return Ok(view);
     }
     match read_legacy_log(root, dir)? {
@@ -291,4 +327,94 @@ pub(super) fn read_log_view(root: &Bundle, dir: &Path) -> Result<LogView> {
         }
     }
     Ok(view)
+}
+
+/// Judges the old records of `releases.dir` (`root`, at `dir`) against the journal in
+/// use, `history` (SPEC §17 "Upgrading"), for the releases destination at `path`: each
+/// line of `.distributor-activations.log` whose log entry exists must be that entry's
+/// activation; each other line must name an operation the journal committed at `path`,
+/// activating that line's release, that no log entry names, the lines in the order the
+/// journal committed them. `None` (opened for reading only): not judged.
+pub(super) fn judge_legacy(
+    root: &Bundle,
+    dir: &Path,
+    path: &Path,
+    history: Option<&dyn crate::backend::History>,
+    locked: bool,
+) -> Result<Legacy> {
+    if read_legacy_settings(root, dir)?.is_none() {
+        return Ok(Legacy::None);
+    }
+    let Some(Ok(lines)) = read_legacy_log(root, dir)? else {
+        // No activation log: the settings alone, compared with every config (an unreadable
+        // log is reported as such through the view).
+        return Ok(Legacy::Believed);
+    };
+    let Some(history) = history else {
+        return Ok(if locked {
+            Legacy::Untrusted(not_corroborated(
+                dir,
+                "no journal is in use to corroborate them",
+            ))
+        } else {
+            Legacy::Unjudged
+        });
+    };
+    let log = crate::backend::local::log::read(root.dir())?;
+    let bundle = path.to_string_lossy();
+    let mut last = i64::MIN;
+    for (i, a) in lines.iter().enumerate() {
+        let seq = i as u64 + 1;
+        let n = i + 1;
+        if let Some(e) = log.entries.iter().find(|e| e.seq == seq) {
+            if e.operation_id != a.operation_id
+                || e.release_activated.as_deref() != Some(a.release.as_str())
+            {
+                return Ok(Legacy::Untrusted(not_corroborated(
+                    dir,
+                    &format!(
+                        "line {n} names the activation of release {} by operation {}, but entry {seq} of the destination log is {} of operation {}",
+                        a.release, a.operation_id, e.command, e.operation_id
+                    ),
+                )));
+            }
+            continue;
+        }
+        let why = match history.committed_release(&bundle, &a.operation_id)? {
+            None => Some(format!(
+                "line {n}: the journal in use did not commit operation {} at {}",
+                a.operation_id,
+                path.display()
+            )),
+            Some((_, release)) if release != a.release => Some(format!(
+                "line {n}: operation {} activated release {release}, not {}",
+                a.operation_id, a.release
+            )),
+            Some(_) if log.names_operation(&a.operation_id) => Some(format!(
+                "line {n}: operation {} has a log entry already",
+                a.operation_id
+            )),
+            Some((order, _)) if order <= last => Some(format!(
+                "line {n}: the journal committed operation {} before the line above it",
+                a.operation_id
+            )),
+            Some((order, _)) => {
+                last = order;
+                None
+            }
+        };
+        if let Some(why) = why {
+            return Ok(Legacy::Untrusted(not_corroborated(dir, &why)));
+        }
+    }
+    Ok(Legacy::Believed)
+}
+
+/// The message of old records the journal in use does not corroborate.
+fn not_corroborated(dir: &Path, why: &str) -> String {
+    format!(
+        "{} and {} were written by an earlier version of distributor, and the journal in use does not corroborate them ({why}); distributor believes, migrates and prunes by nothing there: migrate them with the journal that recorded them (--journal), or remove both files",
+        dir.join(log::SETTINGS_FILE).display(),
+        dir.join(log::LOG_FILE).display()
+    )
 }

@@ -2,7 +2,7 @@
 //! those a staged operation or a held rollback needs), the removal of the others, and
 //! its log entry; and the placement fingerprints of the active release taken after it.
 
-use super::{Link, LogView, ReleaseStore, build, log, path_changed, staged_releases};
+use super::{Expected, Link, LogView, ReleaseStore, carry, log, path_changed, staged_releases};
 use crate::backend::types::{Fingerprint, StagingEntry};
 use crate::error::{IoContext, Result};
 use crate::fs::{Dir, split};
@@ -11,6 +11,9 @@ use rustix::fs::FileType;
 /// How a verdict kept because `path` changed while retention ran begins (the rest says
 /// how `path` changed).
 const STOPPED: &str = "kept: retention stopped, path_changed: ";
+/// How a verdict kept because the release's name holds another directory begins
+/// (docs/operations.md, "Release identity").
+const MOVED: &str = "kept: release_moved: ";
 
 /// Who a prune's log entry names: the actor, the pipeline and the journal that ran it.
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +32,9 @@ impl ReleaseStore {
     pub fn retention_blocked(&self, view: &LogView) -> Option<String> {
         if let Some(why) = &self.path_changed {
             return Some(format!("path_changed: {why}"));
+        }
+        if let Some(why) = self.release_moved() {
+            return Some(format!("release_moved: {why}"));
         }
         view.untrusted()
     }
@@ -109,40 +115,77 @@ impl ReleaseStore {
             self.settings.stage_max_age_seconds(),
             chrono::Utc::now().timestamp(),
         );
-        if !dry_run {
-            let doomed = verdicts.iter().filter(|v| !v.keep).count() as u64;
-            progress.start(
-                "releases removed",
-                Some(doomed),
-                crate::progress::Bytes::Uncounted,
-            );
-            let mut stopped: Option<String> = None;
+        if dry_run {
+            // What the real run would keep: a name holding another directory.
             for v in verdicts.iter_mut().filter(|v| !v.keep) {
-                crate::failpoint::hit("during_prune");
-                // `path` again before each removal (SPEC §17): should it no longer be the
-                // symlink the last logged activation made, nothing more is removed.
-                if stopped.is_none() {
-                    stopped = match self.current() {
-                        Ok(link) => path_changed(&link, &view, &self.path),
-                        Err(e) => Some(format!("{} cannot be read: {e}", self.path.display())),
-                    };
-                }
-                if let Some(why) = &stopped {
+                if let Err(why) =
+                    self.open_release_checked(&v.release, removable(&view, v), &view)?
+                {
                     v.keep = true;
-                    v.reason = format!("{STOPPED}{why}");
-                    continue;
+                    v.reason = format!("{MOVED}{why}");
                 }
-                build::remove_release(root.dir(), &v.release)?;
-                progress.done(1);
             }
-            if let Some(why) = stopped {
-                eprintln!(
-                    "warning: {}: retention stopped: path_changed: {why}",
-                    self.path.display()
-                );
-            }
+        } else {
+            self.remove_doomed(&mut verdicts, &view, progress)?;
         }
         Ok(verdicts)
+    }
+
+    /// Removes the releases `verdicts` do not keep, `path` and each release's name
+    /// checked again before each removal; a release kept after all says why.
+    fn remove_doomed(
+        &self,
+        verdicts: &mut [log::Verdict],
+        view: &LogView,
+        progress: crate::progress::Ticker<'_>,
+    ) -> Result<()> {
+        let root = self.root()?;
+        let doomed = verdicts.iter().filter(|v| !v.keep).count() as u64;
+        progress.start(
+            "releases removed",
+            Some(doomed),
+            crate::progress::Bytes::Uncounted,
+        );
+        let mut stopped: Option<String> = None;
+        for v in verdicts.iter_mut().filter(|v| !v.keep) {
+            crate::failpoint::hit("during_prune");
+            // `path` again before each removal (SPEC §17): should it no longer be the
+            // symlink the last logged activation made, nothing more is removed.
+            if stopped.is_none() {
+                stopped = match self.current() {
+                    Ok(link) => path_changed(&link, view, &self.path),
+                    Err(e) => Some(format!("{} cannot be read: {e}", self.path.display())),
+                };
+            }
+            if let Some(why) = &stopped {
+                v.keep = true;
+                v.reason = format!("{STOPPED}{why}");
+                continue;
+            }
+            // What the name holds now must be the release the log recorded
+            // (docs/operations.md, "Release identity"); anything else is kept.
+            match self.open_release_checked(&v.release, removable(view, v), view)? {
+                Ok(release) => {
+                    carry::remove_release(root.dir(), &v.release, &release)?;
+                    progress.done(1);
+                }
+                Err(why) => {
+                    v.keep = true;
+                    v.reason = format!("{MOVED}{why}");
+                    eprintln!(
+                        "warning: {}: retention kept it: release_moved: {why}",
+                        self.settings.dir.join(&v.release).display()
+                    );
+                }
+            }
+        }
+        if let Some(why) = stopped {
+            eprintln!(
+                "warning: {}: retention stopped: path_changed: {why}",
+                self.path.display()
+            );
+        }
+        Ok(())
     }
 
     /// Adds the entry of prune operation `op` that removed `removed` to the log (SPEC
@@ -237,6 +280,16 @@ impl ReleaseStore {
             },
         )?;
         Ok(found.into_iter().flatten().collect())
+    }
+}
+
+/// What a release retention removes must be: the device and inode the log recorded for
+/// it, owned by distributor's uid, and a state naming it (docs/operations.md, "Release
+/// identity").
+fn removable(view: &LogView, v: &log::Verdict) -> Expected {
+    Expected {
+        identity: view.identity_of(&v.release),
+        state: true,
     }
 }
 

@@ -4,11 +4,12 @@
 //! rollback's default target; and the checks of an existing release about to be
 //! activated again.
 
-use super::{ReleaseStore, ReleasesRecord, build, log};
+use super::identity::moved;
+use super::{Expected, ReleaseStore, ReleasesRecord, build, log};
 use crate::backend::OperationState;
 use crate::backend::local::Bundle;
 use crate::error::{Error, IoContext, ReleasesError, Result};
-use crate::fs::split;
+use crate::fs::{Identity, split};
 
 /// What one operation in a releases destination does (SPEC §15, §19), as its caller says
 /// it: kept on the operation ([`ReleaseStore::operation_for`]), never on the store, and
@@ -25,12 +26,15 @@ pub enum Purpose {
     Promote {
         /// The staged release.
         release: String,
+        /// Its device and inode, as verified.
+        identity: Identity,
     },
     /// A rollback that undoes the activation of release `undoes`: activating the existing
     /// release `activate` (a single owner), or building a new one (`None`: a shared root).
     Rollback {
-        /// The earlier release it activates again, when it builds none.
-        activate: Option<String>,
+        /// The earlier release it activates again, and its device and inode as verified,
+        /// when it builds none.
+        activate: Option<(String, Identity)>,
         /// The release whose activation it undoes.
         undoes: String,
     },
@@ -42,10 +46,21 @@ impl ReleaseStore {
     /// A new operation in this destination that does `purpose`: the object its steps go
     /// through (as [`crate::backend::RecordStore::operation`], which makes a publication's).
     pub fn operation_for(&self, purpose: Purpose) -> OperationState<'_> {
+        self.operation_with(purpose, None)
+    }
+
+    /// [`ReleaseStore::operation_for`], given the state the operation commits, parsed
+    /// (`post`): what the entries it carries over from the active release must be.
+    pub fn operation_with<'s>(
+        &'s self,
+        purpose: Purpose,
+        post: Option<&'s crate::state::State>,
+    ) -> OperationState<'s> {
         OperationState::of(Box::new(build::ReleaseOperation {
             store: self,
             purpose,
             building: Default::default(),
+            post,
         }))
     }
 
@@ -55,14 +70,17 @@ impl ReleaseStore {
     pub fn releases_record(&self, purpose: &Purpose) -> ReleasesRecord {
         let (activates, undoes) = match purpose {
             Purpose::Rollback { activate, undoes } => (activate.clone(), Some(undoes.clone())),
-            Purpose::Promote { release } => (Some(release.clone()), None),
+            Purpose::Promote { release, identity } => (Some((release.clone(), *identity)), None),
             _ => (None, None),
         };
+        let (activates, activates_identity) = activates.unzip();
+        let activates_identity = activates_identity.map(crate::record::RecordDir::from);
         let adopts = *purpose == Purpose::Adopt;
         ReleasesRecord {
             settings: self.settings.clone(),
             active_before: self.active_release().map(str::to_string),
             activates,
+            activates_identity,
             stages: *purpose == Purpose::Stage,
             undoes,
             adopts,
@@ -97,22 +115,66 @@ impl ReleaseStore {
         })
     }
 
-    /// The state file of release `name`, which must exist and hold valid state.
-    pub fn release_state(&self, name: &str) -> Result<crate::state::State> {
-        let root = self.root()?;
-        let release = match root.dir().open_dir(name) {
-            Ok(d) => Bundle::reading(&self.settings.dir.join(name), d)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    /// The state of release `name` and its device and inode: `name` must hold the
+    /// release the log recorded (its device and inode, where recorded; owned by
+    /// distributor's uid), with valid state naming it (docs/operations.md, "Release
+    /// identity"); anything else under a logged name is `release_moved`.
+    pub fn release_state(&self, name: &str) -> Result<(crate::state::State, Identity)> {
+        let view = self.log_view()?;
+        let want = Expected {
+            identity: view.identity_of(name),
+            state: false,
+        };
+        let path = self.settings.dir.join(name);
+        let outcome = "nothing was activated";
+        let dir = match self.open_release_checked(name, want, &view)? {
+            Ok(d) => d,
+            Err(_)
+                if self
+                    .root()?
+                    .dir()
+                    .stat_opt(name)
+                    .ctx("stat", &path)?
+                    .is_none() =>
+            {
                 return Err(ReleasesError::Gone {
                     release: name.to_string(),
                     dir: self.settings.dir.clone(),
                 }
                 .into());
             }
-            Err(e) => return Err(Error::io("open", self.settings.dir.join(name), e)),
+            Err(why) => return Err(moved(path, why, outcome)),
         };
-        match release.read_state()?.parse() {
-            crate::state::StateFile::Valid(s) => Ok(s),
+        let identity = dir.identity().ctx("stat", &path)?;
+        let logged = want.identity.is_some()
+            || view.built_by(name).is_some()
+            || view.activations.iter().any(|a| a.release == name);
+        let bytes = Bundle::reading(&path, dir)?.read_state()?;
+        let sha = bytes
+            .bytes()
+            .map(crate::hash::sha256_hex)
+            .unwrap_or_default();
+        match bytes.parse() {
+            crate::state::StateFile::Valid(s) if view.state_names(&s, &sha, name) => {
+                Ok((s, identity))
+            }
+            crate::state::StateFile::Valid(s) => Err(moved(
+                path,
+                format!(
+                    "its .distributor.json names operation {}, not release {name}",
+                    s.owners
+                        .iter()
+                        .map(|o| o.operation_id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                outcome,
+            )),
+            crate::state::StateFile::Absent if logged => Err(moved(
+                path,
+                "it holds no .distributor.json".to_string(),
+                outcome,
+            )),
             crate::state::StateFile::Absent => Err(ReleasesError::TargetWithoutState {
                 release: name.to_string(),
             }
@@ -126,13 +188,21 @@ impl ReleaseStore {
         }
     }
 
-    /// Checks that release `name` holds exactly what `state` records: every output a
-    /// regular file of its size and sha256 (read whole), every link its target. A failure
-    /// lists the first paths that differ.
-    pub fn verify_release(&self, name: &str, state: &crate::state::State) -> Result<()> {
-        let root = self.root()?;
+    /// Checks that release `name`, still the directory `identity` names, holds exactly
+    /// what `state` records: every output a regular file of its size and sha256 (read
+    /// whole), every link its target. A failure lists the first paths that differ.
+    pub fn verify_release(
+        &self,
+        name: &str,
+        identity: Identity,
+        state: &crate::state::State,
+    ) -> Result<()> {
         let base = self.settings.dir.join(name);
-        let release = root.dir().open_dir(name).ctx("open", &base)?;
+        let want = Expected {
+            identity: Some(identity),
+            state: false,
+        };
+        let release = self.checked_or_moved(name, want, &self.view, "nothing was activated")?;
         let mut bad = Vec::new();
         for o in &state.outputs {
             let (d, n) = split(&o.path);

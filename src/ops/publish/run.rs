@@ -73,7 +73,14 @@ pub(super) fn publish_locked(
         let op = journal_refusal(config, &preview, source, opts, journal)?;
         return Ok((DestinationReport::from_plan(preview, status, op), code));
     }
-    let (store, waited) = run.lock(&bundle, preview, &unlocked, &mut memo, &fingerprints)?;
+    let (store, waited) = run.lock(
+        &bundle,
+        preview,
+        &unlocked,
+        &mut memo,
+        &fingerprints,
+        &*journal,
+    )?;
     drop(unlocked);
     run.under_lock(
         journal,
@@ -197,6 +204,7 @@ impl<'a> Run<'a> {
         unlocked: &Unlocked,
         memo: &mut StateMemo,
         fingerprints: &types::Fingerprints,
+        history: &dyn crate::backend::History,
     ) -> std::result::Result<(Box<dyn BundleStore>, Duration), PlanFailed> {
         let Run { dest, opts, .. } = *self;
         let with_plan = |plan: &DestinationPlan, e: Error| PlanFailed::new(plan.clone(), e);
@@ -223,6 +231,7 @@ impl<'a> Run<'a> {
                 timeout: opts.lock_timeout,
                 create: true,
                 actor: &opts.actor,
+                history: Some(history),
             },
         );
         let store = lock

@@ -48,6 +48,7 @@ impl Location {
                     settings: r.clone(),
                     active_before: None,
                     activates: None,
+                    activates_identity: None,
                     adopts: false,
                     undoes: None,
                     adopts_dir: None,

@@ -125,6 +125,7 @@ pub fn recover(
             Outcome::Closed => s.closed += 1,
             Outcome::Untrusted => s.untrusted += 1,
             Outcome::StagingMoved => s.staging_moved += 1,
+            Outcome::ReleaseMoved => s.release_moved += 1,
         }
     }
     s.failed += report.errors.len();
@@ -243,6 +244,9 @@ fn recover_bundle(
                     timeout: opts.lock_timeout,
                     create: false,
                     actor: &opts.actor,
+                    history: journal
+                        .as_deref()
+                        .map(|j| j as &dyn crate::backend::History),
                 },
             )
         }

@@ -404,10 +404,20 @@ impl Found<'_> {
                 }
                 Event::RecoveredForward
             }
-            Outcome::RolledBack => {
-                Operation::of(store, staged).undo()?;
-                Event::RecoveredBack
-            }
+            Outcome::RolledBack => match Operation::of(store, staged).undo() {
+                Ok(()) => Event::RecoveredBack,
+                // The name of the release it built holds another directory now: nothing
+                // is removed, and the operation waits for a person (docs/operations.md,
+                // "Release identity").
+                Err(e @ Error::Releases(crate::error::ReleasesError::Moved { .. })) => {
+                    r.outcome = Outcome::ReleaseMoved;
+                    r.message = format!(
+                        "{e}. Put the release directory back under its name (or remove what stands there, which is not distributor's) and run `distributor recover` again; `distributor recover --abandon {op}` ends the operation leaving everything as it is"
+                    );
+                    Event::Diverged
+                }
+                Err(e) => return Err(e),
+            },
             _ => Event::Diverged,
         };
         failpoint::hit("recover_before_event");

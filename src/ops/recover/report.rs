@@ -29,6 +29,10 @@ pub enum Outcome {
     /// (`.distributor/`) is no longer the one at its place (SPEC §17): its staging may
     /// have been moved away with it, so the operation is not closed; nothing was touched.
     StagingMoved,
+    /// The release directory the operation was building (or activating) is no longer
+    /// what its name holds (docs/operations.md, "Release identity"): nothing was
+    /// removed, the staging stays.
+    ReleaseMoved,
 }
 
 /// Where an operation was found.
@@ -96,6 +100,8 @@ pub struct RecoverSummary {
     pub untrusted: usize,
     /// Operations whose record directory was moved: nothing touched.
     pub staging_moved: usize,
+    /// Operations whose release's name holds another directory: nothing removed.
+    pub release_moved: usize,
 }
 
 /// The report of one `recover` run.
@@ -133,7 +139,7 @@ impl RecoverReport {
     /// 0 when everything found was recovered (or nothing was found), else 1 (SPEC §10).
     pub fn exit_code(&self) -> crate::error::ExitCode {
         let s = &self.summary;
-        if s.diverged + s.failed + s.untrusted + s.staging_moved > 0 {
+        if s.diverged + s.failed + s.untrusted + s.staging_moved + s.release_moved > 0 {
             crate::error::ExitCode::Failed
         } else {
             crate::error::ExitCode::Success
@@ -146,7 +152,11 @@ impl RecoveredOperation {
     pub fn needs_a_person(&self) -> bool {
         matches!(
             self.outcome,
-            Outcome::Diverged | Outcome::Failed | Outcome::Untrusted | Outcome::StagingMoved
+            Outcome::Diverged
+                | Outcome::Failed
+                | Outcome::Untrusted
+                | Outcome::StagingMoved
+                | Outcome::ReleaseMoved
         )
     }
 }
@@ -161,6 +171,7 @@ fn outcome_word(o: Outcome) -> &'static str {
         Outcome::Closed => "closed",
         Outcome::Untrusted => "untrusted",
         Outcome::StagingMoved => "staging moved",
+        Outcome::ReleaseMoved => "release moved",
     }
 }
 
@@ -218,6 +229,7 @@ impl RecoverReport {
                 ("closed", s.closed),
                 ("untrusted", s.untrusted),
                 ("staging moved", s.staging_moved),
+                ("release moved", s.release_moved),
             ]
             .iter()
             .filter(|(_, n)| *n > 0)

@@ -309,6 +309,8 @@ fn refusal(input: &PlanInput<'_>) -> Option<Conflict> {
         (ConflictKind::ReleasesMismatch, why)
     } else if let Some(why) = &storage.path_changed {
         (ConflictKind::PathChanged, why)
+    } else if let Some(why) = &storage.release_moved {
+        (ConflictKind::ReleaseMoved, why)
     } else if let Some(why) = &storage.log_missing {
         (ConflictKind::LogMissing, why)
     } else {

@@ -30,8 +30,8 @@ use crate::failpoint;
 use crate::fs::{Dir, Identity, is_redirect, split, type_name};
 use crate::hash::ContentHash;
 use crate::record::{
-    ActionKind, NEW, NEW_TREES, OLD, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, STATE_TMP_FILE,
-    StagedAction, StagedOperation, StagingLayout,
+    ActionKind, NEW, NEW_TREES, OLD, PLAN_FILE, POST_STATE_FILE, PRE_STATE_FILE, RELEASE_FILE,
+    STATE_TMP_FILE, StagedAction, StagedOperation, StagingLayout,
 };
 use crate::source::{SourceFile, relative_link_target};
 use crate::state::{STATE_FILE, StateFile};

@@ -32,7 +32,7 @@ impl Bundle {
         for (name, kind) in op_dir.entries().ctx("list", &op_path)? {
             let want = match name.as_str() {
                 NEW | OLD => FileType::Directory,
-                PLAN_FILE | PRE_STATE_FILE | POST_STATE_FILE | STATE_TMP_FILE => {
+                PLAN_FILE | PRE_STATE_FILE | POST_STATE_FILE | STATE_TMP_FILE | RELEASE_FILE => {
                     FileType::RegularFile
                 }
                 n if n == format!("{PLAN_FILE}.tmp") => FileType::RegularFile,
@@ -339,6 +339,55 @@ fn make_trees(tree: Dir, at: &Path, trees: &[(String, Vec<String>)]) -> Result<(
         }
     }
     Ok(())
+}
+
+impl Bundle {
+    /// Keeps, in the staging entry of operation `op`, the device and inode of the release
+    /// directory it made ([`RELEASE_FILE`]): a record, written once.
+    pub fn record_release(&self, op: &str, identity: Identity) -> Result<()> {
+        self.locked()?;
+        let rel = format!("{STAGING_DIR}/{op}");
+        let dir = self.sub(&rel)?;
+        let at = self.path.join(&rel);
+        let bytes = serde_json::to_vec(&identity)?;
+        // Made durable with the release itself: the `syncfs` before the commit point
+        // covers this filesystem (a power cut before it may lose both; `recover` then
+        // removes a release directory it has no identity for only when it is empty).
+        write_new(&dir, &at, RELEASE_FILE, |f| f.write_all(&bytes))
+    }
+
+    /// The device and inode of the release directory operation `op` made, as its staging
+    /// entry keeps them; `None` when it keeps none (the operation stopped between making
+    /// the directory and recording it, or made none).
+    pub fn recorded_release(&self, op: &str) -> Result<Option<Identity>> {
+        let rel = format!("{STAGING_DIR}/{op}");
+        let at = self.path.join(&rel).join(RELEASE_FILE);
+        let Some(staging) = self.staging_dir(false)? else {
+            return Ok(None);
+        };
+        let op_dir = match staging.open_record_dir(op) {
+            Ok(d) => d,
+            Err(RecordError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None);
+            }
+            Err(e) => return Err(record_error(e, &self.path.join(&rel), "open")),
+        };
+        let mut f = match op_dir.open_record_file(RELEASE_FILE) {
+            Ok((f, _)) => f,
+            Err(RecordError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None);
+            }
+            Err(e) => return Err(record_error(e, &at, "open")),
+        };
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes).ctx("read", &at)?;
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            Error::Unsafe(format!(
+                "{} is not a release identity record ({e}); distributor did not write it",
+                at.display()
+            ))
+        })
+    }
 }
 
 /// Creates `name` in `dir` (it must not exist) and fills it with `write`.
