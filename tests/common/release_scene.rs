@@ -436,6 +436,7 @@ pub(crate) fn logged(env: &Env) -> Vec<serde_json::Value> {
         Ok(rd) => rd
             .map(|e| e.unwrap().path())
             .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+            .filter(|p| p.to_string_lossy().ends_with(".json"))
             .collect(),
         Err(_) => Vec::new(),
     };
